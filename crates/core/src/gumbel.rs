@@ -1,0 +1,162 @@
+//! Gumbel noise from one random word, with a logarithm built from IEEE
+//! `+ - * /` only, so the GPU reproduces the CPU's values bit for bit (the
+//! hardware's `lg2.approx` cannot be reproduced on a CPU).
+//!
+//! # The mapping (SPEC §2.3, §2.4)
+//!
+//! A word `r` stands for the uniform `u = (r + 1/2) / 2^32`, which lies in the
+//! open interval `(0, 1)` and carries all 32 bits. The noise is
+//! `g = -ln(E)` with the exponential variate `E = -ln(u)`, evaluated so that
+//! both tails are resolved:
+//!
+//! - `r < 2^31` (`u < 1/2`): `u` is formed in f32 as `(r as f32 + 0.5) * 2^-32`
+//!   (round-to-nearest conversion, then exact scaling) and `E = -ln(u)`;
+//! - `r >= 2^31`: `v = 1 - u = (!r + 1/2) / 2^32` is formed the same way, and
+//!   `E = -ln(1 - v) = 2·atanh(v / (2 - v))`, which keeps full relative
+//!   precision for tiny `v` (the upper tail of `g`, where `-log(u)` would
+//!   otherwise round to zero).
+//!
+//! The acceptance test of `rejection_sample` needs only `ln u = -E`, so it
+//! uses all 32 bits of its word as well.
+//!
+//! Hence `g` ranges over `[GUMBEL_MIN, GUMBEL_MAX]`, attained at `r = 0` and
+//! `r = u32::MAX`: `-ln(33·ln 2) ≈ -3.130` and `-ln(2^-33) ≈ 22.874`.
+
+/// The smallest noise value, `gumbel(0)`.
+pub const GUMBEL_MIN: f32 = -3.1299946;
+/// The largest noise value, `gumbel(u32::MAX)`. No token whose scaled logit is
+/// below the running best by more than `GUMBEL_MAX - GUMBEL_MIN` can win.
+pub const GUMBEL_MAX: f32 = 22.873857;
+
+const LN2_HI: f32 = f32::from_bits(0x3f31_7200); // 0.693145752, 16 significant bits: k·LN2_HI is exact
+const LN2_LO: f32 = f32::from_bits(0x35bf_be8e); // ln 2 - LN2_HI
+const TWO_POW_M32: f32 = f32::from_bits(0x2f80_0000); // 2^-32
+
+/// `ln(x)` for positive normal finite `x` as `k·ln 2 + 2·atanh(s)`.
+#[inline(always)]
+pub fn ln(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let mut k = ((bits >> 23) as i32) - 127;
+    let mut m_bits = (bits & 0x007f_ffff) | 0x3f80_0000; // m in [1, 2)
+    if m_bits >= 0x3fb5_04f3 {
+        // m >= sqrt(2): halve it (exactly) so that m is in [sqrt(1/2), sqrt(2)).
+        m_bits -= 0x0080_0000;
+        k += 1;
+    }
+    let m = f32::from_bits(m_bits);
+    // m - 1 is exact (Sterbenz); |s| <= 0.1716.
+    let s = (m - 1.0) / (m + 1.0);
+    let kf = k as f32;
+    kf * LN2_HI + (kf * LN2_LO + two_atanh(s))
+}
+
+/// `2·atanh(s) = ln((1 + s) / (1 - s))` for `|s| <= 1/3`, by its odd series to
+/// `s^15` (truncation below `2e-9` relative).
+#[inline(always)]
+fn two_atanh(s: f32) -> f32 {
+    let z = s * s;
+    let p = 2.0 / 15.0;
+    let p = p * z + 2.0 / 13.0;
+    let p = p * z + 2.0 / 11.0;
+    let p = p * z + 2.0 / 9.0;
+    let p = p * z + 2.0 / 7.0;
+    let p = p * z + 2.0 / 5.0;
+    let p = p * z + 2.0 / 3.0;
+    let p = p * z + 2.0;
+    s * p
+}
+
+/// `E = -ln(u)` for the uniform `u = (r + 1/2) / 2^32`: an Exp(1) variate,
+/// in `[2^-33·(1 - 2^-33), 33·ln 2]`.
+#[inline(always)]
+pub fn exponential(r: u32) -> f32 {
+    if r < 0x8000_0000 {
+        -ln((r as f32 + 0.5) * TWO_POW_M32)
+    } else {
+        let v = ((!r) as f32 + 0.5) * TWO_POW_M32; // 1 - u, in (0, 1/2]
+        two_atanh(v / (2.0 - v))
+    }
+}
+
+/// Standard Gumbel noise `-ln(-ln(u))` from one random word.
+#[inline(always)]
+pub fn gumbel(r: u32) -> f32 {
+    -ln(exponential(r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ulps(a: f32, b: f64) -> f64 {
+        let b32 = b as f32;
+        let ulp = (f32::from_bits(b32.abs().to_bits() + 1) - b32.abs()) as f64;
+        (a as f64 - b).abs() / ulp
+    }
+
+    #[test]
+    fn ln_is_accurate_over_the_range_we_use() {
+        let mut worst = 0.0f64;
+        // E spans [2^-33, 23]; sweep every 97th f32 bit pattern in [2^-40, 2^10].
+        let (lo, hi) = (2f32.powi(-40).to_bits(), 1024f32.to_bits());
+        let mut b = lo;
+        while b < hi {
+            let x = f32::from_bits(b);
+            let e = ulps(ln(x), (x as f64).ln());
+            // Absolute error near x = 1 (ln x -> 0) is what matters there.
+            let abs = (ln(x) as f64 - (x as f64).ln()).abs();
+            if abs > 1e-8 {
+                worst = worst.max(e);
+            }
+            b += 97;
+        }
+        assert!(worst <= 4.0, "worst ln error {worst} ulp");
+        assert_eq!(ln(1.0), 0.0);
+    }
+
+    #[test]
+    fn exponential_resolves_both_tails() {
+        for r in [0u32, 1, 2, 1000, 0x7fff_ffff, 0x8000_0000, 0xffff_0000, u32::MAX - 1, u32::MAX] {
+            let u = (r as f64 + 0.5) / 4294967296.0;
+            let exact = -(u.ln_1p_neg());
+            let e = exponential(r);
+            assert!(ulps(e, exact) <= 4.0, "r={r:#x}: E={e} exact={exact}");
+        }
+        // Dense check over a stride of the whole word range.
+        let mut r = 0u32;
+        loop {
+            let u = (r as f64 + 0.5) / 4294967296.0;
+            let exact = -(u.ln_1p_neg());
+            let e = exponential(r);
+            assert!(ulps(e, exact) <= 6.0, "r={r:#x}: E={e} exact={exact}");
+            match r.checked_add(65_521) {
+                Some(n) => r = n,
+                None => break,
+            }
+        }
+    }
+
+    trait LnU {
+        fn ln_1p_neg(self) -> f64;
+    }
+    impl LnU for f64 {
+        /// ln(u) computed accurately for u near 1 as well.
+        fn ln_1p_neg(self) -> f64 {
+            if self > 0.5 { (-(1.0 - self)).ln_1p() } else { self.ln() }
+        }
+    }
+
+    #[test]
+    fn gumbel_extremes_are_documented() {
+        assert_eq!(gumbel(0), GUMBEL_MIN);
+        assert_eq!(gumbel(u32::MAX), GUMBEL_MAX);
+        let exact_max = -(2f64.powi(-33)).ln();
+        assert!((GUMBEL_MAX as f64 - exact_max).abs() < 1e-5);
+        let exact_min = -(33.0 * 2f64.ln()).ln();
+        assert!((GUMBEL_MIN as f64 - exact_min).abs() < 1e-5);
+        // Monotone at the ends, so the endpoints really are the extremes.
+        for r in 0..4096u32 {
+            assert!(gumbel(r) >= GUMBEL_MIN && gumbel(u32::MAX - r) <= GUMBEL_MAX);
+        }
+    }
+}

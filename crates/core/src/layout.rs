@@ -1,0 +1,57 @@
+//! Block layout constants and the kernel parameter blocks, shared by the
+//! kernels and the host launchers (`#[repr(C)]`, passed by value).
+//!
+//! Device pointers are carried as `u64` so this crate stays free of any
+//! device-pointer type; the kernels cast them back.
+
+/// Threads per block of the sampling kernels.
+pub const BLOCK_THREADS: u32 = 256;
+/// Consecutive elements one thread handles per step (one Philox call's worth).
+pub const ELEMS_PER_THREAD: u32 = 4;
+/// Elements one block covers per step.
+pub const TILE: u32 = BLOCK_THREADS * ELEMS_PER_THREAD;
+/// Warps per block.
+pub const WARPS: u32 = BLOCK_THREADS / 32;
+
+/// Parameters of `gumbel_sample` (SPEC §3). Row `r` owns `logits + r*row_stride`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct GumbelParams {
+    /// `[rows, >= vocab]` logits, last stride 1.
+    pub logits: u64,
+    /// Elements between rows (0 broadcasts one row).
+    pub row_stride: u64,
+    /// `i32 [rows]`: the slot of each row, `-1` for padding.
+    pub slots: u64,
+    /// `f32 [num_slots]`.
+    pub temperature: u64,
+    /// `u64 [num_slots]`.
+    pub seed: u64,
+    /// `u64 [rows]`.
+    pub pos: u64,
+    /// `[num_slots, cache_k, >= vocab]` draft cache, or 0 for none.
+    pub cache: u64,
+    pub cache_stride0: u64,
+    pub cache_stride1: u64,
+    /// `i32 [rows]` per-row cache columns, or 0 to use `cache_column`.
+    pub cache_columns: u64,
+    /// `ArgMax [rows, chunks]` scratch.
+    pub partials: u64,
+    /// `i32 [rows]` or `i64 [rows]` (see `tokens_i64`).
+    pub tokens: u64,
+    /// `u32 [rows]` per-row status flags, or 0.
+    pub row_status: u64,
+    /// One `u32`: OR of every flag raised.
+    pub status: u64,
+    pub rows: u32,
+    pub vocab: u32,
+    pub num_slots: u32,
+    pub cache_k: u32,
+    /// The column for all rows when `cache_columns == 0`.
+    pub cache_column: u32,
+    /// Elements per block (a multiple of `TILE`) and blocks per row.
+    pub chunk: u32,
+    pub chunks: u32,
+    pub drafting: u32,
+    pub tokens_i64: u32,
+}

@@ -1,0 +1,16 @@
+//! Code shared, bit for bit, by the specdec kernels (compiled to PTX) and the
+//! host's CPU backend. One definition compiled twice is what makes the two
+//! backends agree exactly: the random streams ([`rng`]), the Gumbel transform
+//! and its IEEE-only logarithm ([`gumbel`]), the argmax combine rule
+//! ([`argmax`]), the logit dtypes ([`dtype`]) and the status flags ([`status`]).
+//!
+//! Everything here uses only IEEE-rounded `+ - * /` and integer operations, so
+//! the CPU and the GPU round identically (the PTX builder disables contraction).
+#![no_std]
+
+pub mod argmax;
+pub mod dtype;
+pub mod gumbel;
+pub mod layout;
+pub mod rng;
+pub mod status;

@@ -1,0 +1,25 @@
+//! Status flags for values that live in device memory (SPEC §5).
+//!
+//! A kernel that finds a bad per-row value never reads or writes out of
+//! bounds: it gives the row a defined output (token `-1`) and ORs the flag
+//! into the row's status word and the call's status word. The CPU backend
+//! turns the same conditions into typed errors.
+
+/// The row's slot is neither `-1` (padding) nor in `0..num_slots`.
+pub const INVALID_SLOT: u32 = 1 << 0;
+/// The slot's temperature is negative, NaN or infinite.
+pub const INVALID_TEMPERATURE: u32 = 1 << 1;
+/// The row's draft-cache column is outside `0..K`.
+pub const INVALID_COLUMN: u32 = 1 << 2;
+/// The row holds a NaN logit among its candidates (informational: the row is
+/// still sampled, NaN counting as `-inf`).
+pub const NAN_LOGITS: u32 = 1 << 3;
+
+/// Flags that make a row's output invalid (token `-1`).
+pub const INVALID: u32 = INVALID_SLOT | INVALID_TEMPERATURE | INVALID_COLUMN;
+
+/// A temperature is valid when it is finite and not negative (`0` = greedy).
+#[inline(always)]
+pub fn temperature_is_valid(t: f32) -> bool {
+    t >= 0.0 && t <= f32::MAX
+}

@@ -1,0 +1,347 @@
+//! Builds a `#![no_std]` kernels crate to PTX with rustc's own NVPTX backend.
+//!
+//! This plays the role `cuda_builder` plays for Rust-CUDA, without libNVVM: the
+//! crate is compiled for `nvptx64-nvidia-cuda` with `-Zbuild-std=core` by a
+//! nested `cargo build`, and rustc's final "link" step is handed to a small
+//! script that runs the pinned toolchain's llvm-tools:
+//!
+//! 1. `llvm-link` the crate's LTO'd bitcode with only the needed members of the
+//!    rlibs rustc passes (in practice `compiler_builtins`);
+//! 2. `opt -passes=internalize,globaldce,default<O3>`, keeping only the exported
+//!    kernels public;
+//! 3. `llc -mtriple=nvptx64-nvidia-cuda -mcpu=<arch> --fp-contract=off`.
+//!
+//! Floating-point contraction stays off everywhere (rustc never emits `contract`
+//! flags, and llc is told `--fp-contract=off`), so device arithmetic rounds exactly
+//! like the same Rust code on the CPU. The nested cargo gets its own target
+//! directory, so it never waits on the outer build's lock.
+//!
+//! ```no_run
+//! let ptx = specdec_ptx_builder::PtxBuilder::new("crates/kernels").arch("sm_90").build()?;
+//! println!("{}", ptx.ptx.display());
+//! # Ok::<(), specdec_ptx_builder::BuildError>(())
+//! ```
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The architecture built when neither [`PtxBuilder::arch`] nor `SPECDEC_PTX_ARCH` says otherwise.
+/// PTX for sm_80 runs on Ampere, Hopper and later through the driver's JIT.
+pub const DEFAULT_ARCH: &str = "sm_80";
+
+/// Environment variable that overrides the default architecture.
+pub const ARCH_ENV: &str = "SPECDEC_PTX_ARCH";
+
+const TARGET: &str = "nvptx64-nvidia-cuda";
+
+/// Why a PTX build failed. Each message names the missing piece and how to get it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    #[error("kernels crate not found at {0} (expected a Cargo.toml there)")]
+    NoCrate(PathBuf),
+    #[error("unsupported architecture {0:?}: expected sm_XY with XY >= 70")]
+    BadArch(String),
+    #[error("`rustc --print sysroot` failed: {0}; install the pinned toolchain with `rustup toolchain install`")]
+    NoSysroot(String),
+    #[error(
+        "{tool} not found at {path}; the pinned toolchain needs the `llvm-tools` component \
+         (`rustup toolchain install` installs what rust-toolchain.toml names)"
+    )]
+    MissingTool { tool: &'static str, path: PathBuf },
+    #[error("could not run {what}: {source}")]
+    Io { what: String, source: std::io::Error },
+    #[error("nested cargo build of the kernels failed:\n{stderr}")]
+    Cargo { stderr: String },
+    #[error("cargo finished but produced no PTX at {path}; cargo said:\n{stderr}")]
+    NoArtifactProduced { path: PathBuf, stderr: String },
+}
+
+/// The result of a build.
+#[derive(Debug, Clone)]
+pub struct Ptx {
+    /// The PTX file.
+    pub ptx: PathBuf,
+    /// Every source file the PTX depends on (from cargo's dep-info), for `rerun-if-changed`.
+    pub sources: Vec<PathBuf>,
+}
+
+/// Compiles a kernels crate to PTX. See the crate docs for the pipeline.
+#[derive(Debug, Clone)]
+pub struct PtxBuilder {
+    /// The kernels crate (a `cdylib`, `#![no_std]`). Required.
+    pub crate_path: PathBuf,
+    /// Target architecture, `sm_XY`. Default: `$SPECDEC_PTX_ARCH`, else [`DEFAULT_ARCH`].
+    pub arch: String,
+    /// Where the nested cargo puts its build. Default: `<crate>/target`.
+    pub target_dir: Option<PathBuf>,
+}
+
+impl PtxBuilder {
+    pub fn new(crate_path: impl Into<PathBuf>) -> Self {
+        let arch = std::env::var(ARCH_ENV).unwrap_or_else(|_| DEFAULT_ARCH.to_string());
+        Self { crate_path: crate_path.into(), arch, target_dir: None }
+    }
+
+    #[must_use]
+    pub fn arch(mut self, arch: impl Into<String>) -> Self {
+        self.arch = arch.into();
+        self
+    }
+
+    #[must_use]
+    pub fn target_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.target_dir = Some(dir.into());
+        self
+    }
+
+    /// Builds the PTX, returning its path and the sources it was built from.
+    pub fn build(&self) -> Result<Ptx, BuildError> {
+        let manifest = self.crate_path.join("Cargo.toml");
+        if !manifest.is_file() {
+            return Err(BuildError::NoCrate(self.crate_path.clone()));
+        }
+        let sm = sm_number(&self.arch)?;
+        let tools = tool_dir()?;
+        let target_dir = match &self.target_dir {
+            Some(d) => d.clone(),
+            None => self.crate_path.join("target"),
+        };
+        // One directory per architecture: builds for two archs never overwrite each other.
+        let target_dir = target_dir.join(&self.arch);
+        std::fs::create_dir_all(&target_dir)
+            .map_err(|source| BuildError::Io { what: format!("mkdir {}", target_dir.display()), source })?;
+        let linker = write_linker(&target_dir, &tools, &self.arch, ptx_isa(sm))?;
+
+        let mut cmd = cargo_command();
+        cmd.current_dir(&self.crate_path)
+            .args(["build", "--release", "--lib", "--target", TARGET, "-Zbuild-std=core"])
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target_dir)
+            .env("CARGO_ENCODED_RUSTFLAGS", encoded_rustflags(&self.arch, &linker));
+        let out = cmd.output().map_err(|source| BuildError::Io { what: "cargo build (kernels)".into(), source })?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !out.status.success() {
+            return Err(BuildError::Cargo { stderr });
+        }
+
+        let lib = crate_lib_name(&manifest)?;
+        let release = target_dir.join(TARGET).join("release");
+        let ptx = release.join(format!("{lib}.ptx"));
+        if !ptx.is_file() {
+            return Err(BuildError::NoArtifactProduced { path: ptx, stderr });
+        }
+        let sources = read_dep_info(&release.join(format!("{lib}.d")));
+        Ok(Ptx { ptx, sources })
+    }
+}
+
+fn sm_number(arch: &str) -> Result<u32, BuildError> {
+    arch.strip_prefix("sm_")
+        .and_then(|n| n.parse::<u32>().ok())
+        .filter(|&n| n >= 70)
+        .ok_or_else(|| BuildError::BadArch(arch.to_string()))
+}
+
+/// The lowest PTX ISA version that knows the architecture.
+fn ptx_isa(sm: u32) -> u32 {
+    match sm {
+        90.. => 78,
+        89 => 78,
+        86..=88 => 71,
+        80..=85 => 70,
+        75..=79 => 63,
+        _ => 60,
+    }
+}
+
+/// `CARGO_ENCODED_RUSTFLAGS` wins over every other RUSTFLAGS source, so the
+/// outer build's flags never leak into the device build.
+fn encoded_rustflags(arch: &str, linker: &Path) -> OsString {
+    let mut flags = OsString::from(format!("-Ctarget-cpu={arch}\x1f-Clinker="));
+    flags.push(linker);
+    flags
+}
+
+/// A `cargo` command with the variables an outer cargo (a build script's or
+/// xtask's) sets removed, so the nested build is a plain build of the kernels
+/// crate with the toolchain pinned by `rust-toolchain.toml`.
+fn cargo_command() -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        let leaks = (key.starts_with("CARGO_") && key != "CARGO_HOME")
+            || matches!(key, "RUSTFLAGS" | "RUSTC" | "RUSTC_WRAPPER" | "RUSTC_WORKSPACE_WRAPPER" | "RUSTDOCFLAGS")
+            || key == "TARGET"
+            || key == "HOST"
+            || key == "OUT_DIR"
+            || key == "PROFILE"
+            || key == "OPT_LEVEL"
+            || key == "DEBUG"
+            || key == "NUM_JOBS";
+        if leaks {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+/// The llvm-tools directory of the active (pinned) toolchain.
+fn tool_dir() -> Result<PathBuf, BuildError> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let out =
+        Command::new(rustc).args(["--print", "sysroot"]).output().map_err(|e| BuildError::NoSysroot(e.to_string()))?;
+    if !out.status.success() {
+        return Err(BuildError::NoSysroot(String::from_utf8_lossy(&out.stderr).into_owned()));
+    }
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let host = host_triple();
+    let dir = sysroot.join("lib/rustlib").join(host).join("bin");
+    for tool in ["llvm-link", "opt", "llc", "llvm-ar"] {
+        let path = dir.join(tool);
+        if !path.is_file() {
+            return Err(BuildError::MissingTool { tool, path });
+        }
+    }
+    Ok(dir)
+}
+
+fn host_triple() -> &'static str {
+    // The tools we need ship for the host; the only host these scripts target is Linux.
+    if cfg!(target_arch = "aarch64") { "aarch64-unknown-linux-gnu" } else { "x86_64-unknown-linux-gnu" }
+}
+
+/// Writes the link script rustc calls as its "linker". rustc passes
+/// `--export-symbol NAME` per kernel, the LTO'd bitcode object, the rlibs,
+/// `--target-cpu`, `-o OUT`, and flags we ignore.
+fn write_linker(dir: &Path, tools: &Path, arch: &str, isa: u32) -> Result<PathBuf, BuildError> {
+    let script = format!(
+        r#"#!/usr/bin/env bash
+# Written by specdec-ptx-builder: links rustc's NVPTX bitcode into PTX.
+set -euo pipefail
+T={tools}
+exports=(); objs=(); rlibs=(); out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --export-symbol) exports+=("$2"); shift 2;;
+    -o) out="$2"; shift 2;;
+    -L|--target|--target-cpu) shift 2;;
+    *.rlib) rlibs+=("$1"); shift;;
+    *.o) objs+=("$1"); shift;;
+    *) shift;;
+  esac
+done
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+members=()
+for r in "${{rlibs[@]}}"; do
+  d="$tmp/$(basename "$r")"; mkdir -p "$d"; (cd "$d" && "$T/llvm-ar" x "$r")
+  for m in "$d"/*.o; do [ -e "$m" ] && members+=("$m"); done
+done
+"$T/llvm-link" "${{objs[@]}}" ${{members[@]:+--only-needed "${{members[@]}}"}} -o "$tmp/linked.bc"
+list=$(IFS=,; echo "${{exports[*]}}")
+"$T/opt" -passes='internalize,globaldce,default<O3>' -internalize-public-api-list="$list" "$tmp/linked.bc" -o "$tmp/opt.bc"
+"$T/llc" -mtriple=nvptx64-nvidia-cuda -mcpu={arch} -mattr=+ptx{isa} -O3 --fp-contract=off "$tmp/opt.bc" -o "$out"
+"#,
+        tools = shell_quote(tools),
+    );
+    let path = dir.join("specdec-ptx-link.sh");
+    let io = |source| BuildError::Io { what: format!("write {}", path.display()), source };
+    std::fs::write(&path, script).map_err(io)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).map_err(io)?;
+    }
+    Ok(path)
+}
+
+fn shell_quote(p: &Path) -> String {
+    format!("'{}'", p.display().to_string().replace('\'', r"'\''"))
+}
+
+/// The library's file stem: `[lib] name`, else the package name with `-` → `_`.
+fn crate_lib_name(manifest: &Path) -> Result<String, BuildError> {
+    let text = std::fs::read_to_string(manifest)
+        .map_err(|source| BuildError::Io { what: format!("read {}", manifest.display()), source })?;
+    let mut section = "";
+    let (mut package, mut lib) = (None, None);
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line;
+        } else if let Some(v) = line.strip_prefix("name").map(str::trim_start).and_then(|l| l.strip_prefix('=')) {
+            let v = v.trim().trim_matches('"').to_string();
+            match section {
+                "[package]" => package = Some(v),
+                "[lib]" => lib = Some(v),
+                _ => {}
+            }
+        }
+    }
+    lib.or(package.map(|p| p.replace('-', "_"))).ok_or_else(|| BuildError::NoCrate(manifest.to_path_buf()))
+}
+
+/// Cargo's `.d` file: `target: dep dep ...` with spaces in paths escaped as `\ `.
+fn read_dep_info(path: &Path) -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let Some((_, deps)) = text.split_once(": ") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut chars = deps.trim().chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&' ') => {
+                cur.push(' ');
+                chars.next();
+            }
+            ' ' | '\n' => {
+                if !cur.is_empty() {
+                    out.push(PathBuf::from(std::mem::take(&mut cur)));
+                }
+            }
+            _ => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        out.push(PathBuf::from(cur));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arch_parsing() {
+        assert_eq!(sm_number("sm_80").unwrap(), 80);
+        assert_eq!(sm_number("sm_90").unwrap(), 90);
+        assert!(matches!(sm_number("sm_60"), Err(BuildError::BadArch(_))));
+        assert!(matches!(sm_number("compute_90"), Err(BuildError::BadArch(_))));
+        assert_eq!(ptx_isa(80), 70);
+        assert_eq!(ptx_isa(90), 78);
+    }
+
+    #[test]
+    fn dep_info_with_escaped_spaces() {
+        let dir = std::env::temp_dir().join(format!("specdec-dep-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("k.d");
+        std::fs::write(&f, "/t/k.ptx: /a/b.rs /c\\ d/e.rs\n").unwrap();
+        assert_eq!(read_dep_info(&f), vec![PathBuf::from("/a/b.rs"), PathBuf::from("/c d/e.rs")]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn missing_crate_is_reported() {
+        let err = PtxBuilder::new("/nonexistent/kernels").build().unwrap_err();
+        assert!(matches!(err, BuildError::NoCrate(_)), "{err}");
+    }
+}
