@@ -13,4 +13,5 @@ pub mod dtype;
 pub mod gumbel;
 pub mod layout;
 pub mod rng;
+pub mod sample;
 pub mod status;

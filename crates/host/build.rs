@@ -1,0 +1,27 @@
+//! Compiles `crates/kernels` to PTX (see `specdec-ptx-builder`) and leaves it in
+//! `OUT_DIR/specdec.ptx`, which `src/cuda/mod.rs` embeds.
+
+use std::path::PathBuf;
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let kernels = manifest.join("../kernels");
+    println!("cargo::rerun-if-env-changed={}", specdec_ptx_builder::ARCH_ENV);
+    println!("cargo::rerun-if-changed={}", kernels.join("Cargo.toml").display());
+
+    // Share one nested build between profiles: <target>/ptx, found above OUT_DIR
+    // (<target>/<profile>/build/<pkg>/out).
+    let target_dir = out.ancestors().nth(4).map(|t| t.join("ptx")).unwrap_or_else(|| out.join("ptx"));
+    let builder = specdec_ptx_builder::PtxBuilder::new(&kernels).target_dir(target_dir);
+    let arch = builder.arch.clone();
+    let ptx = match builder.build() {
+        Ok(ptx) => ptx,
+        Err(e) => panic!("building the specdec kernels to PTX failed:\n{e}"),
+    };
+    for source in &ptx.sources {
+        println!("cargo::rerun-if-changed={}", source.display());
+    }
+    std::fs::copy(&ptx.ptx, out.join("specdec.ptx")).expect("copy PTX into OUT_DIR");
+    println!("cargo::rustc-env=SPECDEC_PTX_ARCH={arch}");
+}

@@ -1,0 +1,140 @@
+//! `gumbel_sample` on the CPU: the twin of `crates/kernels/src/gumbel.rs`.
+
+use super::{AsCore, Cpu};
+use crate::error::Result;
+use crate::gumbel::{GumbelOutput, GumbelSample};
+use crate::memory::Host;
+use crate::tensor::{CacheData, Column, DraftCache, LogitsData, Tokens};
+use specdec_core::argmax::ArgMax;
+use specdec_core::dtype::Element;
+use specdec_core::rng::Stream;
+use specdec_core::sample::Sampler;
+use specdec_core::status::NAN_LOGITS;
+
+impl Cpu {
+    /// `gumbel_sample` (SPEC §3) on host buffers.
+    ///
+    /// # Errors
+    /// Shape, stride and length errors, and invalid slots, temperatures or
+    /// columns, all before anything is written.
+    pub fn gumbel_sample(&self, args: &mut GumbelSample<'_, Host>, out: GumbelOutput<'_, Host>) -> Result<()> {
+        let shape = args.check(&out)?;
+        args.check_values(shape)?;
+        let GumbelSample { logits, slots, pos, table, drafting, cache } = args;
+        let rows = Rows {
+            slots,
+            pos,
+            temperature: table.temperature,
+            seed: table.seed,
+            stream: if *drafting { Stream::Draft } else { Stream::Target },
+            rows: logits.rows,
+            vocab: logits.vocab,
+            row_stride: logits.row_stride,
+        };
+        match &logits.data {
+            LogitsData::F32(l) => with_cache(&rows, l, cache.as_mut(), out),
+            LogitsData::BF16(l) => with_cache(&rows, l.as_core(), cache.as_mut(), out),
+            LogitsData::F16(l) => with_cache(&rows, l.as_core(), cache.as_mut(), out),
+        }
+        Ok(())
+    }
+}
+
+/// The read-only per-call inputs.
+struct Rows<'r> {
+    slots: &'r [i32],
+    pos: &'r [u64],
+    temperature: &'r [f32],
+    seed: &'r [u64],
+    stream: Stream,
+    rows: usize,
+    vocab: usize,
+    row_stride: usize,
+}
+
+/// A cache and where each row's column starts in it.
+struct CacheRows<'c, 'd, C> {
+    data: &'c mut [C],
+    stride0: usize,
+    stride1: usize,
+    column: &'c Column<'d, Host>,
+}
+
+fn with_cache<L: Element>(
+    rows: &Rows<'_>,
+    logits: &[L],
+    cache: Option<&mut (DraftCache<'_, Host>, Column<'_, Host>)>,
+    out: GumbelOutput<'_, Host>,
+) {
+    let Some((c, column)) = cache else {
+        return sample_rows::<L, L>(rows, logits, None, out);
+    };
+    let (stride0, stride1) = (c.stride0, c.stride1);
+    match &mut c.data {
+        CacheData::F32(d) => sample_rows(rows, logits, Some(CacheRows { data: d, stride0, stride1, column }), out),
+        CacheData::BF16(d) => {
+            sample_rows(rows, logits, Some(CacheRows { data: d.as_core_mut(), stride0, stride1, column }), out)
+        }
+        CacheData::F16(d) => {
+            sample_rows(rows, logits, Some(CacheRows { data: d.as_core_mut(), stride0, stride1, column }), out)
+        }
+    }
+}
+
+fn sample_rows<L: Element, C: Element>(
+    rows: &Rows<'_>,
+    logits: &[L],
+    mut cache: Option<CacheRows<'_, '_, C>>,
+    mut out: GumbelOutput<'_, Host>,
+) {
+    for row in 0..rows.rows {
+        let slot = rows.slots[row];
+        let (t, seed) = if slot >= 0 {
+            (rows.temperature[slot as usize], rows.seed[slot as usize])
+        } else {
+            (0.0, 0)
+        };
+        let sampler = Sampler::new(t, seed, rows.pos[row], rows.stream);
+        let start = row * rows.row_stride;
+        let values = &logits[start..start + rows.vocab];
+        let cache_row = match &mut cache {
+            Some(c) if slot >= 0 => {
+                let col = match c.column {
+                    Column::All(col) => *col,
+                    Column::PerRow(cols) => cols[row] as usize,
+                };
+                let offset = slot as usize * c.stride0 + col * c.stride1;
+                Some(&mut c.data[offset..offset + rows.vocab])
+            }
+            _ => None,
+        };
+        let (best, nan) = sample_row(&sampler, values, cache_row);
+        let token = best.index as i64;
+        match &mut out.tokens {
+            Tokens::I32(t) => t[row] = token as i32,
+            Tokens::I64(t) => t[row] = token,
+        }
+        if let Some(s) = &mut out.row_status {
+            s[row] = if nan { NAN_LOGITS } else { 0 };
+        }
+    }
+}
+
+/// One row, four ids at a time, exactly as a kernel thread folds them.
+fn sample_row<L: Element, C: Element>(sampler: &Sampler, values: &[L], mut cache: Option<&mut [C]>) -> (ArgMax, bool) {
+    let mut best = ArgMax::IDENTITY;
+    let mut nan = false;
+    for (q, quad) in values.chunks(4).enumerate() {
+        let base = 4 * q;
+        let mut vals = [0f32; 4];
+        for (i, &v) in quad.iter().enumerate() {
+            vals[i] = v.to_f32();
+            nan |= vals[i].is_nan();
+            if let Some(c) = cache.as_mut() {
+                c[base + i] = C::convert_from(v);
+            }
+        }
+        best = sampler.fold_quad(best, base as u32, vals, quad.len() as u32);
+    }
+    (best, nan)
+}

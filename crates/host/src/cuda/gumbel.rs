@@ -1,0 +1,123 @@
+//! `gumbel_sample` on the GPU: checks, then the two-pass launch of
+//! `crates/kernels/src/gumbel.rs`.
+
+use super::{Cuda, Workspace, launch};
+use crate::error::{Error, Result};
+use crate::gumbel::{GumbelOutput, GumbelSample};
+use crate::memory::Device;
+use crate::tensor::{CacheData, Column, LogitsData, Tokens};
+use cudarc::driver::{DevicePtr, DevicePtrMut};
+use specdec_core::dtype::DType;
+use specdec_core::layout::GumbelParams;
+
+impl Cuda {
+    /// `gumbel_sample` (SPEC §3) on device buffers, enqueued on this backend's
+    /// stream. No allocation, no synchronisation. Slots, temperatures and
+    /// per-row columns are checked in the kernel: a bad one makes its row's
+    /// token `-1`, sets its row status and the workspace's status word.
+    ///
+    /// # Errors
+    /// Shape, stride and length errors before anything is launched;
+    /// [`Error::WorkspaceTooSmall`]; driver errors.
+    pub fn gumbel_sample(
+        &self,
+        ws: &mut Workspace,
+        args: &mut GumbelSample<'_, Device>,
+        mut out: GumbelOutput<'_, Device>,
+    ) -> Result<()> {
+        let shape = args.check(&out)?;
+        let (chunk, chunks) = ws.split(shape.rows, args.logits.vocab)?;
+        let stream = &*self.stream;
+        if ws.partials.stream().context().cu_ctx() != stream.context().cu_ctx() {
+            return Err(Error::WorkspaceContext);
+        }
+
+        // Device pointers; the guards record cudarc's read/write events when dropped after the launch.
+        let (logits, _g1) = match &args.logits.data {
+            LogitsData::F32(b) => b.device_ptr(stream),
+            LogitsData::BF16(b) => b.device_ptr(stream),
+            LogitsData::F16(b) => b.device_ptr(stream),
+        };
+        let (slots, _g2) = args.slots.device_ptr(stream);
+        let (pos, _g3) = args.pos.device_ptr(stream);
+        let (temperature, _g4) = args.table.temperature.device_ptr(stream);
+        let (seed, _g5) = args.table.seed.device_ptr(stream);
+        let mut p = GumbelParams {
+            logits,
+            row_stride: args.logits.row_stride as u64,
+            slots,
+            temperature,
+            seed,
+            pos,
+            rows: shape.rows as u32,
+            vocab: args.logits.vocab as u32,
+            num_slots: shape.num_slots as u32,
+            chunk,
+            chunks,
+            drafting: args.drafting as u32,
+            ..GumbelParams::default()
+        };
+        let logits_dtype = args.logits.data.dtype();
+        let mut cache_dtype = logits_dtype;
+        let (mut _g6, mut _g7) = (None, None);
+        if let Some((cache, column)) = &mut args.cache {
+            cache_dtype = cache.data.dtype();
+            let (ptr, g) = match &mut cache.data {
+                CacheData::F32(b) => b.device_ptr_mut(stream),
+                CacheData::BF16(b) => b.device_ptr_mut(stream),
+                CacheData::F16(b) => b.device_ptr_mut(stream),
+            };
+            _g6 = Some(g);
+            p.cache = ptr;
+            p.cache_stride0 = cache.stride0 as u64;
+            p.cache_stride1 = cache.stride1 as u64;
+            p.cache_k = cache.k as u32;
+            match column {
+                Column::All(c) => p.cache_column = *c as u32,
+                Column::PerRow(cols) => {
+                    let (ptr, g) = cols.device_ptr(stream);
+                    _g7 = Some(g);
+                    p.cache_columns = ptr;
+                }
+            }
+        }
+        let (tokens, _g8) = match &mut out.tokens {
+            Tokens::I32(b) => b.device_ptr_mut(stream),
+            Tokens::I64(b) => {
+                p.tokens_i64 = 1;
+                b.device_ptr_mut(stream)
+            }
+        };
+        p.tokens = tokens;
+        let mut _g9 = None;
+        if let Some(s) = &mut out.row_status {
+            let (ptr, g) = s.device_ptr_mut(stream);
+            _g9 = Some(g);
+            p.row_status = ptr;
+        }
+        let (partials, _g10) = ws.partials.device_ptr_mut(stream);
+        let (status, _g11) = ws.status.device_ptr_mut(stream);
+        p.partials = partials;
+        p.status = status;
+        // SAFETY: every pointer above comes from a view whose length `check`
+        // matched against the shape; `split` sized chunks within the workspace
+        // (capacity ≥ rows · chunks) and chunk · chunks ≥ vocab.
+        unsafe { launch::gumbel_sample(&self.kernels, stream, kernel_name(logits_dtype, cache_dtype), p) }
+    }
+}
+
+/// `gumbel_sample_{logits}_{cache}`.
+fn kernel_name(logits: DType, cache: DType) -> &'static str {
+    use DType::*;
+    match (logits, cache) {
+        (F32, F32) => "gumbel_sample_f32_f32",
+        (F32, BF16) => "gumbel_sample_f32_bf16",
+        (F32, F16) => "gumbel_sample_f32_f16",
+        (BF16, F32) => "gumbel_sample_bf16_f32",
+        (BF16, BF16) => "gumbel_sample_bf16_bf16",
+        (BF16, F16) => "gumbel_sample_bf16_f16",
+        (F16, F32) => "gumbel_sample_f16_f32",
+        (F16, BF16) => "gumbel_sample_f16_bf16",
+        (F16, F16) => "gumbel_sample_f16_f16",
+    }
+}

@@ -1,0 +1,125 @@
+//! The CUDA backend: launches the embedded PTX on a caller's `cudarc` stream.
+//!
+//! The PTX is built from `crates/kernels` at compile time and embedded; the
+//! driver JIT-compiles it for the GPU when the module is first loaded, once
+//! per context. Calls take `cudarc` views of the caller's device buffers and a
+//! reusable [`Workspace`]; a call allocates nothing and never synchronises,
+//! so it can be captured in a CUDA graph.
+
+mod gumbel;
+mod launch;
+mod workspace;
+
+pub use workspace::Workspace;
+
+use crate::error::{Error, Result};
+use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+/// The embedded PTX.
+pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/specdec.ptx"));
+/// The architecture the PTX was built for (`SPECDEC_PTX_ARCH` at build time).
+pub const PTX_ARCH: &str = env!("SPECDEC_PTX_ARCH");
+
+/// Whether a CUDA driver library can be loaded on this machine. Probing this
+/// first matters: `cudarc` panics on first use without one.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to open the library; no driver call is made.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// The loaded module of one context, and its functions by name.
+struct Kernels {
+    module: Arc<CudaModule>,
+    functions: Mutex<HashMap<&'static str, CudaFunction>>,
+}
+
+impl Kernels {
+    /// The module for `ctx`, loaded on first use and shared afterwards.
+    fn for_context(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
+        static LOADED: OnceLock<Mutex<Vec<(usize, Weak<Kernels>)>>> = OnceLock::new();
+        let mut loaded = LOADED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+        let key = ctx.cu_ctx() as usize;
+        loaded.retain(|(_, k)| k.strong_count() > 0);
+        if let Some(k) = loaded.iter().find(|(c, _)| *c == key).and_then(|(_, k)| k.upgrade()) {
+            return Ok(k);
+        }
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(PTX))
+            .map_err(|source| Error::PtxLoad { arch: PTX_ARCH, source })?;
+        let kernels = Arc::new(Kernels { module, functions: Mutex::default() });
+        loaded.push((key, Arc::downgrade(&kernels)));
+        Ok(kernels)
+    }
+
+    fn function(&self, name: &'static str) -> Result<CudaFunction> {
+        let mut functions = self.functions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = functions.get(name) {
+            return Ok(f.clone());
+        }
+        let f = self.module.load_function(name).map_err(|source| Error::PtxLoad { arch: PTX_ARCH, source })?;
+        functions.insert(name, f.clone());
+        Ok(f)
+    }
+}
+
+/// The CUDA backend, bound to one stream.
+#[derive(Clone)]
+pub struct Cuda {
+    stream: Arc<CudaStream>,
+    kernels: Arc<Kernels>,
+    sm_count: u32,
+}
+
+impl std::fmt::Debug for Cuda {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cuda").field("ordinal", &self.stream.context().ordinal()).finish()
+    }
+}
+
+impl Cuda {
+    /// The backend on a caller's stream (an engine's own `cudarc` stream).
+    ///
+    /// # Errors
+    /// [`Error::PtxLoad`] if the driver cannot JIT the PTX for this GPU.
+    pub fn new(stream: Arc<CudaStream>) -> Result<Self> {
+        let ctx = stream.context().clone();
+        let kernels = Kernels::for_context(&ctx)?;
+        let sm_count = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        Ok(Cuda { stream, kernels, sm_count })
+    }
+
+    /// The backend on a new stream of device `ordinal`.
+    ///
+    /// # Errors
+    /// [`Error::NoDriver`] without a driver, [`Error::NoDevice`] without that device.
+    pub fn on_device(ordinal: usize) -> Result<Self> {
+        if !driver_present() {
+            return Err(Error::NoDriver);
+        }
+        let count = CudaContext::device_count().map_err(|e| Error::NoDevice(e.to_string()))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(Error::NoDevice(format!("device {ordinal} requested, {count} present")));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| Error::NoDevice(e.to_string()))?;
+        Self::new(ctx.new_stream()?)
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// "NVIDIA H200 (sm_90)".
+    pub fn device_name(&self) -> Result<String> {
+        let ctx = self.stream.context();
+        let (major, minor) = ctx.compute_capability()?;
+        Ok(format!("{} (sm_{major}{minor})", ctx.name()?))
+    }
+
+    /// A workspace for calls of up to `max_rows` rows.
+    pub fn workspace(&self, max_rows: usize) -> Result<Workspace> {
+        Workspace::new(&self.stream, self.sm_count, max_rows)
+    }
+}

@@ -1,0 +1,46 @@
+//! The one error type of the host crate.
+
+use cudarc::driver::DriverError;
+
+/// Everything that can go wrong in a call, reported before anything is
+/// launched whenever the host can see the problem (SPEC §5).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("no CUDA driver: libcuda could not be loaded (use the CPU backend, or install the NVIDIA driver)")]
+    NoDriver,
+    #[error("no usable CUDA device: {0}")]
+    NoDevice(String),
+    #[error("the CUDA driver could not load the specdec PTX (built for {arch}): {source}")]
+    PtxLoad { arch: &'static str, source: DriverError },
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    #[error("vocabulary size {vocab} is out of range (1 ..= {max})")]
+    InvalidVocab { vocab: usize, max: usize },
+    #[error("{what} has {got} elements, expected {expected}")]
+    LengthMismatch { what: &'static str, expected: usize, got: usize },
+    #[error("{what} holds {len} elements but its shape and strides reach element {needed}")]
+    BufferTooSmall { what: &'static str, needed: usize, len: usize },
+    #[error("the draft cache is narrower than the vocabulary: width {cache_width} < vocab {vocab}")]
+    CacheTooNarrow { cache_width: usize, vocab: usize },
+    #[error("the draft cache has {cache_slots} slots, fewer than the {num_slots} slots of the temperature/seed tables")]
+    CacheSlots { cache_slots: usize, num_slots: usize },
+    #[error("the draft cache's strides ({stride0}, {stride1}) make its rows overlap (shape [{slots}, {k}, {width}])")]
+    CacheOverlap { slots: usize, k: usize, width: usize, stride0: usize, stride1: usize },
+    #[error("draft cache column {column} is out of range 0..{k}{}", row_suffix(*.row))]
+    ColumnOutOfRange { row: Option<usize>, column: i64, k: usize },
+    #[error("row {row} has slot {slot}, expected -1 (padding) or 0..{num_slots}")]
+    InvalidSlot { row: usize, slot: i32, num_slots: usize },
+    #[error("slot {slot} has temperature {value}, expected a finite value >= 0 (0 = greedy)")]
+    InvalidTemperature { slot: usize, value: f32 },
+    #[error("the workspace holds {capacity} partial results, this call needs {needed}; create it with larger limits")]
+    WorkspaceTooSmall { needed: usize, capacity: usize },
+    #[error("the workspace belongs to another CUDA context")]
+    WorkspaceContext,
+}
+
+fn row_suffix(row: Option<usize>) -> String {
+    row.map(|r| format!(" (row {r})")).unwrap_or_default()
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

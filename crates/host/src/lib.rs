@@ -1,0 +1,52 @@
+//! # specdec
+//!
+//! Exact sampling kernels for speculative decoding, written in Rust and run
+//! on NVIDIA GPUs through `cudarc`, with a CPU backend that computes the same
+//! tokens bit for bit.
+//!
+//! - [`GumbelSample`]: one token per row by Gumbel-max with per-slot
+//!   temperature and seed, noise keyed by position; greedy at `T = 0`;
+//!   optionally storing each row's raw logits in a draft-logits cache.
+//!
+//! The normative definition of every operation is `shared/SPEC.md`.
+//!
+//! ```
+//! use specdec::{Backend, GumbelOutput, GumbelSample, Logits, LogitsData, SlotTable, Tokens};
+//! let logits = [0.5f32, 2.0, -1.0, 0.0, 3.0, 1.0]; // two rows of V = 3
+//! let (slots, pos) = ([0, -1], [17u64, 4]);
+//! let (temperature, seed) = ([0.8f32], [1234u64]);
+//! let mut tokens = [0i32; 2];
+//! let mut args = GumbelSample {
+//!     logits: Logits { data: LogitsData::F32(&logits[..]), rows: 2, vocab: 3, row_stride: 3 },
+//!     slots: &slots[..],
+//!     pos: &pos[..],
+//!     table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
+//!     drafting: false,
+//!     cache: None,
+//! };
+//! Backend::cpu().gumbel_sample(&mut args, GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: None })?;
+//! assert!((0..3).contains(&tokens[0]));
+//! assert_eq!(tokens[1], 1); // slot -1 is a greedy padding row
+//! # Ok::<(), specdec::Error>(())
+//! ```
+
+mod backend;
+pub mod cpu;
+pub mod cuda;
+mod error;
+mod gumbel;
+mod memory;
+mod tensor;
+
+pub use backend::Backend;
+pub use cpu::Cpu;
+pub use cuda::{Cuda, Workspace};
+pub use error::{Error, Result};
+pub use gumbel::{GumbelOutput, GumbelSample};
+pub use memory::{Device, Host, Memory};
+pub use tensor::{CacheData, Column, DType, DraftCache, Logits, LogitsData, MAX_VOCAB, SlotTable, Tokens};
+
+/// Status flags the kernels raise for device-resident values (SPEC §5).
+pub use specdec_core::status;
+/// The shared random streams and noise, for callers that want to reproduce them.
+pub use specdec_core::{gumbel as noise, rng};

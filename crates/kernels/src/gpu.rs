@@ -1,0 +1,95 @@
+//! The thin layer of NVPTX intrinsics the kernels use. Each wrapper is named for
+//! what it returns; the unsafe ones say what the caller must uphold.
+
+use core::arch::nvptx;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+unsafe extern "C" {
+    #[link_name = "llvm.nvvm.shfl.sync.bfly.f32"]
+    fn shfl_sync_bfly_f32(mask: u32, value: f32, lane_mask: i32, clamp: i32) -> f32;
+    #[link_name = "llvm.nvvm.shfl.sync.bfly.i32"]
+    fn shfl_sync_bfly_i32(mask: u32, value: i32, lane_mask: i32, clamp: i32) -> i32;
+    #[link_name = "llvm.trap"]
+    fn llvm_trap() -> !;
+}
+
+/// Lanes in a warp.
+pub const WARP: u32 = 32;
+const FULL_MASK: u32 = u32::MAX;
+
+#[inline(always)]
+pub fn thread_idx_x() -> u32 {
+    // SAFETY: reads a special register; always defined inside a kernel.
+    unsafe { nvptx::_thread_idx_x() as u32 }
+}
+
+#[inline(always)]
+pub fn block_idx_x() -> u32 {
+    // SAFETY: as above.
+    unsafe { nvptx::_block_idx_x() as u32 }
+}
+
+#[inline(always)]
+pub fn block_idx_y() -> u32 {
+    // SAFETY: as above.
+    unsafe { nvptx::_block_idx_y() as u32 }
+}
+
+/// `__syncthreads()`.
+///
+/// # Safety
+/// Every thread of the block must reach this same barrier (no thread may have
+/// returned or be in a branch the others skip).
+#[inline(always)]
+pub unsafe fn sync_threads() {
+    // SAFETY: the caller guarantees the barrier is reached block-uniformly.
+    unsafe { nvptx::_syncthreads() }
+}
+
+/// Butterfly shuffle across the full warp: the value of lane `lane ^ lane_mask`.
+///
+/// # Safety
+/// All 32 lanes of the warp must be active and execute this call together.
+#[inline(always)]
+pub unsafe fn shfl_bfly_f32(value: f32, lane_mask: u32) -> f32 {
+    // SAFETY: the caller guarantees a converged, full warp.
+    unsafe { shfl_sync_bfly_f32(FULL_MASK, value, lane_mask as i32, 0x1f) }
+}
+
+/// [`shfl_bfly_f32`] for 32-bit integers.
+///
+/// # Safety
+/// As for [`shfl_bfly_f32`].
+#[inline(always)]
+pub unsafe fn shfl_bfly_u32(value: u32, lane_mask: u32) -> u32 {
+    // SAFETY: the caller guarantees a converged, full warp.
+    unsafe { shfl_sync_bfly_i32(FULL_MASK, value as i32, lane_mask as i32, 0x1f) as u32 }
+}
+
+/// The block's dynamic shared memory, viewed as `T`s.
+///
+/// # Safety
+/// The launch must have requested at least as many bytes as the caller uses,
+/// and accesses must be synchronised with [`sync_threads`].
+#[inline(always)]
+pub unsafe fn dynamic_shared<T>() -> *mut T {
+    core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<T>()
+}
+
+/// Atomically ORs `bits` into the `u32` at `ptr` (device scope).
+///
+/// # Safety
+/// `ptr` must be valid, 4-byte aligned, device memory accessed only atomically
+/// by concurrent threads.
+#[inline(always)]
+pub unsafe fn atomic_or(ptr: *mut u32, bits: u32) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { AtomicU32::from_ptr(ptr).fetch_or(bits, Ordering::Relaxed) };
+}
+
+/// Aborts the kernel (the launch reports an error to the host).
+#[inline(always)]
+pub fn trap() -> ! {
+    // SAFETY: `llvm.trap` has no preconditions.
+    unsafe { llvm_trap() }
+}

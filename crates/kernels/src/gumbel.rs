@@ -1,0 +1,229 @@
+//! `gumbel_sample` (SPEC §3): one token per row by Gumbel-max (or argmax when
+//! greedy), optionally storing the row's raw logits into the draft cache.
+//!
+//! Two launches, so a row can be spread over many blocks at small batch:
+//!
+//! 1. `gumbel_sample_{logits}_{cache}`: grid `(rows, chunks)`, [`BLOCK_THREADS`]
+//!    threads, [`BLOCK_REDUCE_SHARED_BYTES`] of dynamic shared memory. Block
+//!    `(r, c)` reads ids `c·chunk .. (c+1)·chunk` of row `r`, each thread four
+//!    consecutive ids per step (one Philox call, one vector load when the row
+//!    is aligned), writes them to the cache, and reduces its best candidate
+//!    into `partials[r·chunks + c]`.
+//! 2. `gumbel_sample_finish`: grid `rows`, one warp per row: reduces the row's
+//!    partials, writes the token (`-1` for an invalid row), the row's flags and
+//!    ORs them into the call's status word.
+//!
+//! The winner is the same for any chunking (total order, noise keyed by id).
+
+use crate::block::{Partial, block_reduce, warp_reduce};
+use crate::gpu::{self, WARP};
+use crate::row::RowState;
+use specdec_core::argmax::ArgMax;
+use specdec_core::dtype::{Bf16, Element, F16};
+use specdec_core::layout::{ELEMS_PER_THREAD, GumbelParams, TILE};
+use specdec_core::rng::Stream;
+use specdec_core::sample::Sampler;
+use specdec_core::status::{INVALID, INVALID_COLUMN, NAN_LOGITS};
+
+/// Elements that can be read four at a time with one aligned vector load.
+pub trait Load: Element + Default {
+    /// # Safety
+    /// `p` is valid for four elements and aligned to four elements' size.
+    unsafe fn load4(p: *const Self) -> [Self; 4];
+}
+
+#[repr(C, align(16))]
+struct Align16<T>([T; 4]);
+#[repr(C, align(8))]
+struct Align8<T>([T; 4]);
+
+impl Load for f32 {
+    #[inline(always)]
+    unsafe fn load4(p: *const Self) -> [Self; 4] {
+        // SAFETY: valid and 16-byte aligned (caller).
+        unsafe { (*(p as *const Align16<f32>)).0 }
+    }
+}
+impl Load for Bf16 {
+    #[inline(always)]
+    unsafe fn load4(p: *const Self) -> [Self; 4] {
+        // SAFETY: valid and 8-byte aligned (caller).
+        unsafe { (*(p as *const Align8<Bf16>)).0 }
+    }
+}
+impl Load for F16 {
+    #[inline(always)]
+    unsafe fn load4(p: *const Self) -> [Self; 4] {
+        // SAFETY: valid and 8-byte aligned (caller).
+        unsafe { (*(p as *const Align8<F16>)).0 }
+    }
+}
+
+/// The row state plus its cache column check.
+///
+/// # Safety
+/// `row < p.rows` and `p` describes valid buffers (the host validated shapes).
+#[inline(always)]
+unsafe fn row_state(p: &GumbelParams, row: u32) -> (RowState, u32) {
+    // SAFETY: forwarded from the caller.
+    let mut state = unsafe {
+        RowState::load(
+            p.slots as *const i32,
+            p.pos as *const u64,
+            p.temperature as *const f32,
+            p.seed as *const u64,
+            p.num_slots,
+            row,
+        )
+    };
+    let mut column = p.cache_column;
+    if p.cache != 0 && state.slot >= 0 {
+        if p.cache_columns != 0 {
+            // SAFETY: cache_columns holds `rows` elements (host-checked).
+            let c = unsafe { *(p.cache_columns as *const i32).add(row as usize) };
+            column = c as u32;
+        }
+        if column >= p.cache_k {
+            state.flags |= INVALID_COLUMN;
+        }
+    }
+    (state, column)
+}
+
+/// # Safety
+/// Launched as described in the module docs, with a validated `p`.
+#[inline(always)]
+unsafe fn gumbel_sample<L: Load, C: Element>(p: &GumbelParams) {
+    let (row, chunk_idx, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
+    if row >= p.rows || chunk_idx >= p.chunks {
+        return; // whole block: no barrier is skipped by part of it
+    }
+    // SAFETY: row < rows.
+    let (state, column) = unsafe { row_state(p, row) };
+    // SAFETY: partials holds rows × chunks entries (workspace sized by the host).
+    let out = unsafe { (p.partials as *mut Partial).add(row as usize * p.chunks as usize + chunk_idx as usize) };
+    if !state.is_valid() {
+        if tid == 0 {
+            // SAFETY: see `out`.
+            unsafe { out.write(Partial::new(ArgMax::IDENTITY, state.flags)) };
+        }
+        return; // block-uniform
+    }
+
+    let start = chunk_idx * p.chunk;
+    let end = if p.vocab - start < p.chunk { p.vocab } else { start + p.chunk };
+    // SAFETY: row < rows; the host checked (rows-1)·row_stride + vocab fits the buffer.
+    let logits = unsafe { (p.logits as *const L).add(row as usize * p.row_stride as usize) };
+    let cache = if p.cache != 0 && state.slot >= 0 {
+        let offset = state.slot as usize * p.cache_stride0 as usize + column as usize * p.cache_stride1 as usize;
+        // SAFETY: slot < num_slots and column < cache_k were checked; the host checked the extent.
+        unsafe { (p.cache as *mut C).add(offset) }
+    } else {
+        core::ptr::null_mut()
+    };
+    let aligned = (logits as usize) % (4 * core::mem::size_of::<L>()) == 0;
+    let stream = if p.drafting != 0 { Stream::Draft } else { Stream::Target };
+    let sampler = Sampler::new(state.temperature, state.seed, state.pos, stream);
+
+    let mut best = ArgMax::IDENTITY;
+    let mut nan = false;
+    let mut x = start + ELEMS_PER_THREAD * tid;
+    while x < end {
+        let n = if end - x < 4 { end - x } else { 4 };
+        let raw: [L; 4] = if n == 4 && aligned {
+            // SAFETY: x + 4 <= end <= vocab; aligned checked above (x % 4 == 0).
+            unsafe { L::load4(logits.add(x as usize)) }
+        } else {
+            // SAFETY: each lane read is < end.
+            let lane = |i: usize| if (i as u32) < n { unsafe { *logits.add(x as usize + i) } } else { L::default() };
+            [lane(0), lane(1), lane(2), lane(3)]
+        };
+        // Constant lane indices keep `raw` in registers (see `Sampler::fold_quad`).
+        let mut lane = |i: usize| {
+            if (i as u32) < n && !cache.is_null() {
+                // SAFETY: id < vocab <= cache width (the host's "narrower" check).
+                unsafe { cache.add(x as usize + i).write(C::convert_from(raw[i])) };
+            }
+            let v = raw[i].to_f32();
+            nan |= (i as u32) < n && v.is_nan();
+            v
+        };
+        let vals = [lane(0), lane(1), lane(2), lane(3)];
+        best = sampler.fold_quad(best, x, vals, n);
+        x += TILE;
+    }
+    let flags = state.flags | if nan { NAN_LOGITS } else { 0 };
+    // SAFETY: every thread of the block reaches this reduction.
+    let reduced = unsafe { block_reduce(Partial::new(best, flags)) };
+    if tid == 0 {
+        // SAFETY: see `out`.
+        unsafe { out.write(reduced) };
+    }
+}
+
+macro_rules! gumbel_kernels {
+    ($($name:ident: $l:ty => $c:ty;)*) => {$(
+        /// `gumbel_sample` pass 1 for these logits and cache dtypes (see module docs).
+        ///
+        /// # Safety
+        /// Launched by the host's validated launcher.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: GumbelParams) {
+            // SAFETY: the launcher validated `p` and the launch shape.
+            unsafe { gumbel_sample::<$l, $c>(&p) }
+        }
+    )*};
+}
+
+gumbel_kernels! {
+    gumbel_sample_f32_f32: f32 => f32;
+    gumbel_sample_f32_bf16: f32 => Bf16;
+    gumbel_sample_f32_f16: f32 => F16;
+    gumbel_sample_bf16_f32: Bf16 => f32;
+    gumbel_sample_bf16_bf16: Bf16 => Bf16;
+    gumbel_sample_bf16_f16: Bf16 => F16;
+    gumbel_sample_f16_f32: F16 => f32;
+    gumbel_sample_f16_bf16: F16 => Bf16;
+    gumbel_sample_f16_f16: F16 => F16;
+}
+
+/// `gumbel_sample` pass 2 (see module docs): grid `rows`, one warp per block.
+///
+/// # Safety
+/// Launched by the host's launcher after pass 1 on the same stream.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn gumbel_sample_finish(p: GumbelParams) {
+    let (row, lane) = (gpu::block_idx_x(), gpu::thread_idx_x());
+    if row >= p.rows {
+        return;
+    }
+    let partials = p.partials as *const Partial;
+    let mut acc = Partial::IDENTITY;
+    let mut j = lane;
+    while j < p.chunks {
+        // SAFETY: j < chunks; partials holds rows × chunks entries.
+        acc = acc.combine(unsafe { *partials.add(row as usize * p.chunks as usize + j as usize) });
+        j += WARP;
+    }
+    // SAFETY: the block is exactly one full warp.
+    let acc = unsafe { warp_reduce(acc) };
+    if lane != 0 {
+        return;
+    }
+    let token = if acc.flags & INVALID != 0 { -1 } else { acc.best.index as i64 };
+    // SAFETY: tokens holds `rows` elements of the flagged width; row_status
+    // (when given) `rows` u32; status one u32 (host-allocated).
+    unsafe {
+        if p.tokens_i64 != 0 {
+            (p.tokens as *mut i64).add(row as usize).write(token);
+        } else {
+            (p.tokens as *mut i32).add(row as usize).write(token as i32);
+        }
+        if p.row_status != 0 {
+            (p.row_status as *mut u32).add(row as usize).write(acc.flags);
+        }
+        if acc.flags != 0 {
+            gpu::atomic_or(p.status as *mut u32, acc.flags);
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! `cargo xtask ptx`: build the kernels to PTX per architecture, assemble each
+//! PTX with ptxas, and report each kernel's registers, spills, stack and shared memory.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use specdec_ptx_builder::PtxBuilder;
+
+use crate::resource_usage::{self, Usage};
+use crate::{Result, cmd, ptxas};
+
+/// Overrides the kernels crate (for testing xtask against another crate).
+const KERNELS_ENV: &str = "SPECDEC_KERNELS_DIR";
+
+pub const DEFAULT_ARCHS: [&str; 2] = ["sm_80", "sm_90"];
+
+/// The architecture `--deny-spills` checks.
+const SPILL_ARCH: &str = "sm_90";
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub archs: Vec<String>,
+    pub deny_spills: bool,
+}
+
+impl Options {
+    /// `[--arch sm_80,sm_90 | --arch=...] [--deny-spills]`.
+    pub fn parse(args: &[String]) -> Result<Self> {
+        let mut options = Options { archs: DEFAULT_ARCHS.map(String::from).to_vec(), deny_spills: false };
+        let mut iter = args.iter();
+        while let Some(arg) = iter.next() {
+            let list = if arg == "--arch" {
+                iter.next().ok_or("`--arch` needs a list, e.g. `--arch sm_80,sm_90`")?.as_str()
+            } else if let Some(list) = arg.strip_prefix("--arch=") {
+                list
+            } else if arg == "--deny-spills" {
+                options.deny_spills = true;
+                continue;
+            } else {
+                return Err(format!("`ptx` takes `--arch LIST` and `--deny-spills`, not `{arg}`"));
+            };
+            options.archs = list.split(',').map(str::trim).filter(|a| !a.is_empty()).map(String::from).collect();
+            if options.archs.is_empty() {
+                return Err("`--arch` needs at least one architecture, e.g. `--arch sm_90`".into());
+            }
+        }
+        Ok(options)
+    }
+}
+
+/// One kernel (or device function) at one architecture.
+struct Row {
+    arch: String,
+    usage: Usage,
+}
+
+pub fn run(root: &Path, options: &Options) -> Result<()> {
+    let kernels = kernels_dir(root);
+    let target_dir = root.join("target/ptx");
+    let ptxas = ptxas::ptxas(root)?;
+
+    let mut rows = Vec::new();
+    let mut ptx_files = Vec::new();
+    for arch in &options.archs {
+        let ptx = build(&kernels, arch, &target_dir)?;
+        let usage = assemble(&ptxas, arch, &ptx)?;
+        rows.extend(usage.into_iter().map(|usage| Row { arch: arch.clone(), usage }));
+        ptx_files.push((arch, ptx));
+    }
+
+    println!();
+    print_table(&rows);
+    println!();
+    for (arch, ptx) in &ptx_files {
+        println!("PTX {arch}: {}", ptx.display());
+    }
+
+    if options.deny_spills {
+        deny_spills(options, &rows)?;
+    }
+    Ok(())
+}
+
+/// The kernels crate: `$SPECDEC_KERNELS_DIR`, else `<root>/crates/kernels`.
+fn kernels_dir(root: &Path) -> PathBuf {
+    match std::env::var_os(KERNELS_ENV) {
+        Some(dir) => {
+            println!("using kernels crate from ${KERNELS_ENV}: {}", Path::new(&dir).display());
+            PathBuf::from(dir)
+        }
+        None => root.join("crates/kernels"),
+    }
+}
+
+fn build(kernels: &Path, arch: &str, target_dir: &Path) -> Result<PathBuf> {
+    // The builder runs a nested `cargo build` (see crates/ptx-builder); show the call.
+    println!(
+        "building PTX: specdec_ptx_builder::PtxBuilder::new({:?}).arch({arch:?}).target_dir({:?}).build()",
+        kernels.display().to_string(),
+        target_dir.display().to_string()
+    );
+    let ptx = PtxBuilder::new(kernels)
+        .arch(arch)
+        .target_dir(target_dir)
+        .build()
+        .map_err(|e| format!("building the PTX for {arch} failed: {e}"))?;
+    Ok(ptx.ptx)
+}
+
+/// `ptxas -arch=ARCH -v -O3` into a temporary cubin; returns what `-v` reported.
+fn assemble(ptxas: &Path, arch: &str, ptx: &Path) -> Result<Vec<Usage>> {
+    let cubin = std::env::temp_dir().join(format!("specdec-xtask-{}-{arch}.cubin", std::process::id()));
+    let mut command = Command::new(ptxas);
+    command.arg(format!("-arch={arch}")).args(["-v", "-O3", "-o"]).arg(&cubin).arg(ptx);
+    let out = cmd::output(&mut command);
+    let _ = std::fs::remove_file(&cubin);
+    let out = out?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() {
+        return Err(format!("ptxas rejected {} for {arch} ({}):\n{text}", ptx.display(), out.status));
+    }
+    for line in text.lines().filter(|l| l.contains("warning")) {
+        println!("{line}");
+    }
+    let usage = resource_usage::parse(&text);
+    if !usage.iter().any(|u| u.kernel) {
+        return Err(format!(
+            "ptxas found no kernels in {} for {arch}; does the kernels crate export any \
+             `#[unsafe(no_mangle)] extern \"ptx-kernel\" fn`?\nptxas said:\n{text}",
+            ptx.display()
+        ));
+    }
+    Ok(usage)
+}
+
+fn print_table(rows: &[Row]) {
+    let label = |u: &Usage| if u.kernel { u.name.clone() } else { format!("{} (device fn)", u.name) };
+    let name_width = rows.iter().map(|r| label(&r.usage).len()).chain(["kernel".len()]).max().unwrap_or(0);
+    println!(
+        "{:<6}  {:<name_width$}  {:>9}  {:>16}  {:>15}  {:>15}  {:>15}",
+        "arch", "kernel", "registers", "spill stores (B)", "spill loads (B)", "stack frame (B)", "static smem (B)"
+    );
+    for Row { arch, usage } in rows {
+        let registers = usage.registers.map_or("-".to_string(), |r| r.to_string());
+        println!(
+            "{arch:<6}  {:<name_width$}  {registers:>9}  {:>16}  {:>15}  {:>15}  {:>15}",
+            label(usage),
+            usage.spill_stores,
+            usage.spill_loads,
+            usage.stack_frame,
+            usage.shared
+        );
+    }
+}
+
+fn deny_spills(options: &Options, rows: &[Row]) -> Result<()> {
+    if !options.archs.iter().any(|a| a == SPILL_ARCH) {
+        println!("note: --deny-spills checks {SPILL_ARCH}, which this run did not build");
+        return Ok(());
+    }
+    let spilling: Vec<String> = rows
+        .iter()
+        .filter(|r| r.arch == SPILL_ARCH && r.usage.spills())
+        .map(|r| format!("{} ({} B stores, {} B loads)", r.usage.name, r.usage.spill_stores, r.usage.spill_loads))
+        .collect();
+    if spilling.is_empty() {
+        println!("no register spills at {SPILL_ARCH}");
+        Ok(())
+    } else {
+        Err(format!("register spills at {SPILL_ARCH} (--deny-spills): {}", spilling.join(", ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn options() {
+        let o = Options::parse(&[]).unwrap();
+        assert_eq!(o.archs, ["sm_80", "sm_90"]);
+        assert!(!o.deny_spills);
+        let o = Options::parse(&args(&["--arch", "sm_90", "--deny-spills"])).unwrap();
+        assert_eq!(o.archs, ["sm_90"]);
+        assert!(o.deny_spills);
+        assert_eq!(Options::parse(&args(&["--arch=sm_80,sm_90"])).unwrap().archs, ["sm_80", "sm_90"]);
+        assert!(Options::parse(&args(&["--arch"])).is_err());
+        assert!(Options::parse(&args(&["--arch="])).is_err());
+        assert!(Options::parse(&args(&["--bogus"])).is_err());
+    }
+}
