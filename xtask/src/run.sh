@@ -4,10 +4,9 @@
 #
 #   ./run.sh [--sanitize] [TEST ARGS...]
 #
-# Each binary runs as `BIN --test-threads=1 TEST ARGS...`, or with --sanitize as
-# `compute-sanitizer --tool memcheck --error-exitcode 1 --require-cuda-init no BIN ...`
-# ($COMPUTE_SANITIZER overrides where compute-sanitizer is; `--require-cuda-init no`
-# lets binaries whose tests never touch CUDA pass). Output is shown and kept in
+# Each binary runs as `BIN --test-threads=1 TEST ARGS...`, or with --sanitize under
+# `compute-sanitizer --tool memcheck --error-exitcode 1 --require-cuda-init no`
+# ($COMPUTE_SANITIZER overrides where compute-sanitizer is). Output is shown and kept in
 # ${OUT:-<this directory>}/logs/<binary>.log. A failing binary does not stop the run.
 # Ends with one line per binary (ok / FAILED) and `N passed, N failed` counting
 # binaries; exits non-zero if any failed.
@@ -29,7 +28,13 @@ if [ "$sanitize" = 1 ]; then
     echo "run.sh: --sanitize needs compute-sanitizer (CUDA toolkit): not on PATH nor at $sanitizer; set COMPUTE_SANITIZER" >&2
     exit 2
   fi
-  wrapper=("$sanitizer" --tool memcheck --error-exitcode 1 --require-cuda-init no)
+  # `--require-cuda-init no`: binaries whose tests never touch CUDA are not errors. But then
+  # compute-sanitizer exits 0 whatever such a binary returned, so a small shell between the
+  # two records the binary's own exit status in a file (compute-sanitizer follows children).
+  status_file="$(mktemp)"
+  trap 'rm -f "$status_file"' EXIT
+  wrapper=("$sanitizer" --tool memcheck --error-exitcode 1 --require-cuda-init no
+    /bin/sh -c '"$@"; s=$?; echo $s >"$0"; exit $s' "$status_file")
 fi
 
 bins=("$here"/bin/*)
@@ -45,10 +50,17 @@ failed=0
 for bin in "${bins[@]}"; do
   name="$(basename "$bin")"
   cmd=(${wrapper[@]+"${wrapper[@]}"} "$bin" --test-threads=1 ${args[@]+"${args[@]}"})
+  if [ "$sanitize" = 1 ]; then : >"$status_file"; fi
   echo
-  echo "\$ ${cmd[*]}"
+  printf '$'
+  printf ' %q' "${cmd[@]}"
+  printf '\n'
   "${cmd[@]}" 2>&1 | tee "$logs/$name.log"
   status=${PIPESTATUS[0]}
+  if [ "$sanitize" = 1 ] && [ "$status" -eq 0 ]; then
+    own="$(cat "$status_file" 2>/dev/null)"
+    status="${own:-1}"
+  fi
   if [ "$status" -eq 0 ]; then
     results+=("ok      $name")
     passed=$((passed + 1))

@@ -89,11 +89,7 @@ fn sample_rows<L: Element, C: Element>(
 ) {
     for row in 0..rows.rows {
         let slot = rows.slots[row];
-        let (t, seed) = if slot >= 0 {
-            (rows.temperature[slot as usize], rows.seed[slot as usize])
-        } else {
-            (0.0, 0)
-        };
+        let (t, seed) = if slot >= 0 { (rows.temperature[slot as usize], rows.seed[slot as usize]) } else { (0.0, 0) };
         let sampler = Sampler::new(t, seed, rows.pos[row], rows.stream);
         let start = row * rows.row_stride;
         let values = &logits[start..start + rows.vocab];

@@ -1,0 +1,56 @@
+//! The shared harness of specdec's integration tests.
+//!
+//! - [`test_device!`]: one test body, run on the CPU backend and, when the
+//!   `gpu` feature is on, on CUDA device 0 (failing, not skipping, without one).
+//! - [`Batch`]: owned host buffers for a `gumbel_sample` call.
+//! - [`chi_square`]: the SPEC §6 goodness-of-fit rule.
+
+pub mod batch;
+pub mod stats;
+
+pub use batch::{Batch, CacheSpec};
+pub use stats::{ChiSquare, chi_square, tail_z};
+
+use specdec::Backend;
+
+/// Whether this build runs the CUDA variants.
+pub const GPU: bool = cfg!(feature = "gpu");
+
+/// The CUDA backend on device 0. The GPU suite must not pass without a GPU,
+/// so this panics with the reason when there is none.
+pub fn cuda() -> Backend {
+    match specdec::Cuda::on_device(0) {
+        Ok(c) => Backend::Cuda(c),
+        Err(e) => panic!("the GPU suite needs a CUDA device: {e}"),
+    }
+}
+
+/// One body, two tests: `<name>::cpu` and (feature `gpu`) `<name>::cuda`.
+/// The body sees the backend as `$backend` and a size scale `$scale`
+/// (`1` on CPU, larger on the GPU where big sample sizes are cheap).
+#[macro_export]
+macro_rules! test_device {
+    ($name:ident, |$backend:ident, $scale:ident| $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[test]
+            fn cpu() {
+                let $backend = specdec::Backend::cpu();
+                #[allow(unused_variables)]
+                let $scale: usize = 1;
+                $body
+            }
+
+            #[cfg(feature = "gpu")]
+            #[test]
+            fn cuda() {
+                let $backend = $crate::cuda();
+                #[allow(unused_variables)]
+                let $scale: usize = 8;
+                $body
+            }
+        }
+    };
+}
