@@ -19,6 +19,8 @@ pub struct GumbelSample<'a, M: Memory> {
     /// Draw noise from the draft stream (a draft model proposing tokens).
     pub drafting: bool,
     /// Where to store each row's raw logits, and which column each row uses.
+    /// Each `(slot, column)` should be written by at most one row of a call:
+    /// two rows writing the same cache row race on the GPU (either may land).
     pub cache: Option<(DraftCache<'a, M>, Column<'a, M>)>,
 }
 
