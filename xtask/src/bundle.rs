@@ -12,7 +12,6 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-#[allow(unused_imports)]
 use crate::test::GPU_FEATURE;
 use crate::{Result, cmd};
 
@@ -64,7 +63,14 @@ fn build_tests(root: &Path, extra: &[String]) -> Result<Vec<TestBinary>> {
         .current_dir(root)
         .env("CARGO_PROFILE_TEST_DEBUG", "false")
         .env("CARGO_PROFILE_TEST_STRIP", "true")
-        .args(["test", "--workspace", "--no-run", "--message-format=json-render-diagnostics"])
+        .args([
+            "test",
+            "--workspace",
+            "--features",
+            GPU_FEATURE,
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+        ])
         .args(extra)
         .stdout(Stdio::piped());
     cmd::print(&cargo);

@@ -21,7 +21,8 @@ for arg in "$@"; do
   if [ "$arg" = "--sanitize" ]; then sanitize=1; else args+=("$arg"); fi
 done
 
-wrapper=()
+wrapper=() # what runs before each binary
+shown=()   # how that is printed
 if [ "$sanitize" = 1 ]; then
   sanitizer="${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}"
   if [ ! -x "$sanitizer" ]; then
@@ -35,6 +36,7 @@ if [ "$sanitize" = 1 ]; then
   trap 'rm -f "$status_file"' EXIT
   wrapper=("$sanitizer" --tool memcheck --error-exitcode 1 --require-cuda-init no
     /bin/sh -c '"$@"; s=$?; echo $s >"$0"; exit $s' "$status_file")
+  shown=("$sanitizer" --tool memcheck --error-exitcode 1 --require-cuda-init no)
 fi
 
 bins=("$here"/bin/*)
@@ -53,7 +55,7 @@ for bin in "${bins[@]}"; do
   if [ "$sanitize" = 1 ]; then : >"$status_file"; fi
   echo
   printf '$'
-  printf ' %q' "${cmd[@]}"
+  printf ' %q' ${shown[@]+"${shown[@]}"} "$bin" --test-threads=1 ${args[@]+"${args[@]}"}
   printf '\n'
   "${cmd[@]}" 2>&1 | tee "$logs/$name.log"
   status=${PIPESTATUS[0]}
