@@ -55,3 +55,52 @@ pub struct GumbelParams {
     pub drafting: u32,
     pub tokens_i64: u32,
 }
+
+/// Parameters of `rejection_sample` (SPEC §4). Request `r` owns target rows
+/// `offsets[r] .. offsets[r+1]`: `n_r` draft rows then its bonus row.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct RejectionParams {
+    /// `[rows, >= vocab]` target logits, last stride 1.
+    pub target: u64,
+    pub row_stride: u64,
+    /// `i32 [requests + 1]`.
+    pub offsets: u64,
+    /// `i32 [rows]`: the draft verified at each row (`-1` placeholder); the
+    /// bonus row's entry is not read.
+    pub drafts: u64,
+    /// `i32 [requests]`.
+    pub slots: u64,
+    /// `u64 [rows]`.
+    pub pos: u64,
+    /// `f32 [num_slots]`, `u64 [num_slots]`.
+    pub temperature: u64,
+    pub seed: u64,
+    /// `[num_slots, >= max_drafts, >= vocab]` draft cache (raw logits), or 0
+    /// for one-hot drafts. Draft `i` of a request is column `i` of its slot.
+    pub cache: u64,
+    pub cache_stride0: u64,
+    pub cache_stride1: u64,
+    /// Scratch: `StatsPartial [requests · (max_drafts+1) · chunks]`,
+    /// `Job [requests]`, `Partial [requests · chunks]`.
+    pub stats: u64,
+    pub jobs: u64,
+    pub partials: u64,
+    /// `[requests, max_drafts + 1]`, `i32` or `i64`.
+    pub tokens: u64,
+    /// `i32 [requests]`; `accepted` may be 0 (not wanted).
+    pub num_emitted: u64,
+    pub accepted: u64,
+    /// `u32 [rows]` per-row flags, or 0.
+    pub row_status: u64,
+    /// One `u32`: OR of every flag raised.
+    pub status: u64,
+    pub rows: u32,
+    pub vocab: u32,
+    pub requests: u32,
+    pub max_drafts: u32,
+    pub num_slots: u32,
+    pub chunk: u32,
+    pub chunks: u32,
+    pub tokens_i64: u32,
+}

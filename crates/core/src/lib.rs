@@ -12,6 +12,7 @@ pub mod argmax;
 pub mod dtype;
 pub mod gumbel;
 pub mod layout;
+pub mod logspace;
 pub mod rng;
 pub mod sample;
 pub mod status;

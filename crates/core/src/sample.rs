@@ -48,17 +48,33 @@ impl Sampler {
             return lane(lane(lane(lane(best, 0), 1), 2), 3);
         }
         let scaled = [vals[0] * self.scale, vals[1] * self.scale, vals[2] * self.scale, vals[3] * self.scale];
-        let top = |hi: f32, i: usize| if (i as u32) < n && scaled[i] > hi { scaled[i] } else { hi };
+        self.fold_log_weights(best, base, scaled, n)
+    }
+
+    /// Folds ids `base .. base + n` with unnormalised log-weights `w[..n]`
+    /// (scores `w + gumbel`) into `best`: Gumbel-max over any weights, e.g.
+    /// the residual `log(p − q)` of a rejected draft. Ignores `greedy`.
+    #[inline(always)]
+    pub fn fold_log_weights(&self, best: ArgMax, base: u32, w: [f32; 4], n: u32) -> ArgMax {
+        let top = |hi: f32, i: usize| if (i as u32) < n && w[i] > hi { w[i] } else { hi };
         let hi = top(top(top(top(f32::NEG_INFINITY, 0), 1), 2), 3);
         if hi + GUMBEL_MAX < best.value {
             return best;
         }
         let words = random_quad(self.seed, self.pos, self.stream, base / 4);
         let lane = |best: ArgMax, i: usize| {
-            if (i as u32) < n { best.combine(ArgMax::new(scaled[i] + gumbel(words[i]), base + i as u32)) } else { best }
+            if (i as u32) < n { best.combine(ArgMax::new(w[i] + gumbel(words[i]), base + i as u32)) } else { best }
         };
         lane(lane(lane(lane(best, 0), 1), 2), 3)
     }
+}
+
+/// The acceptance rule of SPEC §4 in log space: accept the draft iff
+/// `log u + log q(d) < log p(d)`, with `log u = −E` for the acceptance word's
+/// exponential variate `E` (all 32 bits of the word count).
+#[inline(always)]
+pub fn accepts(word: u32, log_q: f32, log_p: f32) -> bool {
+    -crate::gumbel::exponential(word) + log_q < log_p
 }
 
 #[cfg(test)]

@@ -12,11 +12,18 @@ pub const INVALID_TEMPERATURE: u32 = 1 << 1;
 /// The row's draft-cache column is outside `0..K`.
 pub const INVALID_COLUMN: u32 = 1 << 2;
 /// The row holds a NaN logit among its candidates (informational: the row is
-/// still sampled, NaN counting as `-inf`).
+/// still sampled, NaN counting as `-inf`; `rejection_sample` reports the row
+/// as not valid).
 pub const NAN_LOGITS: u32 = 1 << 3;
 
-/// Flags that make a row's output invalid (token `-1`).
-pub const INVALID: u32 = INVALID_SLOT | INVALID_TEMPERATURE | INVALID_COLUMN;
+/// A draft token id is neither `-1` (placeholder) nor in `0..V`.
+pub const INVALID_DRAFT: u32 = 1 << 4;
+/// A request's row offsets are out of order, out of `0..=rows`, or give it
+/// more than `K` drafts.
+pub const INVALID_OFFSETS: u32 = 1 << 5;
+
+/// Flags that make a row's (or request's) output invalid (tokens `-1`).
+pub const INVALID: u32 = INVALID_SLOT | INVALID_TEMPERATURE | INVALID_COLUMN | INVALID_DRAFT | INVALID_OFFSETS;
 
 /// A temperature is valid when it is finite and not negative (`0` = greedy).
 #[inline(always)]

@@ -1,15 +1,26 @@
 //! Block- and warp-level reductions, reusable by every kernel.
 //!
-//! The reduced value is a [`Partial`]: the best candidate under the total order
-//! of [`ArgMax::combine`] plus the OR of status flags seen. Because the order is
-//! total, the result does not depend on which thread held which element.
+//! A reduction value implements [`Reduce`]: an identity, an associative and
+//! commutative combine, and a warp shuffle. [`Partial`] (best candidate plus
+//! status flags) is the one the samplers use; its order is total, so the
+//! result does not depend on which thread held which element.
 
 use crate::gpu::{self, WARP};
 use specdec_core::argmax::ArgMax;
 use specdec_core::layout::WARPS;
 
+/// A value that warps and blocks can reduce.
+pub trait Reduce: Copy {
+    const IDENTITY: Self;
+    fn combine(self, other: Self) -> Self;
+    /// The value of lane `lane ^ lane_mask`.
+    ///
+    /// # Safety
+    /// All 32 lanes of the warp must be active and call this together.
+    unsafe fn shfl_bfly(self, lane_mask: u32) -> Self;
+}
 
-/// A reduction value: the best candidate and the flags seen along the way.
+/// A best candidate and the flags seen along the way.
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Partial {
@@ -19,80 +30,86 @@ pub struct Partial {
 }
 
 impl Partial {
-    pub const IDENTITY: Partial = Partial { best: ArgMax::IDENTITY, flags: 0, _pad: 0 };
-
     #[inline(always)]
     pub fn new(best: ArgMax, flags: u32) -> Self {
         Partial { best, flags, _pad: 0 }
     }
-
-    #[inline(always)]
-    pub fn combine(self, other: Partial) -> Partial {
-        Partial::new(self.best.combine(other.best), self.flags | other.flags)
-    }
 }
 
-/// Shared memory [`block_reduce`] needs, in bytes (the launcher requests it).
-pub const BLOCK_REDUCE_SHARED_BYTES: u32 = WARPS * core::mem::size_of::<Partial>() as u32;
+impl Reduce for Partial {
+    const IDENTITY: Partial = Partial { best: ArgMax::IDENTITY, flags: 0, _pad: 0 };
+
+    #[inline(always)]
+    fn combine(self, other: Partial) -> Partial {
+        Partial::new(self.best.combine(other.best), self.flags | other.flags)
+    }
+
+    #[inline(always)]
+    unsafe fn shfl_bfly(self, lane_mask: u32) -> Self {
+        // SAFETY: the caller guarantees a full, converged warp.
+        unsafe {
+            Partial::new(
+                ArgMax {
+                    value: gpu::shfl_bfly_f32(self.best.value, lane_mask),
+                    index: gpu::shfl_bfly_u32(self.best.index, lane_mask),
+                },
+                gpu::shfl_bfly_u32(self.flags, lane_mask),
+            )
+        }
+    }
+}
 
 /// Reduces across the 32 lanes of a warp; every lane gets the result.
 ///
 /// # Safety
 /// All 32 lanes of the warp must be active and call this together.
 #[inline(always)]
-pub unsafe fn warp_reduce(mut p: Partial) -> Partial {
+pub unsafe fn warp_reduce<T: Reduce>(mut v: T) -> T {
     let mut lane_mask = WARP / 2;
     while lane_mask > 0 {
         // SAFETY: the caller guarantees a full, converged warp.
-        let other = unsafe {
-            Partial::new(
-                ArgMax {
-                    value: gpu::shfl_bfly_f32(p.best.value, lane_mask),
-                    index: gpu::shfl_bfly_u32(p.best.index, lane_mask),
-                },
-                gpu::shfl_bfly_u32(p.flags, lane_mask),
-            )
-        };
-        p = p.combine(other);
+        v = v.combine(unsafe { v.shfl_bfly(lane_mask) });
         lane_mask /= 2;
     }
-    p
+    v
 }
 
-/// Reduces across a block of `layout::BLOCK_THREADS` threads; the result is valid in
-/// thread 0 (other threads get partial results).
+/// Shared memory [`block_reduce`] needs for `T`, in bytes (the launcher requests
+/// the largest over the kernel's reductions).
+pub const fn block_reduce_shared_bytes<T>() -> u32 {
+    WARPS * core::mem::size_of::<T>() as u32
+}
+
+/// Reduces across a block of `layout::BLOCK_THREADS` threads; the result is
+/// valid in thread 0 (other threads hold partial results).
 ///
 /// # Safety
-/// The block has exactly `layout::BLOCK_THREADS` threads, all of which call this
-/// together (it contains barriers), and at least
-/// [`BLOCK_REDUCE_SHARED_BYTES`] of dynamic shared memory were requested.
+/// The block has exactly `layout::BLOCK_THREADS` threads, all of which call
+/// this together (it contains barriers), and at least
+/// [`block_reduce_shared_bytes::<T>`] of dynamic shared memory were requested.
 #[inline(always)]
-pub unsafe fn block_reduce(p: Partial) -> Partial {
+pub unsafe fn block_reduce<T: Reduce>(v: T) -> T {
     let tid = gpu::thread_idx_x();
     let (warp, lane) = (tid / WARP, tid % WARP);
     // SAFETY: all threads of the block are here (caller), so every warp is full.
-    let p = unsafe { warp_reduce(p) };
-    // SAFETY: the launch requested BLOCK_REDUCE_SHARED_BYTES (caller).
-    let shared = unsafe { gpu::dynamic_shared::<Partial>() };
+    let v = unsafe { warp_reduce(v) };
+    // SAFETY: the launch requested enough shared memory (caller).
+    let shared = unsafe { gpu::dynamic_shared::<T>() };
     if lane == 0 {
         // SAFETY: warp < WARPS, inside the requested shared memory.
-        unsafe { shared.add(warp as usize).write(p) };
+        unsafe { shared.add(warp as usize).write(v) };
     }
     // SAFETY: block-uniform barrier (all threads call block_reduce).
     unsafe { gpu::sync_threads() };
-    let mut out = p;
+    let mut out = v;
     if warp == 0 {
-        let mine = if lane < WARPS {
-            // SAFETY: lane < WARPS, written before the barrier.
-            unsafe { shared.add(lane as usize).read() }
-        } else {
-            Partial::IDENTITY
-        };
+        // SAFETY: lane < WARPS reads a slot written before the barrier.
+        let mine = if lane < WARPS { unsafe { shared.add(lane as usize).read() } } else { T::IDENTITY };
         // SAFETY: warp 0 is full and converged here.
         out = unsafe { warp_reduce(mine) };
     }
-    // Keep the shared slots alive until warp 0 has read them, so a second
-    // reduction in the same kernel may reuse them.
+    // Keep the slots until warp 0 has read them, so the next reduction in the
+    // same kernel may reuse the memory.
     // SAFETY: block-uniform barrier.
     unsafe { gpu::sync_threads() };
     out

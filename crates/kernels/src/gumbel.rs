@@ -4,7 +4,7 @@
 //! Two launches, so a row can be spread over many blocks at small batch:
 //!
 //! 1. `gumbel_sample_{logits}_{cache}`: grid `(rows, chunks)`, [`BLOCK_THREADS`]
-//!    threads, [`BLOCK_REDUCE_SHARED_BYTES`] of dynamic shared memory. Block
+//!    threads, `block_reduce_shared_bytes::<Partial>()` of dynamic shared memory. Block
 //!    `(r, c)` reads ids `c·chunk .. (c+1)·chunk` of row `r`, each thread four
 //!    consecutive ids per step (one Philox call, one vector load when the row
 //!    is aligned), writes them to the cache, and reduces its best candidate
@@ -15,66 +15,28 @@
 //!
 //! The winner is the same for any chunking (total order, noise keyed by id).
 
-use crate::block::{Partial, block_reduce, warp_reduce};
+use crate::block::{Partial, Reduce, block_reduce, warp_reduce};
 use crate::gpu::{self, WARP};
-use crate::row::RowState;
+use crate::row::SlotState;
 use specdec_core::argmax::ArgMax;
+use crate::load::{Load, any_nan, load_quad, quad_aligned, widen};
 use specdec_core::dtype::{Bf16, Element, F16};
 use specdec_core::layout::{ELEMS_PER_THREAD, GumbelParams, TILE};
 use specdec_core::rng::Stream;
 use specdec_core::sample::Sampler;
 use specdec_core::status::{INVALID, INVALID_COLUMN, NAN_LOGITS};
 
-/// Elements that can be read four at a time with one aligned vector load.
-pub trait Load: Element + Default {
-    /// # Safety
-    /// `p` is valid for four elements and aligned to four elements' size.
-    unsafe fn load4(p: *const Self) -> [Self; 4];
-}
-
-#[repr(C, align(16))]
-struct Align16<T>([T; 4]);
-#[repr(C, align(8))]
-struct Align8<T>([T; 4]);
-
-impl Load for f32 {
-    #[inline(always)]
-    unsafe fn load4(p: *const Self) -> [Self; 4] {
-        // SAFETY: valid and 16-byte aligned (caller).
-        unsafe { (*(p as *const Align16<f32>)).0 }
-    }
-}
-impl Load for Bf16 {
-    #[inline(always)]
-    unsafe fn load4(p: *const Self) -> [Self; 4] {
-        // SAFETY: valid and 8-byte aligned (caller).
-        unsafe { (*(p as *const Align8<Bf16>)).0 }
-    }
-}
-impl Load for F16 {
-    #[inline(always)]
-    unsafe fn load4(p: *const Self) -> [Self; 4] {
-        // SAFETY: valid and 8-byte aligned (caller).
-        unsafe { (*(p as *const Align8<F16>)).0 }
-    }
-}
-
 /// The row state plus its cache column check.
 ///
 /// # Safety
 /// `row < p.rows` and `p` describes valid buffers (the host validated shapes).
 #[inline(always)]
-unsafe fn row_state(p: &GumbelParams, row: u32) -> (RowState, u32) {
-    // SAFETY: forwarded from the caller.
-    let mut state = unsafe {
-        RowState::load(
-            p.slots as *const i32,
-            p.pos as *const u64,
-            p.temperature as *const f32,
-            p.seed as *const u64,
-            p.num_slots,
-            row,
-        )
+unsafe fn row_state(p: &GumbelParams, row: u32) -> (SlotState, u64, u32) {
+    // SAFETY: slots and pos hold `rows` elements; the tables `num_slots` (host-checked).
+    let (mut state, pos) = unsafe {
+        let slot = *(p.slots as *const i32).add(row as usize);
+        let state = SlotState::load(slot, p.temperature as *const f32, p.seed as *const u64, p.num_slots);
+        (state, *(p.pos as *const u64).add(row as usize))
     };
     let mut column = p.cache_column;
     if p.cache != 0 && state.slot >= 0 {
@@ -87,7 +49,7 @@ unsafe fn row_state(p: &GumbelParams, row: u32) -> (RowState, u32) {
             state.flags |= INVALID_COLUMN;
         }
     }
-    (state, column)
+    (state, pos, column)
 }
 
 /// # Safety
@@ -99,7 +61,7 @@ unsafe fn gumbel_sample<L: Load, C: Element>(p: &GumbelParams) {
         return; // whole block: no barrier is skipped by part of it
     }
     // SAFETY: row < rows.
-    let (state, column) = unsafe { row_state(p, row) };
+    let (state, pos, column) = unsafe { row_state(p, row) };
     // SAFETY: partials holds rows × chunks entries (workspace sized by the host).
     let out = unsafe { (p.partials as *mut Partial).add(row as usize * p.chunks as usize + chunk_idx as usize) };
     if !state.is_valid() {
@@ -121,34 +83,31 @@ unsafe fn gumbel_sample<L: Load, C: Element>(p: &GumbelParams) {
     } else {
         core::ptr::null_mut()
     };
-    let aligned = (logits as usize) % (4 * core::mem::size_of::<L>()) == 0;
+    let aligned = quad_aligned(logits);
     let stream = if p.drafting != 0 { Stream::Draft } else { Stream::Target };
-    let sampler = Sampler::new(state.temperature, state.seed, state.pos, stream);
+    let sampler = Sampler::new(state.temperature, state.seed, pos, stream);
 
     let mut best = ArgMax::IDENTITY;
     let mut nan = false;
     let mut x = start + ELEMS_PER_THREAD * tid;
     while x < end {
-        let n = if end - x < 4 { end - x } else { 4 };
-        let raw: [L; 4] = if n == 4 && aligned {
-            // SAFETY: x + 4 <= end <= vocab; aligned checked above (x % 4 == 0).
-            unsafe { L::load4(logits.add(x as usize)) }
-        } else {
-            // SAFETY: each lane read is < end.
-            let lane = |i: usize| if (i as u32) < n { unsafe { *logits.add(x as usize + i) } } else { L::default() };
-            [lane(0), lane(1), lane(2), lane(3)]
-        };
-        // Constant lane indices keep `raw` in registers (see `Sampler::fold_quad`).
-        let mut lane = |i: usize| {
-            if (i as u32) < n && !cache.is_null() {
-                // SAFETY: id < vocab <= cache width (the host's "narrower" check).
-                unsafe { cache.add(x as usize + i).write(C::convert_from(raw[i])) };
-            }
-            let v = raw[i].to_f32();
-            nan |= (i as u32) < n && v.is_nan();
-            v
-        };
-        let vals = [lane(0), lane(1), lane(2), lane(3)];
+        // SAFETY: the row holds `end <= vocab` elements; x < end, x % 4 == 0.
+        let (raw, n) = unsafe { load_quad(logits, x, end, aligned) };
+        if !cache.is_null() {
+            // Constant lane indices keep `raw` in registers.
+            let store = |i: usize| {
+                if (i as u32) < n {
+                    // SAFETY: id < vocab <= cache width (the host's "narrower" check).
+                    unsafe { cache.add(x as usize + i).write(C::convert_from(raw[i])) };
+                }
+            };
+            store(0);
+            store(1);
+            store(2);
+            store(3);
+        }
+        let vals = widen(raw);
+        nan |= any_nan(vals, n);
         best = sampler.fold_quad(best, x, vals, n);
         x += TILE;
     }

@@ -11,6 +11,8 @@
 pub mod block;
 pub mod gpu;
 pub mod gumbel;
+pub mod load;
+pub mod rejection;
 pub mod row;
 
 #[panic_handler]

@@ -1,0 +1,202 @@
+//! Log-space arithmetic for the softmax-free verifier (SPEC §4): an IEEE-only
+//! `exp`, the blockwise log-sum-exp statistics and their combine rule, and the
+//! residual log-weight `log(p − q)`.
+//!
+//! Like [`crate::gumbel`], everything here uses only IEEE-rounded `+ − × ÷`
+//! and integer operations, so the CPU and GPU evaluate each element alike.
+//! (Sums over a row are reduced in a different order on each backend, so the
+//! log-sum-exp of a row may differ in its last bits between them.)
+
+use crate::gumbel::ln;
+
+const LOG2E: f32 = core::f32::consts::LOG2_E;
+const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
+const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
+
+/// `e^x`. Exact at `-inf` (0) and for NaN (NaN); `0` below `-87.3` (no
+/// subnormal results: they never matter to a probability sum), `inf` above 88.7.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    if x < -87.33 {
+        return 0.0;
+    }
+    if x > 88.72 {
+        return f32::INFINITY;
+    }
+    // x = k·ln2 + r, |r| <= ln2/2 (Cody–Waite: k·LN2_HI is exact).
+    let t = x * LOG2E;
+    let k = if t >= 0.0 { (t + 0.5) as i32 } else { (t - 0.5) as i32 };
+    let kf = k as f32;
+    let r = (x - kf * LN2_HI) - kf * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    // 2^k for k in [-126, 128]: build the exponent directly (two steps keep it normal).
+    let half = k / 2;
+    p * f32::from_bits(((half + 127) as u32) << 23) * f32::from_bits(((k - half + 127) as u32) << 23)
+}
+
+/// `e^z − 1` for `|z| <= ln 2`, with full relative precision near 0.
+#[inline(always)]
+fn expm1_small(z: f32) -> f32 {
+    z * (1.0
+        + z * (0.5
+            + z * (1.0 / 6.0
+                + z * (1.0 / 24.0 + z * (1.0 / 120.0 + z * (1.0 / 720.0 + z * (1.0 / 5040.0 + z * (1.0 / 40320.0))))))))
+}
+
+/// `ln(1 − e^z)` for `z < 0` (`-inf` at `z >= 0`): the log of the residual
+/// weight `1 − q/p` when `z = log q − log p`.
+#[inline(always)]
+pub fn ln_one_minus_exp(z: f32) -> f32 {
+    if !(z < 0.0) {
+        return f32::NEG_INFINITY;
+    }
+    if z > -core::f32::consts::LN_2 {
+        // 1 − e^z = −expm1(z), small: keep its relative precision.
+        ln(-expm1_small(z))
+    } else {
+        // e^z <= 1/2: 1 − y >= 1/2 is formed with one rounding.
+        let y = exp(z);
+        if y == 0.0 { 0.0 } else { ln(1.0 - y) }
+    }
+}
+
+/// `log(p − q)` from `a = log p`, `c = log q`: `a + ln(1 − e^(c − a))`,
+/// `-inf` where `q >= p` (and where `p = 0`).
+#[inline(always)]
+pub fn ln_residual(a: f32, c: f32) -> f32 {
+    if a == f32::NEG_INFINITY {
+        return f32::NEG_INFINITY;
+    }
+    if c == f32::NEG_INFINITY {
+        return a;
+    }
+    a + ln_one_minus_exp(c - a)
+}
+
+/// Running log-sum-exp statistics of some values: their maximum and
+/// `Σ e^(x − max)`. The empty (or all `-inf`) set is `(-inf, 0)`. NaN values
+/// are skipped (the caller flags them).
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct Lse {
+    pub max: f32,
+    pub sum: f32,
+}
+
+impl Lse {
+    pub const EMPTY: Lse = Lse { max: f32::NEG_INFINITY, sum: 0.0 };
+
+    /// Adds one value.
+    #[inline(always)]
+    pub fn push(self, x: f32) -> Lse {
+        if !(x > f32::NEG_INFINITY) {
+            return self; // -inf or NaN
+        }
+        if x == f32::INFINITY {
+            // +inf dominates: the distribution is a point mass on the +inf ids.
+            return if self.max == f32::INFINITY {
+                Lse { max: x, sum: self.sum + 1.0 }
+            } else {
+                Lse { max: x, sum: 1.0 }
+            };
+        }
+        if x <= self.max {
+            Lse { max: self.max, sum: self.sum + exp(x - self.max) }
+        } else {
+            Lse { max: x, sum: self.sum * exp(self.max - x) + 1.0 }
+        }
+    }
+
+    /// Combines two sets' statistics.
+    #[inline(always)]
+    pub fn combine(self, other: Lse) -> Lse {
+        let max = if other.max > self.max { other.max } else { self.max };
+        if max == f32::NEG_INFINITY {
+            return Lse::EMPTY;
+        }
+        if max == f32::INFINITY {
+            let count = |s: Lse| if s.max == f32::INFINITY { s.sum } else { 0.0 };
+            return Lse { max, sum: count(self) + count(other) };
+        }
+        Lse { max, sum: self.sum * exp(self.max - max) + other.sum * exp(other.max - max) }
+    }
+
+    /// `log Σ e^x` (`-inf` for the empty set).
+    #[inline(always)]
+    pub fn value(self) -> f32 {
+        if self.max == f32::NEG_INFINITY || self.max == f32::INFINITY {
+            return self.max;
+        }
+        self.max + ln(self.sum)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rel(a: f32, b: f64) -> f64 {
+        if b == 0.0 { a.abs() as f64 } else { ((a as f64 - b) / b).abs() }
+    }
+
+    #[test]
+    fn exp_is_accurate() {
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let e = rel(exp(x), (x as f64).exp());
+            assert!(e < 4e-7, "exp({x}) = {} vs {}", exp(x), (x as f64).exp());
+            x += 0.0137;
+        }
+        assert_eq!(exp(0.0), 1.0);
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert!(exp(f32::NAN).is_nan());
+        assert_eq!(exp(-100.0), 0.0);
+    }
+
+    #[test]
+    fn ln_one_minus_exp_keeps_precision_near_zero() {
+        for z in [-1e-7f32, -1e-4, -0.3, -0.69, -0.7, -2.0, -20.0, -90.0] {
+            let exact = (-(z as f64).exp_m1()).ln();
+            let got = ln_one_minus_exp(z);
+            assert!((got as f64 - exact).abs() <= 2e-6 * exact.abs().max(1.0), "z={z}: {got} vs {exact}");
+        }
+        assert_eq!(ln_one_minus_exp(0.0), f32::NEG_INFINITY);
+        assert_eq!(ln_one_minus_exp(1.0), f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn residual_matches_direct_difference() {
+        let (p, q) = (0.3f64, 0.1f64);
+        let got = ln_residual(p.ln() as f32, q.ln() as f32);
+        assert!((got as f64 - (p - q).ln()).abs() < 1e-6);
+        assert_eq!(ln_residual(q.ln() as f32, p.ln() as f32), f32::NEG_INFINITY);
+        assert_eq!(ln_residual(-1.0, f32::NEG_INFINITY), -1.0);
+    }
+
+    #[test]
+    fn lse_blockwise_equals_direct() {
+        let xs: [f32; 11] = [0.5, -3.0, 2.0, f32::NEG_INFINITY, 7.5, 7.5, -0.25, 1.0, 3.0, -10.0, 0.0];
+        let exact = xs.iter().map(|&x| (x as f64).exp()).sum::<f64>().ln();
+        let all = xs.iter().fold(Lse::EMPTY, |s, &x| s.push(x));
+        assert!((all.value() as f64 - exact).abs() < 1e-6);
+        for split in 0..xs.len() {
+            let a = xs[..split].iter().fold(Lse::EMPTY, |s, &x| s.push(x));
+            let b = xs[split..].iter().fold(Lse::EMPTY, |s, &x| s.push(x));
+            assert!((a.combine(b).value() as f64 - exact).abs() < 1e-6, "split {split}");
+            assert!((b.combine(a).value() as f64 - exact).abs() < 1e-6, "split {split}");
+        }
+        // Empty and all -inf sets contribute nothing.
+        assert_eq!(Lse::EMPTY.push(f32::NEG_INFINITY), Lse::EMPTY);
+        assert_eq!(all.combine(Lse::EMPTY).value(), all.value());
+        assert_eq!(Lse::EMPTY.value(), f32::NEG_INFINITY);
+        // NaN is skipped, +inf dominates.
+        assert_eq!(all.push(f32::NAN), all);
+        assert_eq!(all.push(f32::INFINITY).value(), f32::INFINITY);
+    }
+}

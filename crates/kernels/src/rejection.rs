@@ -1,0 +1,558 @@
+//! `rejection_sample` (SPEC §4): verify each request's drafts against the
+//! target, softmax-free, in four launches that never materialise a
+//! probability and write nothing of size rows × V.
+//!
+//! 1. `rejection_stats_{target}_{cache}`: grid `(requests·(K+1), chunks)`.
+//!    Block `(r·(K+1) + i, c)` reads chunk `c` of request `r`'s row `i` (if
+//!    `i <= n_r`): greedy requests reduce the target argmax; sampling requests
+//!    the target's (max, Σexp) of `t/T`, and for draft rows the draft's, from
+//!    cache column `i` of the request's slot. One [`Stats`] per block.
+//! 2. `rejection_decide_{target}_{cache}`: grid `requests`, one warp each.
+//!    Combines each row's chunks into log-sum-exps, walks the drafts (lane `i`
+//!    takes rows `i, i+32, …`), finds the first rejection or placeholder `j`
+//!    with a warp minimum, writes the accepted drafts, `-1` padding, the
+//!    counts, and a [`Job`] saying what token `j` must be sampled from.
+//! 3. `rejection_resample_{target}_{cache}`: grid `(requests, chunks)`.
+//!    Gumbel-max over row `j` of the job's distribution: the target `p`
+//!    (bonus row, placeholder), `p` without the draft (one-hot drafts), or the
+//!    residual `log(p − q) = a + ln(1 − e^(c−a))` (draft logits).
+//! 4. `rejection_finish`: grid `requests`, one warp each: reduces the chunks of
+//!    pass 3 and writes token `j`.
+//!
+//! Resampled and bonus tokens use the target stream of their row, so a request
+//! with no drafts gets exactly `gumbel_sample`'s token for its bonus row.
+
+use crate::block::{Partial, Reduce, block_reduce, warp_reduce};
+use crate::gpu::{self, WARP};
+use crate::load::{Load, any_nan, load_quad, quad_aligned, widen};
+use crate::row::SlotState;
+use specdec_core::argmax::ArgMax;
+use specdec_core::dtype::{Bf16, Element, F16};
+use specdec_core::layout::{ELEMS_PER_THREAD, RejectionParams, TILE};
+use specdec_core::logspace::{Lse, ln_residual};
+use specdec_core::rng::{Stream, random_u32};
+use specdec_core::sample::{Sampler, accepts};
+use specdec_core::status::{INVALID, INVALID_DRAFT, INVALID_OFFSETS, NAN_LOGITS};
+
+/// Pass-1 result of one chunk of one row.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct Stats {
+    pub target: Lse,
+    pub draft: Lse,
+    pub best: ArgMax,
+    pub flags: u32,
+    _pad: u32,
+}
+
+impl Reduce for Stats {
+    const IDENTITY: Stats = Stats { target: Lse::EMPTY, draft: Lse::EMPTY, best: ArgMax::IDENTITY, flags: 0, _pad: 0 };
+
+    #[inline(always)]
+    fn combine(self, o: Stats) -> Stats {
+        Stats {
+            target: self.target.combine(o.target),
+            draft: self.draft.combine(o.draft),
+            best: self.best.combine(o.best),
+            flags: self.flags | o.flags,
+            _pad: 0,
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn shfl_bfly(self, m: u32) -> Stats {
+        // SAFETY: the caller guarantees a full, converged warp.
+        unsafe {
+            Stats {
+                target: Lse { max: gpu::shfl_bfly_f32(self.target.max, m), sum: gpu::shfl_bfly_f32(self.target.sum, m) },
+                draft: Lse { max: gpu::shfl_bfly_f32(self.draft.max, m), sum: gpu::shfl_bfly_f32(self.draft.sum, m) },
+                best: ArgMax {
+                    value: gpu::shfl_bfly_f32(self.best.value, m),
+                    index: gpu::shfl_bfly_u32(self.best.index, m),
+                },
+                flags: gpu::shfl_bfly_u32(self.flags, m),
+                _pad: 0,
+            }
+        }
+    }
+}
+
+/// What the final token of a request is sampled from.
+pub const JOB_NONE: u32 = 0;
+pub const JOB_TARGET: u32 = 1;
+pub const JOB_ONE_HOT: u32 = 2;
+pub const JOB_RESIDUAL: u32 = 3;
+
+/// Pass-2 result for pass 3: sample token `column` of the request from `row`.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct Job {
+    pub mode: u32,
+    pub row: u32,
+    pub column: u32,
+    pub draft: u32,
+    pub lse_t: f32,
+    pub lse_q: f32,
+    _pad: [u32; 2],
+}
+
+const NO_JOB: Job = Job { mode: JOB_NONE, row: 0, column: 0, draft: 0, lse_t: 0.0, lse_q: 0.0, _pad: [0; 2] };
+
+/// A request's rows and slot, checked where they live.
+#[derive(Clone, Copy)]
+struct Request {
+    slot: SlotState,
+    row0: u32,
+    drafts: u32,
+}
+
+impl Request {
+    /// # Safety
+    /// `r < p.requests`; `p` was built from checked buffers.
+    #[inline(always)]
+    unsafe fn load(p: &RejectionParams, r: u32) -> Request {
+        // SAFETY: offsets holds requests + 1 elements, slots `requests` (host-checked).
+        let (o0, o1, slot) = unsafe {
+            let offsets = p.offsets as *const i32;
+            (*offsets.add(r as usize), *offsets.add(r as usize + 1), *(p.slots as *const i32).add(r as usize))
+        };
+        // SAFETY: the tables hold num_slots elements.
+        let mut slot = unsafe { SlotState::load(slot, p.temperature as *const f32, p.seed as *const u64, p.num_slots) };
+        let ok = o0 >= 0 && o1 > o0 && o1 as u32 <= p.rows && ((o1 - o0 - 1) as u32) <= p.max_drafts;
+        if !ok {
+            slot.flags |= INVALID_OFFSETS;
+            return Request { slot, row0: 0, drafts: 0 };
+        }
+        Request { slot, row0: o0 as u32, drafts: (o1 - o0 - 1) as u32 }
+    }
+
+    #[inline(always)]
+    fn sampler(&self, pos: u64) -> Sampler {
+        Sampler::new(self.slot.temperature, self.slot.seed, pos, Stream::Target)
+    }
+}
+
+/// Row `row` of the target logits.
+///
+/// # Safety
+/// `row < p.rows`.
+#[inline(always)]
+unsafe fn target_row<T>(p: &RejectionParams, row: u32) -> *const T {
+    // SAFETY: the host checked (rows − 1)·row_stride + vocab against the buffer.
+    unsafe { (p.target as *const T).add(row as usize * p.row_stride as usize) }
+}
+
+/// Cache column `column` of `slot` (the draft logits of draft `column`).
+///
+/// # Safety
+/// `p.cache != 0`, `0 <= slot < num_slots`, `column < max_drafts`.
+#[inline(always)]
+unsafe fn cache_row<C>(p: &RejectionParams, slot: i32, column: u32) -> *const C {
+    let offset = slot as usize * p.cache_stride0 as usize + column as usize * p.cache_stride1 as usize;
+    // SAFETY: the host checked the cache covers num_slots × max_drafts rows of >= vocab.
+    unsafe { (p.cache as *const C).add(offset) }
+}
+
+/// This block's chunk of the vocabulary.
+#[inline(always)]
+fn chunk_range(p: &RejectionParams, c: u32) -> (u32, u32) {
+    let start = c * p.chunk;
+    (start, if p.vocab - start < p.chunk { p.vocab } else { start + p.chunk })
+}
+
+/// `(scale · x)` for the lanes below `n`, folded into `lse`.
+#[inline(always)]
+fn push_quad(lse: Lse, v: [f32; 4], n: u32, scale: f32) -> Lse {
+    let lane = |s: Lse, i: usize| if (i as u32) < n { s.push(v[i] * scale) } else { s };
+    lane(lane(lane(lane(lse, 0), 1), 2), 3)
+}
+
+/// Pass 1 (see module docs).
+///
+/// # Safety
+/// Launched by the host's checked launcher.
+#[inline(always)]
+unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
+    let (pair, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
+    let k1 = p.max_drafts + 1;
+    let k1 = k1.max(1); // max_drafts < u32::MAX (host-checked); keeps the panic path out
+    let (r, i) = (pair / k1, pair % k1);
+    if r >= p.requests || c >= p.chunks {
+        return;
+    }
+    // SAFETY: r < requests.
+    let req = unsafe { Request::load(p, r) };
+    if !req.slot.is_valid() || i > req.drafts {
+        return; // block-uniform; pass 2 never reads this entry
+    }
+    let (start, end) = chunk_range(p, c);
+    // SAFETY: row0 + i < offsets[r+1] <= rows.
+    let target = unsafe { target_row::<T>(p, req.row0 + i) };
+    let greedy = req.slot.greedy();
+    let draft = if !greedy && p.cache != 0 && i < req.drafts {
+        // SAFETY: valid non-padding slot (greedy covers -1), i < n_r <= max_drafts.
+        unsafe { cache_row::<C>(p, req.slot.slot, i) }
+    } else {
+        core::ptr::null()
+    };
+    let (t_aligned, d_aligned) = (quad_aligned(target), quad_aligned(draft));
+    let sampler = req.sampler(0);
+    let scale = sampler.scale;
+    let mut acc = Stats::IDENTITY;
+    let mut x = start + ELEMS_PER_THREAD * tid;
+    while x < end {
+        // SAFETY: the rows hold >= vocab >= end elements; x % 4 == 0.
+        let (t, n) = unsafe { load_quad(target, x, end, t_aligned) };
+        let t = widen(t);
+        if any_nan(t, n) {
+            acc.flags |= NAN_LOGITS;
+        }
+        if greedy {
+            acc.best = sampler.fold_quad(acc.best, x, t, n);
+        } else {
+            acc.target = push_quad(acc.target, t, n, scale);
+            if !draft.is_null() {
+                // SAFETY: as above, for the cache row.
+                let (q, _) = unsafe { load_quad(draft, x, end, d_aligned) };
+                acc.draft = push_quad(acc.draft, widen(q), n, scale);
+            }
+        }
+        x += TILE;
+    }
+    // SAFETY: all threads of the block reach this reduction.
+    let acc = unsafe { block_reduce(acc) };
+    if tid == 0 {
+        // SAFETY: stats holds requests·(K+1)·chunks entries (workspace, host-sized).
+        unsafe { (p.stats as *mut Stats).add(pair as usize * p.chunks as usize + c as usize).write(acc) };
+    }
+}
+
+/// Row `i` of request `r`, its chunks combined.
+///
+/// # Safety
+/// Pass 1 wrote these entries (`i <= n_r` of a valid request).
+#[inline(always)]
+unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32) -> Stats {
+    let base = (r as usize * (p.max_drafts as usize + 1) + i as usize) * p.chunks as usize;
+    let mut acc = Stats::IDENTITY;
+    for c in 0..p.chunks as usize {
+        // SAFETY: base + c < requests·(K+1)·chunks.
+        acc = acc.combine(unsafe { *(p.stats as *const Stats).add(base + c) });
+    }
+    acc
+}
+
+/// Writes one token of request `r`.
+///
+/// # Safety
+/// `r < requests`, `i <= max_drafts`.
+#[inline(always)]
+unsafe fn write_token(p: &RejectionParams, r: u32, i: u32, token: i64) {
+    let at = r as usize * (p.max_drafts as usize + 1) + i as usize;
+    // SAFETY: tokens holds requests·(K+1) elements of the flagged width.
+    unsafe {
+        if p.tokens_i64 != 0 {
+            (p.tokens as *mut i64).add(at).write(token);
+        } else {
+            (p.tokens as *mut i32).add(at).write(token as i32);
+        }
+    }
+}
+
+/// Minimum across a full warp.
+///
+/// # Safety
+/// All 32 lanes active and calling together.
+#[inline(always)]
+unsafe fn warp_min_or(mut min: u32, mut or: u32) -> (u32, u32) {
+    let mut m = WARP / 2;
+    while m > 0 {
+        // SAFETY: forwarded from the caller.
+        let (a, b) = unsafe { (gpu::shfl_bfly_u32(min, m), gpu::shfl_bfly_u32(or, m)) };
+        min = if a < min { a } else { min };
+        or |= b;
+        m /= 2;
+    }
+    (min, or)
+}
+
+/// Pass 2 (see module docs).
+///
+/// # Safety
+/// Launched by the host's checked launcher after pass 1 on the same stream.
+#[inline(always)]
+unsafe fn decide<T: Load, C: Load>(p: &RejectionParams) {
+    let (r, lane) = (gpu::block_idx_x(), gpu::thread_idx_x());
+    if r >= p.requests {
+        return;
+    }
+    let k1 = p.max_drafts + 1;
+    // SAFETY: r < requests.
+    let req = unsafe { Request::load(p, r) };
+    let n = req.drafts;
+    let greedy = req.slot.greedy();
+    let mut first = n;
+    let mut flags = req.slot.flags;
+    if req.slot.is_valid() {
+        let mut i = lane;
+        while i <= n {
+            let row = req.row0 + i;
+            // SAFETY: i <= n_r of a valid request: pass 1 wrote it.
+            let st = unsafe { row_stats(p, r, i) };
+            flags |= st.flags;
+            if p.row_status != 0 {
+                // SAFETY: row < rows; row_status holds rows elements.
+                unsafe { (p.row_status as *mut u32).add(row as usize).write(st.flags) };
+            }
+            if i < n {
+                // SAFETY: row < rows; drafts holds rows elements.
+                let d = unsafe { *(p.drafts as *const i32).add(row as usize) };
+                let stop = if d == -1 {
+                    true
+                } else if d < -1 || d as u32 >= p.vocab {
+                    flags |= INVALID_DRAFT;
+                    true
+                } else if greedy {
+                    d as u32 != st.best.index
+                } else {
+                    // SAFETY: row < rows, 0 <= d < vocab.
+                    let t = unsafe { (*target_row::<T>(p, row).add(d as usize)).to_f32() };
+                    let scale = req.sampler(0).scale;
+                    let log_p = t * scale - st.target.value();
+                    let log_q = if p.cache != 0 {
+                        // SAFETY: valid slot, i < n_r <= max_drafts, d < vocab.
+                        let q = unsafe { (*cache_row::<C>(p, req.slot.slot, i).add(d as usize)).to_f32() };
+                        q * scale - st.draft.value()
+                    } else {
+                        0.0
+                    };
+                    // SAFETY: row < rows; pos holds rows elements.
+                    let pos = unsafe { *(p.pos as *const u64).add(row as usize) };
+                    !accepts(random_u32(req.slot.seed, pos, Stream::Accept, 0), log_q, log_p)
+                };
+                if stop && i < first {
+                    first = i;
+                }
+            }
+            i += WARP;
+        }
+    }
+    // SAFETY: the block is one full warp, converged here.
+    let (j, flags) = unsafe { warp_min_or(first, flags) };
+    if flags & INVALID != 0 {
+        let mut i = lane;
+        while i < k1 {
+            // SAFETY: r < requests, i <= K.
+            unsafe { write_token(p, r, i, -1) };
+            i += WARP;
+        }
+        if lane == 0 {
+            // SAFETY: per-request outputs hold `requests` elements; jobs too.
+            unsafe {
+                (p.num_emitted as *mut i32).add(r as usize).write(0);
+                if p.accepted != 0 {
+                    (p.accepted as *mut i32).add(r as usize).write(0);
+                }
+                (p.jobs as *mut Job).add(r as usize).write(NO_JOB);
+                gpu::atomic_or(p.status as *mut u32, flags);
+            }
+        }
+        return;
+    }
+    let mut i = lane;
+    while i < k1 {
+        let token = if i < j {
+            // SAFETY: row0 + i < rows; accepted drafts were checked in range.
+            unsafe { *(p.drafts as *const i32).add((req.row0 + i) as usize) as i64 }
+        } else if i == j {
+            // SAFETY: j <= n_r: pass 1 wrote row j.
+            let st = unsafe { row_stats(p, r, j) };
+            let row = req.row0 + j;
+            // SAFETY: row < rows (drafts is only read for j < n).
+            let d = if j < n { unsafe { *(p.drafts as *const i32).add(row as usize) } } else { -1 };
+            let job = if greedy {
+                NO_JOB
+            } else {
+                let mode = if j == n || d == -1 {
+                    JOB_TARGET
+                } else if p.cache == 0 {
+                    JOB_ONE_HOT
+                } else {
+                    JOB_RESIDUAL
+                };
+                Job {
+                    mode,
+                    row,
+                    column: j,
+                    draft: d as u32,
+                    lse_t: st.target.value(),
+                    lse_q: st.draft.value(),
+                    _pad: [0; 2],
+                }
+            };
+            // SAFETY: jobs holds `requests` entries.
+            unsafe { (p.jobs as *mut Job).add(r as usize).write(job) };
+            if greedy { st.best.index as i64 } else { -1 }
+        } else {
+            -1
+        };
+        // SAFETY: r < requests, i <= K.
+        unsafe { write_token(p, r, i, token) };
+        i += WARP;
+    }
+    if lane == 0 {
+        // SAFETY: per-request outputs hold `requests` elements.
+        unsafe {
+            (p.num_emitted as *mut i32).add(r as usize).write(j as i32 + 1);
+            if p.accepted != 0 {
+                (p.accepted as *mut i32).add(r as usize).write(j as i32);
+            }
+            if flags != 0 {
+                gpu::atomic_or(p.status as *mut u32, flags);
+            }
+        }
+    }
+}
+
+/// Pass 3 (see module docs).
+///
+/// # Safety
+/// Launched by the host's checked launcher after pass 2 on the same stream.
+#[inline(always)]
+unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
+    let (r, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
+    if r >= p.requests || c >= p.chunks {
+        return;
+    }
+    // SAFETY: pass 2 wrote jobs[r] for every request.
+    let job = unsafe { *(p.jobs as *const Job).add(r as usize) };
+    if job.mode == JOB_NONE {
+        return; // block-uniform
+    }
+    // SAFETY: r < requests; a job exists only for a valid request.
+    let req = unsafe { Request::load(p, r) };
+    // SAFETY: job.row < rows; pos holds rows elements.
+    let pos = unsafe { *(p.pos as *const u64).add(job.row as usize) };
+    let sampler = req.sampler(pos);
+    let (start, end) = chunk_range(p, c);
+    // SAFETY: job.row < rows.
+    let target = unsafe { target_row::<T>(p, job.row) };
+    let draft = if job.mode == JOB_RESIDUAL {
+        // SAFETY: a residual job has a cache, a valid slot and column < n_r <= K.
+        unsafe { cache_row::<C>(p, req.slot.slot, job.column) }
+    } else {
+        core::ptr::null()
+    };
+    let (t_aligned, d_aligned) = (quad_aligned(target), quad_aligned(draft));
+    let mut best = ArgMax::IDENTITY;
+    let mut x = start + ELEMS_PER_THREAD * tid;
+    while x < end {
+        // SAFETY: rows hold >= vocab >= end elements; x % 4 == 0.
+        let (t, n) = unsafe { load_quad(target, x, end, t_aligned) };
+        let mut t = widen(t);
+        best = match job.mode {
+            JOB_RESIDUAL => {
+                // SAFETY: as above, for the cache row.
+                let (q, _) = unsafe { load_quad(draft, x, end, d_aligned) };
+                let q = widen(q);
+                let s = sampler.scale;
+                let w = |i: usize| ln_residual(t[i] * s - job.lse_t, q[i] * s - job.lse_q);
+                sampler.fold_log_weights(best, x, [w(0), w(1), w(2), w(3)], n)
+            }
+            JOB_ONE_HOT => {
+                let mut hide = |i: usize| {
+                    if x + i as u32 == job.draft {
+                        t[i] = f32::NEG_INFINITY;
+                    }
+                };
+                hide(0);
+                hide(1);
+                hide(2);
+                hide(3);
+                sampler.fold_quad(best, x, t, n)
+            }
+            _ => sampler.fold_quad(best, x, t, n),
+        };
+        x += TILE;
+    }
+    // SAFETY: all threads of the block reach this reduction.
+    let reduced = unsafe { block_reduce(Partial::new(best, 0)) };
+    if tid == 0 {
+        // SAFETY: partials holds requests·chunks entries.
+        unsafe { (p.partials as *mut Partial).add(r as usize * p.chunks as usize + c as usize).write(reduced) };
+    }
+}
+
+/// Pass 4 (see module docs): grid `requests`, one warp per block.
+///
+/// # Safety
+/// Launched by the host's launcher after pass 3 on the same stream.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn rejection_finish(p: RejectionParams) {
+    let (r, lane) = (gpu::block_idx_x(), gpu::thread_idx_x());
+    if r >= p.requests {
+        return;
+    }
+    // SAFETY: pass 2 wrote jobs[r].
+    let job = unsafe { *(p.jobs as *const Job).add(r as usize) };
+    if job.mode == JOB_NONE {
+        return;
+    }
+    let mut acc = Partial::IDENTITY;
+    let mut c = lane;
+    while c < p.chunks {
+        // SAFETY: pass 3 wrote all chunks of an active request.
+        acc = acc.combine(unsafe { *(p.partials as *const Partial).add(r as usize * p.chunks as usize + c as usize) });
+        c += WARP;
+    }
+    // SAFETY: the block is one full warp.
+    let acc = unsafe { warp_reduce(acc) };
+    if lane == 0 {
+        // SAFETY: r < requests, column <= K.
+        unsafe { write_token(&p, r, job.column, acc.best.index as i64) };
+    }
+}
+
+macro_rules! rejection_kernels {
+    ($($stats:ident, $decide:ident, $resample:ident: $t:ty => $c:ty;)*) => {$(
+        /// Pass 1 of `rejection_sample` for these target and cache dtypes.
+        ///
+        /// # Safety
+        /// Launched by the host's checked launcher.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $stats(p: RejectionParams) {
+            // SAFETY: forwarded.
+            unsafe { stats::<$t, $c>(&p) }
+        }
+        /// Pass 2 of `rejection_sample` for these target and cache dtypes.
+        ///
+        /// # Safety
+        /// Launched by the host's checked launcher.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $decide(p: RejectionParams) {
+            // SAFETY: forwarded.
+            unsafe { decide::<$t, $c>(&p) }
+        }
+        /// Pass 3 of `rejection_sample` for these target and cache dtypes.
+        ///
+        /// # Safety
+        /// Launched by the host's checked launcher.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $resample(p: RejectionParams) {
+            // SAFETY: forwarded.
+            unsafe { resample::<$t, $c>(&p) }
+        }
+    )*};
+}
+
+rejection_kernels! {
+    rejection_stats_f32_f32, rejection_decide_f32_f32, rejection_resample_f32_f32: f32 => f32;
+    rejection_stats_f32_bf16, rejection_decide_f32_bf16, rejection_resample_f32_bf16: f32 => Bf16;
+    rejection_stats_f32_f16, rejection_decide_f32_f16, rejection_resample_f32_f16: f32 => F16;
+    rejection_stats_bf16_f32, rejection_decide_bf16_f32, rejection_resample_bf16_f32: Bf16 => f32;
+    rejection_stats_bf16_bf16, rejection_decide_bf16_bf16, rejection_resample_bf16_bf16: Bf16 => Bf16;
+    rejection_stats_bf16_f16, rejection_decide_bf16_f16, rejection_resample_bf16_f16: Bf16 => F16;
+    rejection_stats_f16_f32, rejection_decide_f16_f32, rejection_resample_f16_f32: F16 => f32;
+    rejection_stats_f16_bf16, rejection_decide_f16_bf16, rejection_resample_f16_bf16: F16 => Bf16;
+    rejection_stats_f16_f16, rejection_decide_f16_f16, rejection_resample_f16_f16: F16 => F16;
+}
