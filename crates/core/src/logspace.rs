@@ -53,7 +53,7 @@ fn expm1_small(z: f32) -> f32 {
 /// weight `1 − q/p` when `z = log q − log p`.
 #[inline(always)]
 pub fn ln_one_minus_exp(z: f32) -> f32 {
-    if !(z < 0.0) {
+    if z.is_nan() || z >= 0.0 {
         return f32::NEG_INFINITY;
     }
     if z > -core::f32::consts::LN_2 {
@@ -95,7 +95,7 @@ impl Lse {
     /// Adds one value.
     #[inline(always)]
     pub fn push(self, x: f32) -> Lse {
-        if !(x > f32::NEG_INFINITY) {
+        if x.is_nan() || x == f32::NEG_INFINITY {
             return self; // -inf or NaN
         }
         if x == f32::INFINITY {

@@ -28,5 +28,5 @@ pub const INVALID: u32 = INVALID_SLOT | INVALID_TEMPERATURE | INVALID_COLUMN | I
 /// A temperature is valid when it is finite and not negative (`0` = greedy).
 #[inline(always)]
 pub fn temperature_is_valid(t: f32) -> bool {
-    t >= 0.0 && t <= f32::MAX
+    (0.0..=f32::MAX).contains(&t)
 }

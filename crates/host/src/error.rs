@@ -29,11 +29,19 @@ pub enum Error {
     CacheOverlap { slots: usize, k: usize, width: usize, stride0: usize, stride1: usize },
     #[error("draft cache column {column} is out of range 0..{k}{}", row_suffix(*.row))]
     ColumnOutOfRange { row: Option<usize>, column: i64, k: usize },
-    #[error("row {row} has slot {slot}, expected -1 (padding) or 0..{num_slots}")]
+    #[error("entry {row} of the slot list has slot {slot}, expected -1 (padding) or 0..{num_slots}")]
     InvalidSlot { row: usize, slot: i32, num_slots: usize },
     #[error("slot {slot} has temperature {value}, expected a finite value >= 0 (0 = greedy)")]
     InvalidTemperature { slot: usize, value: f32 },
-    #[error("the workspace holds {capacity} partial results, this call needs {needed}; create it with larger limits")]
+    #[error("request offsets are invalid at request {request}: {detail}")]
+    InvalidOffsets { request: usize, detail: String },
+    #[error("row {row} proposes draft token {token}, expected -1 (placeholder) or 0..{vocab}")]
+    InvalidDraft { row: usize, token: i32, vocab: usize },
+    #[error("the draft logits have {k} columns per slot, fewer than max_drafts = {max_drafts}")]
+    DraftColumns { k: usize, max_drafts: usize },
+    #[error("max_drafts = {max_drafts} is out of range (0 ..= {max})")]
+    MaxDrafts { max_drafts: usize, max: usize },
+    #[error("the workspace was made for {capacity} rows, this call needs {needed}; create it with a larger limit")]
     WorkspaceTooSmall { needed: usize, capacity: usize },
     #[error("the workspace belongs to another CUDA context")]
     WorkspaceContext,

@@ -7,6 +7,10 @@
 //! - [`GumbelSample`]: one token per row by Gumbel-max with per-slot
 //!   temperature and seed, noise keyed by position; greedy at `T = 0`;
 //!   optionally storing each row's raw logits in a draft-logits cache.
+//! - [`RejectionSample`]: verify drafts against the target exactly, without a
+//!   softmax: log-sum-exp statistics, acceptance in log space, the residual
+//!   `max(p − q, 0)` sampled by Gumbel-max; greedy and random requests mixed,
+//!   ragged drafts, placeholders, one-hot drafts.
 //!
 //! The normative definition of every operation is `shared/SPEC.md`.
 //!
@@ -36,6 +40,7 @@ pub mod cuda;
 mod error;
 mod gumbel;
 mod memory;
+mod rejection;
 mod tensor;
 
 pub use backend::Backend;
@@ -44,7 +49,10 @@ pub use cuda::{Cuda, Workspace};
 pub use error::{Error, Result};
 pub use gumbel::{GumbelOutput, GumbelSample};
 pub use memory::{Device, Host, Memory};
-pub use tensor::{CacheData, Column, DType, DraftCache, Logits, LogitsData, MAX_VOCAB, SlotTable, Tokens};
+pub use rejection::{MAX_DRAFTS, RejectionOutput, RejectionSample};
+pub use tensor::{
+    CacheData, CacheShape, Column, DType, DraftCache, DraftLogits, Logits, LogitsData, MAX_VOCAB, SlotTable, Tokens,
+};
 
 /// Status flags the kernels raise for device-resident values (SPEC §5).
 pub use specdec_core::status;

@@ -107,9 +107,31 @@ pub struct DraftCache<'a, M: Memory> {
 }
 
 impl<M: Memory> DraftCache<'_, M> {
-    /// Checks the cache against the vocabulary and slot count: too narrow, too
-    /// few slots, overlapping rows, or a buffer its strides overrun.
+    pub(crate) fn shape(&self) -> CacheShape {
+        CacheShape { slots: self.slots, k: self.k, width: self.width, stride0: self.stride0, stride1: self.stride1 }
+    }
+
     pub(crate) fn check(&self, vocab: usize, num_slots: usize) -> Result<()> {
+        self.shape().check(self.data.len(), vocab, num_slots)
+    }
+}
+
+/// The shape of a draft-logits cache `[slots, k, width]`: element `(s, c, x)`
+/// lives at `s*stride0 + c*stride1 + x`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheShape {
+    pub slots: usize,
+    pub k: usize,
+    pub width: usize,
+    pub stride0: usize,
+    pub stride1: usize,
+}
+
+impl CacheShape {
+    /// Checks the shape against the vocabulary, the slot count and the
+    /// buffer length: too narrow, too few slots, overlapping rows, or strides
+    /// that overrun the buffer.
+    pub(crate) fn check(&self, len: usize, vocab: usize, num_slots: usize) -> Result<()> {
         if self.width < vocab {
             return Err(Error::CacheTooNarrow { cache_width: self.width, vocab });
         }
@@ -134,7 +156,7 @@ impl<M: Memory> DraftCache<'_, M> {
                 .and_then(|a| (self.k - 1).checked_mul(self.stride1).and_then(|b| a.checked_add(b)))
                 .and_then(|o| o.checked_add(self.width))
                 .unwrap_or(usize::MAX);
-            check_extent("draft cache", needed, self.data.len())?;
+            check_extent("draft cache", needed, len)?;
         }
         Ok(())
     }
@@ -158,6 +180,12 @@ impl<M: Memory> DraftCache<'_, M> {
         }
         false
     }
+}
+
+/// Read-only draft logits (the cache `gumbel_sample` filled), for verification.
+pub struct DraftLogits<'a, M: Memory> {
+    pub data: LogitsData<'a, M>,
+    pub shape: CacheShape,
 }
 
 /// Which cache column each row writes.

@@ -6,6 +6,7 @@
 //! host values here, so they come back as typed errors.
 
 mod gumbel;
+mod rejection;
 
 use half::{bf16, f16};
 use specdec_core::dtype::{Bf16, F16};
@@ -38,3 +39,14 @@ macro_rules! as_core {
 }
 as_core!(bf16 => Bf16);
 as_core!(f16 => F16);
+
+/// A row as the kernels walk it: `(first id, four values widened, valid lanes)`.
+fn quads<L: specdec_core::dtype::Element>(values: &[L]) -> impl Iterator<Item = (u32, [f32; 4], u32)> + '_ {
+    values.chunks(4).enumerate().map(|(q, quad)| {
+        let mut vals = [0f32; 4];
+        for (v, x) in vals.iter_mut().zip(quad) {
+            *v = x.to_f32();
+        }
+        (4 * q as u32, vals, quad.len() as u32)
+    })
+}

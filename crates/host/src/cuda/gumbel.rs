@@ -7,7 +7,6 @@ use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Device;
 use crate::tensor::{CacheData, Column, LogitsData, Tokens};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
-use specdec_core::dtype::DType;
 use specdec_core::layout::GumbelParams;
 
 impl Cuda {
@@ -26,9 +25,9 @@ impl Cuda {
         mut out: GumbelOutput<'_, Device>,
     ) -> Result<()> {
         let shape = args.check(&out)?;
-        let (chunk, chunks) = ws.split(shape.rows, args.logits.vocab)?;
+        let split = ws.split(shape.rows, args.logits.vocab)?;
         let stream = &*self.stream;
-        if ws.partials.stream().context().cu_ctx() != stream.context().cu_ctx() {
+        if ws.scratch.stream().context().cu_ctx() != stream.context().cu_ctx() {
             return Err(Error::WorkspaceContext);
         }
 
@@ -52,8 +51,8 @@ impl Cuda {
             rows: shape.rows as u32,
             vocab: args.logits.vocab as u32,
             num_slots: shape.num_slots as u32,
-            chunk,
-            chunks,
+            chunk: split.chunk,
+            chunks: split.chunks,
             drafting: args.drafting as u32,
             ..GumbelParams::default()
         };
@@ -95,29 +94,13 @@ impl Cuda {
             _g9 = Some(g);
             p.row_status = ptr;
         }
-        let (partials, _g10) = ws.partials.device_ptr_mut(stream);
+        let (partials, _g10) = ws.scratch.device_ptr_mut(stream);
         let (status, _g11) = ws.status.device_ptr_mut(stream);
         p.partials = partials;
         p.status = status;
         // SAFETY: every pointer above comes from a view whose length `check`
         // matched against the shape; `split` sized chunks within the workspace
         // (capacity ≥ rows · chunks) and chunk · chunks ≥ vocab.
-        unsafe { launch::gumbel_sample(&self.kernels, stream, kernel_name(logits_dtype, cache_dtype), p) }
-    }
-}
-
-/// `gumbel_sample_{logits}_{cache}`.
-fn kernel_name(logits: DType, cache: DType) -> &'static str {
-    use DType::*;
-    match (logits, cache) {
-        (F32, F32) => "gumbel_sample_f32_f32",
-        (F32, BF16) => "gumbel_sample_f32_bf16",
-        (F32, F16) => "gumbel_sample_f32_f16",
-        (BF16, F32) => "gumbel_sample_bf16_f32",
-        (BF16, BF16) => "gumbel_sample_bf16_bf16",
-        (BF16, F16) => "gumbel_sample_bf16_f16",
-        (F16, F32) => "gumbel_sample_f16_f32",
-        (F16, BF16) => "gumbel_sample_f16_bf16",
-        (F16, F16) => "gumbel_sample_f16_f16",
+        unsafe { launch::gumbel_sample(&self.kernels, stream, (logits_dtype, cache_dtype), p) }
     }
 }

@@ -1,50 +1,94 @@
-//! The only `unsafe` launches of the crate, one per kernel. Each is reached
-//! through a safe function that has validated every host-visible value.
+//! The only `unsafe` launches of the crate, one function per operation. Each
+//! is reached through a safe function that has validated every host-visible
+//! value.
 
 use super::Kernels;
 use crate::error::Result;
+use crate::tensor::DType;
 use cudarc::driver::{CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
-use specdec_core::layout::{BLOCK_THREADS, GumbelParams};
+use specdec_core::layout::{BLOCK_THREADS, GumbelParams, RejectionParams};
 
 /// A `#[repr(C)]` parameter block passed to a kernel by value.
 #[repr(transparent)]
-struct Params(GumbelParams);
+struct Params<P>(P);
 
-// SAFETY: GumbelParams is #[repr(C)], Copy, and made only of integers, the
-// layout the kernels declare for their single by-value parameter.
-unsafe impl DeviceRepr for Params {}
+// SAFETY: both parameter blocks are #[repr(C)], Copy, and made only of
+// integers: the layout the kernels declare for their single by-value parameter.
+unsafe impl DeviceRepr for Params<GumbelParams> {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for Params<RejectionParams> {}
 
-/// Dynamic shared memory of `block_reduce` (`WARPS × 16` bytes).
-const BLOCK_REDUCE_SHARED_BYTES: u32 = (BLOCK_THREADS / 32) * 16;
+/// Dynamic shared memory of the largest `block_reduce` value (`Stats`: WARPS × 32 bytes).
+const BLOCK_REDUCE_SHARED_BYTES: u32 = (BLOCK_THREADS / 32) * 32;
+const WARP: u32 = 32;
+
+fn blocks(grid: (u32, u32)) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (grid.0, grid.1, 1),
+        block_dim: (BLOCK_THREADS, 1, 1),
+        shared_mem_bytes: BLOCK_REDUCE_SHARED_BYTES,
+    }
+}
+
+fn warps(grid: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (WARP, 1, 1), shared_mem_bytes: 0 }
+}
 
 /// Launches both passes of `gumbel_sample`.
 ///
 /// # Safety
 /// `p` must have been built by `cuda::gumbel` from checked arguments: every
-/// pointer valid on `stream` for the extent its shape fields imply, `chunks ·
-/// rows` partials in the workspace, `chunk · chunks >= vocab`.
+/// pointer valid on `stream` for the extent its shape fields imply, `rows ·
+/// chunks` partials in the workspace, `chunk · chunks >= vocab`.
 pub(super) unsafe fn gumbel_sample(
     kernels: &Kernels,
     stream: &CudaStream,
-    name: &'static str,
+    dtypes: (DType, DType),
     p: GumbelParams,
 ) -> Result<()> {
     if p.rows == 0 {
         return Ok(());
     }
     let params = Params(p);
-    let pass1 = kernels.function(name)?;
-    let cfg = LaunchConfig {
-        grid_dim: (p.rows, p.chunks, 1),
-        block_dim: (BLOCK_THREADS, 1, 1),
-        shared_mem_bytes: BLOCK_REDUCE_SHARED_BYTES,
-    };
-    // SAFETY: the caller guarantees `p` (see above); the grid covers rows ×
-    // chunks and the block size and shared memory are what the kernel expects.
-    unsafe { stream.launch_builder(&pass1).arg(&params).launch(cfg) }?;
-    let pass2 = kernels.function("gumbel_sample_finish")?;
-    let cfg = LaunchConfig { grid_dim: (p.rows, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
+    let pass1 = kernels.function(("gumbel_sample", Some(dtypes)))?;
+    let pass2 = kernels.function(("gumbel_sample_finish", None))?;
+    // SAFETY: the caller guarantees `p`; the grid covers rows × chunks, block
+    // size and shared memory are what the kernel's reductions expect.
+    unsafe { stream.launch_builder(&pass1).arg(&params).launch(blocks((p.rows, p.chunks))) }?;
     // SAFETY: as above; pass 2 reads the partials pass 1 wrote on this stream.
-    unsafe { stream.launch_builder(&pass2).arg(&params).launch(cfg) }?;
+    unsafe { stream.launch_builder(&pass2).arg(&params).launch(warps(p.rows)) }?;
+    Ok(())
+}
+
+/// Launches the four passes of `rejection_sample`.
+///
+/// # Safety
+/// `p` must have been built by `cuda::rejection` from checked arguments: every
+/// pointer valid on `stream` for the extent its shape fields imply; the
+/// workspace regions hold `requests·(K+1)·chunks` stats, `requests` jobs and
+/// `requests·chunks` partials; `chunk · chunks >= vocab`.
+pub(super) unsafe fn rejection_sample(
+    kernels: &Kernels,
+    stream: &CudaStream,
+    dtypes: (DType, DType),
+    p: RejectionParams,
+) -> Result<()> {
+    if p.requests == 0 {
+        return Ok(());
+    }
+    let params = Params(p);
+    let pairs = p.requests * (p.max_drafts + 1);
+    let stats = kernels.function(("rejection_stats", Some(dtypes)))?;
+    let decide = kernels.function(("rejection_decide", Some(dtypes)))?;
+    let resample = kernels.function(("rejection_resample", Some(dtypes)))?;
+    let finish = kernels.function(("rejection_finish", None))?;
+    // SAFETY: the caller guarantees `p`; each grid matches its pass (module
+    // docs of kernels::rejection), and the passes run in order on one stream.
+    unsafe {
+        stream.launch_builder(&stats).arg(&params).launch(blocks((pairs, p.chunks)))?;
+        stream.launch_builder(&decide).arg(&params).launch(warps(p.requests))?;
+        stream.launch_builder(&resample).arg(&params).launch(blocks((p.requests, p.chunks)))?;
+        stream.launch_builder(&finish).arg(&params).launch(warps(p.requests))?;
+    }
     Ok(())
 }

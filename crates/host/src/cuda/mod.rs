@@ -8,11 +8,13 @@
 
 mod gumbel;
 mod launch;
+mod rejection;
 mod workspace;
 
 pub use workspace::Workspace;
 
 use crate::error::{Error, Result};
+use crate::tensor::DType;
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use std::collections::HashMap;
@@ -30,16 +32,22 @@ pub fn driver_present() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
-/// The loaded module of one context, and its functions by name.
+/// A kernel: its operation and, for dtype-generic ones, the (logits, cache)
+/// dtypes. The symbol is `{op}` or `{op}_{logits}_{cache}`.
+type KernelKey = (&'static str, Option<(DType, DType)>);
+
+/// The loaded module of one context, and its functions.
 struct Kernels {
     module: Arc<CudaModule>,
-    functions: Mutex<HashMap<&'static str, CudaFunction>>,
+    functions: Mutex<HashMap<KernelKey, CudaFunction>>,
 }
 
 impl Kernels {
     /// The module for `ctx`, loaded on first use and shared afterwards.
     fn for_context(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
-        static LOADED: OnceLock<Mutex<Vec<(usize, Weak<Kernels>)>>> = OnceLock::new();
+        /// Modules by context handle; weak, so a dropped context's module goes too.
+        type Loaded = Mutex<Vec<(usize, Weak<Kernels>)>>;
+        static LOADED: OnceLock<Loaded> = OnceLock::new();
         let mut loaded = LOADED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
         let key = ctx.cu_ctx() as usize;
         loaded.retain(|(_, k)| k.strong_count() > 0);
@@ -54,13 +62,17 @@ impl Kernels {
         Ok(kernels)
     }
 
-    fn function(&self, name: &'static str) -> Result<CudaFunction> {
+    fn function(&self, key: KernelKey) -> Result<CudaFunction> {
         let mut functions = self.functions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = functions.get(name) {
+        if let Some(f) = functions.get(&key) {
             return Ok(f.clone());
         }
-        let f = self.module.load_function(name).map_err(|source| Error::PtxLoad { arch: PTX_ARCH, source })?;
-        functions.insert(name, f.clone());
+        let name = match key {
+            (op, None) => op.to_string(),
+            (op, Some((l, c))) => format!("{op}_{}_{}", l.name(), c.name()),
+        };
+        let f = self.module.load_function(&name).map_err(|source| Error::PtxLoad { arch: PTX_ARCH, source })?;
+        functions.insert(key, f.clone());
         Ok(f)
     }
 }

@@ -5,25 +5,40 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use specdec_core::layout::TILE;
 use std::sync::Arc;
 
-/// Bytes of one partial result (`kernels::block::Partial`).
-pub(crate) const PARTIAL_BYTES: usize = 16;
+/// Bytes of one reduction partial (`kernels::block::Partial`).
+const PARTIAL_BYTES: usize = 16;
+/// Bytes of one row-chunk statistic (`kernels::rejection::Stats`).
+const STATS_BYTES: usize = 32;
+/// Bytes of one resample job (`kernels::rejection::Job`).
+const JOB_BYTES: usize = 32;
 
-/// Device scratch for calls of up to `max_rows` rows: partial block results
-/// (O(rows + SMs), never rows × V) and the status word the kernels OR their
-/// flags into. Create it once; calls then allocate nothing.
+/// Device scratch for calls of up to `max_rows` rows (`gumbel_sample`) or
+/// `requests · (max_drafts + 1)` rows (`rejection_sample`): per-block partial
+/// results, O(rows + SMs) entries, never rows × V; and the status word the
+/// kernels OR their flags into. Create it once; calls then allocate nothing.
 pub struct Workspace {
-    pub(crate) partials: CudaSlice<u8>,
+    pub(crate) scratch: CudaSlice<u8>,
     pub(crate) status: CudaSlice<u32>,
-    pub(crate) sm_count: u32,
+    sm_count: u32,
     max_rows: usize,
+}
+
+/// How a call's rows are split over blocks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Split {
+    /// Elements per block, a multiple of `TILE`.
+    pub chunk: u32,
+    /// Blocks per row.
+    pub chunks: u32,
 }
 
 impl Workspace {
     pub(crate) fn new(stream: &Arc<CudaStream>, sm_count: u32, max_rows: usize) -> Result<Self> {
-        let capacity = target_blocks(sm_count) + max_rows;
-        let partials = stream.alloc_zeros::<u8>(capacity * PARTIAL_BYTES)?;
+        let entries = target_blocks(sm_count) + max_rows;
+        let bytes = entries * STATS_BYTES + max_rows * JOB_BYTES + entries * PARTIAL_BYTES;
+        let scratch = stream.alloc_zeros::<u8>(bytes)?;
         let status = stream.alloc_zeros::<u32>(1)?;
-        Ok(Workspace { partials, status, sm_count, max_rows })
+        Ok(Workspace { scratch, status, sm_count, max_rows })
     }
 
     pub fn max_rows(&self) -> usize {
@@ -40,19 +55,26 @@ impl Workspace {
         Ok(word[0])
     }
 
-    /// How a row of `vocab` ids is split over blocks for a call of `rows` rows:
-    /// `(chunk, chunks)` with `chunk` a multiple of `TILE`. Enough blocks to
-    /// fill the GPU at small batch, one block per row at large batch.
-    pub(crate) fn split(&self, rows: usize, vocab: usize) -> Result<(u32, u32)> {
+    /// How rows of `vocab` ids are split over blocks for a call over `rows`
+    /// rows: enough blocks to fill the GPU at small batch, one block per row at
+    /// large batch. `rows · chunks <= target_blocks + rows` always holds, which
+    /// is what the scratch regions are sized for.
+    pub(crate) fn split(&self, rows: usize, vocab: usize) -> Result<Split> {
         if rows > self.max_rows {
             return Err(Error::WorkspaceTooSmall { needed: rows, capacity: self.max_rows });
         }
         let tiles = vocab.div_ceil(TILE as usize);
         let wanted = target_blocks(self.sm_count).div_ceil(rows.max(1)).clamp(1, tiles);
         let chunk = tiles.div_ceil(wanted) * TILE as usize;
-        let chunks = vocab.div_ceil(chunk);
-        debug_assert!(rows * chunks <= target_blocks(self.sm_count) + self.max_rows);
-        Ok((chunk as u32, chunks as u32))
+        Ok(Split { chunk: chunk as u32, chunks: vocab.div_ceil(chunk) as u32 })
+    }
+
+    /// Byte offsets of the rejection regions (stats, jobs, partials) in `scratch`.
+    pub(crate) fn rejection_regions(&self) -> (u64, u64, u64) {
+        let entries = target_blocks(self.sm_count) + self.max_rows;
+        let jobs = entries * STATS_BYTES;
+        let partials = jobs + self.max_rows * JOB_BYTES;
+        (0, jobs as u64, partials as u64)
     }
 }
 

@@ -1,0 +1,183 @@
+//! `rejection_sample` on the CPU: the twin of `crates/kernels/src/rejection.rs`.
+//!
+//! It walks each request's drafts in order and stops at the first rejection,
+//! so it reads only the rows it needs; the kernels compute every row's
+//! statistics in parallel. Both apply the same `specdec-core` rules.
+
+use super::{AsCore, Cpu, quads};
+use crate::error::Result;
+use crate::memory::Host;
+use crate::rejection::{RejectionOutput, RejectionSample};
+use crate::tensor::{LogitsData, Tokens};
+use specdec_core::argmax::ArgMax;
+use specdec_core::dtype::Element;
+use specdec_core::logspace::{Lse, ln_residual};
+use specdec_core::rng::{Stream, random_u32};
+use specdec_core::sample::{Sampler, accepts};
+use specdec_core::status::NAN_LOGITS;
+
+impl Cpu {
+    /// `rejection_sample` (SPEC §4) on host buffers.
+    ///
+    /// # Errors
+    /// Shape, stride and length errors, bad offsets, draft ids, slots and
+    /// temperatures, all before anything is written.
+    pub fn rejection_sample(&self, args: &RejectionSample<'_, Host>, out: RejectionOutput<'_, Host>) -> Result<()> {
+        let shape = args.check(&out)?;
+        args.check_values(shape)?;
+        match &args.target.data {
+            LogitsData::F32(t) => with_draft(args, t, out),
+            LogitsData::BF16(t) => with_draft(args, t.as_core(), out),
+            LogitsData::F16(t) => with_draft(args, t.as_core(), out),
+        }
+        Ok(())
+    }
+}
+
+fn with_draft<T: Element>(args: &RejectionSample<'_, Host>, target: &[T], out: RejectionOutput<'_, Host>) {
+    match args.draft_logits.as_ref().map(|d| &d.data) {
+        None => verify::<T, T>(args, target, None, out),
+        Some(LogitsData::F32(d)) => verify(args, target, Some(*d), out),
+        Some(LogitsData::BF16(d)) => verify(args, target, Some(d.as_core()), out),
+        Some(LogitsData::F16(d)) => verify(args, target, Some(d.as_core()), out),
+    }
+}
+
+/// One request's view of the call.
+struct Request<'a, 'b, T, C> {
+    args: &'a RejectionSample<'b, Host>,
+    target: &'a [T],
+    draft: Option<&'a [C]>,
+    row0: usize,
+    slot: i32,
+    sampler: Sampler,
+}
+
+impl<T: Element, C: Element> Request<'_, '_, T, C> {
+    fn target_row(&self, i: usize) -> &[T] {
+        let start = (self.row0 + i) * self.args.target.row_stride;
+        &self.target[start..start + self.args.target.vocab]
+    }
+
+    /// Draft column `i` of the request's slot.
+    fn draft_row(&self, i: usize) -> Option<&[C]> {
+        let (d, shape) = (self.draft?, self.args.draft_logits.as_ref()?.shape);
+        let start = self.slot as usize * shape.stride0 + i * shape.stride1;
+        Some(&d[start..start + self.args.target.vocab])
+    }
+
+    fn pos(&self, i: usize) -> u64 {
+        self.args.pos[self.row0 + i]
+    }
+
+    fn argmax(&self, i: usize) -> u32 {
+        quads(self.target_row(i)).fold(ArgMax::IDENTITY, |b, (x, v, n)| self.sampler.fold_quad(b, x, v, n)).index
+    }
+
+    fn lse<E: Element>(&self, row: &[E]) -> f32 {
+        let s = self.sampler.scale;
+        quads(row)
+            .fold(Lse::EMPTY, |acc, (_, v, n)| v.iter().take(n as usize).fold(acc, |acc, &x| acc.push(x * s)))
+            .value()
+    }
+
+    /// Whether draft `d` at row `i` passes (SPEC §4 standard rule).
+    fn accepts(&self, i: usize, d: usize) -> bool {
+        let s = self.sampler.scale;
+        let log_p = self.target_row(i)[d].to_f32() * s - self.lse(self.target_row(i));
+        let log_q = match self.draft_row(i) {
+            Some(q) => q[d].to_f32() * s - self.lse(q),
+            None => 0.0,
+        };
+        accepts(random_u32(self.sampler.seed, self.pos(i), Stream::Accept, 0), log_q, log_p)
+    }
+
+    /// The token at row `i` after a rejection of `d` (`None`: bonus row or
+    /// placeholder, sample the target).
+    fn resample(&self, i: usize, rejected: Option<usize>) -> u32 {
+        let sampler = Sampler { pos: self.pos(i), ..self.sampler };
+        let rows = quads(self.target_row(i));
+        match (rejected, self.draft_row(i)) {
+            (None, _) => rows.fold(ArgMax::IDENTITY, |b, (x, v, n)| sampler.fold_quad(b, x, v, n)).index,
+            (Some(d), None) => {
+                rows.fold(ArgMax::IDENTITY, |b, (x, mut v, n)| {
+                    for (lane, val) in v.iter_mut().enumerate() {
+                        if x as usize + lane == d {
+                            *val = f32::NEG_INFINITY;
+                        }
+                    }
+                    sampler.fold_quad(b, x, v, n)
+                })
+                .index
+            }
+            (Some(_), Some(q)) => {
+                let s = sampler.scale;
+                let (lse_t, lse_q) = (self.lse(self.target_row(i)), self.lse(q));
+                rows.zip(quads(q))
+                    .fold(ArgMax::IDENTITY, |b, ((x, t, n), (_, q, _))| {
+                        let w: [f32; 4] = std::array::from_fn(|l| ln_residual(t[l] * s - lse_t, q[l] * s - lse_q));
+                        sampler.fold_log_weights(b, x, w, n)
+                    })
+                    .index
+            }
+        }
+    }
+}
+
+fn verify<T: Element, C: Element>(
+    args: &RejectionSample<'_, Host>,
+    target: &[T],
+    draft: Option<&[C]>,
+    mut out: RejectionOutput<'_, Host>,
+) {
+    let k1 = args.max_drafts + 1;
+    for r in 0..args.slots.len() {
+        let (o0, o1) = (args.offsets[r] as usize, args.offsets[r + 1] as usize);
+        let n = o1 - o0 - 1;
+        let slot = args.slots[r];
+        let (t, seed) =
+            if slot >= 0 { (args.table.temperature[slot as usize], args.table.seed[slot as usize]) } else { (0.0, 0) };
+        let req = Request { args, target, draft, row0: o0, slot, sampler: Sampler::new(t, seed, 0, Stream::Target) };
+        let greedy = req.sampler.greedy;
+
+        if let Some(status) = out.row_status.as_mut() {
+            for i in 0..=n {
+                let nan = req.target_row(i).iter().any(|x| x.to_f32().is_nan());
+                status[o0 + i] = if nan { NAN_LOGITS } else { 0 };
+            }
+        }
+
+        // Walk the drafts; stop at the first placeholder or rejection.
+        let mut j = n;
+        let mut rejected = None;
+        for i in 0..n {
+            let d = args.drafts[o0 + i];
+            if d == -1 {
+                j = i;
+                break;
+            }
+            let ok = if greedy { d as u32 == req.argmax(i) } else { req.accepts(i, d as usize) };
+            if !ok {
+                (j, rejected) = (i, Some(d as usize));
+                break;
+            }
+        }
+        let last = if greedy { req.argmax(j) } else { req.resample(j, rejected) };
+
+        let row = |i: usize| -> i64 {
+            match i {
+                i if i < j => args.drafts[o0 + i] as i64,
+                i if i == j => last as i64,
+                _ => -1,
+            }
+        };
+        match &mut out.tokens {
+            Tokens::I32(tok) => (0..k1).for_each(|i| tok[r * k1 + i] = row(i) as i32),
+            Tokens::I64(tok) => (0..k1).for_each(|i| tok[r * k1 + i] = row(i)),
+        }
+        out.num_emitted[r] = j as i32 + 1;
+        if let Some(a) = out.accepted.as_mut() {
+            a[r] = j as i32;
+        }
+    }
+}

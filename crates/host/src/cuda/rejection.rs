@@ -1,0 +1,115 @@
+//! `rejection_sample` on the GPU: checks, then the four-pass launch of
+//! `crates/kernels/src/rejection.rs`.
+
+use super::{Cuda, Workspace, launch};
+use crate::error::{Error, Result};
+use crate::memory::Device;
+use crate::rejection::{RejectionOutput, RejectionSample};
+use crate::tensor::{LogitsData, Tokens};
+use cudarc::driver::{DevicePtr, DevicePtrMut};
+use specdec_core::layout::RejectionParams;
+
+impl Cuda {
+    /// `rejection_sample` (SPEC §4) on device buffers, enqueued on this
+    /// backend's stream. No allocation, no synchronisation. Offsets, slots,
+    /// temperatures and draft ids are checked in the kernels: a request with
+    /// a bad one gets tokens `-1` and `num_emitted = 0`, and the workspace's
+    /// status word says why.
+    ///
+    /// # Errors
+    /// Shape, stride and length errors before anything is launched;
+    /// [`Error::WorkspaceTooSmall`] when `requests · (max_drafts + 1)`
+    /// exceeds the workspace; driver errors.
+    pub fn rejection_sample(
+        &self,
+        ws: &mut Workspace,
+        args: &RejectionSample<'_, Device>,
+        mut out: RejectionOutput<'_, Device>,
+    ) -> Result<()> {
+        let shape = args.check(&out)?;
+        let split = ws.split(shape.requests * (args.max_drafts + 1), args.target.vocab)?;
+        let stream = &*self.stream;
+        if ws.scratch.stream().context().cu_ctx() != stream.context().cu_ctx() {
+            return Err(Error::WorkspaceContext);
+        }
+
+        // Device pointers; the guards record cudarc's read/write events when dropped after the launch.
+        let (target, _g1) = match &args.target.data {
+            LogitsData::F32(b) => b.device_ptr(stream),
+            LogitsData::BF16(b) => b.device_ptr(stream),
+            LogitsData::F16(b) => b.device_ptr(stream),
+        };
+        let (offsets, _g2) = args.offsets.device_ptr(stream);
+        let (drafts, _g3) = args.drafts.device_ptr(stream);
+        let (slots, _g4) = args.slots.device_ptr(stream);
+        let (pos, _g5) = args.pos.device_ptr(stream);
+        let (temperature, _g6) = args.table.temperature.device_ptr(stream);
+        let (seed, _g7) = args.table.seed.device_ptr(stream);
+        let target_dtype = args.target.data.dtype();
+        let mut p = RejectionParams {
+            target,
+            row_stride: args.target.row_stride as u64,
+            offsets,
+            drafts,
+            slots,
+            pos,
+            temperature,
+            seed,
+            rows: shape.rows as u32,
+            vocab: args.target.vocab as u32,
+            requests: shape.requests as u32,
+            max_drafts: args.max_drafts as u32,
+            num_slots: shape.num_slots as u32,
+            chunk: split.chunk,
+            chunks: split.chunks,
+            ..RejectionParams::default()
+        };
+        let mut draft_dtype = target_dtype;
+        let mut _g8 = None;
+        if let Some(d) = &args.draft_logits {
+            draft_dtype = d.data.dtype();
+            let (ptr, g) = match &d.data {
+                LogitsData::F32(b) => b.device_ptr(stream),
+                LogitsData::BF16(b) => b.device_ptr(stream),
+                LogitsData::F16(b) => b.device_ptr(stream),
+            };
+            _g8 = Some(g);
+            p.cache = ptr;
+            p.cache_stride0 = d.shape.stride0 as u64;
+            p.cache_stride1 = d.shape.stride1 as u64;
+        }
+        let (tokens, _g9) = match &mut out.tokens {
+            Tokens::I32(b) => b.device_ptr_mut(stream),
+            Tokens::I64(b) => {
+                p.tokens_i64 = 1;
+                b.device_ptr_mut(stream)
+            }
+        };
+        p.tokens = tokens;
+        let (num_emitted, _g10) = out.num_emitted.device_ptr_mut(stream);
+        p.num_emitted = num_emitted;
+        let mut _g11 = None;
+        if let Some(a) = &mut out.accepted {
+            let (ptr, g) = a.device_ptr_mut(stream);
+            _g11 = Some(g);
+            p.accepted = ptr;
+        }
+        let mut _g12 = None;
+        if let Some(s) = &mut out.row_status {
+            let (ptr, g) = s.device_ptr_mut(stream);
+            _g12 = Some(g);
+            p.row_status = ptr;
+        }
+        let (stats_at, jobs_at, partials_at) = ws.rejection_regions();
+        let (scratch, _g13) = ws.scratch.device_ptr_mut(stream);
+        let (status, _g14) = ws.status.device_ptr_mut(stream);
+        p.stats = scratch + stats_at;
+        p.jobs = scratch + jobs_at;
+        p.partials = scratch + partials_at;
+        p.status = status;
+        // SAFETY: every pointer comes from a view whose length `check` matched
+        // against the shape; `split` bounded requests·(K+1)·chunks by the
+        // workspace's regions, and chunk · chunks >= vocab.
+        unsafe { launch::rejection_sample(&self.kernels, stream, (target_dtype, draft_dtype), p) }
+    }
+}

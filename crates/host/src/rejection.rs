@@ -1,0 +1,136 @@
+//! The `rejection_sample` call (SPEC §4): its arguments and the checks every
+//! backend runs before verifying.
+
+use crate::error::{Error, Result};
+use crate::memory::{Host, Memory};
+use crate::tensor::{DraftLogits, Logits, SlotTable, Tokens, check_len};
+use specdec_core::status;
+
+/// Largest `max_drafts` (K) a call may use.
+pub const MAX_DRAFTS: usize = 1 << 16;
+
+/// Verify each request's drafts against the target, exactly (SPEC §4).
+///
+/// Request `r` owns target rows `offsets[r] .. offsets[r+1]`: one row per
+/// draft, then its bonus row, so it has `n_r = offsets[r+1] − offsets[r] − 1`
+/// drafts (`0 ..= max_drafts`). The target logits are raw (the kernel divides
+/// by `T`); the draft logits, when given, are the raw logits `gumbel_sample`
+/// stored: draft `i` of a request is column `i` of its slot.
+pub struct RejectionSample<'a, M: Memory> {
+    /// `[rows, >= vocab]`, after the caller's logits processors, before temperature.
+    pub target: Logits<'a, M>,
+    /// `i32 [requests + 1]`: row offsets, `offsets[0] = 0`, increasing, `offsets[requests] = rows`.
+    pub offsets: M::Ref<'a, i32>,
+    /// `i32 [rows]`: the draft proposed at each draft row (`-1` placeholder:
+    /// verification stops there and samples the target); bonus rows' entries are ignored.
+    pub drafts: M::Ref<'a, i32>,
+    /// `i32 [requests]`: each request's slot (`-1`: a greedy padding request).
+    pub slots: M::Ref<'a, i32>,
+    /// `u64 [rows]`: the absolute position of each row's input token.
+    pub pos: M::Ref<'a, u64>,
+    pub table: SlotTable<'a, M>,
+    /// `K`: the most drafts any request has in this call.
+    pub max_drafts: usize,
+    /// The draft model's logits, or `None` for one-hot drafts (`q = onehot(d)`).
+    pub draft_logits: Option<DraftLogits<'a, M>>,
+}
+
+/// What `rejection_sample` writes.
+pub struct RejectionOutput<'a, M: Memory> {
+    /// `[requests, max_drafts + 1]`: accepted drafts, then the resampled or
+    /// bonus token, then `-1`. An invalid request (device-side check) is all `-1`.
+    pub tokens: Tokens<'a, M>,
+    /// `i32 [requests]`: tokens emitted, accepted drafts + 1 (`0` for an invalid request).
+    pub num_emitted: M::Mut<'a, i32>,
+    /// `i32 [requests]`: accepted drafts.
+    pub accepted: Option<M::Mut<'a, i32>>,
+    /// `u32 [rows]`: each row's `specdec_core::status` flags; `NAN_LOGITS`
+    /// marks a row that is not valid (it held a NaN). Rows of invalid
+    /// requests are not written.
+    pub row_status: Option<M::Mut<'a, u32>>,
+}
+
+/// The validated shape of a call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RejectionShape {
+    pub rows: usize,
+    pub requests: usize,
+    pub num_slots: usize,
+}
+
+impl<M: Memory> RejectionSample<'_, M> {
+    /// Shape, length and stride checks: everything the host knows without
+    /// reading buffer contents.
+    pub(crate) fn check(&self, out: &RejectionOutput<'_, M>) -> Result<RejectionShape> {
+        self.target.check()?;
+        let rows = self.target.rows;
+        let num_slots = self.table.check()?;
+        let requests = M::len(&self.slots);
+        if self.max_drafts > MAX_DRAFTS {
+            return Err(Error::MaxDrafts { max_drafts: self.max_drafts, max: MAX_DRAFTS });
+        }
+        check_len("offsets", requests + 1, M::len(&self.offsets))?;
+        check_len("drafts", rows, M::len(&self.drafts))?;
+        check_len("positions", rows, M::len(&self.pos))?;
+        check_len("tokens", requests * (self.max_drafts + 1), out.tokens.len())?;
+        check_len("num_emitted", requests, M::len_mut(&out.num_emitted))?;
+        if let Some(a) = &out.accepted {
+            check_len("accepted", requests, M::len_mut(a))?;
+        }
+        if let Some(s) = &out.row_status {
+            check_len("row status", rows, M::len_mut(s))?;
+        }
+        if let Some(d) = &self.draft_logits {
+            d.shape.check(d.data.len(), self.target.vocab, num_slots)?;
+            if d.shape.k < self.max_drafts {
+                return Err(Error::DraftColumns { k: d.shape.k, max_drafts: self.max_drafts });
+            }
+        }
+        Ok(RejectionShape { rows, requests, num_slots })
+    }
+}
+
+impl RejectionSample<'_, Host> {
+    /// The checks the kernels make on device-resident values, made on the host
+    /// where the values live there; plus the whole-array offset rules.
+    pub(crate) fn check_values(&self, shape: RejectionShape) -> Result<()> {
+        let offsets = self.offsets;
+        let bad = |request: usize, detail: String| Err(Error::InvalidOffsets { request, detail });
+        if offsets[0] != 0 {
+            return bad(0, format!("offsets[0] = {}, expected 0", offsets[0]));
+        }
+        if offsets[shape.requests] as i64 != shape.rows as i64 {
+            return bad(
+                shape.requests,
+                format!("offsets[last] = {}, expected rows = {}", offsets[shape.requests], shape.rows),
+            );
+        }
+        for r in 0..shape.requests {
+            let (o0, o1) = (offsets[r], offsets[r + 1]);
+            if o1 <= o0 {
+                return bad(r, format!("offsets {o0}..{o1} give no bonus row (offsets must increase)"));
+            }
+            let n = (o1 - o0 - 1) as usize;
+            if n > self.max_drafts {
+                return bad(r, format!("{n} drafts, more than max_drafts = {}", self.max_drafts));
+            }
+            let slot = self.slots[r];
+            if slot != -1 {
+                if slot < 0 || slot as usize >= shape.num_slots {
+                    return Err(Error::InvalidSlot { row: r, slot, num_slots: shape.num_slots });
+                }
+                let t = self.table.temperature[slot as usize];
+                if !status::temperature_is_valid(t) {
+                    return Err(Error::InvalidTemperature { slot: slot as usize, value: t });
+                }
+            }
+            for row in o0 as usize..o1 as usize - 1 {
+                let d = self.drafts[row];
+                if d < -1 || d >= 0 && d as usize >= self.target.vocab {
+                    return Err(Error::InvalidDraft { row, token: d, vocab: self.target.vocab });
+                }
+            }
+        }
+        Ok(())
+    }
+}
