@@ -34,6 +34,11 @@
 //! # Ok::<(), specdec::Error>(())
 //! ```
 
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;
+
 mod backend;
 pub mod cpu;
 pub mod cuda;
