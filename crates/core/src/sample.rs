@@ -69,6 +69,61 @@ impl Sampler {
     }
 }
 
+/// The two candidates of a resampled token: Gumbel-max over the residual
+/// weights, and over the target's with the same noise. The residual's wins
+/// unless the residual is empty, which happens only when rounding makes
+/// `q >= p` everywhere; then the token follows `p`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct Resampled {
+    pub residual: ArgMax,
+    pub target: ArgMax,
+}
+
+impl Resampled {
+    pub const IDENTITY: Resampled = Resampled { residual: ArgMax::IDENTITY, target: ArgMax::IDENTITY };
+
+    #[inline(always)]
+    pub fn combine(self, o: Resampled) -> Resampled {
+        Resampled { residual: self.residual.combine(o.residual), target: self.target.combine(o.target) }
+    }
+
+    #[inline(always)]
+    pub fn token(self) -> u32 {
+        if self.residual.value == f32::NEG_INFINITY { self.target.index } else { self.residual.index }
+    }
+}
+
+impl Sampler {
+    /// Folds ids `base .. base + n` into both candidates of `best`: residual
+    /// log-weights `res[..n]` and target log-weights `tgt[..n]`, each plus the
+    /// same noise `gumbel(word(id))`.
+    #[inline(always)]
+    pub fn fold_resample(&self, best: Resampled, base: u32, res: [f32; 4], tgt: [f32; 4], n: u32) -> Resampled {
+        let top = |w: [f32; 4]| {
+            let t = |hi: f32, i: usize| if (i as u32) < n && w[i] > hi { w[i] } else { hi };
+            t(t(t(t(f32::NEG_INFINITY, 0), 1), 2), 3)
+        };
+        if top(res) + GUMBEL_MAX < best.residual.value && top(tgt) + GUMBEL_MAX < best.target.value {
+            return best;
+        }
+        let words = random_quad(self.seed, self.pos, self.stream, base / 4);
+        let lane = |b: Resampled, i: usize| {
+            if (i as u32) < n {
+                let g = gumbel(words[i]);
+                let id = base + i as u32;
+                Resampled {
+                    residual: b.residual.combine(ArgMax::new(res[i] + g, id)),
+                    target: b.target.combine(ArgMax::new(tgt[i] + g, id)),
+                }
+            } else {
+                b
+            }
+        };
+        lane(lane(lane(lane(best, 0), 1), 2), 3)
+    }
+}
+
 /// The acceptance rule of SPEC §4 in log space: accept the draft iff
 /// `log u + log q(d) < log p(d)`, with `log u = −E` for the acceptance word's
 /// exponential variate `E` (all 32 bits of the word count).
@@ -103,6 +158,18 @@ mod tests {
             }
             assert_eq!(folded, full, "trial {trial}");
         }
+    }
+
+    #[test]
+    fn an_empty_residual_falls_back_to_the_target() {
+        let s = Sampler::new(1.0, 3, 9, Stream::Target);
+        let ninf = f32::NEG_INFINITY;
+        let tgt = [0.0, 5.0, 0.0, -2.0];
+        let empty = s.fold_resample(Resampled::IDENTITY, 0, [ninf; 4], tgt, 4);
+        assert_eq!(empty.token(), s.fold_log_weights(ArgMax::IDENTITY, 0, tgt, 4).index);
+        // A non-empty residual wins even where the target's candidate is larger.
+        let one = s.fold_resample(Resampled::IDENTITY, 0, [ninf, ninf, -30.0, ninf], tgt, 4);
+        assert_eq!(one.token(), 2);
     }
 
     #[test]

@@ -15,14 +15,16 @@
 //! 3. `rejection_resample_{target}_{cache}`: grid `(requests, chunks)`.
 //!    Gumbel-max over row `j` of the job's distribution: the target `p`
 //!    (bonus row, placeholder), `p` without the draft (one-hot drafts), or the
-//!    residual `log(p − q) = a + ln(1 − e^(c−a))` (draft logits).
+//!    residual `log(p − q) = a + ln(1 − e^(c−a))` (draft logits), with `p`
+//!    itself folded beside it under the same noise as the fallback for a
+//!    residual that rounding left empty.
 //! 4. `rejection_finish`: grid `requests`, one warp each: reduces the chunks of
 //!    pass 3 and writes token `j`.
 //!
 //! Resampled and bonus tokens use the target stream of their row, so a request
 //! with no drafts gets exactly `gumbel_sample`'s token for its bonus row.
 
-use crate::block::{Partial, Reduce, block_reduce, warp_reduce};
+use crate::block::{Reduce, block_reduce, warp_reduce};
 use crate::gpu::{self, WARP};
 use crate::load::{Load, any_nan, load_quad, quad_aligned, widen};
 use crate::row::SlotState;
@@ -31,7 +33,7 @@ use specdec_core::dtype::{Bf16, Element, F16};
 use specdec_core::layout::{ELEMS_PER_THREAD, RejectionParams, TILE};
 use specdec_core::logspace::{Lse, ln_residual};
 use specdec_core::rng::{Stream, random_u32};
-use specdec_core::sample::{Sampler, accepts};
+use specdec_core::sample::{Resampled, Sampler, accepts};
 use specdec_core::status::{INVALID, INVALID_DRAFT, INVALID_OFFSETS, NAN_LOGITS};
 
 /// Pass-1 result of one chunk of one row.
@@ -444,42 +446,59 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
         core::ptr::null()
     };
     let (t_aligned, d_aligned) = (quad_aligned(target), quad_aligned(draft));
-    let mut best = ArgMax::IDENTITY;
+    let s = sampler.scale;
+    let mut best = Resampled::IDENTITY;
     let mut x = start + ELEMS_PER_THREAD * tid;
     while x < end {
         // SAFETY: rows hold >= vocab >= end elements; x % 4 == 0.
         let (t, n) = unsafe { load_quad(target, x, end, t_aligned) };
-        let mut t = widen(t);
-        best = match job.mode {
+        let t = widen(t);
+        let tgt = [t[0] * s, t[1] * s, t[2] * s, t[3] * s];
+        let res = match job.mode {
             JOB_RESIDUAL => {
                 // SAFETY: as above, for the cache row.
                 let (q, _) = unsafe { load_quad(draft, x, end, d_aligned) };
                 let q = widen(q);
-                let s = sampler.scale;
-                let w = |i: usize| ln_residual(t[i] * s - job.lse_t, q[i] * s - job.lse_q);
-                sampler.fold_log_weights(best, x, [w(0), w(1), w(2), w(3)], n)
+                let w = |i: usize| ln_residual(tgt[i] - job.lse_t, q[i] * s - job.lse_q);
+                [w(0), w(1), w(2), w(3)]
             }
             JOB_ONE_HOT => {
-                let mut hide = |i: usize| {
-                    if x + i as u32 == job.draft {
-                        t[i] = f32::NEG_INFINITY;
-                    }
-                };
-                hide(0);
-                hide(1);
-                hide(2);
-                hide(3);
-                sampler.fold_quad(best, x, t, n)
+                let w = |i: usize| if x + i as u32 == job.draft { f32::NEG_INFINITY } else { tgt[i] };
+                [w(0), w(1), w(2), w(3)]
             }
-            _ => sampler.fold_quad(best, x, t, n),
+            _ => tgt,
         };
+        best = sampler.fold_resample(best, x, res, tgt, n);
         x += TILE;
     }
     // SAFETY: all threads of the block reach this reduction.
-    let reduced = unsafe { block_reduce(Partial::new(best, 0)) };
+    let reduced = unsafe { block_reduce(Candidates(best)) };
     if tid == 0 {
         // SAFETY: partials holds requests·chunks entries.
-        unsafe { (p.partials as *mut Partial).add(r as usize * p.chunks as usize + c as usize).write(reduced) };
+        unsafe { (p.partials as *mut Candidates).add(r as usize * p.chunks as usize + c as usize).write(reduced) };
+    }
+}
+
+/// [`Resampled`] as a block reduction value.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+struct Candidates(Resampled);
+
+impl Reduce for Candidates {
+    const IDENTITY: Candidates = Candidates(Resampled::IDENTITY);
+
+    #[inline(always)]
+    fn combine(self, o: Candidates) -> Candidates {
+        Candidates(self.0.combine(o.0))
+    }
+
+    #[inline(always)]
+    unsafe fn shfl_bfly(self, m: u32) -> Candidates {
+        let shfl = |a: ArgMax| {
+            // SAFETY: the caller guarantees a full, converged warp.
+            unsafe { ArgMax { value: gpu::shfl_bfly_f32(a.value, m), index: gpu::shfl_bfly_u32(a.index, m) } }
+        };
+        Candidates(Resampled { residual: shfl(self.0.residual), target: shfl(self.0.target) })
     }
 }
 
@@ -498,18 +517,18 @@ pub unsafe extern "ptx-kernel" fn rejection_finish(p: RejectionParams) {
     if job.mode == JOB_NONE {
         return;
     }
-    let mut acc = Partial::IDENTITY;
+    let mut acc = Candidates::IDENTITY;
     let mut c = lane;
     while c < p.chunks {
         // SAFETY: pass 3 wrote all chunks of an active request.
-        acc = acc.combine(unsafe { *(p.partials as *const Partial).add(r as usize * p.chunks as usize + c as usize) });
+        acc = acc.combine(unsafe { *(p.partials as *const Candidates).add(r as usize * p.chunks as usize + c as usize) });
         c += WARP;
     }
     // SAFETY: the block is one full warp.
     let acc = unsafe { warp_reduce(acc) };
     if lane == 0 {
         // SAFETY: r < requests, column <= K.
-        unsafe { write_token(&p, r, job.column, acc.best.index as i64) };
+        unsafe { write_token(&p, r, job.column, acc.0.token() as i64) };
     }
 }
 

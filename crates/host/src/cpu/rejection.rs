@@ -13,7 +13,7 @@ use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
 use specdec_core::logspace::{Lse, ln_residual};
 use specdec_core::rng::{Stream, random_u32};
-use specdec_core::sample::{Sampler, accepts};
+use specdec_core::sample::{Resampled, Sampler, accepts};
 use specdec_core::status::NAN_LOGITS;
 
 impl Cpu {
@@ -96,31 +96,23 @@ impl<T: Element, C: Element> Request<'_, '_, T, C> {
     /// placeholder, sample the target).
     fn resample(&self, i: usize, rejected: Option<usize>) -> u32 {
         let sampler = Sampler { pos: self.pos(i), ..self.sampler };
-        let rows = quads(self.target_row(i));
-        match (rejected, self.draft_row(i)) {
-            (None, _) => rows.fold(ArgMax::IDENTITY, |b, (x, v, n)| sampler.fold_quad(b, x, v, n)).index,
-            (Some(d), None) => {
-                rows.fold(ArgMax::IDENTITY, |b, (x, mut v, n)| {
-                    for (lane, val) in v.iter_mut().enumerate() {
-                        if x as usize + lane == d {
-                            *val = f32::NEG_INFINITY;
-                        }
-                    }
-                    sampler.fold_quad(b, x, v, n)
-                })
-                .index
-            }
-            (Some(_), Some(q)) => {
-                let s = sampler.scale;
-                let (lse_t, lse_q) = (self.lse(self.target_row(i)), self.lse(q));
-                rows.zip(quads(q))
-                    .fold(ArgMax::IDENTITY, |b, ((x, t, n), (_, q, _))| {
-                        let w: [f32; 4] = std::array::from_fn(|l| ln_residual(t[l] * s - lse_t, q[l] * s - lse_q));
-                        sampler.fold_log_weights(b, x, w, n)
-                    })
-                    .index
-            }
+        let s = sampler.scale;
+        let draft = rejected.and(self.draft_row(i));
+        let lse = draft.map(|q| (self.lse(self.target_row(i)), self.lse(q)));
+        let mut best = Resampled::IDENTITY;
+        for (q, (x, t, n)) in quads(self.target_row(i)).enumerate() {
+            let tgt = t.map(|v| v * s);
+            let res: [f32; 4] = std::array::from_fn(|l| match (rejected, draft, lse) {
+                (Some(_), Some(d), Some((lse_t, lse_q))) => {
+                    let qv = d.get(4 * q + l).map_or(0.0, |v| v.to_f32());
+                    ln_residual(tgt[l] - lse_t, qv * s - lse_q)
+                }
+                (Some(d), None, _) if x as usize + l == d => f32::NEG_INFINITY,
+                _ => tgt[l],
+            });
+            best = sampler.fold_resample(best, x, res, tgt, n);
         }
+        best.token()
     }
 }
 
