@@ -3,13 +3,18 @@
 //! - [`test_device!`]: one test body, run on the CPU backend and, when the
 //!   `gpu` feature is on, on CUDA device 0 (failing, not skipping, without one).
 //! - [`Batch`]: owned host buffers for a `gumbel_sample` call.
+//! - [`Verify`]: owned host buffers for a `rejection_sample` call.
 //! - [`chi_square`]: the SPEC §6 goodness-of-fit rule.
+//! - [`inputs`]: fixed-seed inputs and reference results (first argmax).
 
 pub mod batch;
+pub mod inputs;
 pub mod stats;
+pub mod verify;
 
 pub use batch::{Batch, CacheSpec};
 pub use stats::{ChiSquare, chi_square, tail_z};
+pub use verify::{Verified, Verify};
 
 use specdec::Backend;
 

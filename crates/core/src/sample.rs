@@ -3,8 +3,11 @@
 //!
 //! A row is folded four consecutive ids at a time (one Philox call's words):
 //! greedy rows fold raw logits; random rows fold `logit·(1/T) + gumbel(word)`.
-//! The scale is `1/T` rounded once, then a multiply per element; this *is* the
-//! definition of the scaled logit on every backend.
+//! The scale is `1/T` rounded once, then a multiply per element ([`Sampler::scaled`]);
+//! this *is* the definition of the scaled logit on every backend. A finite
+//! logit whose scaled value leaves the f32 range saturates at `±f32::MAX`
+//! rather than becoming `±inf`, so it stays finite (SPEC §3.4: `-inf` loses to
+//! every finite logit); two logits both beyond the range compare equal.
 //!
 //! Noise is skipped for a quad whose best possible score, its largest scaled
 //! logit plus [`GUMBEL_MAX`], is strictly below the running best: rounding is
@@ -34,6 +37,19 @@ impl Sampler {
         Sampler { scale: if greedy { 1.0 } else { 1.0 / t }, greedy, seed, pos, stream }
     }
 
+    /// `x·(1/T)`, saturating at `±f32::MAX` for finite `x` (see the module docs).
+    #[inline(always)]
+    pub fn scaled(&self, x: f32) -> f32 {
+        let y = x * self.scale;
+        if y == f32::INFINITY && x != f32::INFINITY {
+            f32::MAX
+        } else if y == f32::NEG_INFINITY && x != f32::NEG_INFINITY {
+            -f32::MAX
+        } else {
+            y
+        }
+    }
+
     /// Folds ids `base .. base + n` (`base % 4 == 0`, `n <= 4`) with logits
     /// `vals[..n]` into `best`.
     #[inline(always)]
@@ -47,7 +63,7 @@ impl Sampler {
             };
             return lane(lane(lane(lane(best, 0), 1), 2), 3);
         }
-        let scaled = [vals[0] * self.scale, vals[1] * self.scale, vals[2] * self.scale, vals[3] * self.scale];
+        let scaled = [self.scaled(vals[0]), self.scaled(vals[1]), self.scaled(vals[2]), self.scaled(vals[3])];
         self.fold_log_weights(best, base, scaled, n)
     }
 
@@ -154,7 +170,7 @@ mod tests {
             let mut full = ArgMax::IDENTITY;
             for (i, &v) in vals.iter().enumerate() {
                 let w = crate::rng::random_u32(99, 5, Stream::Target, i as u32);
-                full = full.combine(ArgMax::new(v * s.scale + gumbel(w), i as u32));
+                full = full.combine(ArgMax::new(s.scaled(v) + gumbel(w), i as u32));
             }
             assert_eq!(folded, full, "trial {trial}");
         }
@@ -170,6 +186,19 @@ mod tests {
         // A non-empty residual wins even where the target's candidate is larger.
         let one = s.fold_resample(Resampled::IDENTITY, 0, [ninf, ninf, -30.0, ninf], tgt, 4);
         assert_eq!(one.token(), 2);
+    }
+
+    #[test]
+    fn scaling_saturates_instead_of_overflowing() {
+        let s = Sampler::new(0.5, 0, 0, Stream::Target);
+        assert_eq!(s.scaled(-3.0e38), -f32::MAX);
+        assert_eq!(s.scaled(3.0e38), f32::MAX);
+        assert_eq!(s.scaled(f32::NEG_INFINITY), f32::NEG_INFINITY);
+        assert_eq!(s.scaled(f32::INFINITY), f32::INFINITY);
+        assert!(s.scaled(f32::NAN).is_nan());
+        assert_eq!(s.scaled(3.0), 6.0);
+        // The smallest valid temperature still has a finite scale.
+        assert!(Sampler::new(f32::MIN_POSITIVE, 0, 0, Stream::Target).scale.is_finite());
     }
 
     #[test]

@@ -25,8 +25,9 @@ pub const INVALID_OFFSETS: u32 = 1 << 5;
 /// Flags that make a row's (or request's) output invalid (tokens `-1`).
 pub const INVALID: u32 = INVALID_SLOT | INVALID_TEMPERATURE | INVALID_COLUMN | INVALID_DRAFT | INVALID_OFFSETS;
 
-/// A temperature is valid when it is finite and not negative (`0` = greedy).
+/// A temperature is valid when it is `0` (greedy) or a positive, finite,
+/// normal float: subnormal `T` would make the scale `1/T` infinite.
 #[inline(always)]
 pub fn temperature_is_valid(t: f32) -> bool {
-    (0.0..=f32::MAX).contains(&t)
+    t == 0.0 || (f32::MIN_POSITIVE..=f32::MAX).contains(&t)
 }

@@ -31,7 +31,7 @@ pub enum Error {
     ColumnOutOfRange { row: Option<usize>, column: i64, k: usize },
     #[error("entry {row} of the slot list has slot {slot}, expected -1 (padding) or 0..{num_slots}")]
     InvalidSlot { row: usize, slot: i32, num_slots: usize },
-    #[error("slot {slot} has temperature {value}, expected a finite value >= 0 (0 = greedy)")]
+    #[error("slot {slot} has temperature {value}, expected 0 (greedy) or a positive, finite, normal value")]
     InvalidTemperature { slot: usize, value: f32 },
     #[error("request offsets are invalid at request {request}: {detail}")]
     InvalidOffsets { request: usize, detail: String },

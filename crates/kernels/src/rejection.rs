@@ -162,10 +162,10 @@ fn chunk_range(p: &RejectionParams, c: u32) -> (u32, u32) {
     (start, if p.vocab - start < p.chunk { p.vocab } else { start + p.chunk })
 }
 
-/// `(scale · x)` for the lanes below `n`, folded into `lse`.
+/// The scaled values of the lanes below `n`, folded into `lse`.
 #[inline(always)]
-fn push_quad(lse: Lse, v: [f32; 4], n: u32, scale: f32) -> Lse {
-    let lane = |s: Lse, i: usize| if (i as u32) < n { s.push(v[i] * scale) } else { s };
+fn push_quad(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> Lse {
+    let lane = |s: Lse, i: usize| if (i as u32) < n { s.push(sampler.scaled(v[i])) } else { s };
     lane(lane(lane(lane(lse, 0), 1), 2), 3)
 }
 
@@ -199,7 +199,6 @@ unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
     };
     let (t_aligned, d_aligned) = (quad_aligned(target), quad_aligned(draft));
     let sampler = req.sampler(0);
-    let scale = sampler.scale;
     let mut acc = Stats::IDENTITY;
     let mut x = start + ELEMS_PER_THREAD * tid;
     while x < end {
@@ -212,11 +211,11 @@ unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
         if greedy {
             acc.best = sampler.fold_quad(acc.best, x, t, n);
         } else {
-            acc.target = push_quad(acc.target, t, n, scale);
+            acc.target = push_quad(acc.target, t, n, &sampler);
             if !draft.is_null() {
                 // SAFETY: as above, for the cache row.
                 let (q, _) = unsafe { load_quad(draft, x, end, d_aligned) };
-                acc.draft = push_quad(acc.draft, widen(q), n, scale);
+                acc.draft = push_quad(acc.draft, widen(q), n, &sampler);
             }
         }
         x += TILE;
@@ -319,12 +318,12 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams) {
                 } else {
                     // SAFETY: row < rows, 0 <= d < vocab.
                     let t = unsafe { (*target_row::<T>(p, row).add(d as usize)).to_f32() };
-                    let scale = req.sampler(0).scale;
-                    let log_p = t * scale - st.target.value();
+                    let sampler = req.sampler(0);
+                    let log_p = sampler.scaled(t) - st.target.value();
                     let log_q = if p.cache != 0 {
                         // SAFETY: valid slot, i < n_r <= max_drafts, d < vocab.
                         let q = unsafe { (*cache_row::<C>(p, req.slot.slot, i).add(d as usize)).to_f32() };
-                        q * scale - st.draft.value()
+                        sampler.scaled(q) - st.draft.value()
                     } else {
                         0.0
                     };
@@ -446,20 +445,19 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
         core::ptr::null()
     };
     let (t_aligned, d_aligned) = (quad_aligned(target), quad_aligned(draft));
-    let s = sampler.scale;
     let mut best = Resampled::IDENTITY;
     let mut x = start + ELEMS_PER_THREAD * tid;
     while x < end {
         // SAFETY: rows hold >= vocab >= end elements; x % 4 == 0.
         let (t, n) = unsafe { load_quad(target, x, end, t_aligned) };
         let t = widen(t);
-        let tgt = [t[0] * s, t[1] * s, t[2] * s, t[3] * s];
+        let tgt = [sampler.scaled(t[0]), sampler.scaled(t[1]), sampler.scaled(t[2]), sampler.scaled(t[3])];
         let res = match job.mode {
             JOB_RESIDUAL => {
                 // SAFETY: as above, for the cache row.
                 let (q, _) = unsafe { load_quad(draft, x, end, d_aligned) };
                 let q = widen(q);
-                let w = |i: usize| ln_residual(tgt[i] - job.lse_t, q[i] * s - job.lse_q);
+                let w = |i: usize| ln_residual(tgt[i] - job.lse_t, sampler.scaled(q[i]) - job.lse_q);
                 [w(0), w(1), w(2), w(3)]
             }
             JOB_ONE_HOT => {

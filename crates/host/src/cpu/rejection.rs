@@ -75,18 +75,19 @@ impl<T: Element, C: Element> Request<'_, '_, T, C> {
     }
 
     fn lse<E: Element>(&self, row: &[E]) -> f32 {
-        let s = self.sampler.scale;
         quads(row)
-            .fold(Lse::EMPTY, |acc, (_, v, n)| v.iter().take(n as usize).fold(acc, |acc, &x| acc.push(x * s)))
+            .fold(Lse::EMPTY, |acc, (_, v, n)| {
+                v.iter().take(n as usize).fold(acc, |acc, &x| acc.push(self.sampler.scaled(x)))
+            })
             .value()
     }
 
     /// Whether draft `d` at row `i` passes (SPEC §4 standard rule).
     fn accepts(&self, i: usize, d: usize) -> bool {
-        let s = self.sampler.scale;
-        let log_p = self.target_row(i)[d].to_f32() * s - self.lse(self.target_row(i));
+        let s = &self.sampler;
+        let log_p = s.scaled(self.target_row(i)[d].to_f32()) - self.lse(self.target_row(i));
         let log_q = match self.draft_row(i) {
-            Some(q) => q[d].to_f32() * s - self.lse(q),
+            Some(q) => s.scaled(q[d].to_f32()) - self.lse(q),
             None => 0.0,
         };
         accepts(random_u32(self.sampler.seed, self.pos(i), Stream::Accept, 0), log_q, log_p)
@@ -96,16 +97,15 @@ impl<T: Element, C: Element> Request<'_, '_, T, C> {
     /// placeholder, sample the target).
     fn resample(&self, i: usize, rejected: Option<usize>) -> u32 {
         let sampler = Sampler { pos: self.pos(i), ..self.sampler };
-        let s = sampler.scale;
         let draft = rejected.and(self.draft_row(i));
         let lse = draft.map(|q| (self.lse(self.target_row(i)), self.lse(q)));
         let mut best = Resampled::IDENTITY;
         for (q, (x, t, n)) in quads(self.target_row(i)).enumerate() {
-            let tgt = t.map(|v| v * s);
+            let tgt = t.map(|v| sampler.scaled(v));
             let res: [f32; 4] = std::array::from_fn(|l| match (rejected, draft, lse) {
                 (Some(_), Some(d), Some((lse_t, lse_q))) => {
                     let qv = d.get(4 * q + l).map_or(0.0, |v| v.to_f32());
-                    ln_residual(tgt[l] - lse_t, qv * s - lse_q)
+                    ln_residual(tgt[l] - lse_t, sampler.scaled(qv) - lse_q)
                 }
                 (Some(d), None, _) if x as usize + l == d => f32::NEG_INFINITY,
                 _ => tgt[l],

@@ -1,0 +1,326 @@
+//! GPU-only checks of `gumbel_sample` (feature `gpu`; they need CUDA device 0
+//! and fail without one):
+//!
+//! - randomized batches give the CPU backend's tokens, statuses and caches
+//!   bit for bit, over every dtype pair, temperature, stride and token width;
+//! - values that live in device memory (slots, temperatures, per-row columns)
+//!   are checked in the kernel through the zero-copy API: the bad row gets
+//!   token -1 and its flag, the call's status word collects the flags, and
+//!   nothing else changes (SPEC §5);
+//! - a reused workspace gives what fresh ones give.
+//!
+//! The GPU's noise values are checked against the core functions by the
+//! `cuda` variant of `noise_is_the_keyed_core_gumbel` (tests/gumbel_exact.rs).
+#![cfg(feature = "gpu")]
+
+use specdec::status::{INVALID, INVALID_COLUMN, INVALID_SLOT, INVALID_TEMPERATURE, NAN_LOGITS};
+use specdec::{
+    Backend, CacheData, Column, Cuda, DType, Device, DraftCache, Error, GumbelOutput, GumbelSample, Logits, LogitsData,
+    SlotTable, Tokens, Workspace,
+};
+use specdec_suite::batch::{ColumnSpec, Sampled, Values};
+use specdec_suite::inputs::{Rng, assert_same_tokens, first_bit_difference, random_batch, random_cache};
+use specdec_suite::{Batch, CacheSpec};
+
+fn cuda() -> Cuda {
+    Cuda::on_device(0).unwrap_or_else(|e| panic!("the GPU suite needs a CUDA device: {e}"))
+}
+
+/// Panics with `ctx` unless the two runs' caches are bitwise equal.
+fn assert_same_cache(a: &Batch, b: &Batch, ctx: &str) {
+    if let (Some(x), Some(y)) = (&a.cache, &b.cache)
+        && let Some(i) = first_bit_difference(&x.data, &y.data)
+    {
+        panic!("{ctx}: caches differ at element {i}: {:#x} vs {:#x}", x.data.bits(i), y.data.bits(i));
+    }
+}
+
+// --- GPU = CPU on random batches (SPEC §2.5) ---------------------------------
+
+/// `(vocab, rows)`: odd vocabularies, from one id to a real LM's (many
+/// blocks per row at few rows).
+const RANDOM_SHAPES: [(usize, usize); 4] = [(1, 33), (999, 40), (4097, 17), (151_936, 5)];
+/// Random batches per (shape, logits dtype, cache dtype).
+const RANDOM_TRIALS: usize = 3;
+
+#[test]
+fn gpu_matches_cpu_on_random_batches() {
+    let gpu = Backend::Cuda(cuda());
+    let mut rng = Rng::new(0x69B0);
+    for (vocab, rows) in RANDOM_SHAPES {
+        for logits in DType::ALL {
+            for cache in [None, Some(DType::F32), Some(DType::BF16), Some(DType::F16)] {
+                for trial in 0..RANDOM_TRIALS {
+                    let mut b = random_batch(&mut rng, logits, rows, vocab);
+                    b.tokens_i64 = trial % 2 == 1;
+                    b.drafting = rng.below(2) == 0;
+                    if trial == 2 {
+                        b.row_stride = 0; // one row broadcast
+                    }
+                    b.cache = cache.map(|c| random_cache(&mut rng, c, &b));
+                    let ctx = format!(
+                        "V {vocab} rows {rows} logits {logits:?} cache {:?} trial {trial} (row stride {}, drafting {}, i64 {})",
+                        b.cache.as_ref().map(|c| (c.data.dtype(), c.k, c.width, c.stride0, c.stride1, &c.column)),
+                        b.row_stride,
+                        b.drafting,
+                        b.tokens_i64
+                    );
+                    let (mut on_gpu, mut on_cpu) = (b.clone(), b);
+                    let got = on_gpu.run(&gpu).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                    let want = on_cpu.run(&Backend::cpu()).unwrap_or_else(|e| panic!("{ctx}: cpu: {e}"));
+                    assert_same_tokens(&got.tokens, &want.tokens, &ctx);
+                    assert_eq!(got.row_status, want.row_status, "{ctx}: row status");
+                    assert_same_cache(&on_gpu, &on_cpu, &ctx);
+                }
+            }
+        }
+    }
+}
+
+// --- The zero-copy API --------------------------------------------------------
+
+/// One device buffer per dtype (the `cudarc` slice types stay inferred: this
+/// crate does not depend on `cudarc` itself).
+enum ByDtype<A, B, C> {
+    F32(A),
+    BF16(B),
+    F16(C),
+}
+
+/// Runs `b` through [`Cuda::gumbel_sample`] with device copies of its buffers
+/// and workspace `ws`, then copies tokens, statuses and the cache back (the
+/// cache into `b`). Tokens start at `i32::MIN`/`i64::MIN` and statuses at
+/// `u32::MAX`, as in [`Batch::run_keep`]. Nothing is checked on the host
+/// beyond shapes: slots, temperatures and columns reach the kernel as they are.
+fn run_device(cuda: &Cuda, ws: &mut Workspace, b: &mut Batch) -> specdec::Result<Sampled> {
+    let s = cuda.stream();
+    let logits = match &b.logits {
+        Values::F32(v) => ByDtype::F32(s.clone_htod(v)?),
+        Values::BF16(v) => ByDtype::BF16(s.clone_htod(v)?),
+        Values::F16(v) => ByDtype::F16(s.clone_htod(v)?),
+    };
+    let mut cache = match b.cache.as_ref().map(|c| &c.data) {
+        None => None,
+        Some(Values::F32(v)) => Some(ByDtype::F32(s.clone_htod(v)?)),
+        Some(Values::BF16(v)) => Some(ByDtype::BF16(s.clone_htod(v)?)),
+        Some(Values::F16(v)) => Some(ByDtype::F16(s.clone_htod(v)?)),
+    };
+    let columns = match b.cache.as_ref().map(|c| &c.column) {
+        Some(ColumnSpec::PerRow(cols)) => Some(s.clone_htod(cols)?),
+        _ => None,
+    };
+    let (slots, pos) = (s.clone_htod(&b.slots)?, s.clone_htod(&b.pos)?);
+    let (temperature, seed) = (s.clone_htod(&b.temperature)?, s.clone_htod(&b.seed)?);
+    let mut t32 = s.clone_htod(&vec![i32::MIN; b.rows])?;
+    let mut t64 = s.clone_htod(&vec![i64::MIN; b.rows])?;
+    let mut status = s.clone_htod(&vec![u32::MAX; b.rows])?;
+    {
+        let data = match &logits {
+            ByDtype::F32(d) => LogitsData::F32(d.as_view()),
+            ByDtype::BF16(d) => LogitsData::BF16(d.as_view()),
+            ByDtype::F16(d) => LogitsData::F16(d.as_view()),
+        };
+        let cache = match (&mut cache, &b.cache) {
+            (Some(d), Some(c)) => {
+                let data = match d {
+                    ByDtype::F32(d) => CacheData::F32(d.as_view_mut()),
+                    ByDtype::BF16(d) => CacheData::BF16(d.as_view_mut()),
+                    ByDtype::F16(d) => CacheData::F16(d.as_view_mut()),
+                };
+                let column = match (&c.column, &columns) {
+                    (ColumnSpec::All(col), _) => Column::All(*col),
+                    (ColumnSpec::PerRow(_), Some(cols)) => Column::PerRow(cols.as_view()),
+                    (ColumnSpec::PerRow(_), None) => unreachable!("per-row columns were uploaded"),
+                };
+                let (slots, k, width, stride0, stride1) = (c.slots, c.k, c.width, c.stride0, c.stride1);
+                Some((DraftCache { data, slots, k, width, stride0, stride1 }, column))
+            }
+            _ => None,
+        };
+        let mut args = GumbelSample::<Device> {
+            logits: Logits { data, rows: b.rows, vocab: b.vocab, row_stride: b.row_stride },
+            slots: slots.as_view(),
+            pos: pos.as_view(),
+            table: SlotTable { temperature: temperature.as_view(), seed: seed.as_view() },
+            drafting: b.drafting,
+            cache,
+        };
+        let tokens = if b.tokens_i64 { Tokens::I64(t64.as_view_mut()) } else { Tokens::I32(t32.as_view_mut()) };
+        cuda.gumbel_sample(ws, &mut args, GumbelOutput { tokens, row_status: Some(status.as_view_mut()) })?;
+    }
+    let tokens =
+        if b.tokens_i64 { s.clone_dtoh(&t64)? } else { s.clone_dtoh(&t32)?.into_iter().map(i64::from).collect() };
+    let row_status = s.clone_dtoh(&status)?;
+    if let (Some(d), Some(c)) = (&cache, &mut b.cache) {
+        c.data = match d {
+            ByDtype::F32(d) => Values::F32(s.clone_dtoh(d)?),
+            ByDtype::BF16(d) => Values::BF16(s.clone_dtoh(d)?),
+            ByDtype::F16(d) => Values::F16(s.clone_dtoh(d)?),
+        };
+    }
+    s.synchronize()?;
+    Ok(Sampled { tokens, row_status })
+}
+
+/// Rows of the device-validation call: `(slot, per-row column, flags)`.
+/// Slots 1 and 2 have invalid temperatures; the cache has `DEVICE_K` columns.
+const DEVICE_ROWS: [(i32, i32, u32); 10] = [
+    (0, 0, 0),
+    (7, 0, INVALID_SLOT), // past the 7 slots
+    (-3, 0, INVALID_SLOT),
+    (1, 0, INVALID_TEMPERATURE), // NaN
+    (2, 0, INVALID_TEMPERATURE), // negative
+    (3, 1, NAN_LOGITS),          // valid, a NaN logit planted
+    (4, DEVICE_K as i32, INVALID_COLUMN),
+    (5, -1, INVALID_COLUMN),
+    (-1, 0, 0), // padding
+    (6, 2, 0),
+];
+const DEVICE_TEMPERATURES: [f32; 7] = [0.8, f32::NAN, -1.0, 1.0, 0.0, 1.3, 0.6];
+const DEVICE_K: usize = 3;
+const DEVICE_VOCAB: usize = 3001;
+
+#[test]
+fn device_values_are_validated_in_the_kernel() {
+    let cuda = cuda();
+    let mut ws = cuda.workspace(DEVICE_ROWS.len()).expect("workspace");
+    let mut rng = Rng::new(0xDE71CE);
+    for (logits, cache) in [(DType::F32, DType::F32), (DType::BF16, DType::F16), (DType::F16, DType::BF16)] {
+        for tokens_i64 in [false, true] {
+            let ctx = format!("logits {logits:?} cache {cache:?} i64 {tokens_i64}");
+            let mut b = random_batch(&mut rng, logits, DEVICE_ROWS.len(), DEVICE_VOCAB);
+            b.slots = DEVICE_ROWS.iter().map(|r| r.0).collect();
+            b.temperature = DEVICE_TEMPERATURES.to_vec();
+            b.seed = (0..DEVICE_TEMPERATURES.len() as u64).map(|s| s * 1_000_003).collect();
+            b.tokens_i64 = tokens_i64;
+            b.logits.set_f32(5 * b.row_stride + 17, f32::NAN);
+            let columns = DEVICE_ROWS.iter().map(|r| r.1).collect();
+            let width = DEVICE_VOCAB + 2;
+            let transposed = (width, DEVICE_TEMPERATURES.len() * width + 1);
+            b.cache = Some(CacheSpec::strided(
+                cache,
+                7,
+                DEVICE_K,
+                width,
+                transposed.0,
+                transposed.1,
+                ColumnSpec::PerRow(columns),
+            ));
+
+            // The reference: only the valid rows, on the CPU (which would reject the others).
+            let valid: Vec<usize> = (0..b.rows).filter(|&r| DEVICE_ROWS[r].2 & INVALID == 0).collect();
+            let mut reference = b.select(&valid);
+            let want = reference.run(&Backend::cpu()).unwrap_or_else(|e| panic!("{ctx}: cpu: {e}"));
+
+            let got = run_device(&cuda, &mut ws, &mut b).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            for (r, &(slot, column, flags)) in DEVICE_ROWS.iter().enumerate() {
+                let row = format!("{ctx}: row {r} (slot {slot}, column {column})");
+                assert_eq!(got.row_status[r], flags, "{row}: status");
+                match valid.iter().position(|&v| v == r) {
+                    Some(i) => assert_eq!(got.tokens[r], want.tokens[i], "{row}: token differs from the CPU's"),
+                    None => assert_eq!(got.tokens[r], -1, "{row}: an invalid row's token"),
+                }
+            }
+            assert_same_cache(&b, &reference, &format!("{ctx}: invalid rows must not write"));
+            let all = INVALID_SLOT | INVALID_TEMPERATURE | INVALID_COLUMN | NAN_LOGITS;
+            assert_eq!(ws.take_status().expect("status"), all, "{ctx}: the call's status word");
+            assert_eq!(ws.take_status().expect("status"), 0, "{ctx}: status word after clearing");
+        }
+    }
+}
+
+/// The reused workspace's capacity, and the calls made through it.
+const REUSE_MAX_ROWS: usize = 48;
+const REUSE_CALLS: usize = 40;
+
+#[test]
+fn a_reused_workspace_matches_fresh_ones() {
+    let cuda = cuda();
+    let mut shared = cuda.workspace(REUSE_MAX_ROWS).expect("workspace");
+    let mut rng = Rng::new(0x3E05E);
+    for call in 0..REUSE_CALLS {
+        // Full, then smaller, calls in turn, so stale partials would show.
+        let rows = if call % 3 == 0 { REUSE_MAX_ROWS } else { 1 + rng.below(REUSE_MAX_ROWS) };
+        let vocab = rng.pick(&[1, 5, 999, 4097, 33_001]);
+        let (dtype, cache_dtype) = (rng.pick(&DType::ALL), rng.pick(&DType::ALL));
+        let mut b = random_batch(&mut rng, dtype, rows, vocab);
+        b.tokens_i64 = rng.below(2) == 0;
+        b.cache = (rng.below(2) == 0).then(|| random_cache(&mut rng, cache_dtype, &b));
+        let ctx = format!(
+            "call {call}: rows {rows} V {vocab} {dtype:?} cache {:?}",
+            b.cache.as_ref().map(|c| c.data.dtype())
+        );
+        let (mut reused, mut fresh, mut on_cpu) = (b.clone(), b.clone(), b);
+        let got = run_device(&cuda, &mut shared, &mut reused).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let mut ws = cuda.workspace(rows).expect("workspace");
+        let want = run_device(&cuda, &mut ws, &mut fresh).unwrap_or_else(|e| panic!("{ctx}: fresh: {e}"));
+        assert_eq!(got, want, "{ctx}: reused vs fresh workspace");
+        assert_same_cache(&reused, &fresh, &ctx);
+        let cpu = on_cpu.run(&Backend::cpu()).unwrap_or_else(|e| panic!("{ctx}: cpu: {e}"));
+        assert_same_tokens(&got.tokens, &cpu.tokens, &format!("{ctx}: vs cpu"));
+    }
+    // Valid calls raise at most NAN_LOGITS (random batches plant one NaN).
+    let word = shared.take_status().expect("status");
+    assert_eq!(word & !NAN_LOGITS, 0, "status word {word:#x}");
+
+    let mut too_big = random_batch(&mut rng, DType::F32, REUSE_MAX_ROWS + 1, 7);
+    let result = run_device(&cuda, &mut shared, &mut too_big);
+    assert!(
+        matches!(result, Err(Error::WorkspaceTooSmall { needed, capacity }) if needed == REUSE_MAX_ROWS + 1 && capacity == REUSE_MAX_ROWS),
+        "{result:?}"
+    );
+}
+
+/// Elements before the second row (and the second slot's cache row): an
+/// offset computed in 32 bits would wrap to 0 and land on the first (SPEC §5).
+const FAR: usize = 1 << 32;
+
+#[test]
+fn offsets_past_u32_elements_are_not_truncated() -> specdec::Result<()> {
+    use half::bf16;
+    let cuda = cuda();
+    let s = cuda.stream();
+    let vocab = 1000;
+    // Greedy rows whose maxima differ: row 0 at id 10, row 1 at id 900.
+    let rows: [Vec<bf16>; 2] = [10, 900]
+        .map(|top| (0..vocab).map(|i| bf16::from_f32(if i == top { 5.0 } else { (i % 7) as f32 - 10.0 })).collect());
+    // Two 8 GiB buffers: logits [2, FAR] and a cache [2 slots, 1, vocab] with stride0 = FAR.
+    let mut logits = s.alloc_zeros::<bf16>(FAR + vocab)?;
+    let mut cache = s.alloc_zeros::<bf16>(FAR + vocab)?;
+    s.memcpy_htod(&rows[0], &mut logits.slice_mut(0..vocab))?;
+    s.memcpy_htod(&rows[1], &mut logits.slice_mut(FAR..FAR + vocab))?;
+    let (slots, pos) = (s.clone_htod(&[0i32, 1])?, s.clone_htod(&[3u64, 4])?);
+    let (temperature, seed) = (s.clone_htod(&[0.0f32, 0.0])?, s.clone_htod(&[1u64, 2])?);
+    let mut tokens = s.alloc_zeros::<i64>(2)?;
+    let mut ws = cuda.workspace(2)?;
+    let mut args = GumbelSample::<Device> {
+        logits: Logits { data: LogitsData::BF16(logits.as_view()), rows: 2, vocab, row_stride: FAR },
+        slots: slots.as_view(),
+        pos: pos.as_view(),
+        table: SlotTable { temperature: temperature.as_view(), seed: seed.as_view() },
+        drafting: false,
+        cache: Some((
+            DraftCache {
+                data: CacheData::BF16(cache.as_view_mut()),
+                slots: 2,
+                k: 1,
+                width: vocab,
+                stride0: FAR,
+                stride1: vocab,
+            },
+            Column::All(0),
+        )),
+    };
+    cuda.gumbel_sample(
+        &mut ws,
+        &mut args,
+        GumbelOutput { tokens: Tokens::I64(tokens.as_view_mut()), row_status: None },
+    )?;
+    assert_eq!(s.clone_dtoh(&tokens)?, [10, 900], "tokens of rows 0 and 1 (row 1 starts at element 2^32)");
+    for (slot, at) in [(0, 0), (1, FAR)] {
+        let stored = s.clone_dtoh(&cache.slice(at..at + vocab))?;
+        assert!(stored == rows[slot], "cache slot {slot} (offset {at}) does not hold row {slot}'s logits");
+    }
+    s.synchronize()?;
+    Ok(())
+}

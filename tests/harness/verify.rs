@@ -1,0 +1,137 @@
+//! Owned host buffers for one `rejection_sample` call, runnable on any backend.
+
+use crate::batch::Values;
+use specdec::{
+    Backend, CacheShape, DraftLogits, Logits, LogitsData, RejectionOutput, RejectionSample, SlotTable, Tokens,
+};
+
+/// A `rejection_sample` call's inputs, owned. Request `r` owns target rows
+/// `offsets[r] .. offsets[r+1]`.
+#[derive(Clone, Debug)]
+pub struct Verify {
+    pub target: Values,
+    pub rows: usize,
+    pub vocab: usize,
+    pub row_stride: usize,
+    pub offsets: Vec<i32>,
+    pub drafts: Vec<i32>,
+    pub slots: Vec<i32>,
+    pub pos: Vec<u64>,
+    pub temperature: Vec<f32>,
+    pub seed: Vec<u64>,
+    pub max_drafts: usize,
+    /// Draft logits `[slots, k, width]` with their strides, or `None` (one-hot).
+    pub draft: Option<(Values, CacheShape)>,
+    pub tokens_i64: bool,
+}
+
+/// What a call returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verified {
+    /// `[requests, max_drafts + 1]`, row-major.
+    pub tokens: Vec<i64>,
+    pub num_emitted: Vec<i32>,
+    pub accepted: Vec<i32>,
+    pub row_status: Vec<u32>,
+}
+
+impl Verified {
+    /// Request `r`'s `max_drafts + 1` tokens.
+    pub fn request(&self, r: usize) -> &[i64] {
+        let k1 = self.tokens.len() / self.num_emitted.len();
+        &self.tokens[r * k1..(r + 1) * k1]
+    }
+}
+
+impl Verify {
+    /// Requests with `n[r]` drafts each; target rows from `target`
+    /// (`sum(n) + requests` dense rows of `vocab`); request `r` on slot `r`
+    /// (tables sized to `requests`, temperature `t`, seed `1000 + r`);
+    /// positions `100·r + i`.
+    pub fn new(target: Values, vocab: usize, n: &[usize], max_drafts: usize, t: f32) -> Self {
+        let mut offsets = vec![0i32];
+        for &k in n {
+            offsets.push(offsets.last().unwrap() + k as i32 + 1);
+        }
+        let rows = *offsets.last().unwrap() as usize;
+        let requests = n.len();
+        let pos = (0..requests).flat_map(|r| (0..=n[r] as u64).map(move |i| 100 * r as u64 + i)).collect();
+        Verify {
+            target,
+            rows,
+            vocab,
+            row_stride: vocab,
+            offsets,
+            drafts: vec![-1; rows],
+            slots: (0..requests as i32).collect(),
+            pos,
+            temperature: vec![t; requests],
+            seed: (0..requests as u64).map(|r| 1000 + r).collect(),
+            max_drafts,
+            draft: None,
+            tokens_i64: false,
+        }
+    }
+
+    pub fn requests(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Runs the call on `backend`.
+    pub fn run(&self, backend: &Backend) -> Result<Verified, specdec::Error> {
+        let args = RejectionSample {
+            target: Logits {
+                data: logits_data(&self.target),
+                rows: self.rows,
+                vocab: self.vocab,
+                row_stride: self.row_stride,
+            },
+            offsets: &self.offsets[..],
+            drafts: &self.drafts[..],
+            slots: &self.slots[..],
+            pos: &self.pos[..],
+            table: SlotTable { temperature: &self.temperature[..], seed: &self.seed[..] },
+            max_drafts: self.max_drafts,
+            draft_logits: self.draft.as_ref().map(|(v, shape)| DraftLogits { data: logits_data(v), shape: *shape }),
+        };
+        let requests = self.requests();
+        let k1 = self.max_drafts + 1;
+        let mut num_emitted = vec![i32::MIN; requests];
+        let mut accepted = vec![i32::MIN; requests];
+        let mut row_status = vec![u32::MAX; self.rows];
+        let tokens = if self.tokens_i64 {
+            let mut t = vec![i64::MIN; requests * k1];
+            backend.rejection_sample(
+                &args,
+                RejectionOutput {
+                    tokens: Tokens::I64(&mut t[..]),
+                    num_emitted: &mut num_emitted[..],
+                    accepted: Some(&mut accepted[..]),
+                    row_status: Some(&mut row_status[..]),
+                },
+            )?;
+            t
+        } else {
+            let mut t = vec![i32::MIN; requests * k1];
+            backend.rejection_sample(
+                &args,
+                RejectionOutput {
+                    tokens: Tokens::I32(&mut t[..]),
+                    num_emitted: &mut num_emitted[..],
+                    accepted: Some(&mut accepted[..]),
+                    row_status: Some(&mut row_status[..]),
+                },
+            )?;
+            t.into_iter().map(i64::from).collect()
+        };
+        Ok(Verified { tokens, num_emitted, accepted, row_status })
+    }
+}
+
+fn logits_data(v: &Values) -> LogitsData<'_, specdec::Host> {
+    match v {
+        Values::F32(v) => LogitsData::F32(&v[..]),
+        Values::BF16(v) => LogitsData::BF16(&v[..]),
+        Values::F16(v) => LogitsData::F16(&v[..]),
+    }
+}
