@@ -87,8 +87,11 @@ fn main() {
 
     let max_rows = 1024;
     let mut ws: Workspace = cuda.workspace(max_rows * 8).unwrap();
-    let host = logits(max_rows * V, 1);
+    // 2048 rows (verification of B = 256, K = 7): the same 1024 rows twice.
+    let mut host = logits(max_rows * V, 1);
+    host.extend_from_within(..);
     let dlogits = s.clone_htod(&host).unwrap();
+    drop(host);
     let slots: Vec<i32> = (0..max_rows as i32 * 8).collect();
     let dslots = s.clone_htod(&slots).unwrap();
     let dpos = s.clone_htod(&(0..max_rows as u64 * 8).collect::<Vec<_>>()).unwrap();
