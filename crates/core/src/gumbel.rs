@@ -34,7 +34,7 @@ const TWO_POW_M32: f32 = f32::from_bits(0x2f80_0000); // 2^-32
 
 /// `ln(x)` for positive normal finite `x` as `k·ln 2 + 2·atanh(s)`.
 #[inline(always)]
-pub fn ln(x: f32) -> f32 {
+pub const fn ln(x: f32) -> f32 {
     let bits = x.to_bits();
     let mut k = ((bits >> 23) as i32) - 127;
     let mut m_bits = (bits & 0x007f_ffff) | 0x3f80_0000; // m in [1, 2)
@@ -53,7 +53,7 @@ pub fn ln(x: f32) -> f32 {
 /// `2·atanh(s) = ln((1 + s) / (1 - s))` for `|s| <= 1/3`, by its odd series to
 /// `s^15` (truncation below `2e-9` relative).
 #[inline(always)]
-fn two_atanh(s: f32) -> f32 {
+const fn two_atanh(s: f32) -> f32 {
     let z = s * s;
     let p = 2.0 / 15.0;
     let p = p * z + 2.0 / 13.0;
@@ -69,7 +69,7 @@ fn two_atanh(s: f32) -> f32 {
 /// `E = -ln(u)` for the uniform `u = (r + 1/2) / 2^32`: an Exp(1) variate,
 /// in `[2^-33·(1 - 2^-33), 33·ln 2]`.
 #[inline(always)]
-pub fn exponential(r: u32) -> f32 {
+pub const fn exponential(r: u32) -> f32 {
     if r < 0x8000_0000 {
         -ln((r as f32 + 0.5) * TWO_POW_M32)
     } else {
@@ -80,9 +80,28 @@ pub fn exponential(r: u32) -> f32 {
 
 /// Standard Gumbel noise `-ln(-ln(u))` from one random word.
 #[inline(always)]
-pub fn gumbel(r: u32) -> f32 {
+pub const fn gumbel(r: u32) -> f32 {
     -ln(exponential(r))
 }
+
+/// Slack above each bucket's largest computed value: rounding can make the
+/// computed `gumbel` non-monotone by a few ulps (< 1e-5 at its top), never 1e-4.
+const BOUND_SLACK: f32 = 1e-4;
+
+/// `GUMBEL_BOUND[r >> 24]` is at least `gumbel(r)` for every word `r`:
+/// `gumbel` increases with `r`, so each bucket of the top 8 bits is bounded by
+/// its last word's value (plus [`BOUND_SLACK`]). All but the top bucket are
+/// far below [`GUMBEL_MAX`] (bucket 254 is below 5.6), so a sampler can rule
+/// most ids out from their word alone, without evaluating two logarithms.
+pub const GUMBEL_BOUND: [f32; 256] = {
+    let mut table = [0f32; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = gumbel(((b as u32) << 24) | 0x00ff_ffff) + BOUND_SLACK;
+        b += 1;
+    }
+    table
+};
 
 #[cfg(test)]
 mod tests {
@@ -144,6 +163,24 @@ mod tests {
         fn ln_1p_neg(self) -> f64 {
             if self > 0.5 { (-(1.0 - self)).ln_1p() } else { self.ln() }
         }
+    }
+
+    #[test]
+    fn bucket_bounds_hold() {
+        // Both ends of every bucket, the branch boundary, and a stride over all words.
+        let check = |r: u32| assert!(gumbel(r) <= GUMBEL_BOUND[(r >> 24) as usize], "word {r:#x}");
+        for b in 0..256u32 {
+            for d in 0..512 {
+                check((b << 24) + d);
+                check((b << 24 | 0x00ff_ffff) - d);
+            }
+        }
+        let mut r = 0u32;
+        while let Some(next) = r.checked_add(4099) {
+            check(r);
+            r = next;
+        }
+        assert!(GUMBEL_BOUND[254] < 5.6 && GUMBEL_BOUND[255] >= GUMBEL_MAX);
     }
 
     #[test]

@@ -9,13 +9,15 @@
 //! rather than becoming `±inf`, so it stays finite (SPEC §3.4: `-inf` loses to
 //! every finite logit); two logits both beyond the range compare equal.
 //!
-//! Noise is skipped for a quad whose best possible score, its largest scaled
-//! logit plus [`GUMBEL_MAX`], is strictly below the running best: rounding is
-//! monotone, so no id of that quad could win or tie, and the result is the same
-//! as with noise everywhere.
+//! Noise is skipped where it provably cannot matter: for a quad whose best
+//! possible score, its largest scaled logit plus [`GUMBEL_MAX`], is strictly
+//! below the running best (no Philox call at all), and for an id whose scaled
+//! logit plus its word's bucket bound [`GUMBEL_BOUND`] is (no logarithms).
+//! Rounding is monotone, so no skipped id could win or tie, and the result is
+//! the same as with noise everywhere.
 
 use crate::argmax::ArgMax;
-use crate::gumbel::{GUMBEL_MAX, gumbel};
+use crate::gumbel::{GUMBEL_BOUND, GUMBEL_MAX, gumbel};
 use crate::rng::{Stream, random_quad};
 
 /// How one row turns logits into a token.
@@ -79,7 +81,11 @@ impl Sampler {
         }
         let words = random_quad(self.seed, self.pos, self.stream, base / 4);
         let lane = |best: ArgMax, i: usize| {
-            if (i as u32) < n { best.combine(ArgMax::new(w[i] + gumbel(words[i]), base + i as u32)) } else { best }
+            if (i as u32) < n && !(w[i] + GUMBEL_BOUND[(words[i] >> 24) as usize] < best.value) {
+                best.combine(ArgMax::new(w[i] + gumbel(words[i]), base + i as u32))
+            } else {
+                best
+            }
         };
         lane(lane(lane(lane(best, 0), 1), 2), 3)
     }
