@@ -1,0 +1,418 @@
+//! `specdec demo`: a synthetic speculative-decoding loop.
+//!
+//! Each step, for `B` requests: `K` drafting calls of `gumbel_sample`
+//! (drafting mode, one row per request, the draft model's logits, writing
+//! column `i` of the request's slot in the draft-logits cache), then one
+//! `rejection_sample` call verifying the `K` drafts plus a bonus row per
+//! request against the target logits. Each request advances by the tokens it
+//! emitted. Every fourth request (3, 7, ...) is greedy; the others sample at
+//! `--temperature`. The emitted tokens are checked: greedy ones must be the
+//! target's argmax, random ones must follow the target distribution
+//! (chi-square over the tokens' ranks, see `model.rs`).
+
+use crate::backend::{BackendArg, Chosen};
+use crate::error::{Failure, Result};
+use crate::model::{Model, PROFILES, mix};
+use crate::report::{Greedy, Position, Report, Sizes};
+use crate::stats::{chi_square, softmax};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use specdec::{
+    Backend, CacheData, CacheShape, Column, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Logits, LogitsData,
+    RejectionOutput, RejectionSample, SlotTable, Tokens,
+};
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+/// A synthetic speculative-decoding loop: acceptance, speed and exactness
+///
+/// Each step drafts K tokens per request with `gumbel_sample` (drafting mode,
+/// filling the draft-logits cache) and verifies them with `rejection_sample`.
+/// Prints the acceptance rate per draft position, tokens per verify, time per
+/// call, and checks the emitted tokens against the target (chi-square for
+/// sampled requests, the argmax chain for greedy ones).
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    backend: BackendArg,
+    /// Requests per batch (B); requests 3, 7, 11, ... are greedy.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// Drafts per request per step (K).
+    #[arg(long, default_value_t = 4)]
+    drafts: usize,
+    /// Vocabulary size (V).
+    #[arg(long, default_value_t = 128_256)]
+    vocab: usize,
+    /// Speculative steps (each: K drafting calls and one verification).
+    #[arg(long, default_value_t = 100)]
+    steps: usize,
+    /// Temperature of the non-greedy requests (0: every request is greedy).
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    /// Seed of the synthetic models and of the requests' sampling seeds.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Standard deviation of the noise the draft model adds to the target's
+    /// logits (0: the draft equals the target and every draft is accepted).
+    #[arg(long, default_value_t = 0.5)]
+    draft_noise: f32,
+    /// Verify one-hot drafts (no draft logits, like EAGLE/MTP/n-gram drafters).
+    #[arg(long)]
+    one_hot: bool,
+    /// Print the results as JSON (no progress bar).
+    #[arg(long)]
+    json: bool,
+}
+
+impl DemoArgs {
+    fn check(&self) -> Result<()> {
+        let bad = |what: &str| Err(Failure::input(what.to_string()));
+        if self.batch == 0 {
+            return bad("--batch must be at least 1");
+        }
+        if self.drafts == 0 || self.drafts > 64 {
+            return bad("--drafts must be in 1 ..= 64");
+        }
+        if self.vocab == 0 || self.vocab > specdec::MAX_VOCAB {
+            return bad(&format!("--vocab must be in 1 ..= {}", specdec::MAX_VOCAB));
+        }
+        if self.steps == 0 {
+            return bad("--steps must be at least 1");
+        }
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return bad("--temperature must be a finite value >= 0");
+        }
+        if !(self.draft_noise.is_finite() && self.draft_noise >= 0.0) {
+            return bad("--draft-noise must be a finite value >= 0");
+        }
+        // The target, cache and draft buffers: B·(2K + 2)·V floats (this also bounds B).
+        let elements = (self.batch as u128) * (2 * self.drafts as u128 + 2) * self.vocab as u128;
+        if elements > 1 << 32 {
+            return bad("--batch × --drafts × --vocab is too large for the demo's buffers (over 16 GiB)");
+        }
+        Ok(())
+    }
+}
+
+/// Counters gathered over the run.
+#[derive(Default)]
+struct Tally {
+    /// Per draft position: (reached, accepted) for random and greedy requests.
+    random: Vec<(u64, u64)>,
+    greedy: Vec<(u64, u64)>,
+    tokens: u64,
+    verifies: u64,
+    sample: Duration,
+    sample_calls: u64,
+    verify: Duration,
+    verify_calls: u64,
+    model: Duration,
+    /// Per profile: how often each rank was emitted by a random request.
+    ranks: Vec<Vec<u64>>,
+    greedy_tokens: u64,
+    greedy_mismatches: u64,
+    first_mismatch: Option<String>,
+}
+
+pub fn run(args: &DemoArgs) -> Result<()> {
+    args.check()?;
+    let chosen = args.backend.open()?;
+    let mut demo = Demo::new(args, &chosen.backend);
+    let progress = Progress::new(args.steps as u64, !args.json && std::io::stderr().is_terminal());
+    let start = Instant::now();
+    for _ in 0..args.steps {
+        for i in 0..args.drafts {
+            demo.draft(i)?;
+        }
+        demo.verify()?;
+        demo.record()?;
+        progress.step(start);
+    }
+    progress.finish();
+    let report = demo.report(&chosen, start.elapsed());
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).expect("the report serialises"));
+    } else {
+        report.print();
+    }
+    if report.passed {
+        Ok(())
+    } else {
+        Err(Failure::run("the exactness check failed: the emitted tokens do not follow the target"))
+    }
+}
+
+/// The loop's state: the synthetic models, the per-request tables, the
+/// buffers every call reuses, and the tally.
+struct Demo<'a> {
+    backend: &'a Backend,
+    args: &'a DemoArgs,
+    model: Model,
+    greedy: Vec<bool>,
+    temperature: Vec<f32>,
+    seeds: Vec<u64>,
+    slots: Vec<i32>,
+    /// Each request's length: the position of its next token.
+    len: Vec<u64>,
+    /// `[B·(K+1), V]`: request r's rows `r·(K+1) ..`, K draft rows then the bonus row.
+    target: Vec<f32>,
+    /// `[B, V]`: the draft model's row of each request in the current drafting call.
+    draft_rows: Vec<f32>,
+    /// `[B, K, V]`: the draft-logits cache (empty with `--one-hot`).
+    cache: Vec<f32>,
+    offsets: Vec<i32>,
+    /// `[B·(K+1)]`: drafts by target row (bonus rows hold -1).
+    drafts: Vec<i32>,
+    pos: Vec<u64>,
+    draft_pos: Vec<u64>,
+    draft_tokens: Vec<i32>,
+    tokens: Vec<i32>,
+    num_emitted: Vec<i32>,
+    accepted: Vec<i32>,
+    tally: Tally,
+}
+
+impl<'a> Demo<'a> {
+    fn new(args: &'a DemoArgs, backend: &'a Backend) -> Self {
+        let (b, k, v) = (args.batch, args.drafts, args.vocab);
+        let greedy: Vec<bool> = (0..b).map(|r| r % 4 == 3 || args.temperature == 0.0).collect();
+        Demo {
+            backend,
+            args,
+            model: Model::new(v, args.seed, args.draft_noise),
+            temperature: greedy.iter().map(|&g| if g { 0.0 } else { args.temperature }).collect(),
+            greedy,
+            seeds: (0..b as u64).map(|r| mix(args.seed ^ mix(r))).collect(),
+            slots: (0..b as i32).collect(),
+            // Prompt lengths: each request starts at its own position.
+            len: (0..b as u64).map(|r| 16 + 5 * r).collect(),
+            target: vec![0.0; b * (k + 1) * v],
+            draft_rows: vec![0.0; b * v],
+            cache: if args.one_hot { Vec::new() } else { vec![0.0; b * k * v] },
+            offsets: (0..=b).map(|r| (r * (k + 1)) as i32).collect(),
+            drafts: vec![-1; b * (k + 1)],
+            pos: vec![0; b * (k + 1)],
+            draft_pos: vec![0; b],
+            draft_tokens: vec![0; b],
+            tokens: vec![0; b * (k + 1)],
+            num_emitted: vec![0; b],
+            accepted: vec![0; b],
+            tally: Tally {
+                random: vec![(0, 0); k],
+                greedy: vec![(0, 0); k],
+                ranks: vec![vec![0; v]; PROFILES.len()],
+                ..Tally::default()
+            },
+        }
+    }
+
+    /// Drafting call `i`: one row per request at position `len + i`, its
+    /// logits stored in cache column `i` of the request's slot.
+    fn draft(&mut self, i: usize) -> Result<()> {
+        let (b, k, v) = (self.args.batch, self.args.drafts, self.args.vocab);
+        let t = Instant::now();
+        for r in 0..b {
+            let p = self.len[r] + i as u64;
+            let row = self.model.row(r, p);
+            let target = &mut self.target[(r * (k + 1) + i) * v..][..v];
+            self.model.target(&row, target);
+            self.model.draft(&row, target, &mut self.draft_rows[r * v..][..v]);
+            self.draft_pos[r] = p;
+        }
+        self.tally.model += t.elapsed();
+        let cache = (!self.args.one_hot).then(|| {
+            let data = CacheData::F32(&mut self.cache[..]);
+            (DraftCache { data, slots: b, k, width: v, stride0: k * v, stride1: v }, Column::All(i))
+        });
+        let mut call = GumbelSample {
+            logits: Logits { data: LogitsData::F32(&self.draft_rows[..]), rows: b, vocab: v, row_stride: v },
+            slots: &self.slots[..],
+            pos: &self.draft_pos[..],
+            table: SlotTable { temperature: &self.temperature[..], seed: &self.seeds[..] },
+            drafting: true,
+            cache,
+        };
+        let out = GumbelOutput { tokens: Tokens::I32(&mut self.draft_tokens[..]), row_status: None };
+        let t = Instant::now();
+        self.backend.gumbel_sample(&mut call, out).map_err(|e| Failure::library("gumbel_sample", e))?;
+        self.tally.sample += t.elapsed();
+        self.tally.sample_calls += 1;
+        for r in 0..b {
+            self.drafts[r * (k + 1) + i] = self.draft_tokens[r];
+        }
+        Ok(())
+    }
+
+    /// The verification call: every request's K drafts and its bonus row.
+    fn verify(&mut self) -> Result<()> {
+        let (b, k, v) = (self.args.batch, self.args.drafts, self.args.vocab);
+        let t = Instant::now();
+        for r in 0..b {
+            let row = self.model.row(r, self.len[r] + k as u64);
+            self.model.target(&row, &mut self.target[(r * (k + 1) + k) * v..][..v]);
+            for i in 0..=k {
+                self.pos[r * (k + 1) + i] = self.len[r] + i as u64;
+            }
+        }
+        self.tally.model += t.elapsed();
+        let shape = CacheShape { slots: b, k, width: v, stride0: k * v, stride1: v };
+        let call = RejectionSample {
+            target: Logits { data: LogitsData::F32(&self.target[..]), rows: b * (k + 1), vocab: v, row_stride: v },
+            offsets: &self.offsets[..],
+            drafts: &self.drafts[..],
+            slots: &self.slots[..],
+            pos: &self.pos[..],
+            table: SlotTable { temperature: &self.temperature[..], seed: &self.seeds[..] },
+            max_drafts: k,
+            draft_logits: (!self.args.one_hot).then(|| DraftLogits { data: LogitsData::F32(&self.cache[..]), shape }),
+        };
+        let out = RejectionOutput {
+            tokens: Tokens::I32(&mut self.tokens[..]),
+            num_emitted: &mut self.num_emitted[..],
+            accepted: Some(&mut self.accepted[..]),
+            row_status: None,
+        };
+        let t = Instant::now();
+        self.backend.rejection_sample(&call, out).map_err(|e| Failure::library("rejection_sample", e))?;
+        self.tally.verify += t.elapsed();
+        self.tally.verify_calls += 1;
+        Ok(())
+    }
+
+    /// Counts acceptances, checks and tallies the emitted tokens, and
+    /// advances every request by the tokens it emitted.
+    fn record(&mut self) -> Result<()> {
+        let (b, k, v) = (self.args.batch, self.args.drafts, self.args.vocab);
+        for r in 0..b {
+            let (emitted, accepted) = (self.num_emitted[r], self.accepted[r]);
+            if !(1..=k as i32 + 1).contains(&emitted) || accepted != emitted - 1 {
+                return Err(Failure::run(format!(
+                    "request {r}: num_emitted = {emitted} and accepted = {accepted} are inconsistent (K = {k})"
+                )));
+            }
+            let per_position = if self.greedy[r] { &mut self.tally.greedy } else { &mut self.tally.random };
+            for (i, (reached, taken)) in per_position.iter_mut().enumerate().take(emitted as usize) {
+                *reached += 1;
+                *taken += u64::from(i < accepted as usize);
+            }
+            for j in 0..emitted as usize {
+                let token = self.tokens[r * (k + 1) + j];
+                let p = self.len[r] + j as u64;
+                if !(0..v as i64).contains(&(token as i64)) {
+                    return Err(Failure::run(format!(
+                        "request {r} emitted token {token} at position {p}, outside 0..{v}"
+                    )));
+                }
+                let row = self.model.row(r, p);
+                let rank = self.model.rank(&row, token as usize);
+                if self.greedy[r] {
+                    self.tally.greedy_tokens += 1;
+                    if rank != 0 {
+                        self.tally.greedy_mismatches += 1;
+                        self.tally.first_mismatch.get_or_insert_with(|| {
+                            format!("request {r}, position {p}: token {token} has rank {rank}, not the argmax")
+                        });
+                    }
+                } else {
+                    self.tally.ranks[row.profile][rank] += 1;
+                }
+            }
+            self.tally.tokens += emitted as u64;
+            self.tally.verifies += 1;
+            self.len[r] += emitted as u64;
+        }
+        Ok(())
+    }
+
+    fn report(self, chosen: &Chosen, elapsed: Duration) -> Report {
+        let args = self.args;
+        let t = self.tally;
+        let rate = |(reached, taken): (u64, u64)| (reached > 0).then(|| taken as f64 / reached as f64);
+        let acceptance = (0..args.drafts)
+            .map(|i| {
+                let (r, g) = (t.random[i], t.greedy[i]);
+                let all = (r.0 + g.0, r.1 + g.1);
+                Position {
+                    position: i + 1,
+                    reached: all.0,
+                    accepted: all.1,
+                    rate: rate(all),
+                    rate_random: rate(r),
+                    rate_greedy: rate(g),
+                }
+            })
+            .collect();
+        let accepted: u64 = t.random.iter().chain(&t.greedy).map(|p| p.1).sum();
+        let chi_square = (args.temperature > 0.0)
+            .then(|| {
+                let probs = (0..PROFILES.len()).map(|p| softmax(self.model.profile(p), args.temperature));
+                chi_square(t.ranks.iter().map(|c| &c[..]).zip(probs))
+            })
+            .flatten();
+        let greedy = Greedy {
+            tokens: t.greedy_tokens,
+            mismatches: t.greedy_mismatches,
+            first_mismatch: t.first_mismatch,
+            passed: t.greedy_mismatches == 0,
+        };
+        let per_call = |d: Duration, n: u64| d.as_secs_f64() * 1e6 / n.max(1) as f64;
+        Report {
+            backend: self.backend.describe(),
+            gpu_unused: chosen.gpu_unused.clone(),
+            sizes: Sizes {
+                batch: args.batch,
+                drafts: args.drafts,
+                vocab: args.vocab,
+                steps: args.steps,
+                temperature: args.temperature,
+                draft_noise: args.draft_noise,
+                one_hot: args.one_hot,
+                seed: args.seed,
+            },
+            greedy_requests: (0..args.batch).filter(|&r| self.greedy[r]).collect(),
+            acceptance,
+            acceptance_rate: accepted as f64 / (t.verifies * args.drafts as u64).max(1) as f64,
+            tokens: t.tokens,
+            verifies: t.verifies,
+            tokens_per_verify: t.tokens as f64 / t.verifies.max(1) as f64,
+            sample_calls: t.sample_calls,
+            us_per_sample_call: per_call(t.sample, t.sample_calls),
+            verify_calls: t.verify_calls,
+            us_per_verify_call: per_call(t.verify, t.verify_calls),
+            model_seconds: t.model.as_secs_f64(),
+            total_seconds: elapsed.as_secs_f64(),
+            passed: greedy.passed && chi_square.as_ref().is_none_or(|c| c.passed),
+            chi_square,
+            greedy,
+        }
+    }
+}
+
+/// A progress bar on stderr, shown once the run has taken a second (never
+/// with `--json` or when stderr is not a terminal).
+struct Progress {
+    bar: ProgressBar,
+    enabled: bool,
+}
+
+impl Progress {
+    fn new(steps: u64, enabled: bool) -> Self {
+        let bar = ProgressBar::hidden();
+        bar.set_length(steps);
+        if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} steps, {eta} left") {
+            bar.set_style(style);
+        }
+        Progress { bar, enabled }
+    }
+
+    fn step(&self, start: Instant) {
+        self.bar.inc(1);
+        if self.enabled && self.bar.is_hidden() && start.elapsed() > Duration::from_secs(1) {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}

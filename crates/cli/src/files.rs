@@ -1,0 +1,318 @@
+//! safetensors input and output (the format is documented in `FORMAT.md`).
+//!
+//! Every problem with an input file becomes one [`Failure::Input`] line naming
+//! the file or the tensor and what was expected. Outputs are written to a
+//! temporary file in the output's directory and renamed into place, so a
+//! failed command never leaves a partial or stale-looking output behind.
+
+use crate::error::{Failure, Result};
+use half::{bf16, f16};
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use specdec::{CacheData, LogitsData};
+use std::path::{Path, PathBuf};
+
+/// An input file, read whole.
+pub struct InputFile {
+    path: PathBuf,
+    bytes: Vec<u8>,
+}
+
+impl InputFile {
+    pub fn read(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| Failure::input(format!("cannot read {}: {e}", path.display())))?;
+        Ok(InputFile { path: path.to_owned(), bytes })
+    }
+
+    pub fn tensors(&self) -> Result<Tensors<'_>> {
+        let st = SafeTensors::deserialize(&self.bytes)
+            .map_err(|e| Failure::input(format!("{} is not a valid safetensors file: {e}", self.path.display())))?;
+        Ok(Tensors { path: &self.path, st })
+    }
+}
+
+/// The tensors of an input file, looked up by name with their expected dtype and shape.
+pub struct Tensors<'a> {
+    path: &'a Path,
+    st: SafeTensors<'a>,
+}
+
+/// The integer dtypes accepted for scalars (`vocab`, `max_drafts`, ...).
+const INT_SCALAR: &[Dtype] = &[Dtype::I32, Dtype::I64, Dtype::U32, Dtype::U64];
+/// The dtypes of logits and caches.
+const FLOAT: &[Dtype] = &[Dtype::F32, Dtype::BF16, Dtype::F16];
+
+impl<'a> Tensors<'a> {
+    fn find(&self, name: &'static str) -> Option<Tensor<'a>> {
+        self.st.tensor(name).ok().map(|view| Tensor { name, view })
+    }
+
+    /// A tensor that must be present; `expected` describes it ("I32 [rows]").
+    fn get(&self, name: &'static str, expected: &str) -> Result<Tensor<'a>> {
+        self.find(name).ok_or_else(|| {
+            Failure::input(format!("{}: missing tensor `{name}` (expected {expected})", self.path.display()))
+        })
+    }
+
+    /// `I32` with exactly `dims` (named `label`, e.g. "[rows]").
+    pub fn i32s(&self, name: &'static str, label: &str, dims: &[usize]) -> Result<Vec<i32>> {
+        let t = self.get(name, &format!("I32 {label}"))?;
+        t.dtype_in(&[Dtype::I32])?;
+        t.shape_is(label, dims)?;
+        Ok(decode(t.view.data(), i32::from_le_bytes))
+    }
+
+    /// `I32` of one dimension, any length (named `label`, e.g. "[requests]").
+    pub fn i32s_any(&self, name: &'static str, label: &str) -> Result<Vec<i32>> {
+        let t = self.get(name, &format!("I32 {label}"))?;
+        t.dtype_in(&[Dtype::I32])?;
+        if t.view.shape().len() != 1 {
+            return Err(t.bad(format!("expected a 1-D shape {label}, found {:?}", t.view.shape())));
+        }
+        Ok(decode(t.view.data(), i32::from_le_bytes))
+    }
+
+    /// `U64` or `I64` with exactly `dims`, as `u64`: `I64` values are taken
+    /// bit for bit when `negative_ok` (seeds), else a negative one is an error.
+    pub fn u64s(&self, name: &'static str, label: &str, dims: &[usize], negative_ok: bool) -> Result<Vec<u64>> {
+        let t = self.get(name, &format!("U64 or I64 {label}"))?;
+        t.dtype_in(&[Dtype::U64, Dtype::I64])?;
+        t.shape_is(label, dims)?;
+        let values = decode(t.view.data(), u64::from_le_bytes);
+        if t.view.dtype() == Dtype::I64
+            && !negative_ok
+            && let Some((i, &v)) = values.iter().enumerate().find(|(_, v)| (**v as i64) < 0)
+        {
+            return Err(t.bad(format!("entry {i} is {}, expected a value >= 0", v as i64)));
+        }
+        Ok(values)
+    }
+
+    /// A float matrix `[rows, width]` (F32, BF16 or F16).
+    pub fn float_matrix(&self, name: &'static str) -> Result<(Floats, usize, usize)> {
+        let t = self.get(name, "F32, BF16 or F16 [rows, width]")?;
+        t.dtype_in(FLOAT)?;
+        let &[rows, width] = t.view.shape() else {
+            return Err(t.bad(format!("expected a 2-D shape [rows, width], found {:?}", t.view.shape())));
+        };
+        Ok((t.floats(), rows, width))
+    }
+
+    /// An optional float tensor `[slots, K, width]` (F32, BF16 or F16).
+    pub fn float_cube(&self, name: &'static str) -> Result<Option<(Floats, [usize; 3])>> {
+        let Some(t) = self.find(name) else { return Ok(None) };
+        t.dtype_in(FLOAT)?;
+        let &[slots, k, width] = t.view.shape() else {
+            return Err(t.bad(format!("expected a 3-D shape [slots, K, width], found {:?}", t.view.shape())));
+        };
+        Ok(Some((t.floats(), [slots, k, width])))
+    }
+
+    /// An integer scalar (shape `[]` or `[1]`; I32, I64, U32 or U64), if present.
+    pub fn int_scalar(&self, name: &'static str) -> Result<Option<i64>> {
+        let Some(t) = self.find(name) else { return Ok(None) };
+        t.dtype_in(INT_SCALAR)?;
+        t.scalar_shape()?;
+        let data = t.view.data();
+        let value = match t.view.dtype() {
+            Dtype::I32 => i32::from_le_bytes(data.try_into().expect("4 bytes")) as i64,
+            Dtype::U32 => u32::from_le_bytes(data.try_into().expect("4 bytes")) as i64,
+            Dtype::I64 => i64::from_le_bytes(data.try_into().expect("8 bytes")),
+            _ => {
+                let v = u64::from_le_bytes(data.try_into().expect("8 bytes"));
+                i64::try_from(v).map_err(|_| t.bad(format!("value {v} is out of range")))?
+            }
+        };
+        Ok(Some(value))
+    }
+
+    /// A required integer scalar.
+    pub fn required_int_scalar(&self, name: &'static str) -> Result<i64> {
+        self.get(name, "an integer scalar: I32, I64, U32 or U64, shape [] or [1]")?;
+        Ok(self.int_scalar(name)?.expect("present"))
+    }
+
+    /// An optional flag: a `U8` or `BOOL` scalar holding 0 or 1.
+    pub fn flag(&self, name: &'static str) -> Result<bool> {
+        let Some(t) = self.find(name) else { return Ok(false) };
+        t.dtype_in(&[Dtype::U8, Dtype::BOOL])?;
+        t.scalar_shape()?;
+        match t.view.data()[0] {
+            0 => Ok(false),
+            1 => Ok(true),
+            v => Err(t.bad(format!("value {v}, expected 0 or 1"))),
+        }
+    }
+
+    /// An optional `I32` tensor that is either a scalar (shape `[]`) or has `[rows]` entries.
+    pub fn i32_scalar_or_rows(&self, name: &'static str, rows: usize) -> Result<Option<ScalarOrRows>> {
+        let Some(t) = self.find(name) else { return Ok(None) };
+        t.dtype_in(&[Dtype::I32])?;
+        let values = decode(t.view.data(), i32::from_le_bytes);
+        match t.view.shape() {
+            [] => Ok(Some(ScalarOrRows::Scalar(values[0]))),
+            [n] if *n == rows => Ok(Some(ScalarOrRows::Rows(values))),
+            s => Err(t.bad(format!("expected shape [] (one for all rows) or [rows] = [{rows}], found {s:?}"))),
+        }
+    }
+
+    /// The per-slot tables: `temperature` F32 `[slots]` and `seed` U64/I64
+    /// `[slots]` (I64 seeds are taken bit for bit).
+    pub fn slot_table(&self) -> Result<(Vec<f32>, Vec<u64>)> {
+        let t = self.get("temperature", "F32 [slots]")?;
+        t.dtype_in(&[Dtype::F32])?;
+        let &[slots] = t.view.shape() else {
+            return Err(t.bad(format!("expected a 1-D shape [slots], found {:?}", t.view.shape())));
+        };
+        let temperature = decode(t.view.data(), f32::from_le_bytes);
+        let seed = self.u64s("seed", "[slots] (the length of `temperature`)", &[slots], true)?;
+        Ok((temperature, seed))
+    }
+
+    /// The vocabulary: the optional `vocab` scalar (`1 ..= width`), else the logits width.
+    pub fn vocab(&self, width: usize, logits: &str) -> Result<usize> {
+        match self.int_scalar("vocab")? {
+            None => Ok(width),
+            Some(v) if v >= 1 && v as u64 <= width as u64 => Ok(v as usize),
+            Some(v) => Err(Failure::input(format!(
+                "tensor `vocab`: value {v}, expected 1 ..= {width} (the width of `{logits}`)"
+            ))),
+        }
+    }
+}
+
+/// An `I32` value given once for all rows, or per row.
+pub enum ScalarOrRows {
+    Scalar(i32),
+    Rows(Vec<i32>),
+}
+
+/// One tensor of an input file.
+struct Tensor<'a> {
+    name: &'static str,
+    view: TensorView<'a>,
+}
+
+impl Tensor<'_> {
+    fn bad(&self, what: String) -> Failure {
+        Failure::input(format!("tensor `{}`: {what}", self.name))
+    }
+
+    fn dtype_in(&self, dtypes: &[Dtype]) -> Result<()> {
+        let got = self.view.dtype();
+        if dtypes.contains(&got) {
+            return Ok(());
+        }
+        let names: Vec<String> = dtypes.iter().map(|d| d.to_string()).collect();
+        Err(self.bad(format!("expected dtype {}, found {got}", names.join(" or "))))
+    }
+
+    fn shape_is(&self, label: &str, dims: &[usize]) -> Result<()> {
+        let got = self.view.shape();
+        if got == dims {
+            return Ok(());
+        }
+        Err(self.bad(format!("expected shape {label} = {dims:?}, found {got:?}")))
+    }
+
+    fn scalar_shape(&self) -> Result<()> {
+        match self.view.shape() {
+            [] | [1] => Ok(()),
+            s => Err(self.bad(format!("expected a scalar (shape [] or [1]), found shape {s:?}"))),
+        }
+    }
+
+    fn floats(&self) -> Floats {
+        let data = self.view.data();
+        match self.view.dtype() {
+            Dtype::F32 => Floats::F32(decode(data, f32::from_le_bytes)),
+            Dtype::BF16 => Floats::BF16(decode(data, |b| bf16::from_bits(u16::from_le_bytes(b)))),
+            Dtype::F16 => Floats::F16(decode(data, |b| f16::from_bits(u16::from_le_bytes(b)))),
+            d => unreachable!("dtype {d} was checked to be a float"),
+        }
+    }
+}
+
+/// Owned logits or cache values in their file dtype.
+pub enum Floats {
+    F32(Vec<f32>),
+    BF16(Vec<bf16>),
+    F16(Vec<f16>),
+}
+
+impl Floats {
+    pub fn logits(&self) -> LogitsData<'_, specdec::Host> {
+        match self {
+            Floats::F32(v) => LogitsData::F32(&v[..]),
+            Floats::BF16(v) => LogitsData::BF16(&v[..]),
+            Floats::F16(v) => LogitsData::F16(&v[..]),
+        }
+    }
+
+    pub fn cache(&mut self) -> CacheData<'_, specdec::Host> {
+        match self {
+            Floats::F32(v) => CacheData::F32(&mut v[..]),
+            Floats::BF16(v) => CacheData::BF16(&mut v[..]),
+            Floats::F16(v) => CacheData::F16(&mut v[..]),
+        }
+    }
+}
+
+/// Little-endian elements of `N` bytes.
+fn decode<T, const N: usize>(data: &[u8], from: fn([u8; N]) -> T) -> Vec<T> {
+    data.chunks_exact(N).map(|c| from(c.try_into().expect("chunks of N bytes"))).collect()
+}
+
+fn encode<T: Copy, const N: usize>(values: &[T], to: fn(T) -> [u8; N]) -> Vec<u8> {
+    values.iter().flat_map(|&v| to(v)).collect()
+}
+
+/// The tensors of an output file, written all at once by [`Output::write`].
+#[derive(Default)]
+pub struct Output {
+    tensors: Vec<(&'static str, Dtype, Vec<usize>, Vec<u8>)>,
+}
+
+impl Output {
+    pub fn i32s(mut self, name: &'static str, shape: &[usize], values: &[i32]) -> Self {
+        self.tensors.push((name, Dtype::I32, shape.to_vec(), encode(values, i32::to_le_bytes)));
+        self
+    }
+
+    pub fn u32s(mut self, name: &'static str, shape: &[usize], values: &[u32]) -> Self {
+        self.tensors.push((name, Dtype::U32, shape.to_vec(), encode(values, u32::to_le_bytes)));
+        self
+    }
+
+    pub fn floats(mut self, name: &'static str, shape: &[usize], values: &Floats) -> Self {
+        let (dtype, bytes) = match values {
+            Floats::F32(v) => (Dtype::F32, encode(v, f32::to_le_bytes)),
+            Floats::BF16(v) => (Dtype::BF16, encode(v, |x: bf16| x.to_bits().to_le_bytes())),
+            Floats::F16(v) => (Dtype::F16, encode(v, |x: f16| x.to_bits().to_le_bytes())),
+        };
+        self.tensors.push((name, dtype, shape.to_vec(), bytes));
+        self
+    }
+
+    /// Writes the file through a temporary file in the same directory, renamed into place.
+    pub fn write(self, path: &Path) -> Result<()> {
+        let mut views = Vec::with_capacity(self.tensors.len());
+        for (name, dtype, shape, bytes) in &self.tensors {
+            let view = TensorView::new(*dtype, shape.clone(), bytes)
+                .map_err(|e| Failure::run(format!("tensor `{name}` could not be encoded: {e}")))?;
+            views.push((*name, view));
+        }
+        let bytes = safetensors::serialize(views, None)
+            .map_err(|e| Failure::run(format!("the output could not be encoded: {e}")))?;
+        let file_name =
+            path.file_name().ok_or_else(|| Failure::input(format!("output path {} names no file", path.display())))?;
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(file_name);
+        tmp_name.push(format!(".{}.tmp", std::process::id()));
+        let tmp = path.with_file_name(tmp_name);
+        let written = std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, path));
+        written.map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            Failure::run(format!("cannot write {}: {e}", path.display()))
+        })
+    }
+}

@@ -1,0 +1,271 @@
+//! `specdec sample` and `specdec verify` on files written with the
+//! `safetensors` crate give exactly what the library gives for the same
+//! inputs (`specdec::Backend::cpu()`), bit for bit.
+
+mod common;
+
+use common::*;
+use half::{bf16, f16};
+use safetensors::tensor::Dtype;
+use specdec::{
+    Backend, CacheData, CacheShape, Column, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Logits, LogitsData,
+    RejectionOutput, RejectionSample, SlotTable, Tokens,
+};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn le_i32(bytes: &[u8]) -> Vec<i32> {
+    bytes.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+fn le_u32(bytes: &[u8]) -> Vec<u32> {
+    bytes.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+/// Runs `specdec <op> --backend <backend>` on `input` and returns the output file's tensors.
+fn run(op: &str, backend: &str, input: &Path) -> BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)> {
+    let output = input.with_file_name(format!("{op}-{backend}-out.safetensors"));
+    let out = specdec(&[op, "--input", path_str(input), "--output", path_str(&output), "--backend", backend]);
+    assert!(out.status.success(), "specdec {op} failed: {}", String::from_utf8_lossy(&out.stderr));
+    read(&output)
+}
+
+#[test]
+fn sample_f32_without_cache_matches_the_library() {
+    let dir = scratch("sample-f32");
+    let (rows, width, vocab) = (5, 1003, 1000);
+    let mut logits = common::logits(rows * width, 1);
+    logits[4 * width + 10] = f32::NAN; // flagged in row_status
+    let slots = [0, 1, -1, 2, 1];
+    let positions = [7u64, 8, 0, 1 << 40, 9];
+    let (temperature, seed) = ([0.0f32, 0.7, 1.3], [11u64, u64::MAX, 42]);
+    let input = dir.join("in.safetensors");
+    write(
+        &input,
+        BTreeMap::from([
+            ("logits", f32s(&[rows, width], &logits)),
+            ("vocab", i32s(&[], &[vocab as i32])),
+            ("slots", i32s(&[rows], &slots)),
+            ("positions", u64s(&[rows], &positions)),
+            ("temperature", f32s(&[3], &temperature)),
+            ("seed", u64s(&[3], &seed)),
+        ]),
+    );
+
+    let mut tokens = vec![0i32; rows];
+    let mut row_status = vec![0u32; rows];
+    let mut call = GumbelSample {
+        logits: Logits { data: LogitsData::F32(&logits[..]), rows, vocab, row_stride: width },
+        slots: &slots[..],
+        pos: &positions[..],
+        table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
+        drafting: false,
+        cache: None,
+    };
+    let out = GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: Some(&mut row_status[..]) };
+    Backend::cpu().gumbel_sample(&mut call, out).unwrap();
+
+    for backend in ["cpu", "auto"] {
+        let got = run("sample", backend, &input);
+        assert_eq!(got.keys().collect::<Vec<_>>(), ["row_status", "tokens"]);
+        assert_eq!((got["tokens"].0, &got["tokens"].1), (Dtype::I32, &vec![rows]));
+        assert_eq!(le_i32(&got["tokens"].2), tokens, "{backend}");
+        assert_eq!((got["row_status"].0, &got["row_status"].1), (Dtype::U32, &vec![rows]));
+        assert_eq!(le_u32(&got["row_status"].2), row_status, "{backend}");
+    }
+    assert_eq!(row_status[4], specdec::status::NAN_LOGITS);
+}
+
+#[test]
+fn sample_bf16_drafting_into_an_f16_cache_matches_the_library() {
+    let dir = scratch("sample-bf16-cache");
+    let (rows, width, k, cache_width) = (4, 777, 2, 780);
+    let logits: Vec<bf16> = common::logits(rows * width, 2).into_iter().map(bf16::from_f32).collect();
+    let slots = [0, 0, 1, 2];
+    let columns = [0, 1, 0, 1]; // distinct (slot, column) per row
+    let positions = [3i64, 4, 100, 5];
+    let temperature = [1.0f32, 0.0, 0.6];
+    let seed = [-5i64, 6, 7];
+    let cache0: Vec<f16> = common::logits(3 * k * cache_width, 3).into_iter().map(f16::from_f32).collect();
+    let input = dir.join("in.safetensors");
+    write(
+        &input,
+        BTreeMap::from([
+            ("logits", bf16s(&[rows, width], &logits)),
+            ("slots", i32s(&[rows], &slots)),
+            ("positions", i64s(&[rows], &positions)),
+            ("temperature", f32s(&[3], &temperature)),
+            ("seed", i64s(&[3], &seed)),
+            ("drafting", u8_scalar(1)),
+            ("cache", f16s(&[3, k, cache_width], &cache0)),
+            ("cache_column", i32s(&[rows], &columns)),
+        ]),
+    );
+
+    let (pos, seed_bits): (Vec<u64>, Vec<u64>) =
+        (positions.iter().map(|&p| p as u64).collect(), seed.iter().map(|&s| s as u64).collect());
+    let mut cache = cache0.clone();
+    let mut tokens = vec![0i32; rows];
+    let mut row_status = vec![0u32; rows];
+    let mut call = GumbelSample {
+        logits: Logits { data: LogitsData::BF16(&logits[..]), rows, vocab: width, row_stride: width },
+        slots: &slots[..],
+        pos: &pos[..],
+        table: SlotTable { temperature: &temperature[..], seed: &seed_bits[..] },
+        drafting: true,
+        cache: Some((
+            DraftCache {
+                data: CacheData::F16(&mut cache[..]),
+                slots: 3,
+                k,
+                width: cache_width,
+                stride0: k * cache_width,
+                stride1: cache_width,
+            },
+            Column::PerRow(&columns[..]),
+        )),
+    };
+    let out = GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: Some(&mut row_status[..]) };
+    Backend::cpu().gumbel_sample(&mut call, out).unwrap();
+
+    let got = run("sample", "cpu", &input);
+    assert_eq!(le_i32(&got["tokens"].2), tokens);
+    assert_eq!(le_u32(&got["row_status"].2), row_status);
+    let (dtype, shape, bytes) = &got["cache"];
+    assert_eq!((*dtype, shape), (Dtype::F16, &vec![3, k, cache_width]));
+    let want: Vec<u8> = cache.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect();
+    assert_eq!(bytes, &want, "the cache differs");
+    assert_ne!(cache, cache0, "the call wrote the cache");
+}
+
+/// Three requests with 2, 0 and 3 drafts (K = 3), one a placeholder; mixed temperatures.
+struct VerifyCase {
+    rows: usize,
+    width: usize,
+    offsets: Vec<i32>,
+    drafts: Vec<i32>,
+    slots: Vec<i32>,
+    positions: Vec<u64>,
+    temperature: Vec<f32>,
+    seed: Vec<u64>,
+}
+
+/// Target logits that favour each draft (so drafts are accepted as well as rejected).
+fn verify_target(c: &VerifyCase, salt: u64) -> Vec<f32> {
+    let mut target = common::logits(c.rows * c.width, salt);
+    for (row, &d) in c.drafts.iter().enumerate() {
+        if d >= 0 {
+            target[row * c.width + d as usize] += 6.0;
+        }
+    }
+    target
+}
+
+fn verify_case(width: usize) -> VerifyCase {
+    VerifyCase {
+        rows: 8,
+        width,
+        offsets: vec![0, 3, 4, 8],
+        drafts: vec![5, 17, -1, -1, 3, -1, 9, -1],
+        slots: vec![1, 0, 2],
+        positions: vec![20, 21, 22, 40, 60, 61, 62, 63],
+        temperature: vec![0.9, 0.0, 1.2],
+        seed: vec![1, 2, 3],
+    }
+}
+
+fn verify_inputs(c: &VerifyCase, target: T) -> BTreeMap<&'static str, T> {
+    BTreeMap::from([
+        ("target", target),
+        ("offsets", i32s(&[4], &c.offsets)),
+        ("drafts", i32s(&[c.rows], &c.drafts)),
+        ("slots", i32s(&[3], &c.slots)),
+        ("positions", u64s(&[c.rows], &c.positions)),
+        ("temperature", f32s(&[3], &c.temperature)),
+        ("seed", u64s(&[3], &c.seed)),
+        ("max_drafts", i32s(&[], &[3])),
+    ])
+}
+
+/// The library's outputs: tokens, num_emitted, accepted, row_status.
+/// (One lifetime for all: the argument structs are invariant in theirs.)
+fn verify_with_library<'a>(
+    c: &'a VerifyCase,
+    target: LogitsData<'a, specdec::Host>,
+    draft_logits: Option<DraftLogits<'a, specdec::Host>>,
+) -> (Vec<i32>, Vec<i32>, Vec<i32>, Vec<u32>) {
+    let (mut tokens, mut emitted, mut accepted, mut status) = (vec![0; 3 * 4], vec![0; 3], vec![0; 3], vec![0; c.rows]);
+    let call = RejectionSample {
+        target: Logits { data: target, rows: c.rows, vocab: c.width, row_stride: c.width },
+        offsets: &c.offsets[..],
+        drafts: &c.drafts[..],
+        slots: &c.slots[..],
+        pos: &c.positions[..],
+        table: SlotTable { temperature: &c.temperature[..], seed: &c.seed[..] },
+        max_drafts: 3,
+        draft_logits,
+    };
+    let out = RejectionOutput {
+        tokens: Tokens::I32(&mut tokens[..]),
+        num_emitted: &mut emitted[..],
+        accepted: Some(&mut accepted[..]),
+        row_status: Some(&mut status[..]),
+    };
+    Backend::cpu().rejection_sample(&call, out).unwrap();
+    (tokens, emitted, accepted, status)
+}
+
+fn assert_verify_output(
+    got: &BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)>,
+    want: (Vec<i32>, Vec<i32>, Vec<i32>, Vec<u32>),
+) {
+    assert_eq!(got["tokens"].1, vec![3, 4]);
+    assert_eq!(le_i32(&got["tokens"].2), want.0, "tokens");
+    assert_eq!(le_i32(&got["num_emitted"].2), want.1, "num_emitted");
+    assert_eq!(le_i32(&got["accepted"].2), want.2, "accepted");
+    assert_eq!(got["row_status"].0, Dtype::U32);
+    assert_eq!(le_u32(&got["row_status"].2), want.3, "row_status");
+    assert!(want.2.iter().any(|&a| a > 0), "some draft is accepted: {:?}", want.2);
+}
+
+#[test]
+fn verify_with_bf16_draft_logits_matches_the_library() {
+    let dir = scratch("verify-draft-logits");
+    let c = verify_case(999);
+    let target = verify_target(&c, 4);
+    // The draft logits [slots, K, W]: draft i of a request is column i of its
+    // slot; here the target row scaled, or noise where no draft row maps.
+    let mut draft: Vec<bf16> = common::logits(3 * 3 * c.width, 5).into_iter().map(bf16::from_f32).collect();
+    for r in 0..3 {
+        let (o0, o1, slot) = (c.offsets[r] as usize, c.offsets[r + 1] as usize, c.slots[r] as usize);
+        for i in 0..o1 - o0 - 1 {
+            let (src, dst) = ((o0 + i) * c.width, (slot * 3 + i) * c.width);
+            for x in 0..c.width {
+                draft[dst + x] = bf16::from_f32(target[src + x] * 0.8);
+            }
+        }
+    }
+    let input = dir.join("in.safetensors");
+    let mut tensors = verify_inputs(&c, f32s(&[c.rows, c.width], &target));
+    tensors.insert("draft_logits", bf16s(&[3, 3, c.width], &draft));
+    write(&input, tensors);
+
+    let shape = CacheShape { slots: 3, k: 3, width: c.width, stride0: 3 * c.width, stride1: c.width };
+    let want = verify_with_library(
+        &c,
+        LogitsData::F32(&target[..]),
+        Some(DraftLogits { data: LogitsData::BF16(&draft[..]), shape }),
+    );
+    assert_verify_output(&run("verify", "cpu", &input), want);
+}
+
+#[test]
+fn verify_one_hot_f16_matches_the_library() {
+    let dir = scratch("verify-one-hot");
+    let c = verify_case(4097);
+    let target: Vec<f16> = verify_target(&c, 6).into_iter().map(f16::from_f32).collect();
+    let input = dir.join("in.safetensors");
+    write(&input, verify_inputs(&c, f16s(&[c.rows, c.width], &target)));
+    let want = verify_with_library(&c, LogitsData::F16(&target[..]), None);
+    assert_verify_output(&run("verify", "cpu", &input), want.clone());
+    assert_verify_output(&run("verify", "auto", &input), want);
+}
