@@ -6,8 +6,11 @@
 //! - [`Verify`]: owned host buffers for a `rejection_sample` call.
 //! - [`chi_square`]: the SPEC §6 goodness-of-fit rule.
 //! - [`inputs`]: fixed-seed inputs and reference results (first argmax).
+//! - [`robust`]: hostile calls in guarded buffers, checked against a model of
+//!   the validation rules (property tests and the fuzz target).
 
 pub mod batch;
+pub mod drafting;
 pub mod inputs;
 pub mod stats;
 pub mod verify;

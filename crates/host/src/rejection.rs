@@ -110,6 +110,9 @@ impl RejectionSample<'_, Host> {
             if o1 <= o0 {
                 return bad(r, format!("offsets {o0}..{o1} give no bonus row (offsets must increase)"));
             }
+            if o0 < 0 || o1 as usize > shape.rows {
+                return bad(r, format!("offsets {o0}..{o1} leave the rows 0..{}", shape.rows));
+            }
             let n = (o1 - o0 - 1) as usize;
             if n > self.max_drafts {
                 return bad(r, format!("{n} drafts, more than max_drafts = {}", self.max_drafts));

@@ -301,10 +301,6 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams) {
             // SAFETY: i <= n_r of a valid request: pass 1 wrote it.
             let st = unsafe { row_stats(p, r, i) };
             flags |= st.flags;
-            if p.row_status != 0 {
-                // SAFETY: row < rows; row_status holds rows elements.
-                unsafe { (p.row_status as *mut u32).add(row as usize).write(st.flags) };
-            }
             if i < n {
                 // SAFETY: row < rows; drafts holds rows elements.
                 let d = unsafe { *(p.drafts as *const i32).add(row as usize) };
@@ -359,6 +355,18 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams) {
             }
         }
         return;
+    }
+    // The request is valid: report each row's flags (NaN logits).
+    if p.row_status != 0 {
+        let mut i = lane;
+        while i <= n {
+            // SAFETY: i <= n_r of a valid request: pass 1 wrote it; row < rows.
+            unsafe {
+                let st = row_stats(p, r, i);
+                (p.row_status as *mut u32).add((req.row0 + i) as usize).write(st.flags);
+            }
+            i += WARP;
+        }
     }
     let mut i = lane;
     while i < k1 {

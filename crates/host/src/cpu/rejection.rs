@@ -97,7 +97,7 @@ impl<T: Element, C: Element> Request<'_, '_, T, C> {
     /// placeholder, sample the target).
     fn resample(&self, i: usize, rejected: Option<usize>) -> u32 {
         let sampler = Sampler { pos: self.pos(i), ..self.sampler };
-        let draft = rejected.and(self.draft_row(i));
+        let draft = rejected.and_then(|_| self.draft_row(i));
         let lse = draft.map(|q| (self.lse(self.target_row(i)), self.lse(q)));
         let mut best = Resampled::IDENTITY;
         for (q, (x, t, n)) in quads(self.target_row(i)).enumerate() {

@@ -1,0 +1,300 @@
+//! `rejection_sample` on the GPU against the CPU backend (SPEC §2.5, §4,
+//! §5): the same tokens on random batches, except where a decision sits so
+//! close to its threshold that the backends' differently ordered log-sum-exps
+//! may decide it differently; device-side validation through the zero-copy
+//! API; and a chi-square at a real LM vocabulary. Needs a GPU (feature `gpu`).
+#![cfg(feature = "gpu")]
+
+use specdec::noise::{exponential, gumbel};
+use specdec::rng::{Stream, random_u32};
+use specdec::status::{INVALID_DRAFT, INVALID_OFFSETS, INVALID_SLOT, INVALID_TEMPERATURE};
+use specdec::{Backend, DType, DraftLogits, Logits, LogitsData, RejectionOutput, RejectionSample, SlotTable, Tokens};
+use specdec_suite::batch::Values;
+use specdec_suite::drafting::{
+    Drafted, FixedPositions, RandomSpec, check_positions, draft_row, log_probs, perturbed, random_verify, run_split,
+    select_requests, target_row, zipf_logits,
+};
+use specdec_suite::inputs::Rng;
+use specdec_suite::{Verified, Verify, cuda};
+
+/// Decisions and resample scores within this of their threshold may come out
+/// differently on the two backends (SPEC §4: the log-sum-exps are summed in
+/// different orders, so they differ in their last bits).
+const NEAR: f64 = 1e-5;
+/// The largest tolerated fraction of near-threshold decisions: about `2·NEAR`
+/// of decisions land there by chance; more means the comparison hides drift.
+const MAX_NEAR_RATE: f64 = 1e-4;
+/// Fewest decisions the comparison must see for that rate to mean anything.
+const MIN_DECISIONS: usize = 50_000;
+
+/// `log u + log q(d) − log p(d)` of draft `i` of request `r`, in f64 from
+/// the logits (accept iff negative).
+fn margin(v: &Verify, r: usize, i: usize) -> f64 {
+    let j = v.offsets[r] as usize + i;
+    let (slot, d) = (v.slots[r], v.drafts[j] as usize);
+    let t = v.temperature[slot as usize];
+    let log_u = -f64::from(exponential(random_u32(v.seed[slot as usize], v.pos[j], Stream::Accept, 0)));
+    let log_p = log_probs(&target_row(v, j), t)[d];
+    let log_q = draft_row(v, slot, i).map_or(0.0, |q| log_probs(&q, t)[d]);
+    log_u + log_q - log_p
+}
+
+/// The residual Gumbel-max scores `log(p − q)(x) + g(x)` of the ids `xs` at
+/// draft `i` of request `r`, in f64.
+fn residual_scores(v: &Verify, r: usize, i: usize, xs: [usize; 2]) -> Option<[f64; 2]> {
+    let j = v.offsets[r] as usize + i;
+    let slot = v.slots[r];
+    let t = v.temperature[slot as usize];
+    let (log_p, log_q) = (log_probs(&target_row(v, j), t), log_probs(&draft_row(v, slot, i)?, t));
+    Some(xs.map(|x| {
+        let w = (log_p[x].exp() - log_q[x].exp()).ln();
+        w + f64::from(gumbel(random_u32(v.seed[slot as usize], v.pos[j], Stream::Target, x as u32)))
+    }))
+}
+
+/// Counts of a CPU/GPU comparison.
+#[derive(Default, Debug)]
+struct Agreement {
+    decisions: usize,
+    near: usize,
+    near_mismatches: usize,
+}
+
+/// Request `r`'s tokens, counts and row statuses in `out`, for each `r` of
+/// `requests` (as if they had been run alone, in that order).
+fn pick(v: &Verify, out: &Verified, requests: &[usize]) -> Verified {
+    let k1 = v.max_drafts + 1;
+    Verified {
+        tokens: requests.iter().flat_map(|&r| out.tokens[r * k1..(r + 1) * k1].to_vec()).collect(),
+        num_emitted: requests.iter().map(|&r| out.num_emitted[r]).collect(),
+        accepted: requests.iter().map(|&r| out.accepted[r]).collect(),
+        row_status: requests
+            .iter()
+            .flat_map(|&r| out.row_status[v.offsets[r] as usize..v.offsets[r + 1] as usize].to_vec())
+            .collect(),
+    }
+}
+
+/// Compares GPU and CPU outputs of `requests` of `v` (output `k` is request
+/// `requests[k]`): equal, except a request whose first differing decision is
+/// near its threshold, or whose resampled token differs by a near-tie of
+/// residual scores. Counts the CPU's decisions and the near-threshold ones.
+fn compare(v: &Verify, cpu: &Verified, gpu: &Verified, requests: &[usize], tally: &mut Agreement, ctx: &str) {
+    assert_eq!(cpu.row_status, gpu.row_status, "{ctx}: row status");
+    for (k, &r) in requests.iter().enumerate() {
+        let greedy = v.slots[r] < 0 || v.temperature[v.slots[r] as usize] == 0.0;
+        let (row0, n, acc) =
+            (v.offsets[r] as usize, (v.offsets[r + 1] - v.offsets[r] - 1) as usize, cpu.accepted[k] as usize);
+        if !greedy {
+            for i in (0..n.min(acc + 1)).take_while(|&i| v.drafts[row0 + i] != -1) {
+                tally.decisions += 1;
+                tally.near += (margin(v, r, i).abs() < NEAR) as usize;
+            }
+        }
+        if cpu.request(k) == gpu.request(k)
+            && (cpu.num_emitted[k], cpu.accepted[k]) == (gpu.num_emitted[k], gpu.accepted[k])
+        {
+            continue;
+        }
+        let why = format!("{ctx}: request {r} (slot {}) cpu {:?} gpu {:?}", v.slots[r], cpu.request(k), gpu.request(k));
+        assert!(!greedy, "{why}: greedy requests must agree exactly");
+        let first = acc.min(gpu.accepted[k].max(0) as usize);
+        let near = if acc != gpu.accepted[k] as usize {
+            margin(v, r, first).abs() < NEAR
+        } else {
+            let ids = [cpu.request(k)[first] as usize, gpu.request(k)[first] as usize];
+            residual_scores(v, r, first, ids).is_some_and(|[a, b]| (a - b).abs() < NEAR)
+        };
+        assert!(near, "{why}: they differ at position {first}, which is not near its threshold");
+        tally.near_mismatches += 1;
+    }
+}
+
+/// Random batches as (vocabulary, requests, most drafts per request): SPEC
+/// §6's vocabularies, and drafts beyond one warp's 32 lanes (pass 2 walks
+/// rows `lane, lane + 32, ...`). The CPU computes the reference.
+const COMPARE_SIZES: [(usize, usize, usize); 5] =
+    [(1, 512, 4), (999, 8192, 4), (4097, 512, 4), (151_936, 8, 4), (999, 64, 40)];
+
+#[test]
+fn gpu_tokens_equal_cpu_tokens_but_near_thresholds() {
+    let (gpu, mut rng, mut tally) = (cuda(), Rng::new(0x6A0C), Agreement::default());
+    for (vocab, requests, k) in COMPARE_SIZES {
+        for target in DType::ALL {
+            for draft in [None, Some(DType::F32), Some(DType::BF16), Some(DType::F16)] {
+                let v = random_verify(&mut rng, RandomSpec::new(vocab, requests, k, target, draft));
+                let ctx = format!("V {vocab} K {k} target {target:?} draft {draft:?}");
+                let (want, got) = (run_split(&v, &Backend::cpu()), v.run(&gpu).expect("rejection_sample on the GPU"));
+                compare(&v, &want, &got, &(0..requests).collect::<Vec<_>>(), &mut tally, &ctx);
+            }
+        }
+    }
+    eprintln!("CPU vs GPU: {tally:?}");
+    assert!(tally.decisions >= MIN_DECISIONS, "{tally:?}: too few decisions to bound the near-threshold rate");
+    let rate = tally.near as f64 / tally.decisions as f64;
+    assert!(rate < MAX_NEAR_RATE, "{tally:?}: near-threshold rate {rate:.2e}");
+}
+
+/// Requests of the device-side validation batch, all with `VALIDATION_K` drafts.
+const VALIDATION_REQUESTS: usize = 24;
+const VALIDATION_K: usize = 3;
+
+/// What a zero-copy call returned, and the workspace's status word.
+struct DeviceRun {
+    out: Verified,
+    status: u32,
+}
+
+/// Runs `v` (f32 target, bf16 draft logits) through `Cuda::rejection_sample`
+/// on device buffers, outputs pre-filled with sentinels (`i32::MIN`, `u32::MAX`).
+fn run_on_device(v: &Verify) -> DeviceRun {
+    let cuda = specdec::Cuda::on_device(0).expect("a CUDA device");
+    let s = cuda.stream();
+    let (Values::F32(target), Some((Values::BF16(cache), shape))) = (&v.target, &v.draft) else {
+        panic!("run_on_device takes an f32 target and bf16 draft logits")
+    };
+    let (requests, k1) = (v.requests(), v.max_drafts + 1);
+    let up = "host to device copy";
+    let (d_target, d_cache) = (s.clone_htod(&target[..]).expect(up), s.clone_htod(&cache[..]).expect(up));
+    let (d_offsets, d_drafts) = (s.clone_htod(&v.offsets[..]).expect(up), s.clone_htod(&v.drafts[..]).expect(up));
+    let (d_slots, d_pos) = (s.clone_htod(&v.slots[..]).expect(up), s.clone_htod(&v.pos[..]).expect(up));
+    let (d_t, d_seed) = (s.clone_htod(&v.temperature[..]).expect(up), s.clone_htod(&v.seed[..]).expect(up));
+    let mut d_tokens = s.clone_htod(&vec![i32::MIN; requests * k1][..]).expect(up);
+    let mut d_emitted = s.clone_htod(&vec![i32::MIN; requests][..]).expect(up);
+    let mut d_accepted = s.clone_htod(&vec![i32::MIN; requests][..]).expect(up);
+    let mut d_status = s.clone_htod(&vec![u32::MAX; v.rows][..]).expect(up);
+    let args = RejectionSample {
+        target: Logits {
+            data: LogitsData::F32(d_target.as_view()),
+            rows: v.rows,
+            vocab: v.vocab,
+            row_stride: v.row_stride,
+        },
+        offsets: d_offsets.as_view(),
+        drafts: d_drafts.as_view(),
+        slots: d_slots.as_view(),
+        pos: d_pos.as_view(),
+        table: SlotTable { temperature: d_t.as_view(), seed: d_seed.as_view() },
+        max_drafts: v.max_drafts,
+        draft_logits: Some(DraftLogits { data: LogitsData::BF16(d_cache.as_view()), shape: *shape }),
+    };
+    let out = RejectionOutput {
+        tokens: Tokens::I32(d_tokens.as_view_mut()),
+        num_emitted: d_emitted.as_view_mut(),
+        accepted: Some(d_accepted.as_view_mut()),
+        row_status: Some(d_status.as_view_mut()),
+    };
+    let mut ws = cuda.workspace(requests * k1).expect("a workspace");
+    cuda.rejection_sample(&mut ws, &args, out).expect("the launch");
+    let status = ws.take_status().expect("the status word");
+    let down = "device to host copy";
+    DeviceRun {
+        out: Verified {
+            tokens: s.clone_dtoh(&d_tokens).expect(down).into_iter().map(i64::from).collect(),
+            num_emitted: s.clone_dtoh(&d_emitted).expect(down),
+            accepted: s.clone_dtoh(&d_accepted).expect(down),
+            row_status: s.clone_dtoh(&d_status).expect(down),
+        },
+        status,
+    }
+}
+
+#[test]
+fn device_side_checks_flag_bad_requests_and_keep_the_rest() {
+    let mut rng = Rng::new(0xDE71);
+    let mut spec = RandomSpec::new(999, VALIDATION_REQUESTS, VALIDATION_K, DType::F32, Some(DType::BF16));
+    spec.drafts_of = Some(|_| VALIDATION_K);
+    spec.temperatures = &[0.6, 1.0, 1.5];
+    let mut v = random_verify(&mut rng, spec);
+    let spare = (0..v.temperature.len() as i32).find(|s| !v.slots.contains(s)).expect("a spare slot");
+    let last = VALIDATION_REQUESTS - 1;
+    // (request, what breaks it, its flag)
+    let row = |v: &Verify, r: usize, i: usize| v.offsets[r] as usize + i;
+    let mut bad: Vec<(usize, u32)> = Vec::new();
+    for (r, i, d) in [(1, 1, 999), (2, 2, -5), (13, 0, i32::MAX)] {
+        let j = row(&v, r, i);
+        v.drafts[j] = d; // 999 = V
+        bad.push((r, INVALID_DRAFT));
+    }
+    let j = row(&v, 2, 0);
+    v.drafts[j] = -1; // a placeholder first: the bad id after it still counts
+    v.offsets[5] += 1; // request 4 gets K + 1 drafts (request 5 keeps K - 1)
+    v.offsets[last + 1] += 2; // the last request ends past the rows
+    bad.extend([(4, INVALID_OFFSETS), (last, INVALID_OFFSETS)]);
+    (v.slots[7], v.slots[8]) = (v.temperature.len() as i32 + 2, -3);
+    bad.extend([(7, INVALID_SLOT), (8, INVALID_SLOT)]);
+    v.slots[10] = spare;
+    v.temperature[spare as usize] = f32::NAN;
+    bad.push((10, INVALID_TEMPERATURE));
+
+    let got = run_on_device(&v);
+    let want_status = bad.iter().fold(0, |s, &(_, f)| s | f);
+    assert_eq!(got.status, want_status, "status word {:#x}, want {want_status:#x}", got.status);
+    for &(r, flag) in &bad {
+        let out = &got.out;
+        let ctx = format!("invalid request {r} (flag {flag:#x})");
+        assert!(out.request(r).iter().all(|&t| t == -1), "{ctx}: tokens {:?}", out.request(r));
+        assert_eq!((out.num_emitted[r], out.accepted[r]), (0, 0), "{ctx}: counts");
+    }
+    let valid: Vec<usize> = (0..VALIDATION_REQUESTS).filter(|r| bad.iter().all(|&(b, _)| b != *r)).collect();
+    let want = select_requests(&v, &valid).run(&Backend::cpu()).expect("the valid requests on the CPU");
+    let mut tally = Agreement::default();
+    compare(&v, &want, &pick(&v, &got.out, &valid), &valid, &mut tally, "the valid requests");
+    assert_eq!(tally.near_mismatches, 0, "{tally:?}");
+}
+
+/// `RejectionOutput::row_status` promises "Rows of invalid requests are not
+/// written". Regression: pass 2 (`decide`) once wrote each row's status in the
+/// lane loop that discovers a bad draft id, before it knew the request was
+/// invalid, so those rows got `0` (or `NAN_LOGITS`).
+#[test]
+fn rows_of_invalid_requests_keep_their_status() {
+    let mut rng = Rng::new(0x5747);
+    let mut spec = RandomSpec::new(999, 6, 2, DType::F32, Some(DType::BF16));
+    spec.drafts_of = Some(|_| 2);
+    spec.temperatures = &[1.0];
+    let mut v = random_verify(&mut rng, spec);
+    let first_draft = v.offsets[1] as usize;
+    v.drafts[first_draft] = 999; // request 1: a draft id = V
+    v.slots[3] = 1000; // request 3: a slot out of range
+    let got = run_on_device(&v);
+    let written: Vec<String> = [1, 3]
+        .iter()
+        .map(|&r| (r, v.offsets[r] as usize..v.offsets[r + 1] as usize))
+        .filter(|(_, rows)| got.out.row_status[rows.clone()].iter().any(|&s| s != u32::MAX))
+        .map(|(r, rows)| format!("request {r}: rows {rows:?} status {:?}", &got.out.row_status[rows.clone()]))
+        .collect();
+    assert!(written.is_empty(), "rows of invalid requests were written: {}", written.join("; "));
+}
+
+// --- A real LM vocabulary (SPEC §6) ----------------------------------------------
+
+/// Qwen-sized vocabulary; requests (the draws at position 0); drafts each.
+const LM_VOCAB: usize = 151_936;
+const LM_REQUESTS: usize = 24_576;
+const LM_K: usize = 3;
+/// Zipf exponent of the target (realistic: a few ids hold most of the mass,
+/// a long tail); one id in 64 masked; draft noise.
+const LM_ZIPF: f32 = 1.1;
+const LM_MASK_EVERY: usize = 64;
+const LM_DRAFT_NOISE: f32 = 1.0;
+
+#[test]
+fn lm_vocabulary_every_position_follows_the_target() {
+    let gpu = cuda();
+    let base = zipf_logits(LM_VOCAB, LM_ZIPF, LM_MASK_EVERY, 0x15_1936);
+    for t in [0.6, 1.0] {
+        // One broadcast target row: distinct rows per position would take
+        // requests × V × 4 bytes (15 GB) here.
+        let case = FixedPositions {
+            draft_dtype: DType::BF16,
+            distinct_targets: false,
+            pos0: 0x15_1936 << 24 | ((t * 10.0) as u64) << 20,
+            ..FixedPositions::new(LM_VOCAB, LM_K, t, LM_REQUESTS)
+        };
+        let Drafted { verify, targets } = case.build(&gpu, &base, |i, t| perturbed(i, t, LM_DRAFT_NOISE));
+        let out = verify.run(&gpu).expect("rejection_sample on the GPU");
+        let draws = check_positions(&out, &targets, t, &format!("V {LM_VOCAB} T {t}"));
+        assert!(draws[LM_K] >= LM_REQUESTS / 20, "T {t}: draws per position {draws:?}: too few accepted");
+    }
+}
