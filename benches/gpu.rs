@@ -1,12 +1,41 @@
-//! GPU time of each kernel path, beside the device-to-device copy bandwidth
-//! measured in the same run (`cargo bench --features gpu --bench gpu`).
+//! GPU time of each kernel path over the case grid of the side-by-side
+//! benchmark, beside the device-to-device copy bandwidth measured in the same
+//! run (`cargo bench -p specdec-suite --features gpu --bench gpu`, or
+//! `cargo xtask bench-gpu`, which also runs `benches/torch_baseline.py` and
+//! writes the report).
 //!
 //! Each call is captured once in a CUDA graph and replayed: a warm-up, then
 //! `REPS` timed replays (CUDA events around the replay alone), with the L2
-//! flushed by a 512 MiB memset before each. The median is reported as µs, as
+//! flushed by a 512 MiB memset before each (`REPS_LONG` replays for a case
+//! whose first replay takes over `LONG_US`). The median is reported as µs, as
 //! GB/s over the fewest bytes the call must move, and as a fraction of the
 //! copy bandwidth. Results go to stdout and, when `$OUT` is set, to
-//! `$OUT/bench.json` and `$OUT/bench.md`.
+//! `$OUT/bench.json` (one object per case, with all its parameters) and
+//! `$OUT/bench.md`. Any failed call, device-side status flag or out-of-range
+//! output ends the run with a non-zero status. `--dry-run` writes the same
+//! outputs with made-up numbers and no GPU (to try the report step anywhere).
+//!
+//! Cases (f32 logits unless named):
+//! - `gumbel_sample` greedy / random (T = 0.8) / drafting (T = 0.8, bf16 cache)
+//!   at V ∈ {32000, 128256, 151936, 262144} × rows ∈ {1, 8, 64, 256, 1024}; and
+//!   random at 1024 × 151936 on Zipf-like rows (`−1.1·ln(rank + 1)`, ranks
+//!   permuted per row) beside the N(0, 1)-like rows of every other case.
+//! - `rejection_sample` greedy / one-hot / bf16 draft logits at B ∈ {1, 16,
+//!   64, 256} × K ∈ {1, 3, 7} × V ∈ {32000, 151936}, every request with K
+//!   drafts; all three with bf16 target logits at B = 64, K = 3, V = 151936;
+//!   the latency case B = 1, K = 4, V = 151936 with bf16 draft logits.
+//!
+//! Draft logits are `0.8·target + 0.6·noise` (both N(0, 1)-like), which makes
+//! the expected acceptance at T = 0.8 about 0.69 per draft; drafts are sampled
+//! from them by `gumbel_sample(drafting)` (their argmax for greedy requests).
+//! The draft row of draft `i` of request `r` is row `r·(K+1) + i` of a
+//! `[2048, V]` bf16 buffer (`stride0 = (K+1)·V`, `stride1 = V`), the row beside
+//! its target row.
+//!
+//! Minimal bytes: one read of every target row and of every draft row used;
+//! sampling with a cache adds the cache write; verification (not greedy) adds
+//! one re-read of one row per request (its target row, and its draft row with
+//! draft logits). Token, slot and position arrays are negligible.
 
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaSlice, CudaStream};
@@ -15,226 +44,730 @@ use specdec::{
     CacheData, CacheShape, Column, Cuda, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Logits, LogitsData,
     RejectionOutput, RejectionSample, SlotTable, Tokens, Workspace,
 };
+use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::Instant;
 
+/// Timed replays per case.
 const REPS: usize = 50;
+/// Timed replays of a case whose first replay took longer than `LONG_US`.
+const REPS_LONG: usize = 20;
+const LONG_US: f64 = 5000.0;
 const FLUSH_BYTES: usize = 512 << 20;
-const V: usize = 151_936;
+
+const SAMPLE_VOCABS: [usize; 4] = [32_000, 128_256, 151_936, 262_144];
+const SAMPLE_ROWS: [usize; 5] = [1, 8, 64, 256, 1024];
+const VERIFY_REQUESTS: [usize; 4] = [1, 16, 64, 256];
+const VERIFY_DRAFTS: [usize; 3] = [1, 3, 7];
+const VERIFY_VOCABS: [usize; 2] = [32_000, 151_936];
+/// The vocabulary of the Zipf, bf16-target and latency cases.
+const V_MAIN: usize = 151_936;
+/// The temperature of every non-greedy case.
+const T: f32 = 0.8;
+
+/// Rows of the logits buffers: B = 256 requests of K + 1 = 8 rows.
+const MAX_ROWS: usize = 2048;
+/// Elements of the f32 logits (and bf16 draft) buffer: covers 2048 × 151936 and 1024 × 262144.
+const LOGITS_LEN: usize = MAX_ROWS * V_MAIN;
+/// The drafting cache: `[1024 slots, 8 columns, V]`, written at column 3.
+const CACHE_SLOTS: usize = 1024;
+const CACHE_K: usize = 8;
+const CACHE_COLUMN: usize = 3;
+/// Slots of the verification calls (request `r` has slot `r`).
+const VERIFY_SLOTS: usize = 256;
 
 struct Timer {
     stream: Arc<CudaStream>,
     flush: CudaSlice<u8>,
 }
 
+/// A median GPU time in µs and the number of timed repetitions it is the median of.
+#[derive(Clone, Copy)]
+struct Timing {
+    us: f64,
+    reps: usize,
+}
+
 impl Timer {
-    /// Median GPU time in µs of enqueueing directly (no graph).
-    fn time_direct(&mut self, mut enqueue: impl FnMut(&Arc<CudaStream>)) -> f64 {
+    /// One timed run of `enqueue` after an L2 flush, in µs.
+    fn once(&mut self, enqueue: &mut impl FnMut(&Arc<CudaStream>)) -> f64 {
         let s = self.stream.clone();
+        s.memset_zeros(&mut self.flush).expect("L2 flush");
+        let start = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).expect("event");
         enqueue(&s);
-        let mut times = Vec::with_capacity(REPS);
-        for _ in 0..REPS {
-            s.memset_zeros(&mut self.flush).unwrap();
-            let start = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap();
-            enqueue(&s);
-            let end = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap();
-            end.synchronize().unwrap();
-            times.push(start.elapsed_ms(&end).unwrap() as f64 * 1000.0);
-        }
-        times.sort_by(f64::total_cmp);
-        times[REPS / 2]
+        let end = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).expect("event");
+        end.synchronize().expect("synchronize");
+        start.elapsed_ms(&end).expect("elapsed time") as f64 * 1000.0
     }
 
-    /// Median GPU time in µs of replaying what `enqueue` enqueues.
-    fn time(&mut self, mut enqueue: impl FnMut(&Arc<CudaStream>)) -> f64 {
+    /// Median GPU time of `enqueue` (after one untimed run): `REPS` runs, or
+    /// `REPS_LONG` when the first takes longer than `LONG_US`.
+    fn median(&mut self, mut enqueue: impl FnMut(&Arc<CudaStream>)) -> Timing {
+        enqueue(&self.stream.clone());
+        let first = self.once(&mut enqueue);
+        let reps = if first > LONG_US { REPS_LONG } else { REPS };
+        let mut times: Vec<f64> = (0..reps).map(|_| self.once(&mut enqueue)).collect();
+        times.sort_by(f64::total_cmp);
+        Timing { us: times[reps / 2], reps }
+    }
+
+    /// Median GPU time of enqueueing directly (no graph).
+    fn time_direct(&mut self, enqueue: impl FnMut(&Arc<CudaStream>)) -> Timing {
+        self.median(enqueue)
+    }
+
+    /// Median GPU time of replaying what `enqueue` enqueues, captured once in a CUDA graph.
+    fn time(&mut self, case: &str, mut enqueue: impl FnMut(&Arc<CudaStream>)) -> Timing {
         let s = self.stream.clone();
         enqueue(&s); // warm-up: module load, first-launch costs
-        s.synchronize().unwrap();
-        s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
+        s.synchronize().unwrap_or_else(|e| fail(case, e));
+        s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap_or_else(|e| fail(case, e));
         enqueue(&s);
-        let graph = s.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("captured a graph");
-        graph.launch().unwrap();
-        let mut times = Vec::with_capacity(REPS);
-        for _ in 0..REPS {
-            s.memset_zeros(&mut self.flush).unwrap();
-            let start = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap();
-            graph.launch().unwrap();
-            let end = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap();
-            end.synchronize().unwrap();
-            times.push(start.elapsed_ms(&end).unwrap() as f64 * 1000.0);
-        }
-        times.sort_by(f64::total_cmp);
-        times[REPS / 2]
+        let graph = match s.end_capture(CUgraphInstantiate_flags(0)) {
+            Ok(Some(graph)) => graph,
+            Ok(None) => fail(case, "the capture recorded no graph"),
+            Err(e) => fail(case, e),
+        };
+        self.median(|_| graph.launch().unwrap_or_else(|e| fail(case, e)))
     }
 }
 
-struct Row {
+/// Ends the run: a benchmark whose call failed measures nothing.
+fn fail(case: &str, what: impl std::fmt::Display) -> ! {
+    eprintln!("error: {case}: {what}");
+    std::process::exit(1)
+}
+
+/// [`fail`] for the set-up steps, as an `unwrap_or_else` argument.
+fn setup<T, E: std::fmt::Display>(e: E) -> T {
+    fail("setup", e)
+}
+
+/// One measured case and all its parameters.
+struct Case {
     name: String,
-    us: f64,
+    op: &'static str,
+    mode: &'static str,
+    logits_dtype: &'static str,
+    /// The cache dtype (sampling) or draft-logits dtype (verification).
+    draft_dtype: Option<&'static str>,
+    input: &'static str,
+    vocab: usize,
+    rows: usize,
+    requests: Option<usize>,
+    max_drafts: Option<usize>,
+    temperature: f32,
+    latency: bool,
+    bytes: f64,
+    timing: Timing,
+    /// Mean accepted drafts per request (verification).
+    accepted: Option<f64>,
+}
+
+impl Case {
+    fn gbs(&self) -> f64 {
+        self.bytes / self.timing.us / 1e3
+    }
+
+    fn json(&self, copy_gbs: f64) -> String {
+        let opt = |v: Option<usize>| v.map_or("null".to_string(), |v| v.to_string());
+        let dtype = self.draft_dtype.map_or("null".to_string(), json_str);
+        let accepted = self.accepted.map_or("null".to_string(), |a| format!("{a:.3}"));
+        format!(
+            "{{\"case\":{},\"op\":{},\"mode\":{},\"logits_dtype\":{},\"draft_dtype\":{dtype},\"input\":{},\
+             \"vocab\":{},\"rows\":{},\"requests\":{},\"max_drafts\":{},\"temperature\":{},\"latency\":{},\
+             \"us\":{:.2},\"reps\":{},\"bytes\":{},\"gbs\":{:.1},\"copy_fraction\":{:.4},\
+             \"accepted_per_request\":{accepted}}}",
+            json_str(&self.name),
+            json_str(self.op),
+            json_str(self.mode),
+            json_str(self.logits_dtype),
+            json_str(self.input),
+            self.vocab,
+            self.rows,
+            opt(self.requests),
+            opt(self.max_drafts),
+            self.temperature,
+            self.latency,
+            self.timing.us,
+            self.timing.reps,
+            self.bytes,
+            self.gbs(),
+            self.gbs() / copy_gbs,
+        )
+    }
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => write!(out, "\\u{:04x}", c as u32).unwrap(),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum SampleMode {
+    Greedy,
+    Random,
+    Drafting,
+}
+
+impl SampleMode {
+    fn name(self) -> &'static str {
+        match self {
+            SampleMode::Greedy => "greedy",
+            SampleMode::Random => "random",
+            SampleMode::Drafting => "drafting",
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum VerifyMode {
+    Greedy,
+    OneHot,
+    Bf16Draft,
+}
+
+impl VerifyMode {
+    fn name(self) -> &'static str {
+        match self {
+            VerifyMode::Greedy => "greedy",
+            VerifyMode::OneHot => "one-hot",
+            VerifyMode::Bf16Draft => "bf16-draft",
+        }
+    }
+}
+
+/// One case of the grid.
+#[derive(Clone, Copy)]
+enum Spec {
+    Gumbel { mode: SampleMode, zipf: bool, vocab: usize, rows: usize },
+    Rejection { mode: VerifyMode, bf16_target: bool, b: usize, k: usize, vocab: usize },
+}
+
+/// The whole grid, in the order it runs (verification grouped by vocabulary).
+fn grid() -> Vec<Spec> {
+    let mut grid = Vec::new();
+    for mode in [SampleMode::Greedy, SampleMode::Random, SampleMode::Drafting] {
+        for vocab in SAMPLE_VOCABS {
+            for rows in SAMPLE_ROWS {
+                grid.push(Spec::Gumbel { mode, zipf: false, vocab, rows });
+            }
+        }
+    }
+    grid.push(Spec::Gumbel { mode: SampleMode::Random, zipf: true, vocab: V_MAIN, rows: 1024 });
+    for vocab in VERIFY_VOCABS {
+        for mode in [VerifyMode::Greedy, VerifyMode::OneHot, VerifyMode::Bf16Draft] {
+            for k in VERIFY_DRAFTS {
+                for b in VERIFY_REQUESTS {
+                    grid.push(Spec::Rejection { mode, bf16_target: false, b, k, vocab });
+                }
+            }
+            if vocab == V_MAIN {
+                grid.push(Spec::Rejection { mode, bf16_target: true, b: 64, k: 3, vocab });
+            }
+        }
+        if vocab == V_MAIN {
+            grid.push(Spec::Rejection { mode: VerifyMode::Bf16Draft, bf16_target: false, b: 1, k: 4, vocab });
+        }
+    }
+    grid
+}
+
+impl Spec {
+    /// The case name, shared with `benches/torch_baseline.py` (the report joins on it).
+    fn name(&self) -> String {
+        match *self {
+            Spec::Gumbel { mode, zipf, vocab, rows } => {
+                let dtype = if mode == SampleMode::Drafting { "f32->bf16" } else { "f32" };
+                let input = if zipf { " zipf" } else { "" };
+                format!("gumbel_sample {} {dtype}{input} V={vocab} rows={rows}", mode.name())
+            }
+            Spec::Rejection { mode, bf16_target, b, k, vocab } => {
+                let target = if bf16_target { "bf16" } else { "f32" };
+                format!("rejection_sample {} {target} B={b} K={k} V={vocab}", mode.name())
+            }
+        }
+    }
+
+    /// The measured case: parameters, minimal bytes, timing and (verification) mean accepted drafts.
+    fn case(&self, timing: Timing, accepted: Option<f64>) -> Case {
+        match *self {
+            Spec::Gumbel { mode, zipf, vocab, rows } => {
+                let drafting = mode == SampleMode::Drafting;
+                // One read of every row, plus the bf16 cache write when drafting.
+                let per_element = if drafting { 4 + 2 } else { 4 };
+                Case {
+                    name: self.name(),
+                    op: "gumbel_sample",
+                    mode: mode.name(),
+                    logits_dtype: "f32",
+                    draft_dtype: drafting.then_some("bf16"),
+                    input: if zipf { "zipf" } else { "normal" },
+                    vocab,
+                    rows,
+                    requests: None,
+                    max_drafts: None,
+                    temperature: if mode == SampleMode::Greedy { 0.0 } else { T },
+                    latency: rows == 1 && vocab == V_MAIN && mode == SampleMode::Random && !zipf,
+                    bytes: (rows * vocab * per_element) as f64,
+                    timing,
+                    accepted,
+                }
+            }
+            Spec::Rejection { mode, bf16_target, b, k, vocab } => {
+                let rows = b * (k + 1);
+                let t_size = if bf16_target { 2 } else { 4 };
+                // Every target row once; every draft row used; one row per request re-read
+                // (its target row, and its draft row with draft logits) unless greedy.
+                let draft_bytes = if mode == VerifyMode::Bf16Draft { b * k * vocab * 2 } else { 0 };
+                let reread = match mode {
+                    VerifyMode::Greedy => 0,
+                    VerifyMode::OneHot => b * vocab * t_size,
+                    VerifyMode::Bf16Draft => b * vocab * (t_size + 2),
+                };
+                Case {
+                    name: self.name(),
+                    op: "rejection_sample",
+                    mode: mode.name(),
+                    logits_dtype: if bf16_target { "bf16" } else { "f32" },
+                    draft_dtype: (mode == VerifyMode::Bf16Draft).then_some("bf16"),
+                    input: "normal",
+                    vocab,
+                    rows,
+                    requests: Some(b),
+                    max_drafts: Some(k),
+                    temperature: if mode == VerifyMode::Greedy { 0.0 } else { T },
+                    latency: b == 1 && k == 4,
+                    bytes: (rows * vocab * t_size + draft_bytes + reread) as f64,
+                    timing,
+                    accepted,
+                }
+            }
+        }
+    }
+}
+
+/// Fills `out[i] = f(i)` on every core.
+fn par_fill<T: Send>(out: &mut [T], f: impl Fn(usize) -> T + Sync) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = out.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        for (c, part) in out.chunks_mut(chunk).enumerate() {
+            let f = &f;
+            s.spawn(move || {
+                for (i, x) in part.iter_mut().enumerate() {
+                    *x = f(c * chunk + i);
+                }
+            });
+        }
+    });
+}
+
+/// Roughly N(0, 1): a sum of four uniforms, centred and scaled.
+fn normal(salt: u64, i: usize) -> f32 {
+    let w = specdec::rng::random_quad(salt, i as u64, specdec::rng::Stream::Accept, 0);
+    let u: f32 = w.iter().map(|&x| x as f32 / 4_294_967_296.0).sum();
+    (u - 2.0) * 1.732
+}
+
+/// `rows` Zipf-like rows: `−1.1·ln(rank + 1)`, the ranks a different permutation of `0..vocab` per row.
+fn zipf_rows(rows: usize, vocab: usize) -> Vec<f32> {
+    let table: Vec<f32> = (0..vocab).map(|r| -1.1 * ((r + 1) as f32).ln()).collect();
+    let mut out = vec![0f32; rows * vocab];
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let rows_per = rows.div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        for (c, part) in out.chunks_mut(rows_per * vocab).enumerate() {
+            let table = &table;
+            s.spawn(move || {
+                let mut perm: Vec<u32> = Vec::with_capacity(vocab);
+                for (i, row) in part.chunks_mut(vocab).enumerate() {
+                    let mut state =
+                        0x9E37_79B9_7F4A_7C15u64 ^ ((c * rows_per + i) as u64).wrapping_mul(0xA24B_AED4_963E_E407);
+                    perm.clear();
+                    perm.extend(0..vocab as u32);
+                    for j in (1..vocab).rev() {
+                        let r = ((splitmix(&mut state) >> 32) * (j as u64 + 1)) >> 32;
+                        perm.swap(j, r as usize);
+                    }
+                    for (x, &rank) in row.iter_mut().zip(&perm) {
+                        *x = table[rank as usize];
+                    }
+                }
+            });
+        }
+    });
+    out
+}
+
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The device buffers every case reads from.
+struct Buffers {
+    /// `[LOGITS_LEN]` f32, N(0, 1)-like: the target logits (row stride V).
+    logits: CudaSlice<f32>,
+    /// `[1024 × 151936]` f32 Zipf-like rows.
+    zipf: CudaSlice<f32>,
+    /// `[LOGITS_LEN]` bf16: `0.8·logits + 0.6·noise`, element for element.
+    draft: CudaSlice<bf16>,
+    /// `[256 × 151936]` bf16: the first rows of `logits`.
+    target_bf16: CudaSlice<bf16>,
+    /// The drafting cache `[CACHE_SLOTS, CACHE_K, 262144]` bf16.
+    cache: CudaSlice<bf16>,
+    slots: CudaSlice<i32>,
+    pos: CudaSlice<u64>,
+    seeds: CudaSlice<u64>,
+    /// Per-slot temperatures: all 0 (greedy) and all `T`.
+    greedy: CudaSlice<f32>,
+    random: CudaSlice<f32>,
+    tokens: CudaSlice<i32>,
+}
+
+struct Bench {
+    cuda: Cuda,
+    stream: Arc<CudaStream>,
+    timer: Timer,
+    ws: Workspace,
+    buf: Buffers,
+    cases: Vec<Case>,
+    copy_gbs: f64,
+}
+
+impl Bench {
+    /// Reads and clears the workspace's device-side status; a raised flag ends the run.
+    fn check_status(&mut self, case: &str) {
+        match self.ws.take_status() {
+            Ok(0) => {}
+            Ok(word) => fail(case, format!("the kernels raised status flags {word:#x}")),
+            Err(e) => fail(case, e),
+        }
+    }
+
+    fn push(&mut self, case: Case) {
+        println!(
+            "{:<58} {:>9.1} µs {:>6.0} GB/s {:>5.1} % of copy  ({} reps{})",
+            case.name,
+            case.timing.us,
+            case.gbs(),
+            100.0 * case.gbs() / self.copy_gbs,
+            case.timing.reps,
+            case.accepted.map_or(String::new(), |a| format!(", {a:.2} accepted per request")),
+        );
+        self.cases.push(case);
+    }
+
+    fn gumbel(&mut self, mode: SampleMode, zipf: bool, vocab: usize, rows: usize) {
+        let name = Spec::Gumbel { mode, zipf, vocab, rows }.name();
+        let Bench { cuda, timer, ws, buf, .. } = self;
+        let Buffers { logits, zipf: zipf_logits, cache, slots, pos, seeds, greedy, random, tokens, .. } = buf;
+        let logits = if zipf { &*zipf_logits } else { &*logits };
+        let temps = if mode == SampleMode::Greedy { &*greedy } else { &*random };
+        let timing = timer.time(&name, |_| {
+            let mut args = GumbelSample {
+                logits: Logits { data: LogitsData::F32(logits.slice(..rows * vocab)), rows, vocab, row_stride: vocab },
+                slots: slots.slice(..rows),
+                pos: pos.slice(..rows),
+                table: SlotTable { temperature: temps.slice(..CACHE_SLOTS), seed: seeds.slice(..CACHE_SLOTS) },
+                drafting: mode == SampleMode::Drafting,
+                cache: (mode == SampleMode::Drafting).then(|| {
+                    (
+                        DraftCache {
+                            data: CacheData::BF16(cache.as_view_mut()),
+                            slots: CACHE_SLOTS,
+                            k: CACHE_K,
+                            width: vocab,
+                            stride0: CACHE_K * vocab,
+                            stride1: vocab,
+                        },
+                        Column::All(CACHE_COLUMN),
+                    )
+                }),
+            };
+            let out = GumbelOutput { tokens: Tokens::I32(tokens.slice_mut(..rows)), row_status: None };
+            cuda.gumbel_sample(ws, &mut args, out).unwrap_or_else(|e| fail(&name, e));
+        });
+        self.check_status(&name);
+        let out = self.stream.clone_dtoh(&self.buf.tokens.slice(..rows)).unwrap_or_else(|e| fail(&name, e));
+        if let Some(t) = out.iter().find(|&&t| t < 0 || t as usize >= vocab) {
+            fail(&name, format!("token {t} is out of range 0..{vocab}"));
+        }
+        self.push(Spec::Gumbel { mode, zipf, vocab, rows }.case(timing, None));
+    }
+
+    /// Draft tokens for every row of the `[2048, vocab]` view of the draft
+    /// logits: sampled at `T` in drafting mode, and their argmax.
+    fn draft_tokens(&mut self, vocab: usize) -> (Vec<i32>, Vec<i32>) {
+        let case = format!("draft tokens V={vocab}");
+        let Bench { cuda, stream, ws, buf, .. } = self;
+        let mut draw = |temps: &CudaSlice<f32>, tokens: &mut CudaSlice<i32>| {
+            let mut args = GumbelSample {
+                logits: Logits {
+                    data: LogitsData::BF16(buf.draft.slice(..MAX_ROWS * vocab)),
+                    rows: MAX_ROWS,
+                    vocab,
+                    row_stride: vocab,
+                },
+                slots: buf.slots.slice(..MAX_ROWS),
+                pos: buf.pos.slice(..MAX_ROWS),
+                table: SlotTable { temperature: temps.as_view(), seed: buf.seeds.as_view() },
+                drafting: true,
+                cache: None,
+            };
+            let out = GumbelOutput { tokens: Tokens::I32(tokens.as_view_mut()), row_status: None };
+            cuda.gumbel_sample(ws, &mut args, out).unwrap_or_else(|e| fail(&case, e));
+            stream.clone_dtoh(tokens).unwrap_or_else(|e| fail(&case, e))
+        };
+        let mut tokens = buf.tokens.clone();
+        let sampled = draw(&buf.random, &mut tokens);
+        let greedy = draw(&buf.greedy, &mut tokens);
+        self.check_status(&case);
+        (sampled, greedy)
+    }
+
+    /// Verification of `b` requests of `k` drafts each (rows = b·(k + 1)).
+    fn rejection(&mut self, mode: VerifyMode, bf16_target: bool, b: usize, k: usize, vocab: usize, drafts: &[i32]) {
+        let name = Spec::Rejection { mode, bf16_target, b, k, vocab }.name();
+        let rows = b * (k + 1);
+        let s = self.stream.clone();
+        let offsets: Vec<i32> = (0..=b as i32).map(|r| r * (k as i32 + 1)).collect();
+        let doffsets = s.clone_htod(&offsets).unwrap_or_else(|e| fail(&name, e));
+        let ddrafts = s.clone_htod(&drafts[..rows]).unwrap_or_else(|e| fail(&name, e));
+        let mut num_emitted = s.alloc_zeros::<i32>(b).unwrap_or_else(|e| fail(&name, e));
+        let mut accepted = s.alloc_zeros::<i32>(b).unwrap_or_else(|e| fail(&name, e));
+        let mut vtokens = s.alloc_zeros::<i32>(b * (k + 1)).unwrap_or_else(|e| fail(&name, e));
+        let Bench { cuda, timer, ws, buf, .. } = self;
+        let temps = if mode == VerifyMode::Greedy { &buf.greedy } else { &buf.random };
+        let timing = timer.time(&name, |_| {
+            let target = match bf16_target {
+                false => LogitsData::F32(buf.logits.slice(..rows * vocab)),
+                true => LogitsData::BF16(buf.target_bf16.slice(..rows * vocab)),
+            };
+            let args = RejectionSample {
+                target: Logits { data: target, rows, vocab, row_stride: vocab },
+                offsets: doffsets.as_view(),
+                drafts: ddrafts.as_view(),
+                slots: buf.slots.slice(..b),
+                pos: buf.pos.slice(..rows),
+                table: SlotTable { temperature: temps.slice(..VERIFY_SLOTS), seed: buf.seeds.slice(..VERIFY_SLOTS) },
+                max_drafts: k,
+                draft_logits: (mode == VerifyMode::Bf16Draft).then(|| DraftLogits {
+                    data: LogitsData::BF16(buf.draft.as_view()),
+                    shape: CacheShape {
+                        slots: VERIFY_SLOTS,
+                        k,
+                        width: vocab,
+                        stride0: (k + 1) * vocab,
+                        stride1: vocab,
+                    },
+                }),
+            };
+            let out = RejectionOutput {
+                tokens: Tokens::I32(vtokens.as_view_mut()),
+                num_emitted: num_emitted.as_view_mut(),
+                accepted: Some(accepted.as_view_mut()),
+                row_status: None,
+            };
+            cuda.rejection_sample(ws, &args, out).unwrap_or_else(|e| fail(&name, e));
+        });
+        self.check_status(&name);
+        let emitted = s.clone_dtoh(&num_emitted).unwrap_or_else(|e| fail(&name, e));
+        let acc = s.clone_dtoh(&accepted).unwrap_or_else(|e| fail(&name, e));
+        let toks = s.clone_dtoh(&vtokens).unwrap_or_else(|e| fail(&name, e));
+        for r in 0..b {
+            let n = emitted[r];
+            if !(1..=k as i32 + 1).contains(&n) || acc[r] != n - 1 {
+                fail(&name, format!("request {r}: num_emitted {n}, accepted {}, K = {k}", acc[r]));
+            }
+            let row = &toks[r * (k + 1)..(r + 1) * (k + 1)];
+            let (emitted_ids, padding) = row.split_at(n as usize);
+            if emitted_ids.iter().any(|&t| t < 0 || t as usize >= vocab) || padding.iter().any(|&t| t != -1) {
+                fail(&name, format!("request {r}: tokens {row:?} with num_emitted {n}"));
+            }
+        }
+        let mean_accepted = acc.iter().map(|&a| a as f64).sum::<f64>() / b as f64;
+
+        self.push(Spec::Rejection { mode, bf16_target, b, k, vocab }.case(timing, Some(mean_accepted)));
+    }
+}
+
+/// The copy ceiling of a run: the faster of a graph memcpy node and a stream copy.
+struct CopyCeiling {
+    graph: Timing,
+    direct: Timing,
     bytes: f64,
 }
 
-fn logits(n: usize, salt: u64) -> Vec<f32> {
-    // Roughly N(0, 1): a sum of four uniforms, centred and scaled.
-    (0..n)
-        .map(|i| {
-            let w = specdec::rng::random_quad(salt, i as u64, specdec::rng::Stream::Accept, 0);
-            let u: f32 = w.iter().map(|&x| x as f32 / 4_294_967_296.0).sum();
-            (u - 2.0) * 1.732
-        })
-        .collect()
+impl CopyCeiling {
+    fn best(&self) -> Timing {
+        if self.graph.us <= self.direct.us { self.graph } else { self.direct }
+    }
+
+    fn gbs(&self) -> f64 {
+        self.bytes / self.best().us / 1e3
+    }
 }
 
 fn main() {
-    let cuda = Cuda::on_device(0).expect("the GPU benchmark needs a CUDA device");
+    // `cargo bench` passes `--bench`; only `--dry-run` means anything here.
+    if std::env::args().any(|a| a == "--dry-run") {
+        return dry_run();
+    }
+    let started = Instant::now();
+    let cuda = Cuda::on_device(0).unwrap_or_else(|e| setup(format!("the GPU benchmark needs a CUDA device: {e}")));
+    let device = cuda.device_name().unwrap_or_else(setup);
+    println!("device: {device}");
     let s = cuda.stream().clone();
     // Graph capture of cudarc's cross-stream events is not needed on one stream.
     // SAFETY: everything below runs on this one stream.
     unsafe { s.context().disable_event_tracking() };
-    let mut timer = Timer { stream: s.clone(), flush: s.alloc_zeros(FLUSH_BYTES).unwrap() };
-    let mut rows = Vec::new();
+    let mut timer = Timer { stream: s.clone(), flush: s.alloc_zeros(FLUSH_BYTES).unwrap_or_else(setup) };
 
     // Copy bandwidth: 2 GiB device to device, reads + writes.
     let copy_n = 512 << 20;
-    let src = s.alloc_zeros::<f32>(copy_n).unwrap();
-    let mut dst = s.alloc_zeros::<f32>(copy_n).unwrap();
-    // The faster of a graph memcpy node and a plain stream copy is the ceiling.
-    let graph_us = timer.time(|s| s.memcpy_dtod(&src, &mut dst).unwrap());
-    let direct_us = timer.time_direct(|s| s.memcpy_dtod(&src, &mut dst).unwrap());
-    println!("copy: graph node {graph_us:.1} µs, stream copy {direct_us:.1} µs");
-    let us = graph_us.min(direct_us);
-    let copy_gbs = (2 * copy_n * 4) as f64 / us / 1e3;
+    let src = s.alloc_zeros::<f32>(copy_n).unwrap_or_else(setup);
+    let mut dst = s.alloc_zeros::<f32>(copy_n).unwrap_or_else(setup);
+    let copy = CopyCeiling {
+        graph: timer.time("copy", |s| s.memcpy_dtod(&src, &mut dst).unwrap_or_else(|e| fail("copy", e))),
+        direct: timer.time_direct(|s| s.memcpy_dtod(&src, &mut dst).unwrap_or_else(|e| fail("copy", e))),
+        bytes: (2 * copy_n * 4) as f64,
+    };
     drop((src, dst));
-    println!("device-to-device copy: {us:.1} µs, {copy_gbs:.0} GB/s");
+    println!("copy: graph node {:.1} µs, stream copy {:.1} µs", copy.graph.us, copy.direct.us);
+    println!("device-to-device copy: {:.1} µs, {:.0} GB/s", copy.best().us, copy.gbs());
 
-    let max_rows = 1024;
-    let mut ws: Workspace = cuda.workspace(max_rows * 8).unwrap();
-    // 2048 rows (verification of B = 256, K = 7): the same 1024 rows twice.
-    let mut host = logits(max_rows * V, 1);
-    host.extend_from_within(..);
-    let dlogits = s.clone_htod(&host).unwrap();
-    drop(host);
-    let slots: Vec<i32> = (0..max_rows as i32 * 8).collect();
-    let dslots = s.clone_htod(&slots).unwrap();
-    let dpos = s.clone_htod(&(0..max_rows as u64 * 8).collect::<Vec<_>>()).unwrap();
-    let num_slots = max_rows * 8;
-    let mut tokens = s.alloc_zeros::<i32>(max_rows * 8).unwrap();
-    let seeds = s.clone_htod(&vec![7u64; num_slots]).unwrap();
-    let mut cache = s.alloc_zeros::<bf16>(num_slots.min(1024) * 8 * V).unwrap();
+    // Inputs, made on every core of the host.
+    let t0 = Instant::now();
+    let mut host = vec![0f32; LOGITS_LEN];
+    par_fill(&mut host, |i| normal(1, i));
+    let mut host_draft = vec![bf16::ZERO; LOGITS_LEN];
+    par_fill(&mut host_draft, |i| bf16::from_f32(0.8 * host[i] + 0.6 * normal(2, i)));
+    let host_zipf = zipf_rows(1024, V_MAIN);
+    let host_target_bf16: Vec<bf16> = host[..VERIFY_SLOTS * V_MAIN].iter().map(|&x| bf16::from_f32(x)).collect();
+    let slots: Vec<i32> = (0..MAX_ROWS as i32).collect();
+    let buf = Buffers {
+        logits: s.clone_htod(&host).unwrap_or_else(setup),
+        zipf: s.clone_htod(&host_zipf).unwrap_or_else(setup),
+        draft: s.clone_htod(&host_draft).unwrap_or_else(setup),
+        target_bf16: s.clone_htod(&host_target_bf16).unwrap_or_else(setup),
+        cache: s.alloc_zeros::<bf16>(CACHE_SLOTS * CACHE_K * SAMPLE_VOCABS[3]).unwrap_or_else(setup),
+        slots: s.clone_htod(&slots).unwrap_or_else(setup),
+        pos: s.clone_htod(&(0..MAX_ROWS as u64).collect::<Vec<_>>()).unwrap_or_else(setup),
+        seeds: s.clone_htod(&vec![7u64; MAX_ROWS]).unwrap_or_else(setup),
+        greedy: s.clone_htod(&vec![0f32; MAX_ROWS]).unwrap_or_else(setup),
+        random: s.clone_htod(&vec![T; MAX_ROWS]).unwrap_or_else(setup),
+        tokens: s.alloc_zeros::<i32>(MAX_ROWS).unwrap_or_else(setup),
+    };
+    drop((host, host_draft, host_zipf, host_target_bf16));
+    s.synchronize().unwrap_or_else(setup);
+    println!("inputs made and uploaded in {:.1} s", t0.elapsed().as_secs_f64());
 
-    for (label, t) in [("greedy", 0.0f32), ("random", 0.8)] {
-        let temps = s.clone_htod(&vec![t; num_slots]).unwrap();
-        for n_rows in [1usize, 64, 1024] {
-            let us = timer.time(|_| {
-                let mut args = GumbelSample {
-                    logits: Logits { data: LogitsData::F32(dlogits.as_view()), rows: n_rows, vocab: V, row_stride: V },
-                    slots: dslots.slice(..n_rows),
-                    pos: dpos.slice(..n_rows),
-                    table: SlotTable { temperature: temps.as_view(), seed: seeds.as_view() },
-                    drafting: false,
-                    cache: None,
-                };
-                let out = GumbelOutput { tokens: Tokens::I32(tokens.slice_mut(..n_rows)), row_status: None };
-                cuda.gumbel_sample(&mut ws, &mut args, out).unwrap();
-            });
-            rows.push(Row {
-                name: format!("gumbel_sample {label} f32 rows={n_rows}"),
-                us,
-                bytes: (n_rows * V * 4) as f64,
-            });
+    let ws = cuda.workspace(MAX_ROWS).unwrap_or_else(setup);
+    let copy_gbs = copy.gbs();
+    let mut bench = Bench { cuda, stream: s, timer, ws, buf, cases: Vec::new(), copy_gbs };
+    // Draft tokens of the current verification vocabulary: (vocab, sampled, argmax).
+    let mut drafts: Option<(usize, Vec<i32>, Vec<i32>)> = None;
+    for spec in grid() {
+        match spec {
+            Spec::Gumbel { mode, zipf, vocab, rows } => bench.gumbel(mode, zipf, vocab, rows),
+            Spec::Rejection { mode, bf16_target, b, k, vocab } => {
+                if drafts.as_ref().is_none_or(|(v, ..)| *v != vocab) {
+                    let (sampled, greedy) = bench.draft_tokens(vocab);
+                    drafts = Some((vocab, sampled, greedy));
+                }
+                let (_, sampled, greedy) = drafts.as_ref().unwrap();
+                let drafts = if mode == VerifyMode::Greedy { greedy } else { sampled };
+                bench.rejection(mode, bf16_target, b, k, vocab, drafts);
+            }
         }
     }
-    {
-        let temps = s.clone_htod(&vec![0.8f32; num_slots]).unwrap();
-        let n_rows = 256;
-        let us = timer.time(|_| {
-            let mut args = GumbelSample {
-                logits: Logits { data: LogitsData::F32(dlogits.as_view()), rows: n_rows, vocab: V, row_stride: V },
-                slots: dslots.slice(..n_rows),
-                pos: dpos.slice(..n_rows),
-                table: SlotTable { temperature: temps.slice(..1024), seed: seeds.slice(..1024) },
-                drafting: true,
-                cache: Some((
-                    DraftCache {
-                        data: CacheData::BF16(cache.as_view_mut()),
-                        slots: 1024,
-                        k: 8,
-                        width: V,
-                        stride0: 8 * V,
-                        stride1: V,
-                    },
-                    Column::All(3),
-                )),
-            };
-            let out = GumbelOutput { tokens: Tokens::I32(tokens.slice_mut(..n_rows)), row_status: None };
-            cuda.gumbel_sample(&mut ws, &mut args, out).unwrap();
-        });
-        rows.push(Row {
-            name: format!("gumbel_sample drafting f32→bf16 cache rows={n_rows}"),
-            us,
-            bytes: (n_rows * V * 6) as f64,
-        });
-    }
+    write_outputs(&device, &copy, &bench.cases, started.elapsed().as_secs_f64());
+}
 
-    // Verification: B requests of K drafts each (rows = B·(K+1)), f32 target, bf16 draft logits.
-    for (b, k) in [(1usize, 4usize), (64, 3), (256, 7)] {
-        let rows_n = b * (k + 1);
-        let offsets: Vec<i32> = (0..=b as i32).map(|r| r * (k as i32 + 1)).collect();
-        let doffsets = s.clone_htod(&offsets).unwrap();
-        let drafts: Vec<i32> = (0..rows_n as i32).map(|r| (r * 7919) % V as i32).collect();
-        let ddrafts = s.clone_htod(&drafts).unwrap();
-        let mut num_emitted = s.alloc_zeros::<i32>(b).unwrap();
-        let mut vtokens = s.alloc_zeros::<i32>(b * (k + 1)).unwrap();
-        for (label, t, one_hot) in [("greedy", 0.0f32, true), ("one-hot", 0.8, true), ("bf16 draft", 0.8, false)] {
-            let temps = s.clone_htod(&vec![t; num_slots]).unwrap();
-            let us = timer.time(|_| {
-                let args = RejectionSample {
-                    target: Logits { data: LogitsData::F32(dlogits.as_view()), rows: rows_n, vocab: V, row_stride: V },
-                    offsets: doffsets.as_view(),
-                    drafts: ddrafts.as_view(),
-                    slots: dslots.slice(..b),
-                    pos: dpos.slice(..rows_n),
-                    table: SlotTable { temperature: temps.slice(..1024), seed: seeds.slice(..1024) },
-                    max_drafts: k,
-                    draft_logits: (!one_hot).then(|| DraftLogits {
-                        data: LogitsData::BF16(cache.as_view()),
-                        shape: CacheShape { slots: 1024, k: 8, width: V, stride0: 8 * V, stride1: V },
-                    }),
-                };
-                let out = RejectionOutput {
-                    tokens: Tokens::I32(vtokens.as_view_mut()),
-                    num_emitted: num_emitted.as_view_mut(),
-                    accepted: None,
-                    row_status: None,
-                };
-                cuda.rejection_sample(&mut ws, &args, out).unwrap();
-            });
-            // One read of every target row, and of every draft row used, plus one re-read of a row per request.
-            let draft_bytes = if one_hot || t == 0.0 { 0 } else { b * k * V * 2 };
-            let reread = if t == 0.0 { 0 } else { b * V * (4 + if one_hot { 0 } else { 2 }) };
-            let bytes = (rows_n * V * 4 + draft_bytes + reread) as f64;
-            rows.push(Row { name: format!("rejection_sample {label} B={b} K={k}"), us, bytes });
-        }
-    }
+/// `--dry-run`: no GPU; every case gets a made-up time, so the outputs (and
+/// `cargo xtask bench-report` on them) can be tried anywhere. Measures nothing.
+fn dry_run() {
+    println!("dry run: no GPU is used and every number below is made up");
+    let copy_bytes = (2 * (512usize << 20) * 4) as f64;
+    let copy_timing = Timing { us: copy_bytes / 4.0e6, reps: REPS };
+    let copy =
+        CopyCeiling { graph: copy_timing, direct: Timing { us: copy_timing.us * 1.02, reps: REPS }, bytes: copy_bytes };
+    let cases: Vec<Case> = grid()
+        .into_iter()
+        .map(|spec| {
+            let bytes = spec.case(copy_timing, None).bytes;
+            // A made-up curve: a fixed cost, then a fraction of the copy bandwidth.
+            let us = 6.0 + bytes / (copy.gbs() * 1e3 * 0.7);
+            let accepted = matches!(spec, Spec::Rejection { .. }).then_some(1.0);
+            spec.case(Timing { us, reps: if us > LONG_US { REPS_LONG } else { REPS } }, accepted)
+        })
+        .collect();
+    write_outputs("dry run (made-up numbers)", &copy, &cases, 0.0);
+}
+
+/// Prints the table and, when `$OUT` is set, writes `$OUT/bench.md` and `$OUT/bench.json`.
+fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], wall_s: f64) {
+    let copy_gbs = copy.gbs();
+    let long: Vec<&str> = cases.iter().filter(|c| c.timing.reps != REPS).map(|c| c.name.as_str()).collect();
+    let reps_note = if long.is_empty() {
+        format!("median of {REPS} CUDA-graph replays per case, L2 flushed before each")
+    } else {
+        format!(
+            "median of {REPS} CUDA-graph replays per case ({REPS_LONG} for the {} cases over {LONG_US:.0} µs: {}), \
+             L2 flushed before each",
+            long.len(),
+            long.join("; ")
+        )
+    };
 
     let mut md = format!(
-        "| case | µs | GB/s | % of copy |\n| --- | ---: | ---: | ---: |\n| device-to-device copy (2 GiB) | {:.1} | {copy_gbs:.0} | 100 |\n",
-        (2 * copy_n * 4) as f64 / copy_gbs / 1e3
+        "GPU: {device}. {reps_note}. Draft logits 0.8·target + 0.6·noise, T = {T}. Total run time {wall_s:.0} s.\n\n\
+         | case | µs | GB/s | % of copy | accepted / request |\n| --- | ---: | ---: | ---: | ---: |\n\
+         | device-to-device copy (2 GiB) | {:.1} | {copy_gbs:.0} | 100 | |\n",
+        copy.best().us
     );
-    let mut json = vec![format!("{{\"case\":\"copy\",\"gbs\":{copy_gbs:.1}}}")];
-    for r in &rows {
-        let gbs = r.bytes / r.us / 1e3;
-        md += &format!("| {} | {:.1} | {gbs:.0} | {:.0} |\n", r.name, r.us, 100.0 * gbs / copy_gbs);
-        json.push(format!(
-            "{{\"case\":\"{}\",\"us\":{:.2},\"bytes\":{},\"gbs\":{gbs:.1},\"copy_fraction\":{:.3}}}",
-            r.name,
-            r.us,
-            r.bytes,
-            gbs / copy_gbs
-        ));
+    for c in cases {
+        let accepted = c.accepted.map_or(String::new(), |a| format!("{a:.2}"));
+        let (us, gbs) = (c.timing.us, c.gbs());
+        writeln!(md, "| {} | {us:.1} | {gbs:.0} | {:.0} | {accepted} |", c.name, 100.0 * gbs / copy_gbs).unwrap();
     }
-    println!("{md}");
+    println!("\n{md}");
+
+    let unix_time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let cases: Vec<String> = cases.iter().map(|c| format!("  {}", c.json(copy_gbs))).collect();
+    let json = format!(
+        "{{\"device\":{},\"unix_time\":{unix_time},\"wall_s\":{wall_s:.1},\"reps\":{REPS},\"reps_long\":{REPS_LONG},\
+         \"long_us\":{LONG_US},\"flush_bytes\":{FLUSH_BYTES},\"temperature\":{T},\
+         \"copy\":{{\"us\":{:.2},\"bytes\":{},\"gbs\":{copy_gbs:.1},\"graph_us\":{:.2},\"stream_us\":{:.2}}},\
+         \n\"cases\":[\n{}\n]}}\n",
+        json_str(device),
+        copy.best().us,
+        copy.bytes,
+        copy.graph.us,
+        copy.direct.us,
+        cases.join(",\n")
+    );
     if let Ok(out) = std::env::var("OUT") {
-        std::fs::write(format!("{out}/bench.md"), &md).unwrap();
-        std::fs::write(format!("{out}/bench.json"), format!("[{}]\n", json.join(",\n"))).unwrap();
+        let write = |name: &str, text: &str| {
+            let path = std::path::Path::new(&out).join(name);
+            std::fs::write(&path, text).unwrap_or_else(|e| fail("output", format!("write {}: {e}", path.display())));
+            println!("wrote {}", path.display());
+        };
+        write("bench.md", &md);
+        write("bench.json", &json);
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! DIR/bin/<name>        one test binary per test target (name: target name, or package-target on a clash)
-//! DIR/run.sh            runs them all: `run.sh [--sanitize] [TEST ARGS...]` (see src/run.sh)
+//! DIR/run.sh            runs them all: `run.sh [--sanitize[=TOOL,...]] [--] [TEST ARGS...]` (see src/run.sh)
 //! DIR/.specdec-bundle   marks DIR as ours (so it may be deleted next time); lists the binaries
 //! ```
 
@@ -176,7 +176,7 @@ fn report(dir: &Path, bin: &Path) -> Result<()> {
     }
     let total = dir_size(dir)?;
     println!("bundle: {} ({} test binaries, {} in all)", dir.display(), entries.len(), mib(total));
-    println!("run it on a GPU machine: {}/run.sh [--sanitize] [TEST ARGS...]", dir.display());
+    println!("run it on a GPU machine: {}/run.sh [--sanitize[=TOOL,...]] [--] [TEST ARGS...]", dir.display());
     if total > LIMIT_BYTES {
         println!("warning: the bundle is {}, over the 64 MiB that can be carried to a GPU machine", mib(total));
     } else if total > WARN_BYTES {

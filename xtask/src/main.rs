@@ -3,10 +3,12 @@
 //! Every external command is printed (`$ cargo test ...`) before it runs, and every
 //! failure ends the process with a non-zero status and an `error:` line.
 
+mod bench;
 mod bundle;
 mod cmd;
 mod ptx;
 mod ptxas;
+mod report;
 mod resource_usage;
 mod test;
 
@@ -28,14 +30,30 @@ Commands:
         CI: `cargo test --workspace EXTRA...` (CPU tests), then `ptx --deny-spills`.
   test-gpu [-- EXTRA...]
         On a machine with an NVIDIA GPU: `cargo test --workspace --features specdec-suite/gpu EXTRA...`.
+  test-gpu --sanitize[=TOOL[,TOOL...]] [-- CARGO ARGS... [-- TEST ARGS...]]
+        On a machine with an NVIDIA GPU and compute-sanitizer: build the GPU test binaries into
+        target/gpu-sanitize (as --bundle does) and run every binary under compute-sanitizer,
+        one pass per TOOL: memcheck (the default), racecheck, initcheck, synccheck, or all.
+        A pass fails on any error the tool reports. TEST ARGS (e.g. a test name filter) go to
+        every binary.
   test-gpu --bundle DIR [-- EXTRA...]
         Build the GPU test binaries here (no GPU needed) into DIR/bin and write DIR/run.sh,
         which runs them on a GPU machine without a Rust toolchain
-        (`DIR/run.sh [--sanitize] [TEST ARGS...]`; logs in ${OUT:-DIR}/logs).
+        (`DIR/run.sh [--sanitize[=TOOL[,TOOL...]]] [--] [TEST ARGS...]`, the same tools;
+        logs in ${OUT:-DIR}/logs).
+  bench-gpu [--bundle DIR]
+        Build the GPU benchmark (benches/gpu.rs). Without --bundle: run it here (needs a GPU),
+        then benches/torch_baseline.py if python3 has torch with CUDA, then bench-report
+        (JSON in target/bench-gpu). With --bundle: put the binary, torch_baseline.py and bench.sh
+        into DIR for a GPU machine (`OUT=<dir> DIR/bench.sh [--no-torch | --torch-only]`).
+  bench-report DIR [--results DIR]
+        Join DIR/bench.json and DIR/torch.json into benches/results/<date>-<gpu>.md (table) and
+        .svg (bandwidth against batch), and copy the JSON beside them (--results: elsewhere).
   help  Print this message.
 
 Environment:
-  SPECDEC_PTXAS   ptxas to use (default: .tools/ptxas/bin/ptxas, installed from PyPI on first use)";
+  SPECDEC_PTXAS   ptxas to use (default: .tools/ptxas/bin/ptxas, installed from PyPI on first use)
+  PYTHON          python for the PyTorch baseline of bench-gpu (default: python3)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -65,10 +83,20 @@ fn dispatch(args: &[String]) -> Result<()> {
             no_options(command, options)?;
             test::test(&root, extra)
         }
-        "test-gpu" => match parse_bundle(options)? {
-            Some(dir) => bundle::bundle(&root, &dir, extra),
-            None => test::test_gpu(&root, extra),
+        "test-gpu" => match parse_test_gpu(options)? {
+            GpuRun::Bundle(dir) => bundle::bundle(&root, &dir, extra),
+            GpuRun::Sanitize(tools) => test::test_gpu_sanitized(&root, &tools, extra),
+            GpuRun::Test => test::test_gpu(&root, extra),
         },
+        "bench-gpu" => {
+            no_extra(command, extra)?;
+            bench::bench_gpu(&root, bench::parse(options)?.as_deref())
+        }
+        "bench-report" => {
+            no_extra(command, extra)?;
+            let (dir, results) = report::parse(options)?;
+            report::report(&root, &dir, &results.unwrap_or_else(|| root.join(report::RESULTS)))
+        }
         "help" | "-h" | "--help" => {
             println!("{HELP}");
             Ok(())
@@ -105,21 +133,77 @@ fn no_extra(command: &str, extra: &[String]) -> Result<()> {
     }
 }
 
-/// `test-gpu` options: `--bundle DIR` or `--bundle=DIR`, nothing else.
-fn parse_bundle(options: &[String]) -> Result<Option<PathBuf>> {
-    let mut dir = None;
+/// What `test-gpu` does.
+#[derive(Debug, PartialEq)]
+enum GpuRun {
+    /// `cargo test` with the GPU feature, here.
+    Test,
+    /// Build a bundle into DIR.
+    Bundle(PathBuf),
+    /// Run every GPU test binary here under these compute-sanitizer tools.
+    Sanitize(Vec<String>),
+}
+
+/// `test-gpu` options: `--bundle DIR` (or `--bundle=DIR`), or `--sanitize[=TOOL,...]`.
+fn parse_test_gpu(options: &[String]) -> Result<GpuRun> {
+    let mut run = GpuRun::Test;
     let mut iter = options.iter();
     while let Some(arg) = iter.next() {
-        let value = if arg == "--bundle" {
-            iter.next().ok_or("`--bundle` needs a directory")?.clone()
+        let next = if arg == "--bundle" {
+            GpuRun::Bundle(PathBuf::from(iter.next().ok_or("`--bundle` needs a directory")?))
         } else if let Some(value) = arg.strip_prefix("--bundle=") {
-            value.to_string()
+            GpuRun::Bundle(PathBuf::from(value))
+        } else if arg == "--sanitize" {
+            GpuRun::Sanitize(vec!["memcheck".into()])
+        } else if let Some(value) = arg.strip_prefix("--sanitize=") {
+            GpuRun::Sanitize(test::sanitizer_tools(value)?)
         } else {
             return Err(format!(
-                "`test-gpu` takes only `--bundle DIR`, not `{arg}`; pass extra cargo arguments after `--`"
+                "`test-gpu` takes only `--bundle DIR` or `--sanitize[=TOOL,...]`, not `{arg}`; \
+                 pass extra cargo arguments after `--`"
             ));
         };
-        dir = Some(PathBuf::from(value));
+        run = match (run, next) {
+            (GpuRun::Test, next) => next,
+            (GpuRun::Sanitize(mut a), GpuRun::Sanitize(b)) => {
+                a.extend(b.into_iter().filter(|t| !a.contains(t)).collect::<Vec<_>>());
+                GpuRun::Sanitize(a)
+            }
+            (GpuRun::Bundle(_), GpuRun::Bundle(dir)) => GpuRun::Bundle(dir),
+            _ => {
+                return Err("`--sanitize` runs the tests here; a bundle takes it at run time: \
+                            `DIR/run.sh --sanitize[=TOOL,...]`"
+                    .into());
+            }
+        };
     }
-    Ok(dir)
+    Ok(run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<GpuRun> {
+        parse_test_gpu(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn test_gpu_options() {
+        assert_eq!(parse(&[]), Ok(GpuRun::Test));
+        assert_eq!(parse(&["--bundle", "b"]), Ok(GpuRun::Bundle("b".into())));
+        assert_eq!(parse(&["--bundle=b"]), Ok(GpuRun::Bundle("b".into())));
+        assert_eq!(parse(&["--sanitize"]), Ok(GpuRun::Sanitize(vec!["memcheck".into()])));
+        let all = ["memcheck", "racecheck", "initcheck", "synccheck"].map(String::from).to_vec();
+        assert_eq!(parse(&["--sanitize=all"]), Ok(GpuRun::Sanitize(all)));
+        assert_eq!(
+            parse(&["--sanitize=synccheck,memcheck", "--sanitize"]),
+            Ok(GpuRun::Sanitize(vec!["synccheck".into(), "memcheck".into()]))
+        );
+        assert!(parse(&["--sanitize=leakcheck"]).is_err());
+        assert!(parse(&["--sanitize="]).is_err());
+        assert!(parse(&["--bundle", "b", "--sanitize"]).is_err());
+        assert!(parse(&["--bundle"]).is_err());
+        assert!(parse(&["--release"]).is_err());
+    }
 }

@@ -2,28 +2,71 @@
 # Runs the specdec GPU test binaries in bin/, one after another.
 # Written by `cargo xtask test-gpu --bundle DIR`; needs no Rust toolchain.
 #
-#   ./run.sh [--sanitize] [TEST ARGS...]
+#   ./run.sh [--sanitize[=TOOL[,TOOL...]]] [--] [TEST ARGS...]
 #
-# Each binary runs as `BIN --test-threads=1 TEST ARGS...`, or with --sanitize under
-# `compute-sanitizer --tool memcheck --error-exitcode 1 --require-cuda-init no`
-# ($COMPUTE_SANITIZER overrides where compute-sanitizer is). Output is shown and kept in
-# ${OUT:-<this directory>}/logs/<binary>.log. A failing binary does not stop the run.
-# Ends with one line per binary (ok / FAILED) and `N passed, N failed` counting
-# binaries; exits non-zero if any failed.
+# Each binary runs as `BIN --test-threads=1 TEST ARGS...` (TEST ARGS: a test name filter,
+# --exact, --nocapture...; every binary gets them). With --sanitize, each binary runs under
+# `compute-sanitizer --tool TOOL --error-exitcode 1 --require-cuda-init no`, one pass over
+# every binary per tool: --sanitize alone is memcheck; TOOL is memcheck, racecheck, initcheck
+# or synccheck; --sanitize=all is all four. ($COMPUTE_SANITIZER overrides where
+# compute-sanitizer is.) A sanitized run fails if the binary fails or the tool reports any
+# error. `--` ends run.sh's options: what follows goes to the binaries as it is.
+#
+# Output is shown and kept in ${OUT:-<this directory>}/logs/<binary>.log, or
+# logs/<binary>.<tool>.log under a sanitizer. A failing binary does not stop the run.
+# Ends with one line per pass and binary (ok / FAILED), a count per tool, and
+# `N passed, N failed` counting runs; exits non-zero if any failed.
 set -u
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 logs="${OUT:-$here}/logs"
+all_tools=(memcheck racecheck initcheck synccheck)
 
-sanitize=0
+usage() {
+  echo "usage: $0 [--sanitize[=TOOL[,TOOL...]]] [--] [TEST ARGS...]  (TOOL: ${all_tools[*]} or all)" >&2
+  exit 2
+}
+
+tools=() # sanitizer passes; none: one plain pass
 args=()
+options=1
 for arg in "$@"; do
-  if [ "$arg" = "--sanitize" ]; then sanitize=1; else args+=("$arg"); fi
+  if [ "$options" = 1 ]; then
+    case "$arg" in
+      --)
+        options=0
+        continue
+        ;;
+      --sanitize)
+        tools+=(memcheck)
+        continue
+        ;;
+      --sanitize=*)
+        IFS=, read -r -a wanted <<<"${arg#--sanitize=}"
+        [ "${#wanted[@]}" -gt 0 ] || usage
+        for tool in "${wanted[@]}"; do
+          case "$tool" in
+            all) tools+=("${all_tools[@]}") ;;
+            memcheck | racecheck | initcheck | synccheck) tools+=("$tool") ;;
+            *)
+              echo "run.sh: unknown sanitizer tool '$tool'" >&2
+              usage
+              ;;
+          esac
+        done
+        continue
+        ;;
+    esac
+  fi
+  args+=("$arg")
+done
+# Each tool once, in the order given.
+passes=()
+for tool in ${tools[@]+"${tools[@]}"}; do
+  case " ${passes[*]-} " in *" $tool "*) ;; *) passes+=("$tool") ;; esac
 done
 
-wrapper=() # what runs before each binary
-shown=()   # how that is printed
-if [ "$sanitize" = 1 ]; then
+if [ "${#passes[@]}" -gt 0 ]; then
   sanitizer="${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}"
   if [ ! -x "$sanitizer" ]; then
     echo "run.sh: --sanitize needs compute-sanitizer (CUDA toolkit): not on PATH nor at $sanitizer; set COMPUTE_SANITIZER" >&2
@@ -34,9 +77,8 @@ if [ "$sanitize" = 1 ]; then
   # two records the binary's own exit status in a file (compute-sanitizer follows children).
   status_file="$(mktemp)"
   trap 'rm -f "$status_file"' EXIT
-  wrapper=("$sanitizer" --tool memcheck --error-exitcode 1 --require-cuda-init no
-    /bin/sh -c '"$@"; s=$?; echo $s >"$0"; exit $s' "$status_file")
-  shown=("$sanitizer" --tool memcheck --error-exitcode 1 --require-cuda-init no)
+else
+  passes=("") # one pass, no sanitizer
 fi
 
 bins=("$here"/bin/*)
@@ -47,32 +89,58 @@ fi
 mkdir -p "$logs"
 
 results=()
+counts=()
 passed=0
 failed=0
-for bin in "${bins[@]}"; do
-  name="$(basename "$bin")"
-  cmd=(${wrapper[@]+"${wrapper[@]}"} "$bin" --test-threads=1 ${args[@]+"${args[@]}"})
-  if [ "$sanitize" = 1 ]; then : >"$status_file"; fi
-  echo
-  printf '$'
-  printf ' %q' ${shown[@]+"${shown[@]}"} "$bin" --test-threads=1 ${args[@]+"${args[@]}"}
-  printf '\n'
-  "${cmd[@]}" 2>&1 | tee "$logs/$name.log"
-  status=${PIPESTATUS[0]}
-  if [ "$sanitize" = 1 ] && [ "$status" -eq 0 ]; then
-    own="$(cat "$status_file" 2>/dev/null)"
-    status="${own:-1}"
+for tool in "${passes[@]}"; do
+  wrapper=() # what runs before each binary
+  shown=()   # how that is printed
+  if [ -n "$tool" ]; then
+    shown=("$sanitizer" --tool "$tool" --error-exitcode 1 --require-cuda-init no)
+    wrapper=("${shown[@]}" /bin/sh -c '"$@"; s=$?; echo $s >"$0"; exit $s' "$status_file")
   fi
-  if [ "$status" -eq 0 ]; then
-    results+=("ok      $name")
-    passed=$((passed + 1))
-  else
-    results+=("FAILED  $name (exit $status; log: $logs/$name.log)")
-    failed=$((failed + 1))
-  fi
+  label="${tool:-plain}"
+  pass_ok=0
+  pass_failed=0
+  for bin in "${bins[@]}"; do
+    name="$(basename "$bin")"
+    log="$logs/$name${tool:+.$tool}.log"
+    cmd=(${wrapper[@]+"${wrapper[@]}"} "$bin" --test-threads=1 ${args[@]+"${args[@]}"})
+    if [ -n "$tool" ]; then : >"$status_file"; fi
+    echo
+    printf '$'
+    printf ' %q' ${shown[@]+"${shown[@]}"} "$bin" --test-threads=1 ${args[@]+"${args[@]}"}
+    printf '\n'
+    "${cmd[@]}" 2>&1 | tee "$log"
+    status=${PIPESTATUS[0]}
+    why=""
+    if [ -n "$tool" ]; then
+      if [ "$status" -eq 0 ]; then
+        own="$(cat "$status_file" 2>/dev/null)"
+        status="${own:-1}"
+      fi
+      # Belt and braces: any error the tool summed up fails the run, whatever the exit code.
+      if grep -Eq '^========= .*(ERROR SUMMARY: [1-9]|\([1-9][0-9]* errors?)' "$log"; then
+        why="; $tool reported errors"
+        [ "$status" -ne 0 ] || status=1
+      fi
+    fi
+    if [ "$status" -eq 0 ]; then
+      results+=("$(printf '%-10s %-7s %s' "$label" ok "$name")")
+      passed=$((passed + 1))
+      pass_ok=$((pass_ok + 1))
+    else
+      results+=("$(printf '%-10s %-7s %s (exit %s%s; log: %s)' "$label" FAILED "$name" "$status" "$why" "$log")")
+      failed=$((failed + 1))
+      pass_failed=$((pass_failed + 1))
+    fi
+  done
+  counts+=("$label: $pass_ok ok, $pass_failed failed")
 done
 
 echo
 printf '%s\n' "${results[@]}"
+echo
+printf '%s\n' "${counts[@]}"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

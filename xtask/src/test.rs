@@ -53,6 +53,44 @@ pub fn test_gpu(root: &Path, extra: &[String]) -> Result<()> {
     cmd::run_ok(&mut cargo_test)
 }
 
+/// The compute-sanitizer tools `run.sh --sanitize=...` knows.
+pub const SANITIZER_TOOLS: [&str; 4] = ["memcheck", "racecheck", "initcheck", "synccheck"];
+
+/// `memcheck,racecheck` or `all` → the tools, each once, in order.
+pub fn sanitizer_tools(list: &str) -> Result<Vec<String>> {
+    let mut tools: Vec<String> = Vec::new();
+    for tool in list.split(',') {
+        let named: Vec<&str> = match tool {
+            "all" => SANITIZER_TOOLS.to_vec(),
+            t if SANITIZER_TOOLS.contains(&t) => vec![t],
+            _ => {
+                return Err(format!(
+                    "unknown compute-sanitizer tool `{tool}` (expected {} or all)",
+                    SANITIZER_TOOLS.join(", ")
+                ));
+            }
+        };
+        tools.extend(named.into_iter().map(String::from).filter(|t| !tools.contains(t)).collect::<Vec<_>>());
+    }
+    Ok(tools)
+}
+
+/// Checks for a GPU, builds the GPU test binaries into `target/gpu-sanitize` (a
+/// bundle) and runs its `run.sh --sanitize=TOOLS -- TEST ARGS`. `extra` is
+/// `CARGO ARGS [-- TEST ARGS]`.
+pub fn test_gpu_sanitized(root: &Path, tools: &[String], extra: &[String]) -> Result<()> {
+    find_gpu()?;
+    let (cargo_args, test_args) = match extra.iter().position(|a| a == "--") {
+        Some(i) => (&extra[..i], &extra[i + 1..]),
+        None => (extra, &[][..]),
+    };
+    let dir = root.join("target").join("gpu-sanitize");
+    crate::bundle::bundle(root, &dir, cargo_args)?;
+    let mut run = Command::new("bash");
+    run.arg(dir.join("run.sh")).arg(format!("--sanitize={}", tools.join(","))).arg("--").args(test_args);
+    cmd::run_ok(&mut run)
+}
+
 /// A GPU is there if `nvidia-smi -L` lists one, or failing that if `/dev/nvidia0` exists.
 fn find_gpu() -> Result<()> {
     let reason = match cmd::output(Command::new("nvidia-smi").arg("-L")) {

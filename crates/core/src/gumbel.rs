@@ -79,7 +79,12 @@ pub const fn exponential(r: u32) -> f32 {
 }
 
 /// Standard Gumbel noise `-ln(-ln(u))` from one random word.
-#[inline(always)]
+///
+/// Not inlined on the GPU: samplers evaluate it only for the few ids their
+/// bucket bound cannot rule out, and one out-of-line copy keeps the unrolled
+/// kernels small.
+#[cfg_attr(target_arch = "nvptx64", inline(never))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline(always))]
 pub const fn gumbel(r: u32) -> f32 {
     -ln(exponential(r))
 }

@@ -3,9 +3,13 @@
 //! residual log-weight `log(p − q)`.
 //!
 //! Like [`crate::gumbel`], everything here uses only IEEE-rounded `+ − × ÷`
-//! and integer operations, so the CPU and GPU evaluate each element alike.
-//! (Sums over a row are reduced in a different order on each backend, so the
-//! log-sum-exp of a row may differ in its last bits between them.)
+//! and integer operations. The one exception is the exponential inside the
+//! row sums of [`Lse::push_quad`], which takes it as an argument: the CPU
+//! passes [`exp`], the GPU its hardware `ex2.approx` (relative error below
+//! 2^-22, the size of f32 rounding itself). Sums are also reduced in a
+//! different order on each backend, so a row's log-sum-exp may differ in its
+//! last bits between them; every per-element value (noise, residual weights
+//! given the log-sum-exps) is computed alike.
 
 use crate::gumbel::ln;
 
@@ -67,8 +71,10 @@ pub fn ln_one_minus_exp(z: f32) -> f32 {
 }
 
 /// `log(p − q)` from `a = log p`, `c = log q`: `a + ln(1 − e^(c − a))`,
-/// `-inf` where `q >= p` (and where `p = 0`).
-#[inline(always)]
+/// `-inf` where `q >= p` (and where `p = 0`). Out of line on the GPU (one copy
+/// per kernel rather than one per unrolled lane).
+#[cfg_attr(target_arch = "nvptx64", inline(never))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline(always))]
 pub fn ln_residual(a: f32, c: f32) -> f32 {
     if a == f32::NEG_INFINITY {
         return f32::NEG_INFINITY;
@@ -111,6 +117,31 @@ impl Lse {
         } else {
             Lse { max: x, sum: self.sum * exp(self.max - x) + 1.0 }
         }
+    }
+
+    /// Adds the first `n` of four values, with `exp` as the exponential (one
+    /// call per finite value, plus one when the maximum grows).
+    #[inline(always)]
+    pub fn push_quad(self, v: [f32; 4], n: u32, exp: impl Fn(f32) -> f32) -> Lse {
+        let live = |i: usize| (i as u32) < n && v[i] > f32::NEG_INFINITY; // NaN is not > -inf
+        let top = |m: f32, i: usize| if live(i) && v[i] > m { v[i] } else { m };
+        let m = top(top(top(top(f32::NEG_INFINITY, 0), 1), 2), 3);
+        if m == f32::NEG_INFINITY {
+            return self;
+        }
+        if m == f32::INFINITY || self.max == f32::INFINITY {
+            // A point mass at +inf: count it exactly, element by element.
+            let one = |s: Lse, i: usize| if (i as u32) < n { s.push(v[i]) } else { s };
+            return one(one(one(one(self, 0), 1), 2), 3);
+        }
+        let (max, mut sum) = if m > self.max {
+            (m, if self.max == f32::NEG_INFINITY { 0.0 } else { self.sum * exp(self.max - m) })
+        } else {
+            (self.max, self.sum)
+        };
+        let add = |s: f32, i: usize| if live(i) { s + exp(v[i] - max) } else { s };
+        sum = add(add(add(add(sum, 0), 1), 2), 3);
+        Lse { max, sum }
     }
 
     /// Combines two sets' statistics.
@@ -198,5 +229,16 @@ mod tests {
         // NaN is skipped, +inf dominates.
         assert_eq!(all.push(f32::NAN), all);
         assert_eq!(all.push(f32::INFINITY).value(), f32::INFINITY);
+        // Four at a time: the same sums up to rounding, the same special cases.
+        let quads = xs.chunks(4).fold(Lse::EMPTY, |s, q| {
+            let mut v = [0.0; 4];
+            v[..q.len()].copy_from_slice(q);
+            s.push_quad(v, q.len() as u32, exp)
+        });
+        assert!((quads.value() as f64 - exact).abs() < 1e-6);
+        let specials = [f32::NAN, f32::NEG_INFINITY, 2.0, f32::INFINITY];
+        assert_eq!(Lse::EMPTY.push_quad(specials, 2, exp), Lse::EMPTY);
+        assert_eq!(Lse::EMPTY.push_quad(specials, 3, exp), Lse::EMPTY.push(2.0));
+        assert_eq!(Lse::EMPTY.push_quad(specials, 4, exp).value(), f32::INFINITY);
     }
 }

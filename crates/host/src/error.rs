@@ -43,6 +43,11 @@ pub enum Error {
     MaxDrafts { max_drafts: usize, max: usize },
     #[error("the workspace was made for {capacity} rows, this call needs {needed}; create it with a larger limit")]
     WorkspaceTooSmall { needed: usize, capacity: usize },
+    #[error(
+        "a workspace for {max_rows} rows needs {bytes} bytes of device memory, more than the GPU can give \
+         (usize::MAX means the size itself overflows); use a smaller row limit"
+    )]
+    OutOfMemory { bytes: usize, max_rows: usize },
     #[error("the workspace belongs to another CUDA context")]
     WorkspaceContext,
 }

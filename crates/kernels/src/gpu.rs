@@ -9,6 +9,8 @@ unsafe extern "C" {
     fn shfl_sync_bfly_f32(mask: u32, value: f32, lane_mask: i32, clamp: i32) -> f32;
     #[link_name = "llvm.nvvm.shfl.sync.bfly.i32"]
     fn shfl_sync_bfly_i32(mask: u32, value: i32, lane_mask: i32, clamp: i32) -> i32;
+    #[link_name = "llvm.nvvm.ex2.approx.ftz.f"]
+    fn ex2_approx_ftz(x: f32) -> f32;
     #[link_name = "llvm.trap"]
     fn llvm_trap() -> !;
 }
@@ -85,6 +87,14 @@ pub unsafe fn dynamic_shared<T>() -> *mut T {
 pub unsafe fn atomic_or(ptr: *mut u32, bits: u32) {
     // SAFETY: guaranteed by the caller.
     unsafe { AtomicU32::from_ptr(ptr).fetch_or(bits, Ordering::Relaxed) };
+}
+
+/// `e^x` by the hardware's `ex2.approx` (relative error below 2^-22; subnormal
+/// results flush to 0). For sums whose terms need not match the CPU's bits.
+#[inline(always)]
+pub fn fast_exp(x: f32) -> f32 {
+    // SAFETY: a pure arithmetic instruction.
+    unsafe { ex2_approx_ftz(x * core::f32::consts::LOG2_E) }
 }
 
 /// Aborts the kernel (the launch reports an error to the host).

@@ -5,7 +5,15 @@
 //! the shared `specdec-core` code, plus a small documented layer of
 //! intrinsics ([`gpu`]) and block-level reductions ([`block`]).
 #![no_std]
-#![feature(abi_ptx, stdarch_nvptx, link_llvm_intrinsics, gpu_launch_sized_workgroup_mem, core_intrinsics, gpu_intrinsics)]
+#![feature(
+    abi_ptx,
+    stdarch_nvptx,
+    link_llvm_intrinsics,
+    gpu_launch_sized_workgroup_mem,
+    core_intrinsics,
+    gpu_intrinsics,
+    stmt_expr_attributes
+)]
 #![allow(internal_features)]
 
 pub mod block;

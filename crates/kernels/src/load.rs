@@ -2,6 +2,7 @@
 //! row allows it, else four scalar loads with the tail masked.
 
 use specdec_core::dtype::{Bf16, Element, F16};
+use specdec_core::layout::TILE;
 
 /// Elements that can be read four at a time with one aligned vector load.
 pub trait Load: Element + Default {
@@ -62,6 +63,56 @@ pub unsafe fn load_quad<L: Load>(row: *const L, x: u32, end: u32, aligned: bool)
     // SAFETY: each read is below `end`.
     let lane = |i: usize| if (i as u32) < n { unsafe { *row.add(x as usize + i) } } else { L::default() };
     ([lane(0), lane(1), lane(2), lane(3)], n)
+}
+
+/// Quads each thread keeps in flight: four loads are issued before the first
+/// is used, so enough bytes are outstanding to approach the memory bandwidth.
+pub const QUADS_IN_FLIGHT: u32 = 4;
+
+/// Walks this thread's quads of `start .. end` (ids `start + 4·tid + k·TILE`)
+/// in increasing order, reading row `a` and, unless it is null, row `b` at
+/// the same ids, [`QUADS_IN_FLIGHT`] quads at a time; calls `f(x, qa, qb, n)`
+/// per quad (`n` valid lanes; `qb` is all default when `b` is null).
+///
+/// # Safety
+/// `a` (and `b` if not null) are valid for `end` elements; `start % 4 == 0`.
+#[inline(always)]
+pub unsafe fn for_each_quad<A: Load, B: Load>(
+    a: *const A,
+    b: *const B,
+    start: u32,
+    end: u32,
+    tid: u32,
+    mut f: impl FnMut(u32, [A; 4], [B; 4], u32),
+) {
+    let (a_aligned, b_aligned) = (quad_aligned(a), quad_aligned(b));
+    let tile = TILE;
+    let mut x = start + 4 * tid;
+    while x < end {
+        // Constant k keeps everything in registers; the loads all issue first.
+        let get = #[inline(always)] |k: u32| {
+            let xk = x + k * tile;
+            if xk >= end {
+                return ([A::default(); 4], [B::default(); 4], 0);
+            }
+            // SAFETY: xk < end, xk % 4 == 0 (caller: rows valid for `end`).
+            let (qa, n) = unsafe { load_quad(a, xk, end, a_aligned) };
+            // SAFETY: as above, for `b` when it is given.
+            let qb = if b.is_null() { [B::default(); 4] } else { unsafe { load_quad(b, xk, end, b_aligned) }.0 };
+            (qa, qb, n)
+        };
+        let (q0, q1, q2, q3) = (get(0), get(1), get(2), get(3));
+        let mut step = #[inline(always)] |k: u32, (qa, qb, n): ([A; 4], [B; 4], u32)| {
+            if n > 0 {
+                f(x + k * tile, qa, qb, n);
+            }
+        };
+        step(0, q0);
+        step(1, q1);
+        step(2, q2);
+        step(3, q3);
+        x += QUADS_IN_FLIGHT * tile;
+    }
 }
 
 /// The four elements widened to f32.

@@ -8,10 +8,11 @@
 //!    the target's (max, Σexp) of `t/T`, and for draft rows the draft's, from
 //!    cache column `i` of the request's slot. One [`Stats`] per block.
 //! 2. `rejection_decide_{target}_{cache}`: grid `requests`, one warp each.
-//!    Combines each row's chunks into log-sum-exps, walks the drafts (lane `i`
-//!    takes rows `i, i+32, …`), finds the first rejection or placeholder `j`
-//!    with a warp minimum, writes the accepted drafts, `-1` padding, the
-//!    counts, and a [`Job`] saying what token `j` must be sampled from.
+//!    Checks the request's draft ids, then walks its rows in order — each
+//!    row's chunks combined by the whole warp into log-sum-exps — up to the
+//!    first rejection or placeholder `j` (the rows after it only report their
+//!    flags); writes the accepted drafts, `-1` padding, the counts, and a
+//!    [`Job`] saying what token `j` must be sampled from.
 //! 3. `rejection_resample_{target}_{cache}`: grid `(requests, chunks)`.
 //!    Gumbel-max over row `j` of the job's distribution: the target `p`
 //!    (bonus row, placeholder), `p` without the draft (one-hot drafts), or the
@@ -26,11 +27,11 @@
 
 use crate::block::{Reduce, block_reduce, warp_reduce};
 use crate::gpu::{self, WARP};
-use crate::load::{Load, any_nan, load_quad, quad_aligned, widen};
+use crate::load::{Load, any_nan, for_each_quad, widen};
 use crate::row::SlotState;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::{Bf16, Element, F16};
-use specdec_core::layout::{ELEMS_PER_THREAD, RejectionParams, TILE};
+use specdec_core::layout::RejectionParams;
 use specdec_core::logspace::{Lse, ln_residual};
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
@@ -162,11 +163,12 @@ fn chunk_range(p: &RejectionParams, c: u32) -> (u32, u32) {
     (start, if p.vocab - start < p.chunk { p.vocab } else { start + p.chunk })
 }
 
-/// The scaled values of the lanes below `n`, folded into `lse`.
+/// The scaled values of the lanes below `n`, folded into `lse` with the
+/// hardware exponential (see `specdec_core::logspace`).
 #[inline(always)]
 fn push_quad(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> Lse {
-    let lane = |s: Lse, i: usize| if (i as u32) < n { s.push(sampler.scaled(v[i])) } else { s };
-    lane(lane(lane(lane(lse, 0), 1), 2), 3)
+    let s = |i: usize| sampler.scaled(v[i]);
+    lse.push_quad([s(0), s(1), s(2), s(3)], n, gpu::fast_exp)
 }
 
 /// Pass 1 (see module docs).
@@ -197,29 +199,25 @@ unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
     } else {
         core::ptr::null()
     };
-    let (t_aligned, d_aligned) = (quad_aligned(target), quad_aligned(draft));
     let sampler = req.sampler(0);
     let mut acc = Stats::IDENTITY;
-    let mut x = start + ELEMS_PER_THREAD * tid;
-    while x < end {
-        // SAFETY: the rows hold >= vocab >= end elements; x % 4 == 0.
-        let (t, n) = unsafe { load_quad(target, x, end, t_aligned) };
-        let t = widen(t);
-        if any_nan(t, n) {
-            acc.flags |= NAN_LOGITS;
-        }
-        if greedy {
-            acc.best = sampler.fold_quad(acc.best, x, t, n);
-        } else {
-            acc.target = push_quad(acc.target, t, n, &sampler);
-            if !draft.is_null() {
-                // SAFETY: as above, for the cache row.
-                let (q, _) = unsafe { load_quad(draft, x, end, d_aligned) };
-                acc.draft = push_quad(acc.draft, widen(q), n, &sampler);
+    // SAFETY: the rows hold >= vocab >= end elements; start % 4 == 0.
+    unsafe {
+        for_each_quad(target, draft, start, end, tid, #[inline(always)] |x, t, q, n| {
+            let t = widen(t);
+            if any_nan(t, n) {
+                acc.flags |= NAN_LOGITS;
             }
-        }
-        x += TILE;
-    }
+            if greedy {
+                acc.best = sampler.fold_quad(acc.best, x, t, n);
+            } else {
+                acc.target = push_quad(acc.target, t, n, &sampler);
+                if !draft.is_null() {
+                    acc.draft = push_quad(acc.draft, widen(q), n, &sampler);
+                }
+            }
+        })
+    };
     // SAFETY: all threads of the block reach this reduction.
     let acc = unsafe { block_reduce(acc) };
     if tid == 0 {
@@ -228,19 +226,24 @@ unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
     }
 }
 
-/// Row `i` of request `r`, its chunks combined.
+/// Row `i` of request `r`, its chunks combined by the whole warp (lane `l`
+/// takes chunks `l, l+32, …`); every lane gets the result.
 ///
 /// # Safety
-/// Pass 1 wrote these entries (`i <= n_r` of a valid request).
+/// Pass 1 wrote these entries (`i <= n_r` of a valid request); all 32 lanes
+/// call this together.
 #[inline(always)]
 unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32) -> Stats {
     let base = (r as usize * (p.max_drafts as usize + 1) + i as usize) * p.chunks as usize;
     let mut acc = Stats::IDENTITY;
-    for c in 0..p.chunks as usize {
+    let mut c = gpu::thread_idx_x();
+    while c < p.chunks {
         // SAFETY: base + c < requests·(K+1)·chunks.
-        acc = acc.combine(unsafe { *(p.stats as *const Stats).add(base + c) });
+        acc = acc.combine(unsafe { *(p.stats as *const Stats).add(base + c as usize) });
+        c += WARP;
     }
-    acc
+    // SAFETY: the caller guarantees a full, converged warp.
+    unsafe { warp_reduce(acc) }
 }
 
 /// Writes one token of request `r`.
@@ -260,24 +263,24 @@ unsafe fn write_token(p: &RejectionParams, r: u32, i: u32, token: i64) {
     }
 }
 
-/// Minimum across a full warp.
+/// OR across a full warp.
 ///
 /// # Safety
 /// All 32 lanes active and calling together.
 #[inline(always)]
-unsafe fn warp_min_or(mut min: u32, mut or: u32) -> (u32, u32) {
+unsafe fn warp_or(mut bits: u32) -> u32 {
     let mut m = WARP / 2;
     while m > 0 {
         // SAFETY: forwarded from the caller.
-        let (a, b) = unsafe { (gpu::shfl_bfly_u32(min, m), gpu::shfl_bfly_u32(or, m)) };
-        min = if a < min { a } else { min };
-        or |= b;
+        bits |= unsafe { gpu::shfl_bfly_u32(bits, m) };
         m /= 2;
     }
-    (min, or)
+    bits
 }
 
-/// Pass 2 (see module docs).
+/// Pass 2 (see module docs): one warp per request. Control flow is
+/// warp-uniform throughout (every lane computes the same decisions), so the
+/// warp-wide reductions inside are safe.
 ///
 /// # Safety
 /// Launched by the host's checked launcher after pass 1 on the same stream.
@@ -292,50 +295,23 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams) {
     let req = unsafe { Request::load(p, r) };
     let n = req.drafts;
     let greedy = req.slot.greedy();
-    let mut first = n;
+    let drafts = p.drafts as *const i32;
+
+    // Every draft id of the request must be -1 or in 0..V.
     let mut flags = req.slot.flags;
     if req.slot.is_valid() {
         let mut i = lane;
-        while i <= n {
-            let row = req.row0 + i;
-            // SAFETY: i <= n_r of a valid request: pass 1 wrote it.
-            let st = unsafe { row_stats(p, r, i) };
-            flags |= st.flags;
-            if i < n {
-                // SAFETY: row < rows; drafts holds rows elements.
-                let d = unsafe { *(p.drafts as *const i32).add(row as usize) };
-                let stop = if d == -1 {
-                    true
-                } else if d < -1 || d as u32 >= p.vocab {
-                    flags |= INVALID_DRAFT;
-                    true
-                } else if greedy {
-                    d as u32 != st.best.index
-                } else {
-                    // SAFETY: row < rows, 0 <= d < vocab.
-                    let t = unsafe { (*target_row::<T>(p, row).add(d as usize)).to_f32() };
-                    let sampler = req.sampler(0);
-                    let log_p = sampler.scaled(t) - st.target.value();
-                    let log_q = if p.cache != 0 {
-                        // SAFETY: valid slot, i < n_r <= max_drafts, d < vocab.
-                        let q = unsafe { (*cache_row::<C>(p, req.slot.slot, i).add(d as usize)).to_f32() };
-                        sampler.scaled(q) - st.draft.value()
-                    } else {
-                        0.0
-                    };
-                    // SAFETY: row < rows; pos holds rows elements.
-                    let pos = unsafe { *(p.pos as *const u64).add(row as usize) };
-                    !accepts(random_u32(req.slot.seed, pos, Stream::Accept, 0), log_q, log_p)
-                };
-                if stop && i < first {
-                    first = i;
-                }
+        while i < n {
+            // SAFETY: row0 + i < rows; drafts holds rows elements.
+            let d = unsafe { *drafts.add((req.row0 + i) as usize) };
+            if d < -1 || (d >= 0 && d as u32 >= p.vocab) {
+                flags |= INVALID_DRAFT;
             }
             i += WARP;
         }
     }
     // SAFETY: the block is one full warp, converged here.
-    let (j, flags) = unsafe { warp_min_or(first, flags) };
+    flags = unsafe { warp_or(flags) };
     if flags & INVALID != 0 {
         let mut i = lane;
         while i < k1 {
@@ -356,52 +332,97 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams) {
         }
         return;
     }
-    // The request is valid: report each row's flags (NaN logits).
-    if p.row_status != 0 {
-        let mut i = lane;
-        while i <= n {
-            // SAFETY: i <= n_r of a valid request: pass 1 wrote it; row < rows.
-            unsafe {
-                let st = row_stats(p, r, i);
-                (p.row_status as *mut u32).add((req.row0 + i) as usize).write(st.flags);
-            }
-            i += WARP;
+
+    // Walk the drafts in order; the first placeholder or rejection is `j`.
+    let report = |i: u32, st: &Stats| {
+        if p.row_status != 0 && lane == 0 {
+            // SAFETY: row0 + i < rows; row_status holds rows elements.
+            unsafe { (p.row_status as *mut u32).add((req.row0 + i) as usize).write(st.flags) };
         }
+    };
+    let mut j = 0;
+    let (st, d) = loop {
+        // SAFETY: j <= n_r of a valid request; the warp is converged (uniform loop).
+        let st = unsafe { row_stats(p, r, j) };
+        report(j, &st);
+        flags |= st.flags;
+        if j == n {
+            break (st, -1);
+        }
+        let row = req.row0 + j;
+        // SAFETY: row < rows.
+        let d = unsafe { *drafts.add(row as usize) };
+        let stop = if d == -1 {
+            true
+        } else if greedy {
+            d as u32 != st.best.index
+        } else {
+            let sampler = req.sampler(0);
+            // SAFETY: row < rows, 0 <= d < vocab (checked above).
+            let t = unsafe { (*target_row::<T>(p, row).add(d as usize)).to_f32() };
+            let log_p = sampler.scaled(t) - st.target.value();
+            let log_q = if p.cache != 0 {
+                // SAFETY: valid slot, j < n_r <= max_drafts, d < vocab.
+                let q = unsafe { (*cache_row::<C>(p, req.slot.slot, j).add(d as usize)).to_f32() };
+                sampler.scaled(q) - st.draft.value()
+            } else {
+                0.0
+            };
+            // SAFETY: row < rows; pos holds rows elements.
+            let pos = unsafe { *(p.pos as *const u64).add(row as usize) };
+            !accepts(random_u32(req.slot.seed, pos, Stream::Accept, 0), log_q, log_p)
+        };
+        if stop {
+            break (st, d);
+        }
+        j += 1;
+    };
+    // The rows past `j` still report their flags (NaN logits).
+    let mut i = j + 1;
+    while i <= n {
+        // SAFETY: i <= n_r; uniform loop.
+        let st = unsafe { row_stats(p, r, i) };
+        report(i, &st);
+        flags |= st.flags;
+        i += 1;
+    }
+
+    let last = if greedy {
+        st.best.index as i64
+    } else {
+        let mode = if j == n || d == -1 {
+            JOB_TARGET
+        } else if p.cache == 0 {
+            JOB_ONE_HOT
+        } else {
+            JOB_RESIDUAL
+        };
+        if lane == 0 {
+            let job = Job {
+                mode,
+                row: req.row0 + j,
+                column: j,
+                draft: d as u32,
+                lse_t: st.target.value(),
+                lse_q: st.draft.value(),
+                _pad: [0; 2],
+            };
+            // SAFETY: jobs holds `requests` entries.
+            unsafe { (p.jobs as *mut Job).add(r as usize).write(job) };
+        }
+        -1 // pass 4 writes the sampled token
+    };
+    if greedy && lane == 0 {
+        // SAFETY: jobs holds `requests` entries.
+        unsafe { (p.jobs as *mut Job).add(r as usize).write(NO_JOB) };
     }
     let mut i = lane;
     while i < k1 {
         let token = if i < j {
-            // SAFETY: row0 + i < rows; accepted drafts were checked in range.
-            unsafe { *(p.drafts as *const i32).add((req.row0 + i) as usize) as i64 }
+            // SAFETY: row0 + i < rows; accepted drafts are in range.
+            unsafe { *drafts.add((req.row0 + i) as usize) as i64 }
         } else if i == j {
-            // SAFETY: j <= n_r: pass 1 wrote row j.
-            let st = unsafe { row_stats(p, r, j) };
-            let row = req.row0 + j;
-            // SAFETY: row < rows (drafts is only read for j < n).
-            let d = if j < n { unsafe { *(p.drafts as *const i32).add(row as usize) } } else { -1 };
-            let job = if greedy {
-                NO_JOB
-            } else {
-                let mode = if j == n || d == -1 {
-                    JOB_TARGET
-                } else if p.cache == 0 {
-                    JOB_ONE_HOT
-                } else {
-                    JOB_RESIDUAL
-                };
-                Job {
-                    mode,
-                    row,
-                    column: j,
-                    draft: d as u32,
-                    lse_t: st.target.value(),
-                    lse_q: st.draft.value(),
-                    _pad: [0; 2],
-                }
-            };
-            // SAFETY: jobs holds `requests` entries.
-            unsafe { (p.jobs as *mut Job).add(r as usize).write(job) };
-            if greedy { st.best.index as i64 } else { -1 }
+            last
         } else {
             -1
         };
@@ -452,31 +473,27 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
     } else {
         core::ptr::null()
     };
-    let (t_aligned, d_aligned) = (quad_aligned(target), quad_aligned(draft));
     let mut best = Resampled::IDENTITY;
-    let mut x = start + ELEMS_PER_THREAD * tid;
-    while x < end {
-        // SAFETY: rows hold >= vocab >= end elements; x % 4 == 0.
-        let (t, n) = unsafe { load_quad(target, x, end, t_aligned) };
-        let t = widen(t);
-        let tgt = [sampler.scaled(t[0]), sampler.scaled(t[1]), sampler.scaled(t[2]), sampler.scaled(t[3])];
-        let res = match job.mode {
-            JOB_RESIDUAL => {
-                // SAFETY: as above, for the cache row.
-                let (q, _) = unsafe { load_quad(draft, x, end, d_aligned) };
-                let q = widen(q);
-                let w = |i: usize| ln_residual(tgt[i] - job.lse_t, sampler.scaled(q[i]) - job.lse_q);
-                [w(0), w(1), w(2), w(3)]
-            }
-            JOB_ONE_HOT => {
-                let w = |i: usize| if x + i as u32 == job.draft { f32::NEG_INFINITY } else { tgt[i] };
-                [w(0), w(1), w(2), w(3)]
-            }
-            _ => tgt,
-        };
-        best = sampler.fold_resample(best, x, res, tgt, n);
-        x += TILE;
-    }
+    // SAFETY: rows hold >= vocab >= end elements; start % 4 == 0.
+    unsafe {
+        for_each_quad(target, draft, start, end, tid, #[inline(always)] |x, t, q, n| {
+            let t = widen(t);
+            let tgt = [sampler.scaled(t[0]), sampler.scaled(t[1]), sampler.scaled(t[2]), sampler.scaled(t[3])];
+            let res = match job.mode {
+                JOB_RESIDUAL => {
+                    let q = widen(q);
+                    let w = |i: usize| ln_residual(tgt[i] - job.lse_t, sampler.scaled(q[i]) - job.lse_q);
+                    [w(0), w(1), w(2), w(3)]
+                }
+                JOB_ONE_HOT => {
+                    let w = |i: usize| if x + i as u32 == job.draft { f32::NEG_INFINITY } else { tgt[i] };
+                    [w(0), w(1), w(2), w(3)]
+                }
+                _ => tgt,
+            };
+            best = sampler.fold_resample(best, x, res, tgt, n);
+        })
+    };
     // SAFETY: all threads of the block reach this reduction.
     let reduced = unsafe { block_reduce(Candidates(best)) };
     if tid == 0 {

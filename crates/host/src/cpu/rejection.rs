@@ -11,7 +11,7 @@ use crate::rejection::{RejectionOutput, RejectionSample};
 use crate::tensor::{LogitsData, Tokens};
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
-use specdec_core::logspace::{Lse, ln_residual};
+use specdec_core::logspace::{Lse, exp, ln_residual};
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
 use specdec_core::status::NAN_LOGITS;
@@ -75,10 +75,7 @@ impl<T: Element, C: Element> Request<'_, '_, T, C> {
     }
 
     fn lse<E: Element>(&self, row: &[E]) -> f32 {
-        quads(row)
-            .fold(Lse::EMPTY, |acc, (_, v, n)| {
-                v.iter().take(n as usize).fold(acc, |acc, &x| acc.push(self.sampler.scaled(x)))
-            })
+        quads(row).fold(Lse::EMPTY, |acc, (_, v, n)| acc.push_quad(v.map(|x| self.sampler.scaled(x)), n, exp))
             .value()
     }
 

@@ -1,7 +1,8 @@
 //! The caller-owned, reusable device scratch of the CUDA backend.
 
 use crate::error::{Error, Result};
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::sys::CUresult;
+use cudarc::driver::{CudaSlice, CudaStream, DriverError};
 use specdec_core::layout::TILE;
 use std::sync::Arc;
 
@@ -34,10 +35,17 @@ pub(crate) struct Split {
 
 impl Workspace {
     pub(crate) fn new(stream: &Arc<CudaStream>, sm_count: u32, max_rows: usize) -> Result<Self> {
-        let entries = target_blocks(sm_count) + max_rows;
-        let bytes = entries * STATS_BYTES + max_rows * JOB_BYTES + entries * PARTIAL_BYTES;
-        let scratch = stream.alloc_zeros::<u8>(bytes)?;
-        let status = stream.alloc_zeros::<u32>(1)?;
+        let bytes = target_blocks(sm_count)
+            .checked_add(max_rows)
+            .and_then(|entries| entries.checked_mul(STATS_BYTES + PARTIAL_BYTES))
+            .and_then(|b| max_rows.checked_mul(JOB_BYTES).and_then(|j| b.checked_add(j)))
+            .ok_or(Error::OutOfMemory { bytes: usize::MAX, max_rows })?;
+        let out_of_memory = |e: DriverError| match e.0 {
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory { bytes, max_rows },
+            _ => Error::Driver(e),
+        };
+        let scratch = stream.alloc_zeros::<u8>(bytes).map_err(out_of_memory)?;
+        let status = stream.alloc_zeros::<u32>(1).map_err(out_of_memory)?;
         Ok(Workspace { scratch, status, sm_count, max_rows })
     }
 

@@ -1,0 +1,268 @@
+//! The CPU backend's throughput and the host-side overhead of a call (criterion):
+//! `cargo bench --bench cpu` (`-- --quick` for a short run). Not part of CI.
+//!
+//! - `gumbel_sample_cpu`: greedy and random (T = 0.8) sampling at V = 151936,
+//!   f32 and bf16 logits, 1 and 8 rows; throughput in logits bytes.
+//! - `rejection_sample_cpu`: greedy / one-hot / bf16 draft logits at small
+//!   sizes (B ∈ {1, 4}, K = 3, V = 32000); throughput in target logits.
+//! - `host_overhead`: a whole call on the smallest input (`Backend::cpu()`,
+//!   rows = 1, V = 1), and the argument validation alone: calls whose only
+//!   error is in the last value checked, so every check runs and nothing is
+//!   sampled.
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use half::bf16;
+use specdec::{
+    Backend, CacheData, CacheShape, Column, Cpu, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Logits,
+    LogitsData, RejectionOutput, RejectionSample, SlotTable, Tokens,
+};
+use std::hint::black_box;
+use std::time::Duration;
+
+const V: usize = 151_936;
+const T: f32 = 0.8;
+
+/// Roughly N(0, 1): a sum of four uniforms, centred and scaled.
+fn normal(salt: u64, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let w = specdec::rng::random_quad(salt, i as u64, specdec::rng::Stream::Accept, 0);
+            let u: f32 = w.iter().map(|&x| x as f32 / 4_294_967_296.0).sum();
+            (u - 2.0) * 1.732
+        })
+        .collect()
+}
+
+fn gumbel(c: &mut Criterion) {
+    let mut group = c.benchmark_group("gumbel_sample_cpu");
+    let max_rows = 8;
+    let f32s = normal(1, max_rows * V);
+    let bf16s: Vec<bf16> = f32s.iter().map(|&x| bf16::from_f32(x)).collect();
+    let slots: Vec<i32> = (0..max_rows as i32).collect();
+    let pos: Vec<u64> = (100..100 + max_rows as u64).collect();
+    let seed = vec![7u64; max_rows];
+    for (mode, t) in [("greedy", 0.0f32), ("random T=0.8", T)] {
+        let temperature = vec![t; max_rows];
+        for rows in [1usize, 8] {
+            for dtype in ["f32", "bf16"] {
+                let data = match dtype {
+                    "f32" => LogitsData::F32(&f32s[..rows * V]),
+                    _ => LogitsData::BF16(&bf16s[..rows * V]),
+                };
+                let bytes = rows * V * if dtype == "f32" { 4 } else { 2 };
+                group.throughput(Throughput::Bytes(bytes as u64));
+                let id = BenchmarkId::new(mode, format!("rows={rows}/V={V}/{dtype}"));
+                let mut args = GumbelSample {
+                    logits: Logits { data, rows, vocab: V, row_stride: V },
+                    slots: &slots[..rows],
+                    pos: &pos[..rows],
+                    table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
+                    drafting: false,
+                    cache: None,
+                };
+                let mut tokens = vec![0i32; rows];
+                group.bench_function(id, |b| {
+                    b.iter(|| {
+                        let out = GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: None };
+                        Cpu.gumbel_sample(black_box(&mut args), out).expect("gumbel_sample");
+                        black_box(tokens[0])
+                    })
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+fn rejection(c: &mut Criterion) {
+    let mut group = c.benchmark_group("rejection_sample_cpu");
+    let (vocab, k) = (32_000usize, 3usize);
+    let max_b = 4;
+    let rows_max = max_b * (k + 1);
+    let target = normal(1, rows_max * vocab);
+    let noise = normal(2, rows_max * vocab);
+    // Draft logits 0.8·target + 0.6·noise, laid out [slots, K, V]: draft i of request r beside its target row.
+    let mut draft = vec![bf16::ZERO; max_b * k * vocab];
+    for r in 0..max_b {
+        for i in 0..k {
+            let (row, at) = (r * (k + 1) + i, (r * k + i) * vocab);
+            for x in 0..vocab {
+                let t = row * vocab + x;
+                draft[at + x] = bf16::from_f32(0.8 * target[t] + 0.6 * noise[t]);
+            }
+        }
+    }
+    // Drafts: the argmax of each draft row (a plausible proposal).
+    let mut drafts = vec![0i32; rows_max];
+    for r in 0..max_b {
+        for i in 0..k {
+            let at = (r * k + i) * vocab;
+            let row = &draft[at..at + vocab];
+            let best = (0..vocab).max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a))).unwrap();
+            drafts[r * (k + 1) + i] = best as i32;
+        }
+    }
+    let slots: Vec<i32> = (0..max_b as i32).collect();
+    let pos: Vec<u64> = (0..rows_max as u64).collect();
+    let seed = vec![7u64; max_b];
+    for (mode, t) in [("greedy", 0.0f32), ("one-hot", T), ("bf16-draft", T)] {
+        let temperature = vec![t; max_b];
+        for b in [1usize, 4] {
+            let rows = b * (k + 1);
+            let offsets: Vec<i32> = (0..=b as i32).map(|r| r * (k as i32 + 1)).collect();
+            group.throughput(Throughput::Elements((rows * vocab) as u64));
+            let id = BenchmarkId::new(mode, format!("B={b}/K={k}/V={vocab}/f32"));
+            let args = RejectionSample {
+                target: Logits { data: LogitsData::F32(&target[..rows * vocab]), rows, vocab, row_stride: vocab },
+                offsets: &offsets[..],
+                drafts: &drafts[..rows],
+                slots: &slots[..b],
+                pos: &pos[..rows],
+                table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
+                max_drafts: k,
+                draft_logits: (mode == "bf16-draft").then(|| DraftLogits {
+                    data: LogitsData::BF16(&draft[..]),
+                    shape: CacheShape { slots: max_b, k, width: vocab, stride0: k * vocab, stride1: vocab },
+                }),
+            };
+            let mut tokens = vec![0i32; b * (k + 1)];
+            let mut num_emitted = vec![0i32; b];
+            group.bench_function(id, |bench| {
+                bench.iter(|| {
+                    let out = RejectionOutput {
+                        tokens: Tokens::I32(&mut tokens[..]),
+                        num_emitted: &mut num_emitted[..],
+                        accepted: None,
+                        row_status: None,
+                    };
+                    Cpu.rejection_sample(black_box(&args), out).expect("rejection_sample");
+                    black_box(num_emitted[0])
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+fn overhead(c: &mut Criterion) {
+    let mut group = c.benchmark_group("host_overhead");
+    group.sample_size(50);
+
+    // A whole call on the smallest input: validation plus one row of one id.
+    {
+        let logits = [0.5f32];
+        let (slots, pos, temperature, seed) = ([0i32], [3u64], [T], [7u64]);
+        let backend = Backend::cpu();
+        let mut tokens = [0i32];
+        group.bench_function("gumbel_sample rows=1 V=1 (Backend::cpu)", |b| {
+            b.iter(|| {
+                let mut args = GumbelSample {
+                    logits: Logits { data: LogitsData::F32(&logits[..]), rows: 1, vocab: 1, row_stride: 1 },
+                    slots: &slots[..],
+                    pos: &pos[..],
+                    table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
+                    drafting: false,
+                    cache: None,
+                };
+                let out = GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: None };
+                backend.gumbel_sample(black_box(&mut args), out).expect("gumbel_sample");
+                black_box(tokens[0])
+            })
+        });
+    }
+
+    // Validation alone: `rows` rows with per-row cache columns, the last one out of range, so
+    // every shape, slot, temperature and column check runs and the call fails before sampling.
+    for rows in [1usize, 64, 1024] {
+        let vocab = 1024;
+        let logits = vec![0f32; vocab];
+        let slots: Vec<i32> = (0..rows as i32).collect();
+        let pos: Vec<u64> = (0..rows as u64).collect();
+        let temperature = vec![T; rows];
+        let seed = vec![7u64; rows];
+        let mut columns = vec![1i32; rows];
+        columns[rows - 1] = 2; // the cache has k = 2 columns
+        let mut cache = vec![bf16::ZERO; rows * 2 * vocab];
+        let mut tokens = vec![0i32; rows];
+        let mut call = || {
+            let mut args = GumbelSample {
+                logits: Logits { data: LogitsData::F32(&logits[..]), rows, vocab, row_stride: 0 },
+                slots: &slots[..],
+                pos: &pos[..],
+                table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
+                drafting: true,
+                cache: Some((
+                    DraftCache {
+                        data: CacheData::BF16(&mut cache[..]),
+                        slots: rows,
+                        k: 2,
+                        width: vocab,
+                        stride0: 2 * vocab,
+                        stride1: vocab,
+                    },
+                    Column::PerRow(&columns[..]),
+                )),
+            };
+            let out = GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: None };
+            Cpu.gumbel_sample(black_box(&mut args), out)
+        };
+        let err = call().expect_err("the last row's column is out of range");
+        assert!(err.to_string().contains(&format!("row {}", rows - 1)), "{err}");
+        group.throughput(Throughput::Elements(rows as u64));
+        group.bench_function(BenchmarkId::new("gumbel_sample validation, fails at the last check", rows), |b| {
+            b.iter(|| black_box(call().is_err()))
+        });
+    }
+
+    // The same for verification: B requests of K = 7, the last draft out of range.
+    for b in [1usize, 64, 256] {
+        let (vocab, k) = (1024usize, 7usize);
+        let rows = b * (k + 1);
+        let target = vec![0f32; vocab];
+        let offsets: Vec<i32> = (0..=b as i32).map(|r| r * (k as i32 + 1)).collect();
+        let mut drafts = vec![5i32; rows];
+        drafts[rows - 2] = vocab as i32; // the last request's last draft (rows - 1 is its bonus row)
+        let slots: Vec<i32> = (0..b as i32).collect();
+        let pos: Vec<u64> = (0..rows as u64).collect();
+        let temperature = vec![T; b];
+        let seed = vec![7u64; b];
+        let mut tokens = vec![0i32; b * (k + 1)];
+        let mut num_emitted = vec![0i32; b];
+        let args = RejectionSample {
+            target: Logits { data: LogitsData::F32(&target[..]), rows, vocab, row_stride: 0 },
+            offsets: &offsets[..],
+            drafts: &drafts[..],
+            slots: &slots[..],
+            pos: &pos[..],
+            table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
+            max_drafts: k,
+            draft_logits: None,
+        };
+        let mut call = || {
+            let out = RejectionOutput {
+                tokens: Tokens::I32(&mut tokens[..]),
+                num_emitted: &mut num_emitted[..],
+                accepted: None,
+                row_status: None,
+            };
+            Cpu.rejection_sample(black_box(&args), out)
+        };
+        let err = call().expect_err("the last draft is out of range");
+        assert!(err.to_string().contains(&format!("row {}", rows - 2)), "{err}");
+        group.throughput(Throughput::Elements(b as u64));
+        group.bench_function(BenchmarkId::new("rejection_sample validation, fails at the last check", b), |bench| {
+            bench.iter(|| black_box(call().is_err()))
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = gumbel, rejection, overhead
+}
+criterion_main!(benches);

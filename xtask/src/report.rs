@@ -1,0 +1,510 @@
+//! `cargo xtask bench-report DIR [--results DIR]`: join the GPU benchmark's
+//! `bench.json` and the PyTorch baseline's `torch.json` (both in DIR) into
+//! `benches/results/<date>-<gpu>.md` (a table per operation: case, specdec µs,
+//! % of copy, torch µs, speed-up) and `<date>-<gpu>.svg` (achieved bandwidth
+//! against batch per kernel path, with the copy bandwidth as the ceiling), and
+//! copy the two JSON files beside them (`<date>-<gpu>.bench.json`, `.torch.json`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+use serde_json::Value;
+
+use crate::Result;
+
+/// Where reports go, relative to the workspace root.
+pub const RESULTS: &str = "benches/results";
+
+/// One case of `bench.json`.
+#[derive(Debug, Clone)]
+struct Case {
+    name: String,
+    op: String,
+    mode: String,
+    logits_dtype: String,
+    input: String,
+    vocab: u64,
+    rows: u64,
+    requests: Option<u64>,
+    max_drafts: Option<u64>,
+    latency: bool,
+    us: f64,
+    bytes: f64,
+    gbs: f64,
+    reps: u64,
+}
+
+impl Case {
+    /// The batch the plots put on the x axis: rows for sampling, requests for verification.
+    fn batch(&self) -> u64 {
+        self.requests.unwrap_or(self.rows)
+    }
+}
+
+struct Bench {
+    device: String,
+    unix_time: u64,
+    wall_s: f64,
+    reps: u64,
+    reps_long: u64,
+    long_us: f64,
+    temperature: f64,
+    copy_gbs: f64,
+    cases: Vec<Case>,
+}
+
+struct TorchCase {
+    us: f64,
+    method: String,
+    variant: String,
+}
+
+struct Torch {
+    device: String,
+    version: String,
+    cuda: String,
+    quick: bool,
+    cases: HashMap<String, TorchCase>,
+}
+
+/// Options: `DIR` (holding bench.json, torch.json) and `--results DIR`.
+pub fn parse(options: &[String]) -> Result<(PathBuf, Option<PathBuf>)> {
+    let mut dir = None;
+    let mut results = None;
+    let mut iter = options.iter();
+    while let Some(arg) = iter.next() {
+        if arg == "--results" {
+            results = Some(PathBuf::from(iter.next().ok_or("`--results` needs a directory")?));
+        } else if let Some(value) = arg.strip_prefix("--results=") {
+            results = Some(PathBuf::from(value));
+        } else if arg.starts_with('-') {
+            return Err(format!("`bench-report` takes `DIR [--results DIR]`, not `{arg}`"));
+        } else if dir.replace(PathBuf::from(arg)).is_some() {
+            return Err(format!("`bench-report` takes one directory, got a second: `{arg}`"));
+        }
+    }
+    let dir = dir.ok_or("`bench-report` needs the directory holding bench.json (and torch.json)")?;
+    Ok((dir, results))
+}
+
+/// Writes the report of the JSON files in `dir` into `results`.
+pub fn report(root: &Path, dir: &Path, results: &Path) -> Result<()> {
+    let bench_path = dir.join("bench.json");
+    let bench = read_bench(&bench_path)?;
+    let torch_path = dir.join("torch.json");
+    let torch = if torch_path.is_file() {
+        Some(read_torch(&torch_path)?)
+    } else {
+        println!("note: no {}: the report has no PyTorch column", torch_path.display());
+        None
+    };
+
+    let stem = format!("{}-{}", date(bench.unix_time), slug(&bench.device));
+    std::fs::create_dir_all(results).map_err(|e| format!("mkdir {}: {e}", results.display()))?;
+    let md_path = results.join(format!("{stem}.md"));
+    let svg_path = results.join(format!("{stem}.svg"));
+    let md = markdown(&bench, torch.as_ref(), &format!("{stem}.svg"), &relative(root, dir));
+    std::fs::write(&md_path, md).map_err(|e| format!("write {}: {e}", md_path.display()))?;
+    plot(&bench, torch.as_ref(), &svg_path)?;
+    let copy = |from: &Path, to: PathBuf| {
+        std::fs::copy(from, &to).map_err(|e| format!("cp {} {}: {e}", from.display(), to.display()))?;
+        println!("wrote {}", to.display());
+        Ok::<_, String>(())
+    };
+    copy(&bench_path, results.join(format!("{stem}.bench.json")))?;
+    if torch.is_some() {
+        copy(&torch_path, results.join(format!("{stem}.torch.json")))?;
+    }
+    println!("wrote {}", md_path.display());
+    println!("wrote {}", svg_path.display());
+    Ok(())
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))
+}
+
+fn field<'a>(v: &'a Value, key: &str, path: &Path) -> Result<&'a Value> {
+    match v.get(key) {
+        Some(x) if !x.is_null() => Ok(x),
+        _ => Err(format!("{}: `{key}` is missing in {}", path.display(), short(v))),
+    }
+}
+
+fn num(v: &Value, key: &str, path: &Path) -> Result<f64> {
+    field(v, key, path)?.as_f64().ok_or_else(|| format!("{}: `{key}` is not a number in {}", path.display(), short(v)))
+}
+
+fn text(v: &Value, key: &str, path: &Path) -> Result<String> {
+    field(v, key, path)?
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| format!("{}: `{key}` is not a string in {}", path.display(), short(v)))
+}
+
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 120 { format!("{}…", &s[..s.floor_char_boundary(120)]) } else { s }
+}
+
+fn read_bench(path: &Path) -> Result<Bench> {
+    let v = read_json(path)?;
+    let mut cases = Vec::new();
+    for c in field(&v, "cases", path)?.as_array().ok_or_else(|| format!("{}: `cases` is not a list", path.display()))? {
+        cases.push(Case {
+            name: text(c, "case", path)?,
+            op: text(c, "op", path)?,
+            mode: text(c, "mode", path)?,
+            logits_dtype: text(c, "logits_dtype", path)?,
+            input: text(c, "input", path)?,
+            vocab: num(c, "vocab", path)? as u64,
+            rows: num(c, "rows", path)? as u64,
+            requests: c.get("requests").and_then(Value::as_u64),
+            max_drafts: c.get("max_drafts").and_then(Value::as_u64),
+            latency: c.get("latency").and_then(Value::as_bool).unwrap_or(false),
+            us: num(c, "us", path)?,
+            bytes: num(c, "bytes", path)?,
+            gbs: num(c, "gbs", path)?,
+            reps: num(c, "reps", path)? as u64,
+        });
+    }
+    Ok(Bench {
+        device: text(&v, "device", path)?,
+        unix_time: num(&v, "unix_time", path)? as u64,
+        wall_s: num(&v, "wall_s", path)?,
+        reps: num(&v, "reps", path)? as u64,
+        reps_long: num(&v, "reps_long", path)? as u64,
+        long_us: num(&v, "long_us", path)?,
+        temperature: num(&v, "temperature", path)?,
+        copy_gbs: num(field(&v, "copy", path)?, "gbs", path)?,
+        cases,
+    })
+}
+
+fn read_torch(path: &Path) -> Result<Torch> {
+    let v = read_json(path)?;
+    let mut cases = HashMap::new();
+    for c in field(&v, "cases", path)?.as_array().ok_or_else(|| format!("{}: `cases` is not a list", path.display()))? {
+        cases.insert(
+            text(c, "case", path)?,
+            TorchCase { us: num(c, "us", path)?, method: text(c, "method", path)?, variant: text(c, "variant", path)? },
+        );
+    }
+    Ok(Torch {
+        device: text(&v, "device", path)?,
+        version: text(&v, "torch", path)?,
+        cuda: v.get("cuda").and_then(Value::as_str).unwrap_or("?").to_string(),
+        quick: v.get("quick").and_then(Value::as_bool).unwrap_or(false),
+        cases,
+    })
+}
+
+/// `YYYY-MM-DD` (UTC) of a Unix time.
+fn date(unix_time: u64) -> String {
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = (unix_time / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// "NVIDIA H200 (sm_90)" → "nvidia-h200".
+fn slug(device: &str) -> String {
+    let name = device.split(" (").next().unwrap_or(device);
+    let mut out = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+    }
+    let out = out.trim_end_matches('-').to_string();
+    if out.is_empty() { "gpu".to_string() } else { out }
+}
+
+fn relative(root: &Path, path: &Path) -> String {
+    let absolute = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    absolute.strip_prefix(&root).unwrap_or(&absolute).display().to_string()
+}
+
+fn markdown(bench: &Bench, torch: Option<&Torch>, svg: &str, source: &str) -> String {
+    let mut md = format!("# specdec vs PyTorch: {}, {}\n\n", bench.device, date(bench.unix_time));
+    let copy = bench.copy_gbs;
+    writeln!(
+        md,
+        "- Ceiling: device-to-device copy, **{copy:.0} GB/s** (2 GiB, reads + writes), measured in the same run."
+    )
+    .unwrap();
+    writeln!(
+        md,
+        "- specdec (`benches/gpu.rs`): GPU time of one call under CUDA-graph replay, L2 flushed (512 MiB memset) \
+         before each replay, median of {} replays ({} for a case whose first replay took over {:.0} µs); \
+         the run took {:.0} s.",
+        bench.reps, bench.reps_long, bench.long_us, bench.wall_s
+    )
+    .unwrap();
+    match torch {
+        Some(t) => {
+            let eager = t.cases.values().filter(|c| c.method != "graph").count();
+            writeln!(
+                md,
+                "- PyTorch {} (CUDA {}) on {} (`benches/torch_baseline.py`): the same jobs written with torch ops, \
+                 timed the same way; {eager} cases could not be captured in a CUDA graph and were timed as eager \
+                 calls (marked *eager*). Random sampling: the faster of Gumbel-max \
+                 (`argmax(logits/T − log(−log(rand)))`) and `multinomial(softmax(logits/T))`.{}",
+                t.version,
+                t.cuda,
+                t.device,
+                if t.quick { " Run with `--quick`: a subset of the cases." } else { "" }
+            )
+            .unwrap();
+            if slug(&t.device) != slug(&bench.device) {
+                writeln!(md, "- **Warning**: the two runs were on different GPUs ({} vs {}).", bench.device, t.device)
+                    .unwrap();
+            }
+        }
+        None => writeln!(md, "- No PyTorch baseline (no torch.json beside bench.json).").unwrap(),
+    }
+    writeln!(
+        md,
+        "- % of copy: the fewest bytes a call must move (one read of every target row and every draft row used; \
+         + the cache write when sampling with a cache; + one re-read of one row per request when verifying, \
+         not greedy) over its time, against the copy bandwidth. Speed-up: torch µs / specdec µs."
+    )
+    .unwrap();
+    writeln!(
+        md,
+        "- Inputs: N(0, 1)-like f32 logits (and Zipf-like rows where named); draft logits 0.8·target + 0.6·noise \
+         in bf16, drafts sampled from them; T = {} for every non-greedy case.",
+        bench.temperature
+    )
+    .unwrap();
+    writeln!(md, "- Source: `{source}` (bench.json, torch.json, copied beside this file).\n").unwrap();
+    writeln!(md, "![achieved bandwidth against batch]({svg})\n").unwrap();
+
+    let torch_us = |c: &Case| torch.and_then(|t| t.cases.get(&c.name));
+    let table = |md: &mut String, cases: &[&Case]| {
+        md.push_str("| case | specdec µs | % of copy | torch µs | speed-up |\n| --- | ---: | ---: | ---: | ---: |\n");
+        for c in cases {
+            let (t, speedup) = match torch_us(c) {
+                Some(t) => {
+                    let how = if t.method == "graph" { String::new() } else { format!(" *{}*", t.method) };
+                    (format!("{:.1}{how}", t.us), format!("{:.2}×", t.us / c.us))
+                }
+                None => ("–".to_string(), "–".to_string()),
+            };
+            writeln!(md, "| {} | {:.1} | {:.0} | {t} | {speedup} |", c.name, c.us, 100.0 * c.gbs / copy).unwrap();
+        }
+        md.push('\n');
+    };
+    let ops: BTreeSet<&str> = bench.cases.iter().map(|c| c.op.as_str()).collect();
+    for op in &ops {
+        writeln!(md, "## {op}\n").unwrap();
+        let cases: Vec<&Case> = bench.cases.iter().filter(|c| c.op == *op).collect();
+        table(&mut md, &cases);
+    }
+    let latency: Vec<&Case> = bench.cases.iter().filter(|c| c.latency).collect();
+    if !latency.is_empty() {
+        md.push_str("## Latency cases\n\n");
+        table(&mut md, &latency);
+    }
+
+    if let Some(t) = torch {
+        md.push_str("## Summary\n\nGeometric-mean speed-up over the cases both runs measured.\n\n");
+        md.push_str("| operation | path | cases | speed-up (geomean) | min | max |\n");
+        md.push_str("| --- | --- | ---: | ---: | ---: | ---: |\n");
+        let mut groups: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
+        for c in &bench.cases {
+            if let Some(tc) = t.cases.get(&c.name) {
+                groups.entry((c.op.as_str(), c.mode.as_str())).or_default().push(tc.us / c.us);
+            }
+        }
+        for ((op, mode), s) in &groups {
+            let geo = (s.iter().map(|x| x.ln()).sum::<f64>() / s.len() as f64).exp();
+            let min = s.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = s.iter().copied().fold(0.0, f64::max);
+            writeln!(md, "| {op} | {mode} | {} | {geo:.2}× | {min:.2}× | {max:.2}× |", s.len()).unwrap();
+        }
+        let missing: Vec<&str> =
+            bench.cases.iter().filter(|c| !t.cases.contains_key(&c.name)).map(|c| c.name.as_str()).collect();
+        if !missing.is_empty() {
+            writeln!(md, "\n{} specdec cases have no PyTorch measurement.", missing.len()).unwrap();
+        }
+        let variants: BTreeSet<&str> = t.cases.values().map(|c| c.variant.as_str()).collect();
+        writeln!(md, "\nPyTorch ways that won a case: {}.", variants.into_iter().collect::<Vec<_>>().join(", "))
+            .unwrap();
+    }
+    let reps: BTreeSet<u64> = bench.cases.iter().map(|c| c.reps).collect();
+    if reps.len() > 1 {
+        let long: Vec<&str> = bench.cases.iter().filter(|c| c.reps != bench.reps).map(|c| c.name.as_str()).collect();
+        writeln!(md, "\nspecdec cases timed with {} replays: {}.", bench.reps_long, long.join("; ")).unwrap();
+    }
+    md
+}
+
+/// One panel of the plot: the cases of one operation at one vocabulary (and K).
+struct Panel<'a> {
+    title: String,
+    x_desc: &'static str,
+    cases: Vec<&'a Case>,
+}
+
+fn panels(bench: &Bench) -> Vec<Panel<'_>> {
+    let mut groups: BTreeMap<(String, u64, u64), Vec<&Case>> = BTreeMap::new();
+    for c in &bench.cases {
+        if c.input != "normal" || (c.op == "rejection_sample" && c.logits_dtype != "f32") {
+            continue;
+        }
+        groups.entry((c.op.clone(), c.vocab, c.max_drafts.unwrap_or(0))).or_default().push(c);
+    }
+    groups
+        .into_iter()
+        .filter(|(_, cases)| cases.iter().map(|c| c.batch()).collect::<BTreeSet<_>>().len() >= 2)
+        .map(|((op, vocab, k), cases)| {
+            let (title, x_desc) = if op == "rejection_sample" {
+                (format!("{op}, V = {vocab}, K = {k}"), "requests B")
+            } else {
+                (format!("{op}, V = {vocab}"), "rows")
+            };
+            Panel { title, x_desc, cases }
+        })
+        .collect()
+}
+
+const COLORS: [RGBColor; 4] =
+    [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44), RGBColor(214, 39, 40)];
+
+fn plot(bench: &Bench, torch: Option<&Torch>, path: &Path) -> Result<()> {
+    let panels = panels(bench);
+    if panels.is_empty() {
+        return Err("no case series to plot (bench.json has no case grid)".into());
+    }
+    let columns = 2;
+    let rows = panels.len().div_ceil(columns);
+    let (w, h) = (620u32, 380u32);
+    let err = |e: &dyn std::fmt::Display| format!("plot {}: {e}", path.display());
+    let root = SVGBackend::new(path, (w * columns as u32, 50 + h * rows as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let title = format!(
+        "Achieved bandwidth against batch: specdec (solid) and PyTorch (dashed), {}; copy ceiling {:.0} GB/s",
+        bench.device, bench.copy_gbs
+    );
+    let title = if torch.is_some() { title } else { title.replace(" and PyTorch (dashed)", "") };
+    let (top, body) = root.split_vertically(50);
+    top.draw(&Text::new(title, (20, 15), ("sans-serif", 20).into_font())).map_err(|e| err(&e))?;
+    let areas = body.split_evenly((rows, columns));
+    for (area, panel) in areas.iter().zip(&panels) {
+        let batches: BTreeSet<u64> = panel.cases.iter().map(|c| c.batch()).collect();
+        let x_max = *batches.last().unwrap() as f64;
+        let torch_gbs = |c: &Case| torch.and_then(|t| t.cases.get(&c.name)).map(|t| c.bytes / t.us / 1e3);
+        let y_max =
+            panel.cases.iter().flat_map(|c| [Some(c.gbs), torch_gbs(c)]).flatten().fold(bench.copy_gbs, f64::max)
+                * 1.08;
+        let mut chart = ChartBuilder::on(area)
+            .caption(&panel.title, ("sans-serif", 17))
+            .margin(12)
+            .x_label_area_size(38)
+            .y_label_area_size(58)
+            .build_cartesian_2d(
+                (0.7f64..x_max * 1.4).log_scale().with_key_points(batches.iter().map(|&b| b as f64).collect()),
+                0f64..y_max,
+            )
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc(panel.x_desc)
+            .y_desc("GB/s")
+            .light_line_style(TRANSPARENT)
+            .x_label_formatter(&|x| format!("{}", x.round()))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()
+            .map_err(|e| err(&e))?;
+        let copy = bench.copy_gbs;
+        chart
+            .draw_series(LineSeries::new([(0.7, copy), (x_max * 1.4, copy)], BLACK.stroke_width(1)))
+            .map_err(|e| err(&e))?
+            .label(format!("copy {copy:.0} GB/s"))
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK));
+        let modes: Vec<&str> = panel.cases.iter().fold(Vec::new(), |mut modes, c| {
+            if !modes.contains(&c.mode.as_str()) {
+                modes.push(c.mode.as_str());
+            }
+            modes
+        });
+        for (i, mode) in modes.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let mut cases: Vec<&Case> = panel.cases.iter().copied().filter(|c| c.mode == *mode).collect();
+            cases.sort_by_key(|c| c.batch());
+            let points: Vec<(f64, f64)> = cases.iter().map(|c| (c.batch() as f64, c.gbs)).collect();
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+                .map_err(|e| err(&e))?
+                .label(*mode)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(|e| err(&e))?;
+            let torch_points: Vec<(f64, f64)> =
+                cases.iter().filter_map(|c| torch_gbs(c).map(|g| (c.batch() as f64, g))).collect();
+            if !torch_points.is_empty() {
+                chart
+                    .draw_series(DashedLineSeries::new(torch_points.clone(), 6, 4, color.stroke_width(1)))
+                    .map_err(|e| err(&e))?;
+                chart
+                    .draw_series(torch_points.iter().map(|&p| Circle::new(p, 2, color.stroke_width(1))))
+                    .map_err(|e| err(&e))?;
+            }
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .label_font(("sans-serif", 13))
+            .draw()
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(date(0), "1970-01-01");
+        assert_eq!(date(951_782_400), "2000-02-29");
+        assert_eq!(date(1_780_000_000), "2026-05-28");
+    }
+
+    #[test]
+    fn slugs() {
+        assert_eq!(slug("NVIDIA H200 (sm_90)"), "nvidia-h200");
+        assert_eq!(slug("NVIDIA GeForce RTX 4090"), "nvidia-geforce-rtx-4090");
+        assert_eq!(slug("  "), "gpu");
+    }
+
+    #[test]
+    fn options() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(parse(&s(&["out"])).unwrap(), (PathBuf::from("out"), None));
+        assert_eq!(
+            parse(&s(&["--results", "/tmp/r", "out"])).unwrap(),
+            (PathBuf::from("out"), Some(PathBuf::from("/tmp/r")))
+        );
+        assert!(parse(&s(&[])).is_err());
+        assert!(parse(&s(&["a", "b"])).is_err());
+        assert!(parse(&s(&["--nope"])).is_err());
+    }
+}
