@@ -12,6 +12,7 @@
 pub mod batch;
 pub mod drafting;
 pub mod inputs;
+pub mod robust;
 pub mod stats;
 pub mod verify;
 

@@ -162,25 +162,44 @@ impl CacheShape {
     }
 
     /// Whether two `(slot, column)` rows of `width` elements share memory.
-    /// Dimensions of extent 1 impose nothing; the others, ordered by stride,
-    /// must each step past everything the smaller ones span.
+    /// The common layouts (dense, padded, transposed) nest: ordered by stride,
+    /// each dimension steps past everything the smaller ones span, which is
+    /// checked in O(1). Other layouts may interleave without sharing memory,
+    /// so their row starts are sorted and compared (up to
+    /// [`MAX_LISTED_ROWS`] rows; larger interleaved layouts count as overlapping).
     fn overlaps(&self) -> bool {
         let mut dims: Vec<(usize, usize)> =
-            [(self.stride1, self.k), (self.stride0, self.slots)].into_iter().filter(|&(_, n)| n > 1).collect();
+            [(self.stride1, self.k), (self.stride0, self.slots.max(1))].into_iter().filter(|&(_, n)| n > 1).collect();
         dims.sort();
         let mut span = self.width;
-        for (stride, n) in dims {
-            if stride < span {
-                return true;
-            }
-            span = match (n - 1).checked_mul(stride).and_then(|s| s.checked_add(span)) {
-                Some(s) => s,
-                None => return true,
-            };
+        let nested = dims.iter().all(|&(stride, n)| {
+            let fits = stride >= span;
+            span = (n - 1).checked_mul(stride).and_then(|s| s.checked_add(span)).unwrap_or(usize::MAX);
+            fits && span != usize::MAX
+        });
+        if nested {
+            return false;
         }
-        false
+        // A cache of no slots is judged as one of one slot.
+        let slots = self.slots.max(1);
+        let Some(rows) = slots.checked_mul(self.k).filter(|&n| n <= MAX_LISTED_ROWS) else { return true };
+        let mut starts = Vec::with_capacity(rows);
+        for s in 0..slots {
+            for c in 0..self.k {
+                match s.checked_mul(self.stride0).and_then(|a| c.checked_mul(self.stride1).and_then(|b| a.checked_add(b))) {
+                    Some(o) => starts.push(o),
+                    None => return true,
+                }
+            }
+        }
+        starts.sort_unstable();
+        starts.windows(2).any(|w| w[1] - w[0] < self.width)
     }
 }
+
+/// The most `(slot, column)` rows an interleaved cache layout may have: its
+/// rows are listed and sorted to prove them disjoint.
+pub const MAX_LISTED_ROWS: usize = 1 << 16;
 
 /// Read-only draft logits (the cache `gumbel_sample` filled), for verification.
 pub struct DraftLogits<'a, M: Memory> {
@@ -258,6 +277,10 @@ mod tests {
         // Narrower than V.
         let e = cache(&mut buf, 4, 3, 1030, 3 * 1030, 1030).check(1031, 4).unwrap_err();
         assert!(e.to_string().contains("narrower"), "{e}");
+        // Interleaved but disjoint rows are fine: [2, 3, 1] with strides (3, 2).
+        let mut small = [0f32; 8];
+        assert!(cache(&mut small, 2, 3, 1, 3, 2).check(1, 2).is_ok());
+        assert!(matches!(cache(&mut small, 2, 3, 2, 3, 2).check(1, 2), Err(Error::CacheOverlap { .. })));
         // Overlapping columns, overrunning strides, too few slots.
         assert!(matches!(cache(&mut buf, 4, 3, 1031, 3 * 1031, 1000).check(1031, 4), Err(Error::CacheOverlap { .. })));
         assert!(matches!(cache(&mut buf, 4, 3, 1031, 4000, 1031).check(1031, 4), Err(Error::BufferTooSmall { .. })));

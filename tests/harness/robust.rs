@@ -1,0 +1,1098 @@
+//! Hostile calls for the robustness suites (`tests/validation_props.rs` with
+//! proptest, `fuzz/` with cargo fuzz): call descriptions generated from a
+//! stream of choices, run inside guarded buffers, and checked against a model
+//! of the validation rules written from SPEC §3–§5 independently of the crate.
+//!
+//! - [`Choices`]: where a generator's decisions come from (a proptest list of
+//!   numbers, a fuzzer's bytes). Choice `0` is always the plainest one, so an
+//!   exhausted source, or one shrunk towards zeros, gives a simple valid call.
+//! - [`GumbelCall`], [`RejectionCall`]: a call with every input and output
+//!   length, shape, stride, slot, offset, draft id and temperature possibly
+//!   wrong; [`GumbelCall::check`] and [`RejectionCall::check`] run it on the CPU
+//!   backend and panic on any broken property:
+//!   - the call does not panic (`catch_unwind`), and it is `Ok` exactly when
+//!     the model says the call is valid (interleaved but disjoint cache
+//!     layouts included);
+//!   - canaries before and after every buffer are intact (nothing outside the
+//!     regions passed is written) and inputs are unchanged;
+//!   - a failed call wrote nothing; an `Ok` call wrote every output element,
+//!     each in range (`0..V`, or `-1` where documented), the cache exactly
+//!     where SPEC §3.3 says, greedy rows their argmax;
+//!   - an `Ok` call run again gives bitwise the same outputs, and the same
+//!     tokens with the other token width.
+
+use crate::batch::{Batch, CacheSpec, ColumnSpec, Values};
+use crate::inputs::{Rng, first_argmax};
+use crate::verify::Verify;
+use half::{bf16, f16};
+use specdec::status::{NAN_LOGITS, temperature_is_valid};
+use specdec::{
+    Backend, CacheData, CacheShape, Column, DType, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Host, Logits,
+    LogitsData, MAX_DRAFTS, MAX_VOCAB, RejectionOutput, RejectionSample, SlotTable, Tokens,
+};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+// --- Choices ------------------------------------------------------------------
+
+/// A source of decisions for the generators.
+pub trait Choices {
+    /// A number in `0..n` (`n >= 1`). `0` is the plainest choice, and what a
+    /// source that has run dry answers.
+    fn below(&mut self, n: u64) -> u64;
+}
+
+/// Choices read from a list of numbers (each taken modulo the range asked
+/// for), `0` once the list is used up. Proptest generates and shrinks the list.
+#[derive(Debug)]
+pub struct ChoiceList<'a> {
+    list: &'a [u64],
+    next: usize,
+}
+
+impl<'a> ChoiceList<'a> {
+    pub fn new(list: &'a [u64]) -> Self {
+        ChoiceList { list, next: 0 }
+    }
+}
+
+impl Choices for ChoiceList<'_> {
+    fn below(&mut self, n: u64) -> u64 {
+        let x = self.list.get(self.next).copied().unwrap_or(0);
+        self.next += 1;
+        x % n
+    }
+}
+
+/// Derived decisions.
+trait Decide: Choices {
+    fn upto(&mut self, n: usize) -> usize {
+        self.below(n as u64 + 1) as usize
+    }
+
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len() as u64) as usize]
+    }
+
+    /// An index into `weights`, each chosen with probability proportional to
+    /// its weight; index 0 is the plainest.
+    fn weighted(&mut self, weights: &[u64]) -> usize {
+        let mut x = self.below(weights.iter().sum());
+        for (i, &w) in weights.iter().enumerate() {
+            if x < w {
+                return i;
+            }
+            x -= w;
+        }
+        unreachable!("x < sum of weights")
+    }
+
+    /// True one time in `n`.
+    fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == n - 1
+    }
+
+    fn bits(&mut self) -> u64 {
+        self.below(u64::MAX)
+    }
+
+    /// Mostly `len`, sometimes one or two off (a length mismatch).
+    fn len_near(&mut self, len: usize) -> usize {
+        match self.weighted(&[24, 1, 1]) {
+            0 => len,
+            1 => len + 1,
+            _ => len.checked_sub(1).unwrap_or(2),
+        }
+    }
+}
+
+impl<C: Choices + ?Sized> Decide for C {}
+
+// --- Guarded buffers ------------------------------------------------------------
+
+/// Elements of canary before and after every buffer a call sees.
+pub const GUARD: usize = 16;
+
+/// Values compared bit for bit, with a canary no call writes.
+pub trait Guard: Copy + std::fmt::Debug {
+    const CANARY: Self;
+    fn bits(self) -> u64;
+}
+
+macro_rules! guard {
+    ($($t:ty => $canary:expr, |$x:ident| $bits:expr;)*) => {$(
+        impl Guard for $t {
+            const CANARY: Self = $canary;
+            fn bits(self) -> u64 {
+                let $x = self;
+                $bits
+            }
+        }
+    )*};
+}
+
+// Float canaries are NaNs with payloads no conversion produces.
+guard! {
+    f32 => f32::from_bits(0x7fa5_a5a5), |x| x.to_bits() as u64;
+    bf16 => bf16::from_bits(0x7fa5), |x| x.to_bits() as u64;
+    f16 => f16::from_bits(0x7da5), |x| x.to_bits() as u64;
+    i32 => 0x5a5a_5a5a, |x| x as u32 as u64;
+    i64 => 0x5a5a_5a5a_5a5a_5a5a, |x| x as u64;
+    u32 => 0xa5a5_a5a5, |x| x as u64;
+    u64 => 0xa5a5_a5a5_a5a5_a5a5, |x| x;
+}
+
+/// A region inside a larger buffer, with [`GUARD`] canaries on each side.
+#[derive(Clone, Debug)]
+pub struct Guarded<T> {
+    buf: Vec<T>,
+    len: usize,
+}
+
+impl<T: Guard> Guarded<T> {
+    pub fn new(region: &[T]) -> Self {
+        let mut buf = vec![T::CANARY; GUARD];
+        buf.extend_from_slice(region);
+        buf.extend(std::iter::repeat_n(T::CANARY, GUARD));
+        Guarded { buf, len: region.len() }
+    }
+
+    pub fn filled(len: usize, fill: T) -> Self {
+        Self::new(&vec![fill; len])
+    }
+
+    pub fn region(&self) -> &[T] {
+        &self.buf[GUARD..GUARD + self.len]
+    }
+
+    pub fn region_mut(&mut self) -> &mut [T] {
+        &mut self.buf[GUARD..GUARD + self.len]
+    }
+
+    /// Panics unless both canaries are intact.
+    pub fn assert_intact(&self, what: &str) {
+        let (head, tail) = (&self.buf[..GUARD], &self.buf[GUARD + self.len..]);
+        for (side, part) in [("before", head), ("after", tail)] {
+            if let Some(i) = part.iter().position(|x| x.bits() != T::CANARY.bits()) {
+                panic!("{what}: the canary {side} the buffer was overwritten at {i}: {:?}", part[i]);
+            }
+        }
+    }
+
+    /// Panics unless the region still holds `want`, bit for bit.
+    pub fn assert_holds(&self, want: &[T], what: &str) {
+        self.assert_intact(what);
+        if let Some(i) = (0..self.len).find(|&i| self.region()[i].bits() != want[i].bits()) {
+            panic!("{what}: element {i} changed from {:?} to {:?}", want[i], self.region()[i]);
+        }
+    }
+}
+
+/// A guarded buffer of logits or cache elements.
+#[derive(Clone, Debug)]
+enum GuardedValues {
+    F32(Guarded<f32>),
+    BF16(Guarded<bf16>),
+    F16(Guarded<f16>),
+}
+
+impl GuardedValues {
+    fn new(v: &Values) -> Self {
+        match v {
+            Values::F32(v) => GuardedValues::F32(Guarded::new(v)),
+            Values::BF16(v) => GuardedValues::BF16(Guarded::new(v)),
+            Values::F16(v) => GuardedValues::F16(Guarded::new(v)),
+        }
+    }
+
+    fn logits(&self) -> LogitsData<'_, Host> {
+        match self {
+            GuardedValues::F32(g) => LogitsData::F32(g.region()),
+            GuardedValues::BF16(g) => LogitsData::BF16(g.region()),
+            GuardedValues::F16(g) => LogitsData::F16(g.region()),
+        }
+    }
+
+    fn cache(&mut self) -> CacheData<'_, Host> {
+        match self {
+            GuardedValues::F32(g) => CacheData::F32(g.region_mut()),
+            GuardedValues::BF16(g) => CacheData::BF16(g.region_mut()),
+            GuardedValues::F16(g) => CacheData::F16(g.region_mut()),
+        }
+    }
+
+    fn assert_intact(&self, what: &str) {
+        match self {
+            GuardedValues::F32(g) => g.assert_intact(what),
+            GuardedValues::BF16(g) => g.assert_intact(what),
+            GuardedValues::F16(g) => g.assert_intact(what),
+        }
+    }
+
+    /// The region's contents.
+    fn values(&self) -> Values {
+        match self {
+            GuardedValues::F32(g) => Values::F32(g.region().to_vec()),
+            GuardedValues::BF16(g) => Values::BF16(g.region().to_vec()),
+            GuardedValues::F16(g) => Values::F16(g.region().to_vec()),
+        }
+    }
+}
+
+/// Guarded token outputs, filled with `MIN` (never a token nor `-1`).
+#[derive(Clone, Debug)]
+enum GuardedTokens {
+    I32(Guarded<i32>),
+    I64(Guarded<i64>),
+}
+
+impl GuardedTokens {
+    fn new(len: usize, i64: bool) -> Self {
+        if i64 {
+            GuardedTokens::I64(Guarded::filled(len, i64::MIN))
+        } else {
+            GuardedTokens::I32(Guarded::filled(len, i32::MIN))
+        }
+    }
+
+    fn out(&mut self) -> Tokens<'_, Host> {
+        match self {
+            GuardedTokens::I32(g) => Tokens::I32(g.region_mut()),
+            GuardedTokens::I64(g) => Tokens::I64(g.region_mut()),
+        }
+    }
+
+    /// The tokens widened to i64, with the fill value mapped to `i64::MIN`.
+    fn tokens(&self, what: &str) -> Vec<i64> {
+        match self {
+            GuardedTokens::I32(g) => {
+                g.assert_intact(what);
+                g.region().iter().map(|&t| if t == i32::MIN { i64::MIN } else { t as i64 }).collect()
+            }
+            GuardedTokens::I64(g) => {
+                g.assert_intact(what);
+                g.region().to_vec()
+            }
+        }
+    }
+}
+
+/// An optional guarded output, filled with `fill`.
+fn guarded_out<T: Guard>(len: Option<usize>, fill: T) -> Option<Guarded<T>> {
+    len.map(|n| Guarded::filled(n, fill))
+}
+
+/// Reads an optional guarded output back, checking its canaries.
+fn read_out<T: Guard>(g: &Option<Guarded<T>>, what: &str) -> Option<Vec<T>> {
+    g.as_ref().map(|g| {
+        g.assert_intact(what);
+        g.region().to_vec()
+    })
+}
+
+/// Runs `call`, turning a panic into a test failure that names `what` and
+/// shows the call (`ctx`).
+fn no_panic<R>(what: &str, ctx: &dyn std::fmt::Debug, call: impl FnOnce() -> R) -> R {
+    match catch_unwind(AssertUnwindSafe(call)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            panic!("{what}: the call panicked instead of returning an error: {msg}\n{ctx:#?}")
+        }
+    }
+}
+
+// --- Generators -----------------------------------------------------------------
+
+/// Most rows (and requests) a generated call has.
+pub const MAX_ROWS: usize = 16;
+/// Largest valid vocabulary generated.
+pub const MAX_GEN_VOCAB: usize = 64;
+/// Buffers whose shape would need more elements than this get a short buffer
+/// instead (the call must then fail).
+const ALLOC_LIMIT: usize = 1 << 16;
+
+/// `(n - 1)·stride + width` elements, as the shape checks count them (`None` on overflow).
+fn extent(n: usize, stride: usize, width: usize) -> Option<usize> {
+    match n {
+        0 => Some(0),
+        _ => (n - 1).checked_mul(stride)?.checked_add(width),
+    }
+}
+
+fn vocab(c: &mut impl Choices) -> usize {
+    match c.weighted(&[40, 1, 1]) {
+        0 => 1 + c.upto(MAX_GEN_VOCAB - 1),
+        1 => 0,
+        _ => MAX_VOCAB + 1,
+    }
+}
+
+/// Dense, padded, broadcast (0), overlapping (< vocab) or overflowing.
+fn row_stride(c: &mut impl Choices, vocab: usize) -> usize {
+    match c.weighted(&[12, 4, 2, 2, 1]) {
+        0 => vocab,
+        1 => vocab + 1 + c.upto(3),
+        2 => 0,
+        3 => c.upto(vocab),
+        _ => c.pick(&[usize::MAX, usize::MAX / 2, 1 << 40]),
+    }
+}
+
+/// A buffer length for a shape that needs `needed` elements (`None`: more
+/// than fits in `usize`): mostly exact, sometimes longer, sometimes short.
+fn buffer_len(c: &mut impl Choices, needed: Option<usize>) -> usize {
+    match needed {
+        Some(n) if n <= ALLOC_LIMIT => match c.weighted(&[16, 3, 1]) {
+            0 => n,
+            1 => n + 1 + c.upto(4),
+            _ => n.saturating_sub(1 + c.upto(2)),
+        },
+        _ => c.upto(8),
+    }
+}
+
+/// `len` values of `dtype`: half-integers in `[-8, 8]` (ties are common),
+/// with `-inf`, `+inf`, NaN, huge, subnormal and zero values mixed in at a
+/// rate the choices pick (none, rare or often).
+fn values(c: &mut impl Choices, dtype: DType, len: usize) -> Values {
+    let rate = c.pick(&[0, 40, 4]);
+    let mut rng = Rng::new(c.bits());
+    let xs: Vec<f32> = (0..len)
+        .map(|_| {
+            if rate == 0 || rng.below(rate) != 0 {
+                return (rng.below(33) as f32 - 16.0) / 2.0;
+            }
+            match rng.below(9) {
+                0 | 1 => f32::NEG_INFINITY,
+                2 => f32::INFINITY,
+                3 => f32::NAN,
+                4 => f32::from_bits(0xffc0_0001), // a NaN with a payload and the sign set
+                5 => rng.pick(&[3.0e38, -3.0e38, f32::MAX, f32::MIN]),
+                6 => rng.pick(&[1.0e-40, -1.0e-45, f32::MIN_POSITIVE]),
+                7 => rng.pick(&[0.0, -0.0]),
+                _ => rng.uniform(-100.0, 100.0),
+            }
+        })
+        .collect();
+    Values::from_f32(dtype, &xs)
+}
+
+/// A temperature: mostly greedy or ordinary, sometimes an edge that is
+/// valid (`-0`, the smallest normal, `f32::MAX`) or invalid (NaN, ±inf,
+/// negative, subnormal).
+fn temperature(c: &mut impl Choices) -> f32 {
+    const ORDINARY: [f32; 6] = [0.25, 0.6, 1.0, 1.5, 2.5, 1.0e-30];
+    const EDGES: [f32; 10] = [
+        -0.0,
+        f32::MIN_POSITIVE,
+        f32::MAX,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -1.0,
+        1.0e-40,
+        f32::from_bits(1),
+        -f32::MIN_POSITIVE,
+    ];
+    match c.weighted(&[14, 28, 10]) {
+        0 => 0.0,
+        1 => c.pick(&ORDINARY),
+        _ => c.pick(&EDGES),
+    }
+}
+
+/// The slot table: temperatures, and seeds (sometimes of another length).
+fn table(c: &mut impl Choices) -> (Vec<f32>, Vec<u64>) {
+    let num_slots = if c.one_in(16) { 0 } else { 1 + c.upto(5) };
+    let temperature: Vec<f32> = (0..num_slots).map(|_| temperature(c)).collect();
+    let seeds = c.len_near(num_slots);
+    let seed = (0..seeds).map(|_| c.bits()).collect();
+    (temperature, seed)
+}
+
+/// A row's or request's slot: mostly valid, sometimes padding or out of range.
+fn slot(c: &mut impl Choices, num_slots: usize) -> i32 {
+    match c.weighted(&[20, 3, 1]) {
+        0 if num_slots > 0 => c.below(num_slots as u64) as i32,
+        0 | 1 => -1,
+        _ => c.pick(&[num_slots as i32, num_slots as i32 + 7, -2, i32::MIN, i32::MAX]),
+    }
+}
+
+fn positions(c: &mut impl Choices, len: usize) -> Vec<u64> {
+    let mut rng = Rng::new(c.bits());
+    (0..len).map(|_| if rng.below(4) == 0 { u64::MAX - rng.below(3) as u64 } else { rng.next_u64() }).collect()
+}
+
+/// A draft-logits cache shape over `slots` slots and `k` columns of rows at
+/// least `vocab` wide, and its buffer length: dense, padded, transposed,
+/// zero or overlapping strides, strides that overflow, slots, columns and
+/// width sometimes one off.
+fn cache_layout(c: &mut impl Choices, slots: usize, k: usize, vocab: usize) -> (CacheShape, usize) {
+    let slots = match c.weighted(&[12, 3, 1]) {
+        0 => slots,
+        1 => slots + 1 + c.upto(1),
+        _ => slots.saturating_sub(1),
+    };
+    let width = match c.weighted(&[10, 4, 1]) {
+        0 => vocab,
+        1 => vocab + 1 + c.upto(2),
+        _ => vocab.saturating_sub(1),
+    };
+    let (stride0, stride1) = match c.weighted(&[8, 4, 4, 1, 1, 2, 2, 1]) {
+        0 => (k * width, width),
+        1 => {
+            let s1 = width + 1 + c.upto(2);
+            (k * s1 + c.upto(3), s1)
+        }
+        2 => {
+            let s0 = width + c.upto(1);
+            (s0, slots * s0 + c.upto(2))
+        }
+        3 => (0, width),
+        4 => (k * width, 0),
+        5 => (k * width, c.upto(width.saturating_sub(1))),
+        6 => (c.upto(2 * k * width), c.upto(2 * width)),
+        _ => (c.pick(&[usize::MAX, usize::MAX / 2, 1 << 40]), width),
+    };
+    let shape = CacheShape { slots, k, width, stride0, stride1 };
+    let needed = extent(slots, stride0, 0).and_then(|a| extent(k, stride1, width).and_then(|b| a.checked_add(b)));
+    (shape, buffer_len(c, needed))
+}
+
+// --- The model of the checks (SPEC §3–§5) ---------------------------------------
+
+/// Whether a cache shape is acceptable for `vocab` and `num_slots` slots over
+/// a buffer of `len` elements: wide enough, enough slots, at least one
+/// column, within the buffer, and its rows [`disjoint`].
+fn cache_ok(s: &CacheShape, len: usize, vocab: usize, num_slots: usize) -> bool {
+    let last = (s.slots as u128).saturating_sub(1) * s.stride0 as u128
+        + (s.k as u128).saturating_sub(1) * s.stride1 as u128
+        + s.width as u128;
+    s.width >= vocab && s.slots >= num_slots && s.k >= 1 && disjoint(s) && (s.slots == 0 || last <= len as u128)
+}
+
+/// Whether no two `(slot, column)` rows of a cache share an element: every
+/// row start, sorted, at least `width` past the one before (a cache of no
+/// slots is checked as one of one slot).
+fn disjoint(s: &CacheShape) -> bool {
+    let mut starts: Vec<u128> = (0..s.slots.max(1) as u128)
+        .flat_map(|a| (0..s.k as u128).map(move |b| a * s.stride0 as u128 + b * s.stride1 as u128))
+        .collect();
+    starts.sort_unstable();
+    starts.windows(2).all(|pair| pair[0] + s.width as u128 <= pair[1])
+}
+
+fn logits_ok(rows: usize, vocab: usize, row_stride: usize, len: usize) -> bool {
+    (1..=MAX_VOCAB).contains(&vocab) && extent(rows, row_stride, vocab).is_some_and(|n| n <= len)
+}
+
+/// Whether `slot` may be used: padding, or in range with a valid temperature.
+fn slot_ok(slot: i32, temperature: &[f32]) -> bool {
+    slot == -1 || usize::try_from(slot).is_ok_and(|s| s < temperature.len() && temperature_is_valid(temperature[s]))
+}
+
+/// How a row's token was drawn.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Draw {
+    /// `T = 0` (or padding): the first argmax.
+    Greedy,
+    /// Gumbel-max over `logit/T`: a `+inf` logit beats every noisy finite
+    /// score, so the first `+inf` wins (SPEC §3.2, ties to the smallest id).
+    Sample,
+    /// A bonus or resampled token of `rejection_sample`, whose residual may
+    /// have removed a `+inf` id.
+    Resample,
+}
+
+/// The tokens a row of `values` may give: its first argmax when greedy (SPEC
+/// §3.1, NaN counting as `-inf`); else not NaN or `-inf` while the row has
+/// another value (see [`Draw`] for `+inf`), and 0 if it has nothing above
+/// `-inf` (SPEC §3.4).
+fn assert_row_token(row: &[f32], token: i64, draw: Draw, what: &str) {
+    assert!((0..row.len() as i64).contains(&token), "{what}: token {token} outside 0..{}", row.len());
+    let t = token as usize;
+    let first_inf = row.iter().position(|&x| x == f32::INFINITY);
+    if draw == Draw::Greedy {
+        assert_eq!(t, first_argmax(row), "{what}: a greedy row's token is its first argmax: {row:?}");
+    } else if let (Draw::Sample, Some(inf)) = (draw, first_inf) {
+        assert_eq!(t, inf, "{what}: the first +inf wins: {row:?}");
+    } else if row.iter().any(|&x| !x.is_nan() && x != f32::NEG_INFINITY) {
+        assert!(!row[t].is_nan() && row[t] != f32::NEG_INFINITY, "{what}: token {t} is {} in {row:?}", row[t]);
+    } else {
+        assert_eq!(t, 0, "{what}: a row without a finite logit gives token 0: {row:?}");
+    }
+}
+
+fn nan_status(row: &[f32]) -> u32 {
+    if row.iter().any(|x| x.is_nan()) { NAN_LOGITS } else { 0 }
+}
+
+/// The name of an error's variant (from its `Debug` form), for tallies.
+fn variant(debug: &str) -> String {
+    debug.split(['{', '(', ' ']).next().unwrap_or(debug).to_string()
+}
+
+/// What a checked call returned: `Ok`, or the name of its error variant.
+pub type Outcome = Result<(), String>;
+
+/// Panics unless the call succeeded exactly when the model says it is
+/// `valid`;
+/// returns the error (its `Debug` form) when it failed.
+fn judge<'r>(result: &'r Result<(), String>, valid: bool, ctx: &str) -> Option<&'r str> {
+    match result {
+        Ok(()) if !valid => panic!("an invalid call was accepted: {ctx}"),
+        Err(e) if valid => {
+            panic!("a valid call was rejected: {e}: {ctx}")
+        }
+        Ok(()) => None,
+        Err(e) => Some(e),
+    }
+}
+
+/// Bitwise equality of two value buffers, NaN matching any NaN where
+/// `loose_nan` (values converted between dtypes may carry other payloads).
+fn assert_same_values(got: &Values, want: &Values, loose_nan: bool, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for i in 0..got.len() {
+        let same = got.bits(i) == want.bits(i) || loose_nan && got.get(i).is_nan() && want.get(i).is_nan();
+        assert!(
+            same,
+            "{what}: element {i} is {} ({:#x}), expected {} ({:#x})",
+            got.get(i),
+            got.bits(i),
+            want.get(i),
+            want.bits(i)
+        );
+    }
+}
+
+// --- gumbel_sample --------------------------------------------------------------
+
+/// A `gumbel_sample` call, valid or not: the inputs, and the output lengths.
+#[derive(Clone, Debug)]
+pub struct GumbelCall {
+    pub batch: Batch,
+    pub tokens_len: usize,
+    /// `None`: no row-status output.
+    pub row_status_len: Option<usize>,
+}
+
+/// What one run of a [`GumbelCall`] left in its outputs.
+#[derive(Debug)]
+pub struct GumbelRun {
+    /// The error in its `Debug` form.
+    pub result: Result<(), String>,
+    /// Widened to i64; `i64::MIN` where nothing was written.
+    pub tokens: Vec<i64>,
+    pub row_status: Option<Vec<u32>>,
+    pub cache: Option<Values>,
+}
+
+impl GumbelCall {
+    pub fn generate(c: &mut impl Choices) -> Self {
+        let dtype = c.pick(&DType::ALL);
+        let vocab = vocab(c);
+        let rows = c.upto(MAX_ROWS);
+        let row_stride = row_stride(c, vocab);
+        let len = buffer_len(c, extent(rows, row_stride, vocab));
+        let logits = values(c, dtype, len);
+        let (temperature, seed) = table(c);
+        let num_slots = temperature.len();
+        let slots = (0..c.len_near(rows)).map(|_| slot(c, num_slots)).collect();
+        let positions_len = c.len_near(rows);
+        let pos = positions(c, positions_len);
+        let drafting = c.below(2) == 1;
+        let cache = (c.below(2) == 1).then(|| {
+            let cache_dtype = c.pick(&DType::ALL);
+            let k = if c.one_in(12) { 0 } else { 1 + c.upto(3) };
+            let (shape, len) = cache_layout(c, num_slots, k, vocab);
+            let column = match c.below(2) {
+                0 => ColumnSpec::All(match c.weighted(&[16, 1]) {
+                    0 => c.upto(k.saturating_sub(1)),
+                    _ => c.pick(&[k, k + 1, usize::MAX]),
+                }),
+                _ => ColumnSpec::PerRow((0..c.len_near(rows)).map(|_| column(c, k)).collect()),
+            };
+            let CacheShape { slots, k, width, stride0, stride1 } = shape;
+            CacheSpec { data: values(c, cache_dtype, len), slots, k, width, stride0, stride1, column }
+        });
+        let tokens_i64 = c.below(2) == 1;
+        let tokens_len = c.len_near(rows);
+        let row_status_len = if c.one_in(4) { None } else { Some(c.len_near(rows)) };
+        let batch =
+            Batch { logits, rows, vocab, row_stride, slots, pos, temperature, seed, drafting, cache, tokens_i64 };
+        GumbelCall { batch, tokens_len, row_status_len }
+    }
+
+    /// Whether SPEC §3 and §5 make this call valid (worked out here, not by the crate).
+    pub fn valid(&self) -> bool {
+        let b = &self.batch;
+        let rows = b.rows;
+        let num_slots = b.temperature.len();
+        let shapes = logits_ok(rows, b.vocab, b.row_stride, b.logits.len())
+            && b.seed.len() == num_slots
+            && b.slots.len() == rows
+            && b.pos.len() == rows
+            && self.tokens_len == rows
+            && self.row_status_len.is_none_or(|n| n == rows)
+            && b.cache.as_ref().is_none_or(|c| {
+                cache_ok(&shape_of(c), c.data.len(), b.vocab, num_slots)
+                    && match &c.column {
+                        ColumnSpec::All(col) => *col < c.k,
+                        ColumnSpec::PerRow(cols) => cols.len() == rows,
+                    }
+            });
+        shapes
+            && (0..rows).all(|r| {
+                let used = b.slots[r] != -1;
+                let column_ok = match &b.cache {
+                    Some(CacheSpec { column: ColumnSpec::PerRow(cols), k, .. }) => {
+                        usize::try_from(cols[r]).is_ok_and(|col| col < *k)
+                    }
+                    _ => true,
+                };
+                slot_ok(b.slots[r], &b.temperature) && (!used || column_ok)
+            })
+    }
+
+    /// Runs the call on `backend` with every buffer guarded; panics if it
+    /// panics, writes outside a region or changes an input.
+    pub fn run(&self, backend: &Backend, tokens_i64: bool) -> GumbelRun {
+        let b = &self.batch;
+        let logits = GuardedValues::new(&b.logits);
+        let slots = Guarded::new(&b.slots);
+        let pos = Guarded::new(&b.pos);
+        let temperature = Guarded::new(&b.temperature);
+        let seed = Guarded::new(&b.seed);
+        let mut cache = b.cache.as_ref().map(|c| GuardedValues::new(&c.data));
+        let columns = match b.cache.as_ref().map(|c| &c.column) {
+            Some(ColumnSpec::PerRow(cols)) => Some(Guarded::new(cols)),
+            _ => None,
+        };
+        let mut tokens = GuardedTokens::new(self.tokens_len, tokens_i64);
+        let mut row_status = guarded_out(self.row_status_len, u32::MAX);
+        let result = {
+            let cache = match (cache.as_mut(), &b.cache) {
+                (Some(data), Some(c)) => {
+                    let column = match (&c.column, &columns) {
+                        (ColumnSpec::PerRow(_), Some(cols)) => Column::PerRow(cols.region()),
+                        (ColumnSpec::All(col), _) => Column::All(*col),
+                        (ColumnSpec::PerRow(_), None) => unreachable!("per-row columns are guarded above"),
+                    };
+                    let (slots, k, width, stride0, stride1) = (c.slots, c.k, c.width, c.stride0, c.stride1);
+                    Some((DraftCache { data: data.cache(), slots, k, width, stride0, stride1 }, column))
+                }
+                _ => None,
+            };
+            let mut args = GumbelSample {
+                logits: Logits { data: logits.logits(), rows: b.rows, vocab: b.vocab, row_stride: b.row_stride },
+                slots: slots.region(),
+                pos: pos.region(),
+                table: SlotTable { temperature: temperature.region(), seed: seed.region() },
+                drafting: b.drafting,
+                cache,
+            };
+            let out = GumbelOutput { tokens: tokens.out(), row_status: row_status.as_mut().map(|s| s.region_mut()) };
+            no_panic("gumbel_sample", self, || backend.gumbel_sample(&mut args, out))
+        };
+        logits.assert_intact("logits");
+        assert_same_values(&logits.values(), &b.logits, false, "logits (an input)");
+        slots.assert_holds(&b.slots, "slots");
+        pos.assert_holds(&b.pos, "positions");
+        temperature.assert_holds(&b.temperature, "temperatures");
+        seed.assert_holds(&b.seed, "seeds");
+        if let (Some(g), Some(ColumnSpec::PerRow(cols))) = (&columns, b.cache.as_ref().map(|c| &c.column)) {
+            g.assert_holds(cols, "cache columns");
+        }
+        if let Some(c) = &cache {
+            c.assert_intact("cache");
+        }
+        GumbelRun {
+            result: result.map_err(|e| format!("{e:?}")),
+            tokens: tokens.tokens("tokens"),
+            row_status: read_out(&row_status, "row status"),
+            cache: cache.map(|c| c.values()),
+        }
+    }
+
+    /// The cache after a valid call: each used row's logits `0..V`, converted,
+    /// at its slot and column, rows in order (SPEC §3.3).
+    fn expected_cache(&self) -> Option<Values> {
+        let b = &self.batch;
+        let c = b.cache.as_ref()?;
+        let mut want = c.data.clone();
+        for r in (0..b.rows).filter(|&r| b.slots[r] >= 0) {
+            let col = match &c.column {
+                ColumnSpec::All(col) => *col,
+                ColumnSpec::PerRow(cols) => cols[r] as usize,
+            };
+            let at = b.slots[r] as usize * c.stride0 + col * c.stride1;
+            for x in 0..b.vocab {
+                want.store_converted(at + x, &b.logits, r * b.row_stride + x);
+            }
+        }
+        Some(want)
+    }
+
+    /// The property: see the module docs. Returns the outcome, for tallies.
+    pub fn check(&self) -> Outcome {
+        let b = &self.batch;
+        let first = self.run(&Backend::cpu(), b.tokens_i64);
+        let ctx = format!("{self:#?}");
+        if let Some(e) = judge(&first.result, self.valid(), &ctx) {
+            assert!(first.tokens.iter().all(|&t| t == i64::MIN), "a failed call ({e}) wrote tokens: {ctx}");
+            let untouched = first.row_status.iter().flatten().all(|&s| s == u32::MAX);
+            assert!(untouched, "a failed call ({e}) wrote row status: {ctx}");
+            if let (Some(got), Some(c)) = (&first.cache, &b.cache) {
+                assert_same_values(got, &c.data, false, &format!("a failed call ({e}) wrote the cache"));
+            }
+            return Err(variant(e));
+        }
+        for r in 0..b.rows {
+            let row = b.row(r);
+            let slot = b.slots[r];
+            let greedy = slot == -1 || b.temperature[slot as usize] == 0.0;
+            let draw = if greedy { Draw::Greedy } else { Draw::Sample };
+            assert_row_token(&row, first.tokens[r], draw, &format!("row {r} (slot {slot}): {ctx}"));
+            if let Some(s) = &first.row_status {
+                assert_eq!(s[r], nan_status(&row), "row {r}: status: {ctx}");
+            }
+        }
+        if let (Some(got), Some(want)) = (&first.cache, self.expected_cache()) {
+            let loose = b.cache.as_ref().is_some_and(|c| c.data.dtype() != b.logits.dtype());
+            assert_same_values(got, &want, loose, &format!("cache: {ctx}"));
+        }
+        // Deterministic, and independent of the token width.
+        let again = self.run(&Backend::cpu(), b.tokens_i64);
+        assert!(again.result.is_ok(), "the second run failed: {:?}: {ctx}", again.result);
+        assert_eq!(again.tokens, first.tokens, "second run: tokens: {ctx}");
+        assert_eq!(again.row_status, first.row_status, "second run: row status: {ctx}");
+        if let (Some(x), Some(y)) = (&again.cache, &first.cache) {
+            assert_same_values(x, y, false, &format!("second run: cache: {ctx}"));
+        }
+        let other = self.run(&Backend::cpu(), !b.tokens_i64);
+        assert_eq!(other.tokens, first.tokens, "the other token width: {ctx}");
+        Ok(())
+    }
+}
+
+fn shape_of(c: &CacheSpec) -> CacheShape {
+    CacheShape { slots: c.slots, k: c.k, width: c.width, stride0: c.stride0, stride1: c.stride1 }
+}
+
+/// A per-row cache column: mostly in `0..k`, sometimes out of range.
+fn column(c: &mut impl Choices, k: usize) -> i32 {
+    match c.weighted(&[20, 1]) {
+        0 if k > 0 => c.below(k as u64) as i32,
+        _ => c.pick(&[-1, k as i32, k as i32 + 1, i32::MIN, i32::MAX]),
+    }
+}
+
+// --- rejection_sample -----------------------------------------------------------
+
+/// A `rejection_sample` call, valid or not: the inputs, and the output lengths.
+#[derive(Clone, Debug)]
+pub struct RejectionCall {
+    pub verify: Verify,
+    pub tokens_len: usize,
+    pub num_emitted_len: usize,
+    /// `None`: no such output.
+    pub accepted_len: Option<usize>,
+    pub row_status_len: Option<usize>,
+}
+
+/// What one run of a [`RejectionCall`] left in its outputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RejectionRun {
+    /// The error in its `Debug` form.
+    pub result: Result<(), String>,
+    /// Widened to i64; `i64::MIN` where nothing was written.
+    pub tokens: Vec<i64>,
+    pub num_emitted: Vec<i32>,
+    pub accepted: Option<Vec<i32>>,
+    pub row_status: Option<Vec<u32>>,
+}
+
+/// A draft id: the row's argmax (so greedy requests accept), any id,
+/// a placeholder, or an invalid id.
+#[derive(Clone, Copy, Debug)]
+enum DraftChoice {
+    Argmax,
+    Id(i32),
+}
+
+impl RejectionCall {
+    pub fn generate(c: &mut impl Choices) -> Self {
+        let dtype = c.pick(&DType::ALL);
+        let vocab = vocab(c);
+        let requests = c.upto(MAX_ROWS / 2);
+        let drafts: Vec<usize> = (0..requests).map(|_| if c.one_in(4) { 0 } else { c.upto(4) }).collect();
+        let most = drafts.iter().copied().max().unwrap_or(0);
+        let max_drafts = match c.weighted(&[14, 3, 1, 1]) {
+            0 => most,
+            1 => most + 1 + c.upto(1),
+            2 => most.saturating_sub(1),
+            _ => MAX_DRAFTS + 1,
+        };
+        let mut offsets = vec![0i32];
+        for &n in &drafts {
+            offsets.push(offsets.last().unwrap() + n as i32 + 1);
+        }
+        let rows = *offsets.last().unwrap() as usize;
+        corrupt_offsets(c, &mut offsets, max_drafts);
+        let row_stride = row_stride(c, vocab);
+        let len = buffer_len(c, extent(rows, row_stride, vocab));
+        let target = values(c, dtype, len);
+        let (temperature, seed) = table(c);
+        let num_slots = temperature.len();
+        let draft_ids: Vec<DraftChoice> = (0..c.len_near(rows))
+            .map(|_| match c.weighted(&[8, 8, 2, 1]) {
+                0 => DraftChoice::Argmax,
+                1 => DraftChoice::Id(c.below(vocab.max(1) as u64) as i32),
+                2 => DraftChoice::Id(-1),
+                _ => DraftChoice::Id(c.pick(&[-2, vocab as i32, vocab as i32 + 1, i32::MIN, i32::MAX])),
+            })
+            .collect();
+        let slots = (0..c.len_near(requests)).map(|_| slot(c, num_slots)).collect();
+        let positions_len = c.len_near(rows);
+        let pos = positions(c, positions_len);
+        let draft = (c.below(2) == 1).then(|| {
+            let k = match c.weighted(&[12, 2, 1]) {
+                0 => max_drafts.max(1),
+                1 => max_drafts + 1 + c.upto(1),
+                _ => max_drafts.saturating_sub(1),
+            };
+            let (shape, len) = cache_layout(c, num_slots, k, vocab);
+            let dtype = c.pick(&DType::ALL);
+            (values(c, dtype, len), shape)
+        });
+        let tokens_i64 = c.below(2) == 1;
+        let tokens_len = c.len_near(requests * (max_drafts + 1));
+        let num_emitted_len = c.len_near(requests);
+        let accepted_len = if c.one_in(4) { None } else { Some(c.len_near(requests)) };
+        let row_status_len = if c.one_in(4) { None } else { Some(c.len_near(rows)) };
+        let mut verify = Verify {
+            target,
+            rows,
+            vocab,
+            row_stride,
+            offsets,
+            drafts: Vec::new(),
+            slots,
+            pos,
+            temperature,
+            seed,
+            max_drafts,
+            draft,
+            tokens_i64,
+        };
+        let readable = logits_ok(rows, vocab, row_stride, verify.target.len());
+        verify.drafts = draft_ids
+            .iter()
+            .enumerate()
+            .map(|(row, d)| match d {
+                DraftChoice::Argmax if readable && row < rows => first_argmax(&target_row(&verify, row)) as i32,
+                DraftChoice::Argmax => 0,
+                DraftChoice::Id(id) => *id,
+            })
+            .collect();
+        RejectionCall { verify, tokens_len, num_emitted_len, accepted_len, row_status_len }
+    }
+
+    /// Whether SPEC §4 and §5 make this call valid (worked out here, not by the crate).
+    pub fn valid(&self) -> bool {
+        let v = &self.verify;
+        let (rows, requests, num_slots) = (v.rows, v.slots.len(), v.temperature.len());
+        let k1 = v.max_drafts + 1;
+        let shapes = logits_ok(rows, v.vocab, v.row_stride, v.target.len())
+            && v.seed.len() == num_slots
+            && v.max_drafts <= MAX_DRAFTS
+            && v.offsets.len() == requests + 1
+            && v.drafts.len() == rows
+            && v.pos.len() == rows
+            && self.tokens_len == requests * k1
+            && self.num_emitted_len == requests
+            && self.accepted_len.is_none_or(|n| n == requests)
+            && self.row_status_len.is_none_or(|n| n == rows)
+            && v.draft.as_ref().is_none_or(|(d, s)| cache_ok(s, d.len(), v.vocab, num_slots) && s.k >= v.max_drafts);
+        shapes
+            && v.offsets[0] == 0
+            && v.offsets[requests] as i64 == rows as i64
+            && (0..requests).all(|r| {
+                let (o0, o1) = (v.offsets[r] as i64, v.offsets[r + 1] as i64);
+                o1 > o0
+                    && o1 <= rows as i64
+                    && o1 - o0 - 1 <= v.max_drafts as i64
+                    && slot_ok(v.slots[r], &v.temperature)
+                    && (o0..o1 - 1).all(|row| (-1..v.vocab as i64).contains(&(v.drafts[row as usize] as i64)))
+            })
+    }
+
+    /// Runs the call on `backend` with every buffer guarded; panics if it
+    /// panics, writes outside a region or changes an input.
+    pub fn run(&self, backend: &Backend, tokens_i64: bool) -> RejectionRun {
+        let v = &self.verify;
+        let target = GuardedValues::new(&v.target);
+        let draft = v.draft.as_ref().map(|(d, _)| GuardedValues::new(d));
+        let offsets = Guarded::new(&v.offsets);
+        let drafts = Guarded::new(&v.drafts);
+        let slots = Guarded::new(&v.slots);
+        let pos = Guarded::new(&v.pos);
+        let temperature = Guarded::new(&v.temperature);
+        let seed = Guarded::new(&v.seed);
+        let mut tokens = GuardedTokens::new(self.tokens_len, tokens_i64);
+        let mut num_emitted = Guarded::filled(self.num_emitted_len, i32::MIN);
+        let mut accepted = guarded_out(self.accepted_len, i32::MIN);
+        let mut row_status = guarded_out(self.row_status_len, u32::MAX);
+        let args = RejectionSample {
+            target: Logits { data: target.logits(), rows: v.rows, vocab: v.vocab, row_stride: v.row_stride },
+            offsets: offsets.region(),
+            drafts: drafts.region(),
+            slots: slots.region(),
+            pos: pos.region(),
+            table: SlotTable { temperature: temperature.region(), seed: seed.region() },
+            max_drafts: v.max_drafts,
+            draft_logits: match (&draft, &v.draft) {
+                (Some(d), Some((_, shape))) => Some(DraftLogits { data: d.logits(), shape: *shape }),
+                _ => None,
+            },
+        };
+        let out = RejectionOutput {
+            tokens: tokens.out(),
+            num_emitted: num_emitted.region_mut(),
+            accepted: accepted.as_mut().map(|a| a.region_mut()),
+            row_status: row_status.as_mut().map(|s| s.region_mut()),
+        };
+        let result = no_panic("rejection_sample", self, || backend.rejection_sample(&args, out));
+        target.assert_intact("target logits");
+        assert_same_values(&target.values(), &v.target, false, "target logits (an input)");
+        if let (Some(g), Some((d, _))) = (&draft, &v.draft) {
+            g.assert_intact("draft logits");
+            assert_same_values(&g.values(), d, false, "draft logits (an input)");
+        }
+        offsets.assert_holds(&v.offsets, "offsets");
+        drafts.assert_holds(&v.drafts, "drafts");
+        slots.assert_holds(&v.slots, "slots");
+        pos.assert_holds(&v.pos, "positions");
+        temperature.assert_holds(&v.temperature, "temperatures");
+        seed.assert_holds(&v.seed, "seeds");
+        num_emitted.assert_intact("num_emitted");
+        RejectionRun {
+            result: result.map_err(|e| format!("{e:?}")),
+            tokens: tokens.tokens("tokens"),
+            num_emitted: num_emitted.region().to_vec(),
+            accepted: read_out(&accepted, "accepted"),
+            row_status: read_out(&row_status, "row status"),
+        }
+    }
+
+    /// The property: see the module docs. Returns the outcome, for tallies.
+    pub fn check(&self) -> Outcome {
+        let v = &self.verify;
+        let first = self.run(&Backend::cpu(), v.tokens_i64);
+        let ctx = format!("{self:#?}");
+        if let Some(e) = judge(&first.result, self.valid(), &ctx) {
+            let untouched = first.tokens.iter().all(|&t| t == i64::MIN)
+                && first.num_emitted.iter().chain(first.accepted.iter().flatten()).all(|&n| n == i32::MIN)
+                && first.row_status.iter().flatten().all(|&s| s == u32::MAX);
+            assert!(untouched, "a failed call ({e}) wrote its outputs: {first:?}: {ctx}");
+            return Err(variant(e));
+        }
+        let k1 = v.max_drafts + 1;
+        for r in 0..v.slots.len() {
+            let what = format!("request {r}: {ctx}");
+            let (o0, o1) = (v.offsets[r] as usize, v.offsets[r + 1] as usize);
+            let n = o1 - o0 - 1;
+            let emitted = first.num_emitted[r];
+            assert!((1..=n as i32 + 1).contains(&emitted), "{what}: num_emitted {emitted} outside 1..={}", n + 1);
+            let j = emitted as usize - 1; // accepted drafts
+            if let Some(a) = &first.accepted {
+                assert_eq!(a[r], j as i32, "{what}: accepted");
+            }
+            let tokens = &first.tokens[r * k1..(r + 1) * k1];
+            assert!(tokens[j + 1..].iter().all(|&t| t == -1), "{what}: tokens past the emitted ones: {tokens:?}");
+            let slot = v.slots[r];
+            let greedy = slot == -1 || v.temperature[slot as usize] == 0.0;
+            for (i, &token) in tokens[..j].iter().enumerate() {
+                let (d, row) = (v.drafts[o0 + i], target_row(v, o0 + i));
+                assert_eq!(token, d as i64, "{what}: accepted token {i} is not the draft");
+                assert!(d >= 0, "{what}: placeholder {i} was accepted");
+                if greedy {
+                    assert_eq!(d as usize, first_argmax(&row), "{what}: a greedy request accepted a non-argmax");
+                } else {
+                    let x = row[d as usize];
+                    assert!(!x.is_nan() && x != f32::NEG_INFINITY, "{what}: draft {i} ({d}) with p = 0 was accepted");
+                }
+            }
+            // The greedy chain stops at the first placeholder or mismatch (SPEC §4).
+            if greedy && j < n {
+                let d = v.drafts[o0 + j];
+                assert!(d == -1 || d as usize != first_argmax(&target_row(v, o0 + j)), "{what}: greedy stop at {j}");
+            }
+            let last = target_row(v, o0 + j);
+            let draw = if greedy { Draw::Greedy } else { Draw::Resample };
+            assert_row_token(&last, tokens[j], draw, &format!("{what}: emitted token {j}"));
+        }
+        if let Some(s) = &first.row_status {
+            for (row, &status) in s.iter().enumerate() {
+                assert_eq!(status, nan_status(&target_row(v, row)), "row {row}: status: {ctx}");
+            }
+        }
+        let again = self.run(&Backend::cpu(), v.tokens_i64);
+        assert_eq!(again, first, "second run: {ctx}");
+        let other = self.run(&Backend::cpu(), !v.tokens_i64);
+        assert_eq!(other.tokens, first.tokens, "the other token width: {ctx}");
+        Ok(())
+    }
+}
+
+/// Target row `row`, ids `0..V`, widened to f32.
+fn target_row(v: &Verify, row: usize) -> Vec<f32> {
+    v.target.f32s(row * v.row_stride..row * v.row_stride + v.vocab)
+}
+
+/// Breaks the row offsets about one time in seven: a first offset other than
+/// 0, a last one other than the row count, out of order, a request with no
+/// rows, negative or huge entries, an entry past the rows (by no more than K
+/// drafts when it can), or a length off by one.
+fn corrupt_offsets(c: &mut impl Choices, offsets: &mut Vec<i32>, max_drafts: usize) {
+    let n = offsets.len();
+    let inner = |c: &mut dyn Choices| 1 + c.below((n - 2) as u64) as usize;
+    match c.weighted(&[56, 1, 1, 1, 1, 1, 1, 1, 2]) {
+        0 => {}
+        1 => offsets[0] = c.pick(&[1, -1]),
+        2 => offsets[n - 1] += c.pick(&[1, -1]),
+        3 if n > 2 => {
+            let i = inner(c);
+            offsets.swap(i, i - 1);
+        }
+        4 if n > 2 => {
+            let i = inner(c);
+            offsets[i] = offsets[i - 1];
+        }
+        5 if n > 2 => {
+            let i = inner(c);
+            offsets[i] = c.pick(&[-1, i32::MIN, i32::MAX]);
+        }
+        6 => offsets[n - 1] = c.pick(&[i32::MIN, i32::MAX, -1]),
+        7 => {
+            let len = c.len_near(n);
+            offsets.resize(len, offsets.last().copied().unwrap_or(0) + 1);
+        }
+        8 if n > 2 => {
+            // Request i - 1 runs past the rows (offsets stay increasing up to
+            // there), with at most K drafts if some request can.
+            let rows = offsets[n - 1];
+            let past = |i: usize| offsets[i - 1] as i64 + max_drafts as i64 + 1 > rows as i64;
+            let i = (1..n - 1).find(|&i| past(i)).unwrap_or(n - 2);
+            let most = offsets[i - 1] as i64 + max_drafts as i64 + 1;
+            offsets[i] = (rows as i64 + 1 + c.upto(1) as i64).min(most.max(rows as i64 + 1)) as i32;
+        }
+        _ => {}
+    }
+}
