@@ -127,7 +127,7 @@ fn run_here(root: &Path, binary: &Path) -> Result<()> {
 }
 
 fn make_bundle(root: &Path, dir: &Path, binary: &Path) -> Result<()> {
-    recreate(root, dir)?;
+    crate::bundle::recreate(root, dir, MARKER)?;
     let copy = |from: &Path, to: &Path| {
         std::fs::copy(from, to).map(|_| ()).map_err(|e| format!("cp {} {}: {e}", from.display(), to.display()))
     };
@@ -148,32 +148,6 @@ fn make_bundle(root: &Path, dir: &Path, binary: &Path) -> Result<()> {
     println!("run it on a GPU machine: OUT=<dir> {}/bench.sh [--no-torch | --torch-only]", dir.display());
     println!("then here: cargo xtask bench-report <dir holding the fetched bench.json and torch.json>");
     Ok(())
-}
-
-/// Deletes DIR (only if it is empty or an earlier benchmark bundle) and creates it again.
-fn recreate(root: &Path, dir: &Path) -> Result<()> {
-    if dir.exists() {
-        let absolute = dir.canonicalize().map_err(|e| format!("{}: {e}", dir.display()))?;
-        let root = root.canonicalize().map_err(|e| format!("{}: {e}", root.display()))?;
-        if root.starts_with(&absolute) {
-            return Err(format!("--bundle {} would delete the workspace; pick another directory", dir.display()));
-        }
-        let is_ours = dir.join(MARKER).is_file();
-        let is_empty = dir.read_dir().map(|mut entries| entries.next().is_none()).unwrap_or(false);
-        if !(is_ours || is_empty) {
-            return Err(format!(
-                "{} exists and is not a benchmark bundle from an earlier run (no {MARKER} in it); \
-                 refusing to delete it: pick another --bundle directory or remove it yourself",
-                dir.display()
-            ));
-        }
-        println!("rm -r {}", dir.display());
-        std::fs::remove_dir_all(dir).map_err(|e| format!("rm -r {}: {e}", dir.display()))?;
-    }
-    println!("mkdir -p {}", dir.display());
-    std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-    let marker = dir.join(MARKER);
-    std::fs::write(&marker, "").map_err(|e| format!("write {}: {e}", marker.display()))
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ pub fn bundle(root: &Path, dir: &Path, extra: &[String]) -> Result<()> {
     if binaries.is_empty() {
         return Err("cargo built no test binaries, so there is nothing to bundle".into());
     }
-    recreate(root, dir)?;
+    recreate(root, dir, MARKER)?;
 
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).map_err(|e| format!("mkdir {}: {e}", bin.display()))?;
@@ -134,19 +134,21 @@ fn file_names(binaries: &[TestBinary]) -> Vec<String> {
     names
 }
 
-/// Deletes DIR (only if it is empty or an earlier bundle) and creates it again.
-fn recreate(root: &Path, dir: &Path) -> Result<()> {
+/// Deletes DIR (only if it is empty or an earlier bundle of this kind, marked
+/// by the file `marker`) and creates it again, marked at once, so a run that
+/// stops half-way still leaves a directory the next run may delete.
+pub fn recreate(root: &Path, dir: &Path, marker: &str) -> Result<()> {
     if dir.exists() {
         let absolute = dir.canonicalize().map_err(|e| format!("{}: {e}", dir.display()))?;
         let root = root.canonicalize().map_err(|e| format!("{}: {e}", root.display()))?;
         if root.starts_with(&absolute) {
             return Err(format!("--bundle {} would delete the workspace; pick another directory", dir.display()));
         }
-        let is_ours = dir.join(MARKER).is_file();
+        let is_ours = dir.join(marker).is_file();
         let is_empty = dir.read_dir().map(|mut entries| entries.next().is_none()).unwrap_or(false);
         if !(is_ours || is_empty) {
             return Err(format!(
-                "{} exists and is not a bundle from an earlier run (no {MARKER} in it); \
+                "{} exists and is not a bundle from an earlier run (no {marker} in it); \
                  refusing to delete it: pick another --bundle directory or remove it yourself",
                 dir.display()
             ));
@@ -156,8 +158,7 @@ fn recreate(root: &Path, dir: &Path) -> Result<()> {
     }
     println!("mkdir -p {}", dir.display());
     std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-    // Marked at once, so a run that stops half-way still leaves a directory the next run may delete.
-    let marker = dir.join(MARKER);
+    let marker = dir.join(marker);
     std::fs::write(&marker, "").map_err(|e| format!("write {}: {e}", marker.display()))
 }
 

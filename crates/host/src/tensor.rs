@@ -11,6 +11,34 @@ pub use specdec_core::dtype::DType;
 /// Largest supported vocabulary (keeps device index arithmetic in `u32`).
 pub const MAX_VOCAB: usize = 1 << 30;
 
+/// `dtype()`, `len()` and `is_empty()` for an enum of one buffer per dtype
+/// (`$len` is the `Memory` length function of its buffer kind).
+macro_rules! by_dtype {
+    ($name:ident, $len:ident) => {
+        impl<M: Memory> $name<'_, M> {
+            pub fn dtype(&self) -> DType {
+                match self {
+                    Self::F32(_) => DType::F32,
+                    Self::BF16(_) => DType::BF16,
+                    Self::F16(_) => DType::F16,
+                }
+            }
+
+            pub fn len(&self) -> usize {
+                match self {
+                    Self::F32(b) => M::$len(b),
+                    Self::BF16(b) => M::$len(b),
+                    Self::F16(b) => M::$len(b),
+                }
+            }
+
+            pub fn is_empty(&self) -> bool {
+                self.len() == 0
+            }
+        }
+    };
+}
+
 /// Logits elements, by dtype.
 pub enum LogitsData<'a, M: Memory> {
     F32(M::Ref<'a, f32>),
@@ -18,27 +46,7 @@ pub enum LogitsData<'a, M: Memory> {
     F16(M::Ref<'a, f16>),
 }
 
-impl<M: Memory> LogitsData<'_, M> {
-    pub fn dtype(&self) -> DType {
-        match self {
-            Self::F32(_) => DType::F32,
-            Self::BF16(_) => DType::BF16,
-            Self::F16(_) => DType::F16,
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        match self {
-            Self::F32(b) => M::len(b),
-            Self::BF16(b) => M::len(b),
-            Self::F16(b) => M::len(b),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
+by_dtype!(LogitsData, len);
 
 /// `[rows, >= vocab]` logits with an arbitrary row stride (0 broadcasts one
 /// row) and last stride 1. Ids `vocab..` of a row are never read.
@@ -73,27 +81,7 @@ pub enum CacheData<'a, M: Memory> {
     F16(M::Mut<'a, f16>),
 }
 
-impl<M: Memory> CacheData<'_, M> {
-    pub fn dtype(&self) -> DType {
-        match self {
-            Self::F32(_) => DType::F32,
-            Self::BF16(_) => DType::BF16,
-            Self::F16(_) => DType::F16,
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        match self {
-            Self::F32(b) => M::len_mut(b),
-            Self::BF16(b) => M::len_mut(b),
-            Self::F16(b) => M::len_mut(b),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
+by_dtype!(CacheData, len_mut);
 
 /// The draft-logits cache `[slots, k, width]`: element `(s, c, x)` lives at
 /// `s*stride0 + c*stride1 + x`. It holds raw (pre-temperature) logits.
@@ -186,7 +174,10 @@ impl CacheShape {
         let mut starts = Vec::with_capacity(rows);
         for s in 0..slots {
             for c in 0..self.k {
-                match s.checked_mul(self.stride0).and_then(|a| c.checked_mul(self.stride1).and_then(|b| a.checked_add(b))) {
+                match s
+                    .checked_mul(self.stride0)
+                    .and_then(|a| c.checked_mul(self.stride1).and_then(|b| a.checked_add(b)))
+                {
                     Some(o) => starts.push(o),
                     None => return true,
                 }
