@@ -80,6 +80,9 @@ impl Sampler {
             return best;
         }
         let words = random_quad(self.seed, self.pos, self.stream, base / 4);
+        // `!(bound < best)`, not `bound >= best`: a NaN weight must still be
+        // folded (as -inf with its id), or an all-NaN row would keep no id.
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
         let lane = |best: ArgMax, i: usize| {
             if (i as u32) < n && !(w[i] + GUMBEL_BOUND[(words[i] >> 24) as usize] < best.value) {
                 best.combine(ArgMax::new(w[i] + gumbel(words[i]), base + i as u32))
