@@ -541,14 +541,11 @@ fn variant(debug: &str) -> String {
 pub type Outcome = Result<(), String>;
 
 /// Panics unless the call succeeded exactly when the model says it is
-/// `valid`;
-/// returns the error (its `Debug` form) when it failed.
+/// `valid`; returns the error (its `Debug` form) when it failed.
 fn judge<'r>(result: &'r Result<(), String>, valid: bool, ctx: &str) -> Option<&'r str> {
     match result {
         Ok(()) if !valid => panic!("an invalid call was accepted: {ctx}"),
-        Err(e) if valid => {
-            panic!("a valid call was rejected: {e}: {ctx}")
-        }
+        Err(e) if valid => panic!("a valid call was rejected: {e}: {ctx}"),
         Ok(()) => None,
         Err(e) => Some(e),
     }

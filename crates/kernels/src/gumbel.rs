@@ -91,7 +91,7 @@ unsafe fn gumbel_sample<L: Load, C: Element>(p: &GumbelParams) {
     let none: *const L = core::ptr::null();
     // SAFETY: the row holds `end <= vocab` elements; start % 4 == 0.
     unsafe {
-        for_each_quad(logits, none, start, end, tid, #[inline(always)] |x, raw, _, n| {
+        for_each_quad::<true, _, _>(logits, none, start, end, tid, #[inline(always)] |x, raw, _, n| {
             if !cache.is_null() {
                 // Constant lane indices keep `raw` in registers.
                 let store = |i: usize| {

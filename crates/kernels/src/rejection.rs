@@ -203,7 +203,7 @@ unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
     let mut acc = Stats::IDENTITY;
     // SAFETY: the rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
-        for_each_quad(target, draft, start, end, tid, #[inline(always)] |x, t, q, n| {
+        for_each_quad::<false, _, _>(target, draft, start, end, tid, #[inline(always)] |x, t, q, n| {
             let t = widen(t);
             if any_nan(t, n) {
                 acc.flags |= NAN_LOGITS;
@@ -476,7 +476,7 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
     let mut best = Resampled::IDENTITY;
     // SAFETY: rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
-        for_each_quad(target, draft, start, end, tid, #[inline(always)] |x, t, q, n| {
+        for_each_quad::<false, _, _>(target, draft, start, end, tid, #[inline(always)] |x, t, q, n| {
             let t = widen(t);
             let tgt = [sampler.scaled(t[0]), sampler.scaled(t[1]), sampler.scaled(t[2]), sampler.scaled(t[3])];
             let res = match job.mode {
