@@ -79,7 +79,8 @@ test_device!(invalid_slots_are_rejected, |backend, scale| {
 
 test_device!(invalid_temperatures_are_rejected, |backend, scale| {
     // A subnormal T is rejected too: its scale 1/T would be infinite.
-    let bad = [(1, -0.5), (1, f32::NAN), (2, f32::INFINITY), (0, f32::NEG_INFINITY), (2, -f32::MIN_POSITIVE), (1, 1e-39)];
+    let bad =
+        [(1, -0.5), (1, f32::NAN), (2, f32::INFINITY), (0, f32::NEG_INFINITY), (2, -f32::MIN_POSITIVE), (1, 1e-39)];
     for (slot, t) in bad {
         reject(
             &backend,

@@ -17,9 +17,9 @@
 
 use crate::block::{Partial, Reduce, block_reduce, warp_reduce};
 use crate::gpu::{self, WARP};
+use crate::load::{Load, any_nan, for_each_quad, widen};
 use crate::row::SlotState;
 use specdec_core::argmax::ArgMax;
-use crate::load::{Load, any_nan, for_each_quad, widen};
 use specdec_core::dtype::{Bf16, Element, F16};
 use specdec_core::layout::GumbelParams;
 use specdec_core::rng::Stream;
@@ -91,24 +91,32 @@ unsafe fn gumbel_sample<L: Load, C: Element>(p: &GumbelParams) {
     let none: *const L = core::ptr::null();
     // SAFETY: the row holds `end <= vocab` elements; start % 4 == 0.
     unsafe {
-        for_each_quad::<true, _, _>(logits, none, start, end, tid, #[inline(always)] |x, raw, _, n| {
-            if !cache.is_null() {
-                // Constant lane indices keep `raw` in registers.
-                let store = |i: usize| {
-                    if (i as u32) < n {
-                        // SAFETY: id < vocab <= cache width (the host's "narrower" check).
-                        unsafe { cache.add(x as usize + i).write(C::convert_from(raw[i])) };
-                    }
-                };
-                store(0);
-                store(1);
-                store(2);
-                store(3);
-            }
-            let vals = widen(raw);
-            nan |= any_nan(vals, n);
-            best = sampler.fold_quad(best, x, vals, n);
-        })
+        for_each_quad::<true, _, _>(
+            logits,
+            none,
+            start,
+            end,
+            tid,
+            #[inline(always)]
+            |x, raw, _, n| {
+                if !cache.is_null() {
+                    // Constant lane indices keep `raw` in registers.
+                    let store = |i: usize| {
+                        if (i as u32) < n {
+                            // SAFETY: id < vocab <= cache width (the host's "narrower" check).
+                            unsafe { cache.add(x as usize + i).write(C::convert_from(raw[i])) };
+                        }
+                    };
+                    store(0);
+                    store(1);
+                    store(2);
+                    store(3);
+                }
+                let vals = widen(raw);
+                nan |= any_nan(vals, n);
+                best = sampler.fold_quad(best, x, vals, n);
+            },
+        )
     };
     let flags = state.flags | if nan { NAN_LOGITS } else { 0 };
     // SAFETY: every thread of the block reaches this reduction.

@@ -90,8 +90,10 @@ pub unsafe fn for_each_quad<const PIPELINED: bool, A: Load, B: Load>(
 ) {
     let (a_aligned, b_aligned) = (quad_aligned(a), quad_aligned(b));
     // The quads at `x + k·TILE`, k < 4; the loads all issue before any use.
-    let batch = #[inline(always)] |x: u32| {
-        let get = #[inline(always)] |k: u32| {
+    let batch = #[inline(always)]
+    |x: u32| {
+        let get = #[inline(always)]
+        |k: u32| {
             let xk = x + k * TILE;
             if xk >= end {
                 return ([A::default(); 4], [B::default(); 4], 0);
@@ -111,7 +113,8 @@ pub unsafe fn for_each_quad<const PIPELINED: bool, A: Load, B: Load>(
         // Pipelined: issue the next batch's loads before folding this one.
         let next = if PIPELINED { batch(next_x) } else { cur };
         let [q0, q1, q2, q3] = cur;
-        let mut step = #[inline(always)] |k: u32, (qa, qb, n): ([A; 4], [B; 4], u32)| {
+        let mut step = #[inline(always)]
+        |k: u32, (qa, qb, n): ([A; 4], [B; 4], u32)| {
             if n > 0 {
                 f(x + k * TILE, qa, qb, n);
             }

@@ -67,7 +67,10 @@ impl Reduce for Stats {
         // SAFETY: the caller guarantees a full, converged warp.
         unsafe {
             Stats {
-                target: Lse { max: gpu::shfl_bfly_f32(self.target.max, m), sum: gpu::shfl_bfly_f32(self.target.sum, m) },
+                target: Lse {
+                    max: gpu::shfl_bfly_f32(self.target.max, m),
+                    sum: gpu::shfl_bfly_f32(self.target.sum, m),
+                },
                 draft: Lse { max: gpu::shfl_bfly_f32(self.draft.max, m), sum: gpu::shfl_bfly_f32(self.draft.sum, m) },
                 best: ArgMax {
                     value: gpu::shfl_bfly_f32(self.best.value, m),
@@ -203,20 +206,28 @@ unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
     let mut acc = Stats::IDENTITY;
     // SAFETY: the rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
-        for_each_quad::<false, _, _>(target, draft, start, end, tid, #[inline(always)] |x, t, q, n| {
-            let t = widen(t);
-            if any_nan(t, n) {
-                acc.flags |= NAN_LOGITS;
-            }
-            if greedy {
-                acc.best = sampler.fold_quad(acc.best, x, t, n);
-            } else {
-                acc.target = push_quad(acc.target, t, n, &sampler);
-                if !draft.is_null() {
-                    acc.draft = push_quad(acc.draft, widen(q), n, &sampler);
+        for_each_quad::<false, _, _>(
+            target,
+            draft,
+            start,
+            end,
+            tid,
+            #[inline(always)]
+            |x, t, q, n| {
+                let t = widen(t);
+                if any_nan(t, n) {
+                    acc.flags |= NAN_LOGITS;
                 }
-            }
-        })
+                if greedy {
+                    acc.best = sampler.fold_quad(acc.best, x, t, n);
+                } else {
+                    acc.target = push_quad(acc.target, t, n, &sampler);
+                    if !draft.is_null() {
+                        acc.draft = push_quad(acc.draft, widen(q), n, &sampler);
+                    }
+                }
+            },
+        )
     };
     // SAFETY: all threads of the block reach this reduction.
     let acc = unsafe { block_reduce(acc) };
@@ -476,23 +487,31 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
     let mut best = Resampled::IDENTITY;
     // SAFETY: rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
-        for_each_quad::<false, _, _>(target, draft, start, end, tid, #[inline(always)] |x, t, q, n| {
-            let t = widen(t);
-            let tgt = [sampler.scaled(t[0]), sampler.scaled(t[1]), sampler.scaled(t[2]), sampler.scaled(t[3])];
-            let res = match job.mode {
-                JOB_RESIDUAL => {
-                    let q = widen(q);
-                    let w = |i: usize| ln_residual(tgt[i] - job.lse_t, sampler.scaled(q[i]) - job.lse_q);
-                    [w(0), w(1), w(2), w(3)]
-                }
-                JOB_ONE_HOT => {
-                    let w = |i: usize| if x + i as u32 == job.draft { f32::NEG_INFINITY } else { tgt[i] };
-                    [w(0), w(1), w(2), w(3)]
-                }
-                _ => tgt,
-            };
-            best = sampler.fold_resample(best, x, res, tgt, n);
-        })
+        for_each_quad::<false, _, _>(
+            target,
+            draft,
+            start,
+            end,
+            tid,
+            #[inline(always)]
+            |x, t, q, n| {
+                let t = widen(t);
+                let tgt = [sampler.scaled(t[0]), sampler.scaled(t[1]), sampler.scaled(t[2]), sampler.scaled(t[3])];
+                let res = match job.mode {
+                    JOB_RESIDUAL => {
+                        let q = widen(q);
+                        let w = |i: usize| ln_residual(tgt[i] - job.lse_t, sampler.scaled(q[i]) - job.lse_q);
+                        [w(0), w(1), w(2), w(3)]
+                    }
+                    JOB_ONE_HOT => {
+                        let w = |i: usize| if x + i as u32 == job.draft { f32::NEG_INFINITY } else { tgt[i] };
+                        [w(0), w(1), w(2), w(3)]
+                    }
+                    _ => tgt,
+                };
+                best = sampler.fold_resample(best, x, res, tgt, n);
+            },
+        )
     };
     // SAFETY: all threads of the block reach this reduction.
     let reduced = unsafe { block_reduce(Candidates(best)) };
@@ -544,7 +563,8 @@ pub unsafe extern "ptx-kernel" fn rejection_finish(p: RejectionParams) {
     let mut c = lane;
     while c < p.chunks {
         // SAFETY: pass 3 wrote all chunks of an active request.
-        acc = acc.combine(unsafe { *(p.partials as *const Candidates).add(r as usize * p.chunks as usize + c as usize) });
+        acc =
+            acc.combine(unsafe { *(p.partials as *const Candidates).add(r as usize * p.chunks as usize + c as usize) });
         c += WARP;
     }
     // SAFETY: the block is one full warp.

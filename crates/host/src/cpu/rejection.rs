@@ -75,8 +75,7 @@ impl<T: Element, C: Element> Request<'_, '_, T, C> {
     }
 
     fn lse<E: Element>(&self, row: &[E]) -> f32 {
-        quads(row).fold(Lse::EMPTY, |acc, (_, v, n)| acc.push_quad(v.map(|x| self.sampler.scaled(x)), n, exp))
-            .value()
+        quads(row).fold(Lse::EMPTY, |acc, (_, v, n)| acc.push_quad(v.map(|x| self.sampler.scaled(x)), n, exp)).value()
     }
 
     /// Whether draft `d` at row `i` passes (SPEC §4 standard rule).
