@@ -37,15 +37,15 @@ test_device!(equal_distributions_accept_everything, |backend, scale| {
         let n = [3, 0, 1, 3, 2];
         let v = same_as_target(999, &n, 3, 0.8, dtype);
         let out = v.run(&backend).unwrap();
-        for r in 0..n.len() {
-            assert_eq!(out.num_emitted[r], n[r] as i32 + 1, "{dtype:?} request {r}: {:?}", out.request(r));
-            assert_eq!(out.accepted[r], n[r] as i32);
+        for (r, &drafts) in n.iter().enumerate() {
+            assert_eq!(out.num_emitted[r], drafts as i32 + 1, "{dtype:?} request {r}: {:?}", out.request(r));
+            assert_eq!(out.accepted[r], drafts as i32);
             let row0 = v.offsets[r] as usize;
-            for i in 0..n[r] {
+            for i in 0..drafts {
                 assert_eq!(out.request(r)[i], v.drafts[row0 + i] as i64);
             }
-            assert!((0..999).contains(&out.request(r)[n[r]]));
-            assert!(out.request(r)[n[r] + 1..].iter().all(|&t| t == -1));
+            assert!((0..999).contains(&out.request(r)[drafts]));
+            assert!(out.request(r)[drafts + 1..].iter().all(|&t| t == -1));
         }
         assert!(out.row_status.iter().all(|&s| s == 0));
     }
