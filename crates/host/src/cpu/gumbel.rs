@@ -1,6 +1,6 @@
 //! `gumbel_sample` on the CPU: the twin of `crates/kernels/src/gumbel.rs`.
 
-use super::{AsCore, Cpu};
+use super::{AsCore, Cpu, first_argmax};
 use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Host;
@@ -104,8 +104,14 @@ fn sample_rows<L: Element, C: Element>(
             }
             _ => None,
         };
-        let (best, nan) = sample_row(&sampler, values, cache_row);
-        let token = best.index as i64;
+        let (token, nan) = match cache_row {
+            None if sampler.greedy => first_argmax(values),
+            cache_row => {
+                let (best, nan) = sample_row(&sampler, values, cache_row);
+                (best.index, nan)
+            }
+        };
+        let token = token as i64;
         match &mut out.tokens {
             Tokens::I32(t) => t[row] = token as i32,
             Tokens::I64(t) => t[row] = token,

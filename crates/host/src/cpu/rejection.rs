@@ -4,12 +4,11 @@
 //! so it reads only the rows it needs; the kernels compute every row's
 //! statistics in parallel. Both apply the same `specdec-core` rules.
 
-use super::{AsCore, Cpu, quads};
+use super::{AsCore, Cpu, first_argmax, quads};
 use crate::error::Result;
 use crate::memory::Host;
 use crate::rejection::{RejectionOutput, RejectionSample};
 use crate::tensor::{LogitsData, Tokens};
-use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
 use specdec_core::logspace::{Lse, exp, ln_residual};
 use specdec_core::rng::{Stream, random_u32};
@@ -71,7 +70,7 @@ impl<T: Element, C: Element> Request<'_, '_, T, C> {
     }
 
     fn argmax(&self, i: usize) -> u32 {
-        quads(self.target_row(i)).fold(ArgMax::IDENTITY, |b, (x, v, n)| self.sampler.fold_quad(b, x, v, n)).index
+        first_argmax(self.target_row(i)).0
     }
 
     fn lse<E: Element>(&self, row: &[E]) -> f32 {
