@@ -194,11 +194,7 @@ fn overhead(c: &mut Criterion) {
                 cache: Some((
                     DraftCache {
                         data: CacheData::BF16(&mut cache[..]),
-                        slots: rows,
-                        k: 2,
-                        width: vocab,
-                        stride0: 2 * vocab,
-                        stride1: vocab,
+                        shape: CacheShape { slots: rows, k: 2, width: vocab, stride0: 2 * vocab, stride1: vocab },
                     },
                     Column::PerRow(&columns[..]),
                 )),

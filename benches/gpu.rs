@@ -488,11 +488,13 @@ impl Bench {
                     (
                         DraftCache {
                             data: CacheData::BF16(cache.as_view_mut()),
-                            slots: CACHE_SLOTS,
-                            k: CACHE_K,
-                            width: vocab,
-                            stride0: CACHE_K * vocab,
-                            stride1: vocab,
+                            shape: CacheShape {
+                                slots: CACHE_SLOTS,
+                                k: CACHE_K,
+                                width: vocab,
+                                stride0: CACHE_K * vocab,
+                                stride1: vocab,
+                            },
                         },
                         Column::All(CACHE_COLUMN),
                     )

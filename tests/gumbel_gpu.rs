@@ -15,8 +15,8 @@
 
 use specdec::status::{INVALID, INVALID_COLUMN, INVALID_SLOT, INVALID_TEMPERATURE, NAN_LOGITS};
 use specdec::{
-    Backend, CacheData, Column, Cuda, DType, Device, DraftCache, Error, GumbelOutput, GumbelSample, Logits, LogitsData,
-    SlotTable, Tokens, Workspace,
+    Backend, CacheData, CacheShape, Column, Cuda, DType, Device, DraftCache, Error, GumbelOutput, GumbelSample, Logits,
+    LogitsData, SlotTable, Tokens, Workspace,
 };
 use specdec_suite::batch::{ColumnSpec, Sampled, Values};
 use specdec_suite::inputs::{Rng, assert_same_tokens, first_bit_difference, random_batch, random_cache};
@@ -132,8 +132,7 @@ fn run_device(cuda: &Cuda, ws: &mut Workspace, b: &mut Batch) -> specdec::Result
                     (ColumnSpec::PerRow(_), Some(cols)) => Column::PerRow(cols.as_view()),
                     (ColumnSpec::PerRow(_), None) => unreachable!("per-row columns were uploaded"),
                 };
-                let (slots, k, width, stride0, stride1) = (c.slots, c.k, c.width, c.stride0, c.stride1);
-                Some((DraftCache { data, slots, k, width, stride0, stride1 }, column))
+                Some((DraftCache { data, shape: c.shape() }, column))
             }
             _ => None,
         };
@@ -302,11 +301,7 @@ fn offsets_past_u32_elements_are_not_truncated() -> specdec::Result<()> {
         cache: Some((
             DraftCache {
                 data: CacheData::BF16(cache.as_view_mut()),
-                slots: 2,
-                k: 1,
-                width: vocab,
-                stride0: FAR,
-                stride1: vocab,
+                shape: CacheShape { slots: 2, k: 1, width: vocab, stride0: FAR, stride1: vocab },
             },
             Column::All(0),
         )),

@@ -102,7 +102,7 @@ impl GumbelDev {
         let s = cuda.stream().clone();
         let up = "upload";
         let cache = b.cache.as_ref().map(|c| {
-            let shape = CacheShape { slots: c.slots, k: c.k, width: c.width, stride0: c.stride0, stride1: c.stride1 };
+            let shape = c.shape();
             let column = match c.column {
                 ColumnSpec::All(col) => Some(col),
                 ColumnSpec::PerRow(_) => None,
@@ -155,13 +155,12 @@ impl GumbelDev {
     fn launch(&mut self, cuda: &Cuda, ws: &mut Workspace) -> specdec::Result<()> {
         let cache = match (&mut self.cache, &self.columns) {
             (Some((d, shape, column)), columns) => {
-                let CacheShape { slots, k, width, stride0, stride1 } = *shape;
                 let column = match (column, columns) {
                     (Some(c), _) => Column::All(*c),
                     (None, Some(cols)) => Column::PerRow(cols.as_view()),
                     (None, None) => unreachable!("per-row columns are uploaded with the cache"),
                 };
-                Some((DraftCache { data: CacheData::BF16(d.as_view_mut()), slots, k, width, stride0, stride1 }, column))
+                Some((DraftCache { data: CacheData::BF16(d.as_view_mut()), shape: *shape }, column))
             }
             (None, _) => None,
         };

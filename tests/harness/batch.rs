@@ -2,7 +2,8 @@
 
 use half::{bf16, f16};
 use specdec::{
-    Backend, CacheData, Column, DType, DraftCache, GumbelOutput, GumbelSample, Logits, LogitsData, SlotTable, Tokens,
+    Backend, CacheData, CacheShape, Column, DType, DraftCache, GumbelOutput, GumbelSample, Logits, LogitsData,
+    SlotTable, Tokens,
 };
 
 /// Logits of any dtype.
@@ -133,6 +134,11 @@ pub struct CacheSpec {
 }
 
 impl CacheSpec {
+    /// The library's description of this layout.
+    pub fn shape(&self) -> CacheShape {
+        CacheShape { slots: self.slots, k: self.k, width: self.width, stride0: self.stride0, stride1: self.stride1 }
+    }
+
     /// What a fresh cache holds everywhere, so untouched elements are visible.
     pub const SENTINEL: f32 = -7.25;
 
@@ -238,6 +244,7 @@ impl Batch {
             Values::F16(v) => LogitsData::F16(&v[..]),
         };
         let cache = self.cache.as_mut().map(|c| {
+            let shape = c.shape();
             let data = match &mut c.data {
                 Values::F32(v) => CacheData::F32(&mut v[..]),
                 Values::BF16(v) => CacheData::BF16(&mut v[..]),
@@ -247,10 +254,7 @@ impl Batch {
                 ColumnSpec::All(col) => Column::All(*col),
                 ColumnSpec::PerRow(cols) => Column::PerRow(&cols[..]),
             };
-            (
-                DraftCache { data, slots: c.slots, k: c.k, width: c.width, stride0: c.stride0, stride1: c.stride1 },
-                column,
-            )
+            (DraftCache { data, shape }, column)
         });
         let mut args = GumbelSample {
             logits: Logits { data, rows: self.rows, vocab: self.vocab, row_stride: self.row_stride },

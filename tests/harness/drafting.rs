@@ -177,7 +177,7 @@ impl FixedPositions {
             Some(CacheSpec::dense(self.draft_dtype, FIXED_SLOTS, self.k, self.vocab, ColumnSpec::PerRow(columns)));
         b.run(backend).expect("gumbel_sample filling the draft cache");
         let c = b.cache.expect("the batch keeps its cache");
-        let shape = CacheShape { slots: c.slots, k: c.k, width: c.width, stride0: c.stride0, stride1: c.stride1 };
+        let shape = c.shape();
         (c.data, shape)
     }
 }

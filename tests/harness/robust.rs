@@ -638,7 +638,7 @@ impl GumbelCall {
             && self.tokens_len == rows
             && self.row_status_len.is_none_or(|n| n == rows)
             && b.cache.as_ref().is_none_or(|c| {
-                cache_ok(&shape_of(c), c.data.len(), b.vocab, num_slots)
+                cache_ok(&c.shape(), c.data.len(), b.vocab, num_slots)
                     && match &c.column {
                         ColumnSpec::All(col) => *col < c.k,
                         ColumnSpec::PerRow(cols) => cols.len() == rows,
@@ -681,8 +681,7 @@ impl GumbelCall {
                         (ColumnSpec::All(col), _) => Column::All(*col),
                         (ColumnSpec::PerRow(_), None) => unreachable!("per-row columns are guarded above"),
                     };
-                    let (slots, k, width, stride0, stride1) = (c.slots, c.k, c.width, c.stride0, c.stride1);
-                    Some((DraftCache { data: data.cache(), slots, k, width, stride0, stride1 }, column))
+                    Some((DraftCache { data: data.cache(), shape: c.shape() }, column))
                 }
                 _ => None,
             };
@@ -776,10 +775,6 @@ impl GumbelCall {
         assert_eq!(other.tokens, first.tokens, "the other token width: {ctx}");
         Ok(())
     }
-}
-
-fn shape_of(c: &CacheSpec) -> CacheShape {
-    CacheShape { slots: c.slots, k: c.k, width: c.width, stride0: c.stride0, stride1: c.stride1 }
 }
 
 /// A per-row cache column: mostly in `0..k`, sometimes out of range.

@@ -222,7 +222,10 @@ impl<'a> Demo<'a> {
         self.tally.model += t.elapsed();
         let cache = (!self.args.one_hot).then(|| {
             let data = CacheData::F32(&mut self.cache[..]);
-            (DraftCache { data, slots: b, k, width: v, stride0: k * v, stride1: v }, Column::All(i))
+            (
+                DraftCache { data, shape: CacheShape { slots: b, k, width: v, stride0: k * v, stride1: v } },
+                Column::All(i),
+            )
         });
         let mut call = GumbelSample {
             logits: Logits { data: LogitsData::F32(&self.draft_rows[..]), rows: b, vocab: v, row_stride: v },

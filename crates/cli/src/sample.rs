@@ -3,7 +3,7 @@
 use crate::backend::BackendArg;
 use crate::error::{Failure, Result};
 use crate::files::{InputFile, Output, ScalarOrRows};
-use specdec::{Column, DraftCache, GumbelOutput, GumbelSample, Logits, SlotTable, Tokens};
+use specdec::{CacheShape, Column, DraftCache, GumbelOutput, GumbelSample, Logits, SlotTable, Tokens};
 use std::path::PathBuf;
 
 /// Sample one token per row of a safetensors file (`gumbel_sample`)
@@ -59,11 +59,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
             (Some((data, [slots, k, width])), Some(column)) => Some((
                 DraftCache {
                     data: data.cache(),
-                    slots: *slots,
-                    k: *k,
-                    width: *width,
-                    stride0: *k * *width,
-                    stride1: *width,
+                    shape: CacheShape { slots: *slots, k: *k, width: *width, stride0: *k * *width, stride1: *width },
                 },
                 match column {
                     ScalarOrRows::Scalar(c) => Column::All(*c as usize),

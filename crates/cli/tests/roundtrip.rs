@@ -115,11 +115,7 @@ fn sample_bf16_drafting_into_an_f16_cache_matches_the_library() {
         cache: Some((
             DraftCache {
                 data: CacheData::F16(&mut cache[..]),
-                slots: 3,
-                k,
-                width: cache_width,
-                stride0: k * cache_width,
-                stride1: cache_width,
+                shape: CacheShape { slots: 3, k, width: cache_width, stride0: k * cache_width, stride1: cache_width },
             },
             Column::PerRow(&columns[..]),
         )),

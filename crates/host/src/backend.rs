@@ -185,14 +185,7 @@ fn gumbel_on_device(cuda: &Cuda, args: &mut GumbelSample<'_, Host>, out: GumbelO
         drafting: args.drafting,
         cache: match (cache.as_mut(), &args.cache) {
             (Some(d), Some((c, column))) => Some((
-                DraftCache {
-                    data: d.cache(),
-                    slots: c.slots,
-                    k: c.k,
-                    width: c.width,
-                    stride0: c.stride0,
-                    stride1: c.stride1,
-                },
+                DraftCache { data: d.cache(), shape: c.shape },
                 match (column, &columns) {
                     (Column::PerRow(_), Some(cols)) => Column::PerRow(cols.as_view()),
                     (Column::All(c), _) => Column::All(*c),

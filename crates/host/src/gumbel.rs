@@ -55,8 +55,8 @@ impl<M: Memory> GumbelSample<'_, M> {
         if let Some((cache, column)) = &self.cache {
             cache.check(self.logits.vocab, num_slots)?;
             match column {
-                Column::All(c) if *c >= cache.k => {
-                    return Err(Error::ColumnOutOfRange { row: None, column: *c as i64, k: cache.k });
+                Column::All(c) if *c >= cache.shape.k => {
+                    return Err(Error::ColumnOutOfRange { row: None, column: *c as i64, k: cache.shape.k });
                 }
                 Column::All(_) => {}
                 Column::PerRow(cols) => check_len("cache columns", rows, M::len(cols))?,
@@ -83,8 +83,8 @@ impl GumbelSample<'_, Host> {
             }
             if let Some((cache, Column::PerRow(cols))) = &self.cache {
                 let c = cols[row];
-                if c < 0 || c as usize >= cache.k {
-                    return Err(Error::ColumnOutOfRange { row: Some(row), column: c as i64, k: cache.k });
+                if c < 0 || c as usize >= cache.shape.k {
+                    return Err(Error::ColumnOutOfRange { row: Some(row), column: c as i64, k: cache.shape.k });
                 }
             }
         }

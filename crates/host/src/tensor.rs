@@ -83,24 +83,16 @@ pub enum CacheData<'a, M: Memory> {
 
 by_dtype!(CacheData, len_mut);
 
-/// The draft-logits cache `[slots, k, width]`: element `(s, c, x)` lives at
-/// `s*stride0 + c*stride1 + x`. It holds raw (pre-temperature) logits.
+/// The draft-logits cache that `gumbel_sample` writes: raw (pre-temperature)
+/// logits laid out as `shape` says.
 pub struct DraftCache<'a, M: Memory> {
     pub data: CacheData<'a, M>,
-    pub slots: usize,
-    pub k: usize,
-    pub width: usize,
-    pub stride0: usize,
-    pub stride1: usize,
+    pub shape: CacheShape,
 }
 
 impl<M: Memory> DraftCache<'_, M> {
-    pub(crate) fn shape(&self) -> CacheShape {
-        CacheShape { slots: self.slots, k: self.k, width: self.width, stride0: self.stride0, stride1: self.stride1 }
-    }
-
     pub(crate) fn check(&self, vocab: usize, num_slots: usize) -> Result<()> {
-        self.shape().check(self.data.len(), vocab, num_slots)
+        self.shape.check(self.data.len(), vocab, num_slots)
     }
 }
 
@@ -255,7 +247,7 @@ mod tests {
     use crate::memory::Host;
 
     fn cache(buf: &mut [f32], slots: usize, k: usize, width: usize, s0: usize, s1: usize) -> DraftCache<'_, Host> {
-        DraftCache { data: CacheData::F32(buf), slots, k, width, stride0: s0, stride1: s1 }
+        DraftCache { data: CacheData::F32(buf), shape: CacheShape { slots, k, width, stride0: s0, stride1: s1 } }
     }
 
     #[test]

@@ -69,7 +69,7 @@ fn with_cache<L: Element>(
     let Some((c, column)) = cache else {
         return sample_rows::<L, L>(rows, logits, None, out);
     };
-    let (stride0, stride1) = (c.stride0, c.stride1);
+    let (stride0, stride1) = (c.shape.stride0, c.shape.stride1);
     match &mut c.data {
         CacheData::F32(d) => sample_rows(rows, logits, Some(CacheRows { data: d, stride0, stride1, column }), out),
         CacheData::BF16(d) => {

@@ -68,9 +68,9 @@ impl Cuda {
             };
             _g6 = Some(g);
             p.cache = ptr;
-            p.cache_stride0 = cache.stride0 as u64;
-            p.cache_stride1 = cache.stride1 as u64;
-            p.cache_k = cache.k as u32;
+            p.cache_stride0 = cache.shape.stride0 as u64;
+            p.cache_stride1 = cache.shape.stride1 as u64;
+            p.cache_k = cache.shape.k as u32;
             match column {
                 Column::All(c) => p.cache_column = *c as u32,
                 Column::PerRow(cols) => {
