@@ -11,6 +11,16 @@
 //!    kernels public;
 //! 3. `llc -mtriple=nvptx64-nvidia-cuda -mcpu=<arch> --fp-contract=off`.
 //!
+//! Rust has no launch-bounds attribute, so the crate declares them in its
+//! `Cargo.toml` and the builder writes them into the PTX as `.maxntid` and
+//! `.minnctapersm` directives, which make ptxas fit each kernel's registers to
+//! the occupancy asked for (see [`LaunchBounds`]):
+//!
+//! ```toml
+//! [package.metadata.ptx-builder]
+//! launch-bounds = [{ kernels = "gumbel_sample_*", max-threads = 256, min-blocks = 3 }]
+//! ```
+//!
 //! Floating-point contraction stays off everywhere (rustc never emits `contract`
 //! flags, and llc is told `--fp-contract=off`), so device arithmetic rounds exactly
 //! like the same Rust code on the CPU. The nested cargo gets its own target
@@ -56,6 +66,28 @@ pub enum BuildError {
     Cargo { stderr: String },
     #[error("cargo finished but produced no PTX at {path}; cargo said:\n{stderr}")]
     NoArtifactProduced { path: PathBuf, stderr: String },
+    #[error("{manifest}: {message}")]
+    BadManifest { manifest: PathBuf, message: String },
+}
+
+/// Launch bounds of the kernels whose names match `kernels` (an exact name, or
+/// a prefix followed by `*`): at most `max_threads` threads per block, and at
+/// least `min_blocks` blocks resident per SM, which caps their registers.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct LaunchBounds {
+    pub kernels: String,
+    pub max_threads: u32,
+    pub min_blocks: u32,
+}
+
+impl LaunchBounds {
+    fn matches(&self, kernel: &str) -> bool {
+        match self.kernels.strip_suffix('*') {
+            Some(prefix) => kernel.starts_with(prefix),
+            None => kernel == self.kernels,
+        }
+    }
 }
 
 /// The result of a build.
@@ -130,10 +162,16 @@ impl PtxBuilder {
 
         let lib = crate_lib_name(&manifest)?;
         let release = target_dir.join(TARGET).join("release");
-        let ptx = release.join(format!("{lib}.ptx"));
-        if !ptx.is_file() {
-            return Err(BuildError::NoArtifactProduced { path: ptx, stderr });
+        let linked = release.join(format!("{lib}.ptx"));
+        if !linked.is_file() {
+            return Err(BuildError::NoArtifactProduced { path: linked, stderr });
         }
+        let text = std::fs::read_to_string(&linked)
+            .map_err(|source| BuildError::Io { what: format!("read {}", linked.display()), source })?;
+        let bounded = with_launch_bounds(&text, &launch_bounds(&manifest)?);
+        let ptx = release.join(format!("{lib}.bounded.ptx"));
+        std::fs::write(&ptx, bounded)
+            .map_err(|source| BuildError::Io { what: format!("write {}", ptx.display()), source })?;
         let sources = read_dep_info(&release.join(format!("{lib}.d")));
         Ok(Ptx { ptx, sources })
     }
@@ -284,6 +322,63 @@ fn crate_lib_name(manifest: &Path) -> Result<String, BuildError> {
     lib.or(package.map(|p| p.replace('-', "_"))).ok_or_else(|| BuildError::NoCrate(manifest.to_path_buf()))
 }
 
+/// `[package.metadata.ptx-builder] launch-bounds` of the crate's manifest (none if absent).
+pub fn launch_bounds(manifest: &Path) -> Result<Vec<LaunchBounds>, BuildError> {
+    #[derive(serde::Deserialize)]
+    struct Manifest {
+        package: Option<Package>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Package {
+        metadata: Option<Metadata>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Metadata {
+        #[serde(rename = "ptx-builder")]
+        ptx_builder: Option<Settings>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "kebab-case", deny_unknown_fields)]
+    struct Settings {
+        #[serde(default)]
+        launch_bounds: Vec<LaunchBounds>,
+    }
+    let bad = |message: String| BuildError::BadManifest { manifest: manifest.to_path_buf(), message };
+    let text = std::fs::read_to_string(manifest)
+        .map_err(|source| BuildError::Io { what: format!("read {}", manifest.display()), source })?;
+    let parsed: Manifest = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let bounds = parsed
+        .package
+        .and_then(|p| p.metadata)
+        .and_then(|m| m.ptx_builder)
+        .map(|s| s.launch_bounds)
+        .unwrap_or_default();
+    if let Some(b) = bounds.iter().find(|b| b.max_threads == 0 || b.min_blocks == 0 || b.kernels.is_empty()) {
+        return Err(bad(format!("launch bounds {b:?}: kernels must be named and both numbers positive")));
+    }
+    Ok(bounds)
+}
+
+/// The PTX with `.maxntid` / `.minnctapersm` after the parameter list of each
+/// `.entry` that the first matching entry of `bounds` names.
+fn with_launch_bounds(ptx: &str, bounds: &[LaunchBounds]) -> String {
+    let mut out = String::with_capacity(ptx.len() + 64 * bounds.len());
+    // The bounds of the entry whose parameter list is being copied.
+    let mut pending: Option<&LaunchBounds> = None;
+    for line in ptx.split_inclusive('\n') {
+        if let Some(rest) = line.split_once(".entry ").map(|(_, r)| r) {
+            let name = rest.split(['(', ' ', '\n']).next().unwrap_or("");
+            pending = bounds.iter().find(|b| b.matches(name));
+        }
+        if pending.is_some() && line.trim_end() == "{" {
+            let b = pending.take().expect("checked above");
+            out.push_str(&format!(".maxntid {}, 1, 1\n.minnctapersm {}\n", b.max_threads, b.min_blocks));
+        }
+        out.push_str(line);
+    }
+    out
+}
+
 /// Cargo's `.d` file: `target: dep dep ...` with spaces in paths escaped as `\ `.
 fn read_dep_info(path: &Path) -> Vec<PathBuf> {
     let Ok(text) = std::fs::read_to_string(path) else {
@@ -337,6 +432,45 @@ mod tests {
         std::fs::write(&f, "/t/k.ptx: /a/b.rs /c\\ d/e.rs\n").unwrap();
         assert_eq!(read_dep_info(&f), vec![PathBuf::from("/a/b.rs"), PathBuf::from("/c d/e.rs")]);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn launch_bounds_follow_the_parameter_list() {
+        let ptx = ".visible .entry gumbel_sample_f32_f32(\n\t.param .b64 p\n)  // @x\n{\n\tret;\n}\n\
+                   .visible .entry other(\n\t.param .b64 p\n)\n{\n\tret;\n}\n";
+        let bounds = [LaunchBounds { kernels: "gumbel_sample_*".into(), max_threads: 256, min_blocks: 3 }];
+        let out = with_launch_bounds(ptx, &bounds);
+        assert_eq!(out.matches(".maxntid 256, 1, 1\n.minnctapersm 3\n{").count(), 1, "{out}");
+        assert!(out.starts_with(".visible .entry gumbel_sample_f32_f32(\n\t.param .b64 p\n)  // @x\n.maxntid"));
+        assert!(out.ends_with(".visible .entry other(\n\t.param .b64 p\n)\n{\n\tret;\n}\n"));
+        assert_eq!(with_launch_bounds(ptx, &[]), ptx);
+        let exact = LaunchBounds { kernels: "other".into(), max_threads: 32, min_blocks: 1 };
+        assert!(exact.matches("other") && !exact.matches("other2"));
+    }
+
+    #[test]
+    fn launch_bounds_come_from_the_manifest() {
+        let dir = std::env::temp_dir().join(format!("ptx-builder-bounds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let manifest = dir.join("Cargo.toml");
+        let write = |text: &str| std::fs::write(&manifest, text).unwrap();
+        write("[package]\nname = \"k\"\n");
+        assert_eq!(launch_bounds(&manifest).unwrap(), []);
+        write(
+            "[package]\nname = \"k\"\n[package.metadata.ptx-builder]\n\
+             launch-bounds = [{ kernels = \"a*\", max-threads = 256, min-blocks = 2 }]\n",
+        );
+        let bounds = launch_bounds(&manifest).unwrap();
+        assert_eq!(bounds, [LaunchBounds { kernels: "a*".into(), max_threads: 256, min_blocks: 2 }]);
+        write(
+            "[package.metadata.ptx-builder]\nlaunch-bounds = [{ kernels = \"a\", max-threads = 0, min-blocks = 2 }]\n",
+        );
+        assert!(matches!(launch_bounds(&manifest), Err(BuildError::BadManifest { .. })));
+        write(
+            "[package.metadata.ptx-builder]\nlaunch-bounds = [{ kernel = \"a\", max-threads = 1, min-blocks = 2 }]\n",
+        );
+        assert!(matches!(launch_bounds(&manifest), Err(BuildError::BadManifest { .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
