@@ -2,7 +2,8 @@
 //! `cargo bench --bench cpu` (`-- --quick` for a short run). Not part of CI.
 //!
 //! - `gumbel_sample_cpu`: greedy and random (T = 0.8) sampling at V = 151936,
-//!   f32 and bf16 logits, 1 and 8 rows; throughput in logits bytes.
+//!   f32 and bf16 logits, 1 and 8 rows, and random drafting that also fills
+//!   a bf16 draft-logits cache; throughput in logits bytes.
 //! - `rejection_sample_cpu`: greedy / one-hot / bf16 draft logits at small
 //!   sizes (B ∈ {1, 4}, K = 3, V = 32000); throughput in target logits.
 //! - `host_overhead`: a whole call on the smallest input (`Backend::cpu()`,
@@ -41,7 +42,10 @@ fn gumbel(c: &mut Criterion) {
     let slots: Vec<i32> = (0..max_rows as i32).collect();
     let pos: Vec<u64> = (100..100 + max_rows as u64).collect();
     let seed = vec![7u64; max_rows];
-    for (mode, t) in [("greedy", 0.0f32), ("random T=0.8", T)] {
+    let mut cache = vec![bf16::ZERO; max_rows * V];
+    for (mode, t, cached) in
+        [("greedy", 0.0f32, false), ("random T=0.8", T, false), ("drafting T=0.8 bf16 cache", T, true)]
+    {
         let temperature = vec![t; max_rows];
         for rows in [1usize, 8] {
             for dtype in ["f32", "bf16"] {
@@ -57,8 +61,11 @@ fn gumbel(c: &mut Criterion) {
                     slots: &slots[..rows],
                     pos: &pos[..rows],
                     table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
-                    drafting: false,
-                    cache: None,
+                    drafting: cached,
+                    cache: cached.then(|| {
+                        let shape = CacheShape { slots: max_rows, k: 1, width: V, stride0: V, stride1: V };
+                        (DraftCache { data: CacheData::BF16(&mut cache[..]), shape }, Column::All(0))
+                    }),
                 };
                 let mut tokens = vec![0i32; rows];
                 group.bench_function(id, |b| {

@@ -1,5 +1,6 @@
 //! `gumbel_sample` on the CPU: the twin of `crates/kernels/src/gumbel.rs`.
 
+use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax};
 use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
@@ -27,6 +28,7 @@ impl Cpu {
             temperature: table.temperature,
             seed: table.seed,
             stream: if *drafting { Stream::Draft } else { Stream::Target },
+            level: Level::detect(),
             rows: logits.rows,
             vocab: logits.vocab,
             row_stride: logits.row_stride,
@@ -47,6 +49,8 @@ struct Rows<'r> {
     temperature: &'r [f32],
     seed: &'r [u64],
     stream: Stream,
+    /// The instruction set random rows are folded with.
+    level: Level,
     rows: usize,
     vocab: usize,
     row_stride: usize,
@@ -60,7 +64,7 @@ struct CacheRows<'c, 'd, C> {
     column: &'c Column<'d, Host>,
 }
 
-fn with_cache<L: Element>(
+fn with_cache<L: Logit>(
     rows: &Rows<'_>,
     logits: &[L],
     cache: Option<&mut (DraftCache<'_, Host>, Column<'_, Host>)>,
@@ -81,7 +85,7 @@ fn with_cache<L: Element>(
     }
 }
 
-fn sample_rows<L: Element, C: Element>(
+fn sample_rows<L: Logit, C: Element>(
     rows: &Rows<'_>,
     logits: &[L],
     mut cache: Option<CacheRows<'_, '_, C>>,
@@ -104,12 +108,14 @@ fn sample_rows<L: Element, C: Element>(
             }
             _ => None,
         };
-        let (token, nan) = match cache_row {
-            None if sampler.greedy => first_argmax(values),
-            cache_row => {
-                let (best, nan) = sample_row(&sampler, values, cache_row);
-                (best.index, nan)
+        let (token, nan) = if sampler.greedy {
+            if let Some(c) = cache_row {
+                copy(values, c);
             }
+            first_argmax(values)
+        } else {
+            let (best, nan) = sample_row(rows.level, &sampler, values, cache_row);
+            (best.index, nan)
         };
         let token = token as i64;
         match &mut out.tokens {
@@ -122,21 +128,33 @@ fn sample_rows<L: Element, C: Element>(
     }
 }
 
-/// One row, four ids at a time, exactly as a kernel thread folds them.
-fn sample_row<L: Element, C: Element>(sampler: &Sampler, values: &[L], mut cache: Option<&mut [C]>) -> (ArgMax, bool) {
-    let mut best = ArgMax::IDENTITY;
-    let mut nan = false;
-    for (q, quad) in values.chunks(4).enumerate() {
-        let base = 4 * q;
-        let mut vals = [0f32; 4];
-        for (i, &v) in quad.iter().enumerate() {
-            vals[i] = v.to_f32();
-            nan |= vals[i].is_nan();
-            if let Some(c) = cache.as_mut() {
-                c[base + i] = C::convert_from(v);
-            }
-        }
-        best = sampler.fold_quad(best, base as u32, vals, quad.len() as u32);
+/// Ids per step of a random row with a cache: a step's logits stay in L1
+/// between their copy into the cache and their fold.
+const STEP: usize = 4096;
+
+/// A random row, folded exactly as a kernel thread folds it, four ids at a
+/// time (see [`simd`]), writing the cache as it goes.
+fn sample_row<L: Logit, C: Element>(
+    level: Level,
+    sampler: &Sampler,
+    values: &[L],
+    cache: Option<&mut [C]>,
+) -> (ArgMax, bool) {
+    let Some(cache) = cache else {
+        return simd::fold(level, sampler, ArgMax::IDENTITY, 0, values);
+    };
+    let (mut best, mut nan) = (ArgMax::IDENTITY, false);
+    for (step, (values, cache)) in values.chunks(STEP).zip(cache.chunks_mut(STEP)).enumerate() {
+        copy(values, cache);
+        let (b, n) = simd::fold(level, sampler, best, (step * STEP) as u32, values);
+        (best, nan) = (b, nan | n);
     }
     (best, nan)
+}
+
+/// The raw logits into the cache (SPEC §3.3: converted, bit-exact for equal dtypes).
+fn copy<L: Element, C: Element>(values: &[L], cache: &mut [C]) {
+    for (c, &v) in cache.iter_mut().zip(values) {
+        *c = C::convert_from(v);
+    }
 }

@@ -7,6 +7,7 @@
 
 mod gumbel;
 mod rejection;
+mod simd;
 
 use half::{bf16, f16};
 use specdec_core::dtype::{Bf16, F16};

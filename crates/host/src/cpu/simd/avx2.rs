@@ -1,0 +1,247 @@
+//! The random-row fold of the parent module on AVX2: Philox for four
+//! quads per vector, one counter per 64-bit lane, where `vpmuludq` gives the
+//! full 32×32→64 product. A counter's words live in the low halves of their
+//! lanes; the high halves carry garbage that is never read.
+
+use super::{COARSE_BOUND, Logit, RowKey, TOP_BUCKET, fold_scalar, fold_survivors};
+use core::arch::x86_64::*;
+use core::mem::transmute;
+use specdec_core::argmax::ArgMax;
+use specdec_core::dtype::{Bf16, F16};
+use specdec_core::gumbel::GUMBEL_MAX;
+use specdec_core::rng::{M0, M1};
+use specdec_core::sample::Sampler;
+
+/// Philox counter vectors per block. One vector's rounds are a chain of
+/// dependent multiplies; four chains overlap them (measured: 2 and 3 are
+/// slower).
+const CHAINS: usize = 4;
+/// Ids per block: 4 quads per chain.
+const BLOCK: usize = 16 * CHAINS;
+/// Vectors of 8 ids per block.
+const VECS: usize = BLOCK / 8;
+
+// The top-bucket test below compares the word's top byte with all ones.
+const _: () = assert!(TOP_BUCKET == 0xff00_0000);
+
+/// An element type loaded 8 at a time, widened to f32 as `Element::to_f32` does.
+pub(in crate::cpu) trait Load: Sized {
+    /// # Safety
+    /// 8 elements are readable at `p`, and the CPU supports AVX2 and F16C.
+    unsafe fn load8(p: *const Self) -> __m256;
+}
+
+impl Load for f32 {
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> __m256 {
+        // SAFETY: the caller's promise.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+}
+
+impl Load for Bf16 {
+    #[inline(always)]
+    unsafe fn load8(p: *const Bf16) -> __m256 {
+        // SAFETY: the caller's promise (`Bf16` is a `u16`).
+        let bits = unsafe { _mm_loadu_si128(p.cast()) };
+        // SAFETY: AVX2, by the caller's promise.
+        unsafe { _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(bits))) }
+    }
+}
+
+impl Load for F16 {
+    #[inline(always)]
+    unsafe fn load8(p: *const F16) -> __m256 {
+        // SAFETY: the caller's promise (`F16` is a `u16`).
+        let bits = unsafe { _mm_loadu_si128(p.cast()) };
+        // SAFETY: F16C, by the caller's promise. The conversion is exact.
+        unsafe { _mm256_cvtph_ps(bits) }
+    }
+}
+
+/// [`super::fold`] on AVX2.
+///
+/// # Safety
+/// The CPU supports AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn fold<L: Logit>(s: &Sampler, mut best: ArgMax, base: u32, values: &[L]) -> (ArgMax, bool) {
+    let key = Key::new(&RowKey::new(s));
+    let scale = _mm256_set1_ps(s.scale);
+    let coarse = _mm256_set1_ps(COARSE_BOUND);
+    let gumbel_max = _mm256_set1_ps(GUMBEL_MAX);
+    let all_ones = _mm256_set1_epi32(-1);
+    let mut nan = false;
+    let blocks = values.chunks_exact(BLOCK);
+    let tail = blocks.remainder();
+    for (b, block) in blocks.enumerate() {
+        let first = base + (b * BLOCK) as u32;
+        let mut w = [_mm256_setzero_ps(); VECS];
+        let mut hi = _mm256_set1_ps(f32::NEG_INFINITY);
+        for (i, w) in w.iter_mut().enumerate() {
+            // SAFETY: the block holds 8·VECS elements; the CPU has AVX2 and F16C.
+            let x = unsafe { L::load8(block.as_ptr().add(8 * i)) };
+            let (y, x_nan) = scaled(x, scale);
+            nan |= x_nan;
+            *w = y;
+            // `vmaxps` returns its second operand where either is NaN: NaN
+            // lanes are left out, as in the scalar quad test.
+            hi = _mm256_max_ps(y, hi);
+        }
+        let best_v = _mm256_set1_ps(best.value);
+        if _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(_mm256_add_ps(hi, gumbel_max), best_v)) == 0xff {
+            continue;
+        }
+        let words = key.words(first / 4);
+        let mut keep = [_mm256_setzero_ps(); VECS];
+        let mut any = _mm256_setzero_ps();
+        for i in 0..VECS {
+            let not_below = _mm256_cmp_ps::<_CMP_NLT_UQ>(_mm256_add_ps(w[i], coarse), best_v);
+            // Words >= TOP_BUCKET are those whose top byte is all ones.
+            let top = _mm256_cmpeq_epi32(_mm256_srai_epi32::<24>(words[i]), all_ones);
+            keep[i] = _mm256_or_ps(not_below, _mm256_castsi256_ps(top));
+            any = _mm256_or_ps(any, keep[i]);
+        }
+        if _mm256_movemask_ps(any) != 0 {
+            let mut survivors = 0u128;
+            for (i, &k) in keep.iter().enumerate() {
+                survivors |= (_mm256_movemask_ps(k) as u128) << (8 * i);
+            }
+            // SAFETY: a vector is 8 plain 32-bit lanes, in memory order.
+            let (w, words) = unsafe {
+                (transmute::<[__m256; VECS], [f32; BLOCK]>(w), transmute::<[__m256i; VECS], [u32; BLOCK]>(words))
+            };
+            best = fold_survivors(s, best, first, &w, &words, survivors);
+        }
+    }
+    let done = values.len() - tail.len();
+    let (best, tail_nan) = fold_scalar(s, best, base + done as u32, tail);
+    (best, nan || tail_nan)
+}
+
+/// `Sampler::scaled`, 8 lanes at a time, and whether any `x` is NaN.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn scaled(x: __m256, scale: __m256) -> (__m256, bool) {
+    let (inf, ninf) = (_mm256_set1_ps(f32::INFINITY), _mm256_set1_ps(f32::NEG_INFINITY));
+    let y = _mm256_mul_ps(x, scale);
+    let abs = _mm256_and_ps(y, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX)));
+    // One test for both rare cases: `|y|` is infinite or NaN.
+    if _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_NLT_UQ>(abs, inf)) == 0 {
+        return (y, false);
+    }
+    let up = _mm256_and_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(y, inf), _mm256_cmp_ps::<_CMP_NEQ_UQ>(x, inf));
+    let down = _mm256_and_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(y, ninf), _mm256_cmp_ps::<_CMP_NEQ_UQ>(x, ninf));
+    let y = _mm256_blendv_ps(y, _mm256_set1_ps(f32::MAX), up);
+    let y = _mm256_blendv_ps(y, _mm256_set1_ps(-f32::MAX), down);
+    (y, _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(x, x)) != 0)
+}
+
+/// A row's [`RowKey`] broadcast to every lane.
+struct Key {
+    r1_c2: __m256i,
+    r2_c0: __m256i,
+    r2_c2: __m256i,
+    r2_c3: __m256i,
+    k0: [__m256i; 8],
+    k1: [__m256i; 8],
+}
+
+impl Key {
+    #[target_feature(enable = "avx2")]
+    fn new(key: &RowKey) -> Key {
+        let splat = |x: u32| _mm256_set1_epi32(x as i32);
+        let (mut k0, mut k1) = ([_mm256_setzero_si256(); 8], [_mm256_setzero_si256(); 8]);
+        for (r, (k0, k1)) in k0.iter_mut().zip(&mut k1).enumerate() {
+            (*k0, *k1) = (splat(key.k0[r]), splat(key.k1[r]));
+        }
+        Key {
+            r1_c2: splat(key.r1_c2),
+            r2_c0: splat(key.r2_c0),
+            r2_c2: splat(key.r2_c2),
+            r2_c3: splat(key.r2_c3),
+            k0,
+            k1,
+        }
+    }
+
+    /// The random words of quads `first_quad .. first_quad + 4·CHAINS`, in id
+    /// order, 8 per vector.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn words(&self, first_quad: u32) -> [__m256i; VECS] {
+        // Lane l counts quad `order[l]`, so that the unpacks below leave the words in id order.
+        let order = _mm256_setr_epi64x(0, 2, 1, 3);
+        let mut ctr = [[_mm256_setzero_si256(); 4]; CHAINS];
+        for (c, ctr) in ctr.iter_mut().enumerate() {
+            let quad = _mm256_add_epi64(_mm256_set1_epi64x(i64::from(first_quad + 4 * c as u32)), order);
+            let p0 = _mm256_mul_epu32(quad, _mm256_set1_epi64x(M0 as i64));
+            let c2 = _mm256_xor_si256(high(p0), self.r1_c2);
+            let p1 = _mm256_mul_epu32(c2, _mm256_set1_epi64x(M1 as i64));
+            *ctr = [_mm256_xor_si256(high(p1), self.r2_c0), p1, _mm256_xor_si256(p0, self.r2_c2), self.r2_c3];
+        }
+        // Spelled out: LLVM keeps a loop over the round keys, with moves.
+        round(&mut ctr, self.k0[0], self.k1[0]);
+        round(&mut ctr, self.k0[1], self.k1[1]);
+        round(&mut ctr, self.k0[2], self.k1[2]);
+        round(&mut ctr, self.k0[3], self.k1[3]);
+        round(&mut ctr, self.k0[4], self.k1[4]);
+        round(&mut ctr, self.k0[5], self.k1[5]);
+        round(&mut ctr, self.k0[6], self.k1[6]);
+        round(&mut ctr, self.k0[7], self.k1[7]);
+        let mut out = [_mm256_setzero_si256(); VECS];
+        for (c, ctr) in ctr.iter().enumerate() {
+            // Low halves of words 0 and 1 (2 and 3) side by side: one quad's pair per 64-bit lane.
+            let w01 = _mm256_blend_epi32::<0b1010_1010>(ctr[0], _mm256_slli_epi64::<32>(ctr[1]));
+            let w23 = _mm256_blend_epi32::<0b1010_1010>(ctr[2], _mm256_slli_epi64::<32>(ctr[3]));
+            out[2 * c] = _mm256_unpacklo_epi64(w01, w23);
+            out[2 * c + 1] = _mm256_unpackhi_epi64(w01, w23);
+        }
+        out
+    }
+}
+
+/// One Philox round of every chain, with round key `(k0, k1)`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn round(ctr: &mut [[__m256i; 4]; CHAINS], k0: __m256i, k1: __m256i) {
+    for c in ctr.iter_mut() {
+        let p0 = _mm256_mul_epu32(c[0], _mm256_set1_epi64x(M0 as i64));
+        let p1 = _mm256_mul_epu32(c[2], _mm256_set1_epi64x(M1 as i64));
+        *c = [
+            _mm256_xor_si256(_mm256_xor_si256(high(p1), c[1]), k0),
+            p1,
+            _mm256_xor_si256(_mm256_xor_si256(high(p0), c[3]), k1),
+            p0,
+        ];
+    }
+}
+
+/// The high half of each 64-bit lane into its low half (the high half keeps
+/// garbage), on a shuffle port, away from the multiplies.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn high(x: __m256i) -> __m256i {
+    _mm256_shuffle_epi32::<0b11_11_01_01>(x)
+}
+
+/// The words of one block, for the tests.
+#[cfg(test)]
+pub(super) fn words_of_block(key: &RowKey, first_quad: u32) -> Vec<u32> {
+    assert!(super::Level::Avx2.supported());
+    // SAFETY: the CPU has AVX2 (just checked).
+    let words: [u32; BLOCK] = unsafe { transmute(Key::new(key).words(first_quad)) };
+    words.to_vec()
+}
+
+/// `values` (a multiple of 8 long) widened by [`Load::load8`], for the tests.
+#[cfg(test)]
+pub(super) fn load_all<L: Load>(values: &[L]) -> Vec<f32> {
+    assert!(super::Level::Avx2.supported());
+    let mut out = Vec::with_capacity(values.len());
+    for chunk in values.chunks_exact(8) {
+        // SAFETY: 8 elements at the pointer; the CPU has AVX2 and F16C (just checked).
+        let x: [f32; 8] = unsafe { transmute(L::load8(chunk.as_ptr())) };
+        out.extend_from_slice(&x);
+    }
+    out
+}

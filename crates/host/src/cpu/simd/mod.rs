@@ -1,0 +1,480 @@
+//! The fold of a random (`T > 0`) row, vectorised: the same winner, ties and
+//! NaN flag as folding it four ids at a time with [`Sampler::fold_quad`],
+//! bit for bit, about ten times faster.
+//!
+//! The scalar fold spends nearly all its time in Philox: the bucket bound
+//! ([`GUMBEL_BOUND`]) already rules out almost every id without a logarithm,
+//! but only once the id's word is known. So a block of ids is done in three
+//! steps:
+//!
+//! 1. scale the block's logits (saturating as [`Sampler::scaled`] does); if
+//!    even its largest one plus [`GUMBEL_MAX`] is below the running best, the
+//!    scalar fold would skip every quad in it: skip the block, Philox and all;
+//! 2. draw the words of all its quads at once, one counter per vector lane;
+//! 3. filter each id against the best at the block's start: an id whose word
+//!    is below the top bucket and whose scaled logit plus [`COARSE_BOUND`]
+//!    (the bound of every bucket but the top one) is below that best is one
+//!    the scalar fold would skip as well, since the best only grows. The
+//!    quads holding any other id, unless a finer bound ([`bound`]) rules out
+//!    all their scores, are folded by the scalar code itself
+//!    ([`Sampler::fold_log_weights_drawn`]), in id order, with those words.
+//!
+//! Quads left out change nothing in the scalar fold, so the running best here
+//! equals the scalar one at every folded quad, and so does the result.
+//!
+//! [`GUMBEL_MAX`]: specdec_core::gumbel::GUMBEL_MAX
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+use super::quads;
+use specdec_core::argmax::ArgMax;
+use specdec_core::dtype::Element;
+use specdec_core::gumbel::{GUMBEL_BOUND, gumbel};
+use specdec_core::sample::Sampler;
+
+/// The widest instruction set the fold may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Level {
+    /// [`Sampler::fold_quad`], four ids at a time.
+    Scalar,
+    /// AVX2 (with F16C for f16 logits): 4 Philox counters per vector.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// AVX-512F: 8 Philox counters per vector.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl Level {
+    /// Every level, narrowest first.
+    #[cfg(test)]
+    const ALL: &[Level] = &[
+        Level::Scalar,
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2,
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512,
+    ];
+
+    /// Whether this CPU can run the level.
+    fn supported(self) -> bool {
+        match self {
+            Level::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c"),
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => is_x86_feature_detected!("avx512f"),
+        }
+    }
+
+    /// The widest level this CPU supports (std caches the CPUID probe).
+    pub(super) fn detect() -> Level {
+        #[cfg(target_arch = "x86_64")]
+        for level in [Level::Avx512, Level::Avx2] {
+            if level.supported() {
+                return level;
+            }
+        }
+        Level::Scalar
+    }
+}
+
+/// A logits element type the vector code can load.
+#[cfg(target_arch = "x86_64")]
+pub(super) trait Logit: Element + avx2::Load + avx512::Load {}
+#[cfg(target_arch = "x86_64")]
+impl<L: Element + avx2::Load + avx512::Load> Logit for L {}
+/// A logits element type the vector code can load.
+#[cfg(not(target_arch = "x86_64"))]
+pub(super) trait Logit: Element {}
+#[cfg(not(target_arch = "x86_64"))]
+impl<L: Element> Logit for L {}
+
+/// Folds the ids `base .. base + values.len()` (`base % 4 == 0`) of a random
+/// row into `best`, exactly as [`Sampler::fold_quad`] four ids at a time
+/// would, and says whether any of the values is NaN. `level` must be
+/// supported ([`Level::detect`]).
+pub(super) fn fold<L: Logit>(level: Level, s: &Sampler, best: ArgMax, base: u32, values: &[L]) -> (ArgMax, bool) {
+    debug_assert!(!s.greedy && base.is_multiple_of(4) && level.supported());
+    match level {
+        Level::Scalar => fold_scalar(s, best, base, values),
+        // SAFETY: the caller has checked that the CPU supports the level.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => unsafe { avx2::fold(s, best, base, values) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => unsafe { avx512::fold(s, best, base, values) },
+    }
+}
+
+/// The reference: [`Sampler::fold_quad`] over the row's quads. The vector
+/// levels use it for the ids after their last whole block.
+fn fold_scalar<L: Element>(s: &Sampler, mut best: ArgMax, base: u32, values: &[L]) -> (ArgMax, bool) {
+    let mut nan = false;
+    for (x, vals, n) in quads(values) {
+        nan |= vals[..n as usize].iter().any(|v| v.is_nan());
+        best = s.fold_quad(best, base + x, vals, n);
+    }
+    (best, nan)
+}
+
+/// The largest bucket bound below the top bucket (words `< 0xff00_0000`):
+/// about 5.6, against `GUMBEL_MAX` ≈ 22.9 for the top one.
+const COARSE_BOUND: f32 = {
+    let mut max = GUMBEL_BOUND[0];
+    let mut b = 1;
+    while b < 255 {
+        if GUMBEL_BOUND[b] > max {
+            max = GUMBEL_BOUND[b];
+        }
+        b += 1;
+    }
+    max
+};
+
+/// Words at or above this are in the top bucket, bounded by `GUMBEL_BOUND[255]`.
+const TOP_BUCKET: u32 = 0xff00_0000;
+
+/// `TOP_BOUND[(r >> 16) & 0xff]` is at least `gumbel(r)` for every word `r`
+/// of the top bucket: [`GUMBEL_BOUND`]'s rule one byte further down. The
+/// top bucket spans noise from 5.5 to `GUMBEL_MAX` ≈ 22.9, so its single
+/// bound rules out few ids; all but its last sub-bucket are below 11.1. The
+/// slack is `GUMBEL_BOUND`'s; the tests check the bound for every word.
+const TOP_BOUND: [f32; 256] = {
+    let mut table = [0f32; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = gumbel(TOP_BUCKET | (b as u32) << 16 | 0xffff) + 1e-4;
+        b += 1;
+    }
+    table
+};
+
+/// The tightest bound on `gumbel(word)` from the tables.
+#[inline(always)]
+fn bound(word: u32) -> f32 {
+    if word >= TOP_BUCKET { TOP_BOUND[(word >> 16 & 0xff) as usize] } else { GUMBEL_BOUND[(word >> 24) as usize] }
+}
+
+/// Step 3 of the module docs for one block of ids `base .. base + w.len()`
+/// (`base % 4 == 0`): folds, in id order and with the scalar code, every quad
+/// holding an id whose bit is set in `survivors`. `w` are the scaled logits
+/// and `words` the random words of the block's ids.
+///
+/// A quad whose every score is provably below the best, by [`bound`], is
+/// left out too: the scalar fold would combine only losers there.
+#[inline]
+fn fold_survivors(s: &Sampler, mut best: ArgMax, base: u32, w: &[f32], words: &[u32], mut survivors: u128) -> ArgMax {
+    while survivors != 0 {
+        let q = survivors.trailing_zeros() as usize / 4;
+        survivors &= !(0xf << (4 * q));
+        let at = 4 * q;
+        let quad_w = [w[at], w[at + 1], w[at + 2], w[at + 3]];
+        let quad_words = [words[at], words[at + 1], words[at + 2], words[at + 3]];
+        // `<` is false for a NaN weight, which the scalar fold must see.
+        if (0..4).all(|i| quad_w[i] + bound(quad_words[i]) < best.value) {
+            continue;
+        }
+        best = s.fold_log_weights_drawn(best, base + at as u32, quad_w, 4, || quad_words);
+    }
+    best
+}
+
+/// The part of Philox4x32-10 that is the same for every quad of a row.
+///
+/// A row's counters `[quad, stream, pos, pos >> 32]` differ only in `ctr[0]`,
+/// so besides the key schedule, the first two rounds' products of the other
+/// words are per-row constants: the vector code does one multiply per
+/// counter in rounds 1 and 2 instead of two.
+#[derive(Clone, Copy, Debug)]
+struct RowKey {
+    /// After round 1: `ctr = [_, _, hi(M0·quad) ^ r1_c2, lo(M0·quad)]` (the
+    /// first two words only feed the constants below).
+    r1_c2: u32,
+    /// After round 2: `ctr = [hi(M1·c2) ^ r2_c0, lo(M1·c2), c3 ^ r2_c2, r2_c3]`
+    /// with `c2`, `c3` the words after round 1.
+    r2_c0: u32,
+    r2_c2: u32,
+    r2_c3: u32,
+    /// The keys of rounds 3 ..= 10.
+    k0: [u32; 8],
+    k1: [u32; 8],
+}
+
+impl RowKey {
+    fn new(s: &Sampler) -> RowKey {
+        use specdec_core::rng::{M0, M1, W0, W1};
+        let mulhilo = |a: u32, b: u32| {
+            let p = a as u64 * b as u64;
+            ((p >> 32) as u32, p as u32)
+        };
+        let key = |round: u32| {
+            (
+                (s.seed as u32).wrapping_add(round.wrapping_mul(W0)),
+                ((s.seed >> 32) as u32).wrapping_add(round.wrapping_mul(W1)),
+            )
+        };
+        let (stream, pos_lo, pos_hi) = (s.stream as u32, s.pos as u32, (s.pos >> 32) as u32);
+        // Round 1: ctr[0], ctr[1] do not depend on the quad.
+        let (k0, k1) = key(0);
+        let (hi1, lo1) = mulhilo(M1, pos_lo);
+        let (c0, c1, r1_c2) = (hi1 ^ stream ^ k0, lo1, pos_hi ^ k1);
+        // Round 2: M0·ctr[0] is a constant.
+        let (k0, k1) = key(1);
+        let (hi0, lo0) = mulhilo(M0, c0);
+        RowKey {
+            r1_c2,
+            r2_c0: c1 ^ k0,
+            r2_c2: hi0 ^ k1,
+            r2_c3: lo0,
+            k0: std::array::from_fn(|r| key(r as u32 + 2).0),
+            k1: std::array::from_fn(|r| key(r as u32 + 2).1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use specdec_core::dtype::{Bf16, F16, bf16_to_f32, f16_to_f32};
+    use specdec_core::rng::{Stream, random_quad, random_u32};
+
+    /// The vector levels this CPU can run (the scalar one is the reference).
+    fn vector_levels() -> impl Iterator<Item = Level> {
+        Level::ALL.iter().copied().filter(|l| *l != Level::Scalar && l.supported())
+    }
+
+    /// Keys with every word of seed and position in play, and all streams.
+    fn samplers() -> Vec<Sampler> {
+        let mut out = Vec::new();
+        for (i, (seed, pos)) in
+            [(0u64, 0u64), (7, 100), (u64::MAX, u64::MAX), (0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210), (1 << 40, 3)]
+                .into_iter()
+                .enumerate()
+        {
+            for stream in [Stream::Target, Stream::Draft, Stream::Accept] {
+                out.push(Sampler::new(0.25 + i as f32, seed, pos, stream));
+            }
+        }
+        out
+    }
+
+    /// Every vector level's Philox words are `random_quad`'s, at the start
+    /// of the id range and near its top.
+    #[test]
+    fn vector_words_are_random_quad() {
+        for level in vector_levels() {
+            for s in samplers() {
+                let key = RowKey::new(&s);
+                for first_quad in [0u32, 8, 1000, (1 << 30) - 64] {
+                    let words = match level {
+                        Level::Scalar => unreachable!(),
+                        Level::Avx2 => avx2::words_of_block(&key, first_quad),
+                        Level::Avx512 => avx512::words_of_block(&key, first_quad),
+                    };
+                    assert!(words.len() >= 32, "{level:?}: a block holds at least 8 quads");
+                    for (q, quad) in words.chunks_exact(4).enumerate() {
+                        let want = random_quad(s.seed, s.pos, s.stream, first_quad + q as u32);
+                        assert_eq!(quad, want, "{level:?} {s:?} quad {}", first_quad + q as u32);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The vector loads widen every bf16 and f16 bit pattern as `specdec-core` does.
+    #[test]
+    fn vector_loads_widen_like_core() {
+        let all: Vec<u16> = (0..=u16::MAX).collect();
+        let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+        for level in vector_levels() {
+            let bf: Vec<f32> = match level {
+                Level::Scalar => unreachable!(),
+                Level::Avx2 => avx2::load_all(&all.iter().map(|&b| Bf16(b)).collect::<Vec<_>>()),
+                Level::Avx512 => avx512::load_all(&all.iter().map(|&b| Bf16(b)).collect::<Vec<_>>()),
+            };
+            let h: Vec<f32> = match level {
+                Level::Scalar => unreachable!(),
+                Level::Avx2 => avx2::load_all(&all.iter().map(|&b| F16(b)).collect::<Vec<_>>()),
+                Level::Avx512 => avx512::load_all(&all.iter().map(|&b| F16(b)).collect::<Vec<_>>()),
+            };
+            for &b in &all {
+                assert!(same(bf[b as usize], bf16_to_f32(b)), "{level:?} bf16 {b:#06x}");
+                assert!(same(h[b as usize], f16_to_f32(b)), "{level:?} f16 {b:#06x}");
+            }
+        }
+    }
+
+    /// A test row: its logits and what makes it interesting.
+    struct Row {
+        what: &'static str,
+        values: Vec<f32>,
+    }
+
+    fn word(salt: u64, i: usize) -> u32 {
+        random_u32(salt, i as u64, Stream::Accept, 0)
+    }
+
+    /// Rows of many lengths (whole blocks and ragged tails) with the values
+    /// that take the vector code off its common path.
+    fn rows() -> Vec<Row> {
+        let lengths = [1usize, 3, 4, 5, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 999, 1024, 4097];
+        let mut rows = Vec::new();
+        for (k, &n) in lengths.iter().enumerate() {
+            let salt = k as u64;
+            let normal = |i: usize| (word(salt, i) as f32 / 4_294_967_296.0 - 0.5) * 6.0;
+            rows.push(Row { what: "spread", values: (0..n).map(normal).collect() });
+            // Far-apart values: most blocks and quads are skipped.
+            rows.push(Row { what: "peaked", values: (0..n).map(|i| normal(i) * 40.0).collect() });
+            // A few equal values, so that ties are only broken by the noise.
+            rows.push(Row { what: "few levels", values: (0..n).map(|i| (word(salt, i) % 3) as f32).collect() });
+            rows.push(Row {
+                what: "nan, ±inf, ±3e38",
+                values: (0..n)
+                    .map(|i| match word(salt + 100, i) % 8 {
+                        0 => f32::NAN,
+                        1 => f32::NEG_INFINITY,
+                        2 => f32::INFINITY,
+                        3 => 3.0e38,
+                        4 => -3.0e38,
+                        _ => normal(i),
+                    })
+                    .collect(),
+            });
+            // Saturation: every scaled value is ±f32::MAX, so all scores tie.
+            rows.push(Row {
+                what: "saturated",
+                values: (0..n).map(|i| if word(salt, i).is_multiple_of(2) { 3.0e38 } else { -3.0e38 }).collect(),
+            });
+            rows.push(Row { what: "all nan", values: vec![f32::NAN; n] });
+            rows.push(Row { what: "all -inf", values: vec![f32::NEG_INFINITY; n] });
+            rows.push(Row {
+                what: "-inf then nan",
+                values: (0..n).map(|i| if i < n / 2 { f32::NEG_INFINITY } else { f32::NAN }).collect(),
+            });
+            // A winner late in the row after a long prefix of losers.
+            let mut late = vec![-50.0f32; n];
+            late[n - 1] = 0.0;
+            rows.push(Row { what: "late winner", values: late });
+        }
+        rows.push(Row {
+            what: "151936 spread",
+            values: (0..151_936).map(|i| (word(77, i) as f32 / 4_294_967_296.0 - 0.5) * 8.0).collect(),
+        });
+        rows
+    }
+
+    fn temperatures() -> [f32; 6] {
+        [f32::MIN_POSITIVE, 1e-3, 0.6, 1.0, 1.5, 1e4]
+    }
+
+    /// Folds `values` as the CPU backend does for level `level`, from id `base`.
+    fn fold_with<L: Logit>(level: Level, s: &Sampler, base: u32, values: &[L]) -> (ArgMax, bool) {
+        fold(level, s, ArgMax::IDENTITY, base, values)
+    }
+
+    fn bits(a: ArgMax) -> (u32, u32) {
+        (a.value.to_bits(), a.index)
+    }
+
+    fn check<L: Logit>(dtype: &str, values: &[L], what: &str) {
+        for &t in &temperatures() {
+            for key in samplers().iter().step_by(4) {
+                let s = Sampler::new(t, key.seed, key.pos, key.stream);
+                for base in [0u32, 4096] {
+                    let want = fold_with(Level::Scalar, &s, base, values);
+                    for level in vector_levels() {
+                        let got = fold_with(level, &s, base, values);
+                        assert_eq!(
+                            (bits(got.0), got.1),
+                            (bits(want.0), want.1),
+                            "{level:?} {dtype} row '{what}' of {} ids, T={t}, base={base}, {s:?}: got {:?}, want {:?}",
+                            values.len(),
+                            got.0,
+                            want.0,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every vector level folds every test row to the scalar fold's winner
+    /// (value bits and id) and NaN flag, for f32, bf16 and f16 logits.
+    #[test]
+    fn vector_folds_equal_the_scalar_fold() {
+        for row in rows() {
+            let long = row.values.len() > 10_000;
+            check("f32", &row.values, row.what);
+            if !long {
+                let bf: Vec<Bf16> = row.values.iter().map(|&x| Bf16::from_f32(x)).collect();
+                check("bf16", &bf, row.what);
+                let h: Vec<F16> = row.values.iter().map(|&x| F16::from_f32(x)).collect();
+                check("f16", &h, row.what);
+            }
+        }
+    }
+
+    /// A NaN after a block's largest value, in the same vector lane, does not
+    /// hide that value from the block skip (`vmaxps` keeps its second operand
+    /// where either is NaN, so the operand order matters).
+    #[test]
+    fn a_nan_does_not_hide_a_blocks_maximum() {
+        let s = Sampler::new(1.0, 7, 100, Stream::Target);
+        for at in 256..512 {
+            for gap in [8, 16, 32] {
+                let mut row = vec![-1000.0f32; 640];
+                row[..256].fill(0.0);
+                row[at] = 100.0;
+                row[at + gap] = f32::NAN;
+                let want = fold(Level::Scalar, &s, ArgMax::IDENTITY, 0, &row);
+                assert_eq!((want.0.index, want.1), (at as u32, true));
+                for level in vector_levels() {
+                    let got = fold(level, &s, ArgMax::IDENTITY, 0, &row);
+                    assert_eq!((bits(got.0), got.1), (bits(want.0), want.1), "{level:?}: 100 at {at}, NaN {gap} later");
+                }
+            }
+        }
+    }
+
+    /// Pruning keeps a winner that is far behind on its logit and wins by its
+    /// noise alone: the id with the largest word among 2^20, against a leader
+    /// at id 0, with every other id hopeless (so nearly every block is skipped).
+    #[test]
+    fn a_winner_by_noise_alone_is_kept() {
+        let s = Sampler::new(1.0, 11, 5, Stream::Draft);
+        let n = 1u32 << 20;
+        let word = |i: u32| random_u32(s.seed, s.pos, s.stream, i);
+        let t = (0..n).max_by_key(|&i| word(i)).expect("n > 0");
+        let (g0, gt) = (gumbel(word(0)), gumbel(word(t)));
+        assert!(t > 1024 && gt - g0 > 10.0, "the key gives a far-behind winner ({t}, {gt} - {g0})");
+        let mut row = vec![-1000.0f32; n as usize];
+        row[0] = 0.0;
+        row[t as usize] = g0 - gt + 0.01;
+        let want = fold(Level::Scalar, &s, ArgMax::IDENTITY, 0, &row);
+        assert_eq!(want.0.index, t);
+        for level in vector_levels() {
+            let got = fold(level, &s, ArgMax::IDENTITY, 0, &row);
+            assert_eq!((bits(got.0), got.1), (bits(want.0), want.1), "{level:?}");
+        }
+    }
+
+    /// `bound` holds for every word of the top bucket (all 2^24 of them) and,
+    /// through `GUMBEL_BOUND`, at both ends of every other bucket.
+    #[test]
+    fn bound_holds_for_every_top_word() {
+        for r in TOP_BUCKET..=u32::MAX {
+            assert!(gumbel(r) <= bound(r), "word {r:#x}: {} > {}", gumbel(r), bound(r));
+        }
+        for b in 0..255u32 {
+            for r in [b << 24, b << 24 | 0x00ff_ffff] {
+                assert!(gumbel(r) <= bound(r), "word {r:#x}");
+            }
+        }
+        // It is tighter than the bucket bound wherever it can be.
+        const { assert!(TOP_BOUND[254] < 11.1 && TOP_BOUND[255] >= specdec_core::gumbel::GUMBEL_MAX) };
+    }
+}
