@@ -5,7 +5,7 @@
 //! writes the report).
 //!
 //! Each call is captured once in a CUDA graph and replayed: a warm-up, then
-//! `REPS` timed replays (CUDA events around the replay alone), with the L2
+//! `REPS` timed replays (`--reps N`; CUDA events around the replay alone), with the L2
 //! flushed by a 512 MiB memset before each (`REPS_LONG` replays for a case
 //! whose first replay takes over `LONG_US`). The median is reported as µs, as
 //! GB/s over the fewest bytes the call must move, and as a fraction of the
@@ -79,6 +79,8 @@ const VERIFY_SLOTS: usize = 256;
 struct Timer {
     stream: Arc<CudaStream>,
     flush: CudaSlice<u8>,
+    /// Timed replays per case (`REPS`, or `--reps`).
+    reps: usize,
 }
 
 /// A median GPU time in µs and the number of timed repetitions it is the median of.
@@ -100,12 +102,12 @@ impl Timer {
         start.elapsed_ms(&end).expect("elapsed time") as f64 * 1000.0
     }
 
-    /// Median GPU time of `enqueue` (after one untimed run): `REPS` runs, or
-    /// `REPS_LONG` when the first takes longer than `LONG_US`.
+    /// Median GPU time of `enqueue` (after one untimed run): `self.reps` runs,
+    /// or at most `REPS_LONG` when the first takes longer than `LONG_US`.
     fn median(&mut self, mut enqueue: impl FnMut(&Arc<CudaStream>)) -> Timing {
         enqueue(&self.stream.clone());
         let first = self.once(&mut enqueue);
-        let reps = if first > LONG_US { REPS_LONG } else { REPS };
+        let reps = if first > LONG_US { self.reps.min(REPS_LONG) } else { self.reps };
         let mut times: Vec<f64> = (0..reps).map(|_| self.once(&mut enqueue)).collect();
         times.sort_by(f64::total_cmp);
         Timing { us: times[reps / 2], reps }
@@ -624,10 +626,52 @@ impl CopyCeiling {
     }
 }
 
+/// Command-line options: `--dry-run`, `--only TEXT` (repeatable: run only the
+/// cases whose name contains one of them), `--reps N` (timed replays per case,
+/// e.g. 1 under a profiler). `cargo bench` adds `--bench`, which is ignored.
+struct Options {
+    dry_run: bool,
+    only: Vec<String>,
+    reps: usize,
+}
+
+impl Options {
+    fn parse() -> Options {
+        let mut options = Options { dry_run: false, only: Vec::new(), reps: REPS };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            let mut value =
+                |name: &str| args.next().unwrap_or_else(|| fail("arguments", format!("{name} needs a value")));
+            match arg.as_str() {
+                "--dry-run" => options.dry_run = true,
+                "--only" => options.only.push(value("--only")),
+                "--reps" => {
+                    options.reps = match value("--reps").parse() {
+                        Ok(n) if n > 0 => n,
+                        _ => fail("arguments", "--reps needs a positive integer"),
+                    }
+                }
+                _ => {}
+            }
+        }
+        options
+    }
+
+    /// The grid, less the cases `--only` leaves out.
+    fn grid(&self) -> Vec<Spec> {
+        let wanted = |spec: &Spec| self.only.is_empty() || self.only.iter().any(|o| spec.name().contains(o.as_str()));
+        let grid: Vec<Spec> = grid().into_iter().filter(wanted).collect();
+        if grid.is_empty() {
+            fail("arguments", format!("no case name contains any of {:?}", self.only));
+        }
+        grid
+    }
+}
+
 fn main() {
-    // `cargo bench` passes `--bench`; only `--dry-run` means anything here.
-    if std::env::args().any(|a| a == "--dry-run") {
-        return dry_run();
+    let options = Options::parse();
+    if options.dry_run {
+        return dry_run(&options);
     }
     let started = Instant::now();
     let cuda = Cuda::on_device(0).unwrap_or_else(|e| setup(format!("the GPU benchmark needs a CUDA device: {e}")));
@@ -637,7 +681,8 @@ fn main() {
     // Graph capture of cudarc's cross-stream events is not needed on one stream.
     // SAFETY: everything below runs on this one stream.
     unsafe { s.context().disable_event_tracking() };
-    let mut timer = Timer { stream: s.clone(), flush: s.alloc_zeros(FLUSH_BYTES).unwrap_or_else(setup) };
+    let mut timer =
+        Timer { stream: s.clone(), flush: s.alloc_zeros(FLUSH_BYTES).unwrap_or_else(setup), reps: options.reps };
 
     // Copy bandwidth: 2 GiB device to device, reads + writes.
     let copy_n = 512 << 20;
@@ -683,7 +728,7 @@ fn main() {
     let mut bench = Bench { cuda, stream: s, timer, ws, buf, cases: Vec::new(), copy_gbs };
     // Draft tokens of the current verification vocabulary: (vocab, sampled, argmax).
     let mut drafts: Option<(usize, Vec<i32>, Vec<i32>)> = None;
-    for spec in grid() {
+    for spec in options.grid() {
         match spec {
             Spec::Gumbel { mode, zipf, vocab, rows } => bench.gumbel(mode, zipf, vocab, rows),
             Spec::Rejection { mode, bf16_target, b, k, vocab } => {
@@ -697,39 +742,41 @@ fn main() {
             }
         }
     }
-    write_outputs(&device, &copy, &bench.cases, started.elapsed().as_secs_f64());
+    write_outputs(&device, &copy, &bench.cases, options.reps, started.elapsed().as_secs_f64());
 }
 
 /// `--dry-run`: no GPU; every case gets a made-up time, so the outputs (and
 /// `cargo xtask bench-report` on them) can be tried anywhere. Measures nothing.
-fn dry_run() {
+fn dry_run(options: &Options) {
     println!("dry run: no GPU is used and every number below is made up");
     let copy_bytes = (2 * (512usize << 20) * 4) as f64;
-    let copy_timing = Timing { us: copy_bytes / 4.0e6, reps: REPS };
+    let reps = options.reps;
+    let copy_timing = Timing { us: copy_bytes / 4.0e6, reps };
     let copy =
-        CopyCeiling { graph: copy_timing, direct: Timing { us: copy_timing.us * 1.02, reps: REPS }, bytes: copy_bytes };
-    let cases: Vec<Case> = grid()
+        CopyCeiling { graph: copy_timing, direct: Timing { us: copy_timing.us * 1.02, reps }, bytes: copy_bytes };
+    let cases: Vec<Case> = options
+        .grid()
         .into_iter()
         .map(|spec| {
             let bytes = spec.case(copy_timing, None).bytes;
             // A made-up curve: a fixed cost, then a fraction of the copy bandwidth.
             let us = 6.0 + bytes / (copy.gbs() * 1e3 * 0.7);
             let accepted = matches!(spec, Spec::Rejection { .. }).then_some(1.0);
-            spec.case(Timing { us, reps: if us > LONG_US { REPS_LONG } else { REPS } }, accepted)
+            spec.case(Timing { us, reps: if us > LONG_US { reps.min(REPS_LONG) } else { reps } }, accepted)
         })
         .collect();
-    write_outputs("dry run (made-up numbers)", &copy, &cases, 0.0);
+    write_outputs("dry run (made-up numbers)", &copy, &cases, reps, 0.0);
 }
 
 /// Prints the table and, when `$OUT` is set, writes `$OUT/bench.md` and `$OUT/bench.json`.
-fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], wall_s: f64) {
+fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], reps: usize, wall_s: f64) {
     let copy_gbs = copy.gbs();
-    let long: Vec<&str> = cases.iter().filter(|c| c.timing.reps != REPS).map(|c| c.name.as_str()).collect();
+    let long: Vec<&str> = cases.iter().filter(|c| c.timing.reps != reps).map(|c| c.name.as_str()).collect();
     let reps_note = if long.is_empty() {
-        format!("median of {REPS} CUDA-graph replays per case, L2 flushed before each")
+        format!("median of {reps} CUDA-graph replays per case, L2 flushed before each")
     } else {
         format!(
-            "median of {REPS} CUDA-graph replays per case ({REPS_LONG} for the {} cases over {LONG_US:.0} µs: {}), \
+            "median of {reps} CUDA-graph replays per case ({REPS_LONG} for the {} cases over {LONG_US:.0} µs: {}), \
              L2 flushed before each",
             long.len(),
             long.join("; ")
@@ -752,11 +799,12 @@ fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], wall_s: f64) 
     let unix_time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let cases: Vec<String> = cases.iter().map(|c| format!("  {}", c.json(copy_gbs))).collect();
     let json = format!(
-        "{{\"device\":{},\"unix_time\":{unix_time},\"wall_s\":{wall_s:.1},\"reps\":{REPS},\"reps_long\":{REPS_LONG},\
+        "{{\"device\":{},\"unix_time\":{unix_time},\"wall_s\":{wall_s:.1},\"reps\":{reps},\"reps_long\":{},\
          \"long_us\":{LONG_US},\"flush_bytes\":{FLUSH_BYTES},\"temperature\":{T},\
          \"copy\":{{\"us\":{:.2},\"bytes\":{},\"gbs\":{copy_gbs:.1},\"graph_us\":{:.2},\"stream_us\":{:.2}}},\
          \n\"cases\":[\n{}\n]}}\n",
         json_str(device),
+        reps.min(REPS_LONG),
         copy.best().us,
         copy.bytes,
         copy.graph.us,

@@ -527,8 +527,8 @@ fn captured_gumbel_sample_replays_on_new_inputs() {
     };
     let kinds = node_types(&graph);
     assert!(
-        kinds.len() == 2 && kinds.iter().all(|&k| k == CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL),
-        "gumbel_sample should enqueue its two kernels and nothing else (no copy, memset or allocation): {kinds:?}"
+        kinds.len() == 1 && kinds.iter().all(|&k| k == CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL),
+        "gumbel_sample should enqueue its one kernel and nothing else (no copy, memset or allocation): {kinds:?}"
     );
     for replay in 0..REPLAYS {
         let n = refill_gumbel(&mut rng, &b);
@@ -563,8 +563,8 @@ fn captured_rejection_sample_replays_on_new_inputs() {
         };
         let kinds = node_types(&graph);
         assert!(
-            kinds.len() == 4 && kinds.iter().all(|&k| k == CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL),
-            "rejection_sample should enqueue its four kernels and nothing else: {kinds:?}"
+            kinds.len() == 2 && kinds.iter().all(|&k| k == CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL),
+            "rejection_sample should enqueue its two kernels and nothing else: {kinds:?}"
         );
         for replay in 0..REPLAYS {
             refill_verify(&mut rng, &mut v, draft_logits);

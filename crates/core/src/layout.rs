@@ -35,8 +35,10 @@ pub struct GumbelParams {
     pub cache_stride1: u64,
     /// `i32 [rows]` per-row cache columns, or 0 to use `cache_column`.
     pub cache_columns: u64,
-    /// `ArgMax [rows, chunks]` scratch.
+    /// `Partial [rows, chunks]` scratch.
     pub partials: u64,
+    /// `u32 [rows]` arrival counters, zero between calls (workspace).
+    pub counters: u64,
     /// `i32 [rows]` or `i64 [rows]` (see `tokens_i64`).
     pub tokens: u64,
     /// `u32 [rows]` per-row status flags, or 0.
@@ -86,6 +88,8 @@ pub struct RejectionParams {
     pub stats: u64,
     pub jobs: u64,
     pub partials: u64,
+    /// `u32 [requests]` arrival counters, zero between calls (workspace).
+    pub counters: u64,
     /// `[requests, max_drafts + 1]`, `i32` or `i64`.
     pub tokens: u64,
     /// `i32 [requests]`; `accepted` may be 0 (not wanted).
@@ -102,5 +106,8 @@ pub struct RejectionParams {
     pub num_slots: u32,
     pub chunk: u32,
     pub chunks: u32,
+    /// The same for pass 2, which reads one row per request.
+    pub resample_chunk: u32,
+    pub resample_chunks: u32,
     pub tokens_i64: u32,
 }

@@ -4,9 +4,9 @@
 //!
 //! Like [`crate::gumbel`], everything here uses only IEEE-rounded `+ − × ÷`
 //! and integer operations. The one exception is the exponential inside the
-//! row sums of [`Lse::push_quad`], which takes it as an argument: the CPU
-//! passes [`exp`], the GPU its hardware `ex2.approx` (relative error below
-//! 2^-22, the size of f32 rounding itself). Sums are also reduced in a
+//! row sums of [`Lse::push_quad`] and [`Lse::combine_with`], which take it as
+//! an argument: the CPU passes [`exp`], the GPU its hardware `ex2.approx`
+//! (relative error below 2^-22, the size of f32 rounding itself). Sums are also reduced in a
 //! different order on each backend, so a row's log-sum-exp may differ in its
 //! last bits between them; every per-element value (noise, residual weights
 //! given the log-sum-exps) is computed alike.
@@ -147,6 +147,12 @@ impl Lse {
     /// Combines two sets' statistics.
     #[inline(always)]
     pub fn combine(self, other: Lse) -> Lse {
+        self.combine_with(other, exp)
+    }
+
+    /// [`Lse::combine`] with `exp` as the exponential (as in [`Lse::push_quad`]).
+    #[inline(always)]
+    pub fn combine_with(self, other: Lse, exp: impl Fn(f32) -> f32) -> Lse {
         let max = if other.max > self.max { other.max } else { self.max };
         if max == f32::NEG_INFINITY {
             return Lse::EMPTY;

@@ -28,15 +28,23 @@ pub enum Stream {
     Accept = 0x4143_4350,
 }
 
-const M0: u32 = 0xD251_1F53;
-const M1: u32 = 0xCD9E_8D57;
-const W0: u32 = 0x9E37_79B9;
-const W1: u32 = 0xBB67_AE85;
+// Public for the CPU backend's SIMD twin of `philox4x32_10` (its tests pin it to this one).
+/// Philox4x32 multiplier of `ctr[0]`.
+pub const M0: u32 = 0xD251_1F53;
+/// Philox4x32 multiplier of `ctr[2]`.
+pub const M1: u32 = 0xCD9E_8D57;
+/// Philox4x32 per-round increment of `key[0]`.
+pub const W0: u32 = 0x9E37_79B9;
+/// Philox4x32 per-round increment of `key[1]`.
+pub const W1: u32 = 0xBB67_AE85;
 
+/// The high and low words of `a·b`, each formed on its own: from one 64-bit
+/// product, LLVM's NVPTX backend kept Philox's whole state in 64-bit registers
+/// (emulated 64-bit multiplies, shifts and xors: three times the instructions
+/// of `mul.hi.u32` / `mul.lo.u32`).
 #[inline(always)]
 const fn mulhilo(a: u32, b: u32) -> (u32, u32) {
-    let p = a as u64 * b as u64;
-    ((p >> 32) as u32, p as u32)
+    (((a as u64 * b as u64) >> 32) as u32, a.wrapping_mul(b))
 }
 
 /// Philox4x32 with 10 rounds, as specified by Random123.

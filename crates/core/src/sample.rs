@@ -74,12 +74,28 @@ impl Sampler {
     /// the residual `log(p − q)` of a rejected draft. Ignores `greedy`.
     #[inline(always)]
     pub fn fold_log_weights(&self, best: ArgMax, base: u32, w: [f32; 4], n: u32) -> ArgMax {
+        self.fold_log_weights_drawn(best, base, w, n, || random_quad(self.seed, self.pos, self.stream, base / 4))
+    }
+
+    /// [`Sampler::fold_log_weights`] with the quad's random words supplied by
+    /// `words`, which must return `random_quad(seed, pos, stream, base / 4)`;
+    /// it is called only if the quad is not skipped. The CPU backend draws
+    /// the words of many quads at once.
+    #[inline(always)]
+    pub fn fold_log_weights_drawn(
+        &self,
+        best: ArgMax,
+        base: u32,
+        w: [f32; 4],
+        n: u32,
+        words: impl FnOnce() -> [u32; 4],
+    ) -> ArgMax {
         let top = |hi: f32, i: usize| if (i as u32) < n && w[i] > hi { w[i] } else { hi };
         let hi = top(top(top(top(f32::NEG_INFINITY, 0), 1), 2), 3);
         if hi + GUMBEL_MAX < best.value {
             return best;
         }
-        let words = random_quad(self.seed, self.pos, self.stream, base / 4);
+        let words = words();
         // `!(bound < best)`, not `bound >= best`: a NaN weight must still be
         // folded (as -inf with its id), or an all-NaN row would keep no id.
         #[allow(clippy::neg_cmp_op_on_partial_ord)]
@@ -121,24 +137,46 @@ impl Resampled {
 
 impl Sampler {
     /// Folds ids `base .. base + n` into both candidates of `best`: residual
-    /// log-weights `res[..n]` and target log-weights `tgt[..n]`, each plus the
+    /// log-weights `res(i)` and target log-weights `tgt[..n]`, each plus the
     /// same noise `gumbel(word(id))`.
+    ///
+    /// `res` is only called for lanes that might matter: `ub[i]` must bound
+    /// `res(i)` from above (`log p` for the residual `log(p − q)`, the target
+    /// weight itself when the residual is the target with ids removed). As in
+    /// [`Sampler::fold_log_weights`], a lane is skipped only when both of its
+    /// scores are provably below their running bests: by `GUMBEL_MAX` for the
+    /// whole quad (no Philox call), else by the bound of its word's bucket (no
+    /// logarithm, no residual weight). The result is that of scoring every id.
     #[inline(always)]
-    pub fn fold_resample(&self, best: Resampled, base: u32, res: [f32; 4], tgt: [f32; 4], n: u32) -> Resampled {
+    pub fn fold_resample(
+        &self,
+        best: Resampled,
+        base: u32,
+        tgt: [f32; 4],
+        ub: [f32; 4],
+        res: impl Fn(usize) -> f32,
+        n: u32,
+    ) -> Resampled {
         let top = |w: [f32; 4]| {
             let t = |hi: f32, i: usize| if (i as u32) < n && w[i] > hi { w[i] } else { hi };
             t(t(t(t(f32::NEG_INFINITY, 0), 1), 2), 3)
         };
-        if top(res) + GUMBEL_MAX < best.residual.value && top(tgt) + GUMBEL_MAX < best.target.value {
+        if top(ub) + GUMBEL_MAX < best.residual.value && top(tgt) + GUMBEL_MAX < best.target.value {
             return best;
         }
         let words = random_quad(self.seed, self.pos, self.stream, base / 4);
+        // `!(… < best)`: a NaN weight takes the exact path (see fold_log_weights).
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
         let lane = |b: Resampled, i: usize| {
-            if (i as u32) < n {
+            if (i as u32) >= n {
+                return b;
+            }
+            let bound = GUMBEL_BOUND[(words[i] >> 24) as usize];
+            if !(ub[i] + bound < b.residual.value) || !(tgt[i] + bound < b.target.value) {
                 let g = gumbel(words[i]);
                 let id = base + i as u32;
                 Resampled {
-                    residual: b.residual.combine(ArgMax::new(res[i] + g, id)),
+                    residual: b.residual.combine(ArgMax::new(res(i) + g, id)),
                     target: b.target.combine(ArgMax::new(tgt[i] + g, id)),
                 }
             } else {
@@ -185,15 +223,60 @@ mod tests {
         }
     }
 
+    /// The pruned resample fold gives both candidates of scoring every id,
+    /// and computes few residual weights on a spread-out row.
+    #[test]
+    fn resample_pruning_never_changes_the_candidates() {
+        let s = Sampler::new(0.8, 5, 77, Stream::Target);
+        let mut calls = 0;
+        let mut lanes = 0;
+        for trial in 0..300u32 {
+            let h = |salt: u32, i: usize| crate::rng::random_u32(trial as u64, salt as u64, Stream::Accept, i as u32);
+            let spread = [0.25f32, 1.0, 4.0][trial as usize % 3];
+            let tgt: [f32; 256] = core::array::from_fn(|i| ((h(0, i) % 97) as f32 - 60.0) * spread);
+            let ub: [f32; 256] = core::array::from_fn(|i| tgt[i] - 3.0);
+            // At most its bound; sometimes equal to it, sometimes empty (-inf).
+            let res: [f32; 256] = core::array::from_fn(|i| match h(1, i) % 4 {
+                0 => ub[i],
+                1 => f32::NEG_INFINITY,
+                k => ub[i] - (k as f32) * 1.7,
+            });
+            let calls_here = core::cell::Cell::new(0);
+            let mut folded = Resampled::IDENTITY;
+            for q in 0..64 {
+                let at = |a: &[f32; 256]| [a[4 * q], a[4 * q + 1], a[4 * q + 2], a[4 * q + 3]];
+                let n = if q == 63 { 3 } else { 4 }; // a ragged last quad
+                let lazy = |l: usize| {
+                    calls_here.set(calls_here.get() + 1);
+                    res[4 * q + l]
+                };
+                folded = s.fold_resample(folded, 4 * q as u32, at(&tgt), at(&ub), lazy, n);
+            }
+            let mut full = Resampled::IDENTITY;
+            for i in 0..255 {
+                let g = gumbel(crate::rng::random_u32(5, 77, Stream::Target, i as u32));
+                full = Resampled {
+                    residual: full.residual.combine(ArgMax::new(res[i] + g, i as u32)),
+                    target: full.target.combine(ArgMax::new(tgt[i] + g, i as u32)),
+                };
+            }
+            assert_eq!(folded, full, "trial {trial}");
+            calls += calls_here.get();
+            lanes += 255;
+        }
+        assert!(calls * 4 < lanes, "{calls} residual weights computed for {lanes} lanes: pruning does not work");
+    }
+
     #[test]
     fn an_empty_residual_falls_back_to_the_target() {
         let s = Sampler::new(1.0, 3, 9, Stream::Target);
         let ninf = f32::NEG_INFINITY;
         let tgt = [0.0, 5.0, 0.0, -2.0];
-        let empty = s.fold_resample(Resampled::IDENTITY, 0, [ninf; 4], tgt, 4);
+        let empty = s.fold_resample(Resampled::IDENTITY, 0, tgt, tgt, |_| ninf, 4);
         assert_eq!(empty.token(), s.fold_log_weights(ArgMax::IDENTITY, 0, tgt, 4).index);
         // A non-empty residual wins even where the target's candidate is larger.
-        let one = s.fold_resample(Resampled::IDENTITY, 0, [ninf, ninf, -30.0, ninf], tgt, 4);
+        let res = [ninf, ninf, -30.0, ninf];
+        let one = s.fold_resample(Resampled::IDENTITY, 0, tgt, tgt, |i| res[i], 4);
         assert_eq!(one.token(), 2);
     }
 

@@ -9,8 +9,12 @@ unsafe extern "C" {
     fn shfl_sync_bfly_f32(mask: u32, value: f32, lane_mask: i32, clamp: i32) -> f32;
     #[link_name = "llvm.nvvm.shfl.sync.bfly.i32"]
     fn shfl_sync_bfly_i32(mask: u32, value: i32, lane_mask: i32, clamp: i32) -> i32;
+    #[link_name = "llvm.nvvm.shfl.sync.idx.i32"]
+    fn shfl_sync_idx_i32(mask: u32, value: i32, lane: i32, clamp: i32) -> i32;
     #[link_name = "llvm.nvvm.ex2.approx.ftz.f"]
     fn ex2_approx_ftz(x: f32) -> f32;
+    #[link_name = "llvm.nvvm.membar.gl"]
+    fn membar_gl();
     #[link_name = "llvm.trap"]
     fn llvm_trap() -> !;
 }
@@ -78,6 +82,46 @@ pub unsafe fn dynamic_shared<T>() -> *mut T {
     core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<T>()
 }
 
+/// The value of lane `lane` of the warp, in every lane.
+///
+/// # Safety
+/// All 32 lanes of the warp must be active and execute this call together.
+#[inline(always)]
+pub unsafe fn shfl_idx_u32(value: u32, lane: u32) -> u32 {
+    // SAFETY: the caller guarantees a converged, full warp.
+    unsafe { shfl_sync_idx_i32(FULL_MASK, value as i32, lane as i32, 0x1f) as u32 }
+}
+
+/// Atomically adds 1 to the `u32` at `ptr` (device scope, no ordering: see
+/// [`fence_device`]), returning the old value.
+///
+/// # Safety
+/// As for [`atomic_or`].
+#[inline(always)]
+pub unsafe fn atomic_inc(ptr: *mut u32) -> u32 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { AtomicU32::from_ptr(ptr).fetch_add(1, Ordering::Relaxed) }
+}
+
+/// Atomically stores `value` into the `u32` at `ptr` (no ordering).
+///
+/// # Safety
+/// As for [`atomic_or`].
+#[inline(always)]
+pub unsafe fn atomic_store(ptr: *mut u32, value: u32) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { AtomicU32::from_ptr(ptr).store(value, Ordering::Relaxed) }
+}
+
+/// `__threadfence()` (`membar.gl`): this thread's memory accesses before it
+/// are seen by the whole device before those after it. Written out because
+/// LLVM's NVPTX backend emits Rust's orderings on atomics as relaxed `atom`.
+#[inline(always)]
+pub fn fence_device() {
+    // SAFETY: a fence has no preconditions.
+    unsafe { membar_gl() }
+}
+
 /// Atomically ORs `bits` into the `u32` at `ptr` (device scope).
 ///
 /// # Safety
@@ -95,6 +139,19 @@ pub unsafe fn atomic_or(ptr: *mut u32, bits: u32) {
 pub fn fast_exp(x: f32) -> f32 {
     // SAFETY: a pure arithmetic instruction.
     unsafe { ex2_approx_ftz(x * core::f32::consts::LOG2_E) }
+}
+
+/// Starts moving the line holding `ptr` into L2 (`prefetch.L2`; inline
+/// assembly, as LLVM's intrinsic wants an address-space pointer Rust cannot name),
+/// without waiting: a load issued later, after a chain of dependent loads,
+/// then finds it there.
+///
+/// # Safety
+/// `ptr` points into memory the kernel may read.
+#[inline(always)]
+pub unsafe fn prefetch_l2<T>(ptr: *const T) {
+    // SAFETY: guaranteed by the caller; a prefetch has no other effect.
+    unsafe { core::arch::asm!("prefetch.L2 [{0}];", in(reg64) ptr, options(nostack, readonly, preserves_flags)) }
 }
 
 /// Aborts the kernel (the launch reports an error to the host).

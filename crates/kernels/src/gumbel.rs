@@ -1,22 +1,23 @@
 //! `gumbel_sample` (SPEC §3): one token per row by Gumbel-max (or argmax when
 //! greedy), optionally storing the row's raw logits into the draft cache.
 //!
-//! Two launches, so a row can be spread over many blocks at small batch:
-//!
-//! 1. `gumbel_sample_{logits}_{cache}`: grid `(rows, chunks)`, [`BLOCK_THREADS`]
-//!    threads, `block_reduce_shared_bytes::<Partial>()` of dynamic shared memory. Block
-//!    `(r, c)` reads ids `c·chunk .. (c+1)·chunk` of row `r`, each thread four
-//!    consecutive ids per step (one Philox call, one vector load when the row
-//!    is aligned), writes them to the cache, and reduces its best candidate
-//!    into `partials[r·chunks + c]`.
-//! 2. `gumbel_sample_finish`: grid `rows`, one warp per row: reduces the row's
-//!    partials, writes the token (`-1` for an invalid row), the row's flags and
-//!    ORs them into the call's status word.
+//! One launch, `gumbel_sample_{logits}_{cache}`: grid `(rows, chunks)`,
+//! [`BLOCK_THREADS`] threads, `block_reduce_shared_bytes::<Partial>()` of
+//! dynamic shared memory. Block `(r, c)` reads ids `c·chunk .. (c+1)·chunk` of
+//! row `r`, each thread four consecutive ids per step (one Philox call, one
+//! vector load when the row is aligned), writes them to the cache, and reduces
+//! its best candidate. With one chunk per row that block writes the row's
+//! outputs; otherwise it publishes its candidate in `partials[r·chunks + c]`
+//! and the row's last block ([`last_block`]) combines them and writes the
+//! token (`-1` for an invalid row), the row's flags, and ORs them into the
+//! call's status word.
 //!
 //! The winner is the same for any chunking (total order, noise keyed by id).
 
 use crate::block::{Partial, Reduce, block_reduce, warp_reduce};
+use crate::fold::fold_greedy;
 use crate::gpu::{self, WARP};
+use crate::last_block;
 use crate::load::{Load, any_nan, for_each_quad, widen};
 use crate::row::SlotState;
 use specdec_core::argmax::ArgMax;
@@ -52,6 +53,16 @@ unsafe fn row_state(p: &GumbelParams, row: u32) -> (SlotState, u64, u32) {
     (state, pos, column)
 }
 
+/// Row `row` of the logits.
+///
+/// # Safety
+/// `row < p.rows`.
+#[inline(always)]
+unsafe fn logits_row<L>(p: &GumbelParams, row: u32) -> *const L {
+    // SAFETY: the host checked (rows-1)·row_stride + vocab fits the buffer.
+    unsafe { (p.logits as *const L).add(row as usize * p.row_stride as usize) }
+}
+
 /// # Safety
 /// Launched as described in the module docs, with a validated `p`.
 #[inline(always)]
@@ -60,22 +71,46 @@ unsafe fn gumbel_sample<L: Load, C: Element>(p: &GumbelParams) {
     if row >= p.rows || chunk_idx >= p.chunks {
         return; // whole block: no barrier is skipped by part of it
     }
+    // The row state is a chain of dependent loads; meanwhile bring this
+    // thread's first quad into L2 (at small batch it is the only one).
+    let first = chunk_idx * p.chunk + 4 * tid;
+    if first < p.vocab {
+        // SAFETY: row < rows and first < vocab: inside the row (host-checked).
+        unsafe { gpu::prefetch_l2(logits_row::<L>(p, row).add(first as usize)) };
+    }
     // SAFETY: row < rows.
     let (state, pos, column) = unsafe { row_state(p, row) };
-    // SAFETY: partials holds rows × chunks entries (workspace sized by the host).
-    let out = unsafe { (p.partials as *mut Partial).add(row as usize * p.chunks as usize + chunk_idx as usize) };
-    if !state.is_valid() {
-        if tid == 0 {
-            // SAFETY: see `out`.
-            unsafe { out.write(Partial::new(ArgMax::IDENTITY, state.flags)) };
-        }
-        return; // block-uniform
+    let partial = if state.is_valid() {
+        // SAFETY: forwarded (valid state and column, block-uniform call).
+        unsafe { fold_chunk::<L, C>(p, row, chunk_idx, state, pos, column) }
+    } else {
+        Partial::new(ArgMax::IDENTITY, state.flags) // block-uniform
+    };
+    // Warp 0 holds the block's result.
+    if tid < WARP {
+        // SAFETY: all of warp 0, once per block.
+        unsafe { complete(p, row, chunk_idx, partial) };
     }
+}
 
+/// This block's chunk of the row, reduced over the block (valid in warp 0).
+///
+/// # Safety
+/// Called by every thread of the block; `state` is valid and `column` checked.
+#[inline(always)]
+unsafe fn fold_chunk<L: Load, C: Element>(
+    p: &GumbelParams,
+    row: u32,
+    chunk_idx: u32,
+    state: SlotState,
+    pos: u64,
+    column: u32,
+) -> Partial {
+    let tid = gpu::thread_idx_x();
     let start = chunk_idx * p.chunk;
     let end = if p.vocab - start < p.chunk { p.vocab } else { start + p.chunk };
-    // SAFETY: row < rows; the host checked (rows-1)·row_stride + vocab fits the buffer.
-    let logits = unsafe { (p.logits as *const L).add(row as usize * p.row_stride as usize) };
+    // SAFETY: row < rows.
+    let logits = unsafe { logits_row::<L>(p, row) };
     let cache = if p.cache != 0 && state.slot >= 0 {
         let offset = state.slot as usize * p.cache_stride0 as usize + column as usize * p.cache_stride1 as usize;
         // SAFETY: slot < num_slots and column < cache_k were checked; the host checked the extent.
@@ -89,47 +124,107 @@ unsafe fn gumbel_sample<L: Load, C: Element>(p: &GumbelParams) {
     let mut best = ArgMax::IDENTITY;
     let mut nan = false;
     let none: *const L = core::ptr::null();
-    // SAFETY: the row holds `end <= vocab` elements; start % 4 == 0.
-    unsafe {
-        for_each_quad::<true, _, _>(
-            logits,
-            none,
-            start,
-            end,
-            tid,
-            #[inline(always)]
-            |x, raw, _, n| {
-                if !cache.is_null() {
-                    // Constant lane indices keep `raw` in registers.
-                    let store = |i: usize| {
-                        if (i as u32) < n {
-                            // SAFETY: id < vocab <= cache width (the host's "narrower" check).
-                            unsafe { cache.add(x as usize + i).write(C::convert_from(raw[i])) };
-                        }
-                    };
-                    store(0);
-                    store(1);
-                    store(2);
-                    store(3);
+    // Stores the quad's raw logits into the cache row, if there is one.
+    let store = #[inline(always)]
+    |x: u32, raw: [L; 4], n: u32| {
+        if !cache.is_null() {
+            // Constant lane indices keep `raw` in registers.
+            let lane = |i: usize| {
+                if (i as u32) < n {
+                    // SAFETY: id < vocab <= cache width (the host's "narrower" check).
+                    unsafe { cache.add(x as usize + i).write(C::convert_from(raw[i])) };
                 }
+            };
+            lane(0);
+            lane(1);
+            lane(2);
+            lane(3);
+        }
+    };
+    // Two loops, not one with a branch per quad: registers are allocated for
+    // the loop that needs the most, and the greedy loop keeps twice the loads
+    // in flight (pipelined) while the random one holds Philox state instead.
+    // SAFETY (both): the row holds `end <= vocab` elements; start % 4 == 0.
+    if sampler.greedy {
+        unsafe {
+            for_each_quad::<true, _, _>(logits, none, start, end, tid, |x, raw, _, n| {
+                store(x, raw, n);
+                best = fold_greedy(&sampler, best, x, widen(raw), n, &mut nan);
+            })
+        };
+    } else {
+        unsafe {
+            for_each_quad::<false, _, _>(logits, none, start, end, tid, |x, raw, _, n| {
+                store(x, raw, n);
                 let vals = widen(raw);
                 nan |= any_nan(vals, n);
                 best = sampler.fold_quad(best, x, vals, n);
-            },
-        )
-    };
+            })
+        };
+    }
     let flags = state.flags | if nan { NAN_LOGITS } else { 0 };
-    // SAFETY: every thread of the block reaches this reduction.
-    let reduced = unsafe { block_reduce(Partial::new(best, flags)) };
-    if tid == 0 {
-        // SAFETY: see `out`.
-        unsafe { out.write(reduced) };
+    // SAFETY: every thread of the block reaches this reduction (caller).
+    unsafe { block_reduce(Partial::new(best, flags)) }
+}
+
+/// Warp 0 of block `(row, chunk_idx)` with the block's `partial`: writes the
+/// row's outputs if the row is one chunk, else publishes the partial, and the
+/// row's last block combines them all and writes the outputs.
+///
+/// # Safety
+/// All 32 lanes of warp 0 call this together, once per block; `row < rows`.
+#[inline(always)]
+unsafe fn complete(p: &GumbelParams, row: u32, chunk_idx: u32, partial: Partial) {
+    let lane = gpu::thread_idx_x();
+    let acc = if p.chunks == 1 {
+        partial
+    } else {
+        // SAFETY: partials holds rows × chunks entries (workspace sized by the host).
+        let partials = unsafe { (p.partials as *mut Partial).add(row as usize * p.chunks as usize) };
+        if lane == 0 {
+            // SAFETY: chunk_idx < chunks.
+            unsafe { partials.add(chunk_idx as usize).write(partial) };
+        }
+        // SAFETY: all of warp 0, after lane 0's write; counters holds `rows`
+        // entries and the row's `chunks` blocks each arrive once.
+        if !unsafe { last_block::arrive((p.counters as *mut u32).add(row as usize), p.chunks) } {
+            return;
+        }
+        let mut acc = Partial::IDENTITY;
+        let mut j = lane;
+        while j < p.chunks {
+            // SAFETY: j < chunks; every block of the row published (arrive).
+            // Volatile: read from L2, never from a stale L1 line.
+            acc = acc.combine(unsafe { partials.add(j as usize).read_volatile() });
+            j += WARP;
+        }
+        // SAFETY: the whole warp is here (uniform loop bounds).
+        unsafe { warp_reduce(acc) }
+    };
+    if lane != 0 {
+        return;
+    }
+    let token = if acc.flags & INVALID != 0 { -1 } else { acc.best.index as i64 };
+    // SAFETY: tokens holds `rows` elements of the flagged width; row_status
+    // (when given) `rows` u32; status one u32 (host-allocated).
+    unsafe {
+        if p.tokens_i64 != 0 {
+            (p.tokens as *mut i64).add(row as usize).write(token);
+        } else {
+            (p.tokens as *mut i32).add(row as usize).write(token as i32);
+        }
+        if p.row_status != 0 {
+            (p.row_status as *mut u32).add(row as usize).write(acc.flags);
+        }
+        if acc.flags != 0 {
+            gpu::atomic_or(p.status as *mut u32, acc.flags);
+        }
     }
 }
 
 macro_rules! gumbel_kernels {
     ($($name:ident: $l:ty => $c:ty;)*) => {$(
-        /// `gumbel_sample` pass 1 for these logits and cache dtypes (see module docs).
+        /// `gumbel_sample` for these logits and cache dtypes (see module docs).
         ///
         /// # Safety
         /// Launched by the host's validated launcher.
@@ -151,45 +246,4 @@ gumbel_kernels! {
     gumbel_sample_f16_f32: F16 => f32;
     gumbel_sample_f16_bf16: F16 => Bf16;
     gumbel_sample_f16_f16: F16 => F16;
-}
-
-/// `gumbel_sample` pass 2 (see module docs): grid `rows`, one warp per block.
-///
-/// # Safety
-/// Launched by the host's launcher after pass 1 on the same stream.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn gumbel_sample_finish(p: GumbelParams) {
-    let (row, lane) = (gpu::block_idx_x(), gpu::thread_idx_x());
-    if row >= p.rows {
-        return;
-    }
-    let partials = p.partials as *const Partial;
-    let mut acc = Partial::IDENTITY;
-    let mut j = lane;
-    while j < p.chunks {
-        // SAFETY: j < chunks; partials holds rows × chunks entries.
-        acc = acc.combine(unsafe { *partials.add(row as usize * p.chunks as usize + j as usize) });
-        j += WARP;
-    }
-    // SAFETY: the block is exactly one full warp.
-    let acc = unsafe { warp_reduce(acc) };
-    if lane != 0 {
-        return;
-    }
-    let token = if acc.flags & INVALID != 0 { -1 } else { acc.best.index as i64 };
-    // SAFETY: tokens holds `rows` elements of the flagged width; row_status
-    // (when given) `rows` u32; status one u32 (host-allocated).
-    unsafe {
-        if p.tokens_i64 != 0 {
-            (p.tokens as *mut i64).add(row as usize).write(token);
-        } else {
-            (p.tokens as *mut i32).add(row as usize).write(token as i32);
-        }
-        if p.row_status != 0 {
-            (p.row_status as *mut u32).add(row as usize).write(acc.flags);
-        }
-        if acc.flags != 0 {
-            gpu::atomic_or(p.status as *mut u32, acc.flags);
-        }
-    }
 }

@@ -7,6 +7,7 @@
 #![no_std]
 #![feature(
     abi_ptx,
+    asm_experimental_arch,
     stdarch_nvptx,
     link_llvm_intrinsics,
     gpu_launch_sized_workgroup_mem,
@@ -17,8 +18,10 @@
 #![allow(internal_features)]
 
 pub mod block;
+pub mod fold;
 pub mod gpu;
 pub mod gumbel;
+pub mod last_block;
 pub mod load;
 pub mod rejection;
 pub mod row;

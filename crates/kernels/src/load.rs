@@ -43,7 +43,7 @@ impl Load for F16 {
 /// Whether a row starting at `row` can use [`Load::load4`] at every multiple of 4.
 #[inline(always)]
 pub fn quad_aligned<L>(row: *const L) -> bool {
-    (row as usize) % (4 * core::mem::size_of::<L>()) == 0
+    (row as usize).is_multiple_of(4 * core::mem::size_of::<L>())
 }
 
 /// Elements `x .. x + n` of `row` (`n = min(4, end − x)`), lanes past `n`

@@ -1,36 +1,39 @@
 //! `rejection_sample` (SPEC §4): verify each request's drafts against the
-//! target, softmax-free, in four launches that never materialise a
+//! target, softmax-free, in two launches that never materialise a
 //! probability and write nothing of size rows × V.
 //!
 //! 1. `rejection_stats_{target}_{cache}`: grid `(requests·(K+1), chunks)`.
 //!    Block `(r·(K+1) + i, c)` reads chunk `c` of request `r`'s row `i` (if
 //!    `i <= n_r`): greedy requests reduce the target argmax; sampling requests
 //!    the target's (max, Σexp) of `t/T`, and for draft rows the draft's, from
-//!    cache column `i` of the request's slot. One [`Stats`] per block.
-//! 2. `rejection_decide_{target}_{cache}`: grid `requests`, one warp each.
-//!    Checks the request's draft ids, then walks its rows in order — each
+//!    cache column `i` of the request's slot. One [`Stats`] per block. The
+//!    request's last block ([`last_block`]) then decides, with one warp: it
+//!    checks the request's draft ids, then walks its rows in order — each
 //!    row's chunks combined by the whole warp into log-sum-exps — up to the
 //!    first rejection or placeholder `j` (the rows after it only report their
 //!    flags); writes the accepted drafts, `-1` padding, the counts, and a
 //!    [`Job`] saying what token `j` must be sampled from.
-//! 3. `rejection_resample_{target}_{cache}`: grid `(requests, chunks)`.
+//! 2. `rejection_resample_{target}_{cache}`: grid `(requests,
+//!    resample_chunks)`, each block `resample_chunk` ids (split for `requests`
+//!    rows, so a small batch still spreads over the GPU).
 //!    Gumbel-max over row `j` of the job's distribution: the target `p`
 //!    (bonus row, placeholder), `p` without the draft (one-hot drafts), or the
 //!    residual `log(p − q) = a + ln(1 − e^(c−a))` (draft logits), with `p`
 //!    itself folded beside it under the same noise as the fallback for a
-//!    residual that rounding left empty.
-//! 4. `rejection_finish`: grid `requests`, one warp each: reduces the chunks of
-//!    pass 3 and writes token `j`.
+//!    residual that rounding left empty. The request's last block combines
+//!    the chunks and writes token `j`.
 //!
 //! Resampled and bonus tokens use the target stream of their row, so a request
 //! with no drafts gets exactly `gumbel_sample`'s token for its bonus row.
 
 use crate::block::{Reduce, block_reduce, warp_reduce};
+use crate::fold::{fold_greedy, push_scaled};
 use crate::gpu::{self, WARP};
-use crate::load::{Load, any_nan, for_each_quad, widen};
+use crate::last_block;
+use crate::load::{Load, for_each_quad, widen};
 use crate::row::SlotState;
 use specdec_core::argmax::ArgMax;
-use specdec_core::dtype::{Bf16, Element, F16};
+use specdec_core::dtype::{Bf16, F16};
 use specdec_core::layout::RejectionParams;
 use specdec_core::logspace::{Lse, ln_residual};
 use specdec_core::rng::{Stream, random_u32};
@@ -54,8 +57,8 @@ impl Reduce for Stats {
     #[inline(always)]
     fn combine(self, o: Stats) -> Stats {
         Stats {
-            target: self.target.combine(o.target),
-            draft: self.draft.combine(o.draft),
+            target: self.target.combine_with(o.target, gpu::fast_exp),
+            draft: self.draft.combine_with(o.draft, gpu::fast_exp),
             best: self.best.combine(o.best),
             flags: self.flags | o.flags,
             _pad: 0,
@@ -89,7 +92,7 @@ pub const JOB_TARGET: u32 = 1;
 pub const JOB_ONE_HOT: u32 = 2;
 pub const JOB_RESIDUAL: u32 = 3;
 
-/// Pass-2 result for pass 3: sample token `column` of the request from `row`.
+/// The decision's result for pass 2: sample token `column` of the request from `row`.
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Job {
@@ -159,19 +162,11 @@ unsafe fn cache_row<C>(p: &RejectionParams, slot: i32, column: u32) -> *const C 
     unsafe { (p.cache as *const C).add(offset) }
 }
 
-/// This block's chunk of the vocabulary.
+/// Chunk `c` of the vocabulary, chunks being `chunk` ids.
 #[inline(always)]
-fn chunk_range(p: &RejectionParams, c: u32) -> (u32, u32) {
-    let start = c * p.chunk;
-    (start, if p.vocab - start < p.chunk { p.vocab } else { start + p.chunk })
-}
-
-/// The scaled values of the lanes below `n`, folded into `lse` with the
-/// hardware exponential (see `specdec_core::logspace`).
-#[inline(always)]
-fn push_quad(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> Lse {
-    let s = |i: usize| sampler.scaled(v[i]);
-    lse.push_quad([s(0), s(1), s(2), s(3)], n, gpu::fast_exp)
+fn chunk_range(p: &RejectionParams, chunk: u32, c: u32) -> (u32, u32) {
+    let start = c * chunk;
+    (start, if p.vocab - start < chunk { p.vocab } else { start + chunk })
 }
 
 /// Pass 1 (see module docs).
@@ -189,10 +184,32 @@ unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
     }
     // SAFETY: r < requests.
     let req = unsafe { Request::load(p, r) };
-    if !req.slot.is_valid() || i > req.drafts {
-        return; // block-uniform; pass 2 never reads this entry
+    // Block-uniform; the decision never reads the entries of other blocks.
+    if req.slot.is_valid() && i <= req.drafts {
+        // SAFETY: every thread of the block is here; i <= n_r of a valid request.
+        let acc = unsafe { row_chunk_stats::<T, C>(p, &req, i, c) };
+        if tid == 0 {
+            // SAFETY: stats holds requests·(K+1)·chunks entries (workspace, host-sized).
+            unsafe { (p.stats as *mut Stats).add(pair as usize * p.chunks as usize + c as usize).write(acc) };
+        }
     }
-    let (start, end) = chunk_range(p, c);
+    if tid < WARP {
+        // SAFETY: all of warp 0, after thread 0 published; counters holds
+        // `requests` entries and the request's (K+1)·chunks blocks each arrive once.
+        if unsafe { last_block::arrive((p.counters as *mut u32).add(r as usize), k1 * p.chunks) } {
+            // SAFETY: one full warp, after every block of request `r` published.
+            unsafe { decide::<T, C>(p, r) };
+        }
+    }
+}
+
+/// Chunk `c` of row `i` of `req`, reduced over the block (valid in thread 0).
+///
+/// # Safety
+/// Called by every thread of the block; `req` is valid and `i <= n_r`.
+#[inline(always)]
+unsafe fn row_chunk_stats<T: Load, C: Load>(p: &RejectionParams, req: &Request, i: u32, c: u32) -> Stats {
+    let (start, end) = chunk_range(p, p.chunk, c);
     // SAFETY: row0 + i < offsets[r+1] <= rows.
     let target = unsafe { target_row::<T>(p, req.row0 + i) };
     let greedy = req.slot.greedy();
@@ -204,6 +221,7 @@ unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
     };
     let sampler = req.sampler(0);
     let mut acc = Stats::IDENTITY;
+    let mut nan = false;
     // SAFETY: the rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
         for_each_quad::<false, _, _>(
@@ -211,30 +229,29 @@ unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
             draft,
             start,
             end,
-            tid,
+            gpu::thread_idx_x(),
             #[inline(always)]
             |x, t, q, n| {
                 let t = widen(t);
-                if any_nan(t, n) {
-                    acc.flags |= NAN_LOGITS;
-                }
                 if greedy {
-                    acc.best = sampler.fold_quad(acc.best, x, t, n);
+                    acc.best = fold_greedy(&sampler, acc.best, x, t, n, &mut nan);
                 } else {
-                    acc.target = push_quad(acc.target, t, n, &sampler);
+                    let (target, target_nan) = push_scaled(acc.target, t, n, &sampler);
+                    acc.target = target;
+                    nan |= target_nan;
                     if !draft.is_null() {
-                        acc.draft = push_quad(acc.draft, widen(q), n, &sampler);
+                        // NaN draft logits are skipped, not flagged: the row's flag is the target's.
+                        acc.draft = push_scaled(acc.draft, widen(q), n, &sampler).0;
                     }
                 }
             },
         )
     };
-    // SAFETY: all threads of the block reach this reduction.
-    let acc = unsafe { block_reduce(acc) };
-    if tid == 0 {
-        // SAFETY: stats holds requests·(K+1)·chunks entries (workspace, host-sized).
-        unsafe { (p.stats as *mut Stats).add(pair as usize * p.chunks as usize + c as usize).write(acc) };
+    if nan {
+        acc.flags |= NAN_LOGITS;
     }
+    // SAFETY: all threads of the block reach this reduction (caller).
+    unsafe { block_reduce(acc) }
 }
 
 /// Row `i` of request `r`, its chunks combined by the whole warp (lane `l`
@@ -249,8 +266,9 @@ unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32) -> Stats {
     let mut acc = Stats::IDENTITY;
     let mut c = gpu::thread_idx_x();
     while c < p.chunks {
-        // SAFETY: base + c < requests·(K+1)·chunks.
-        acc = acc.combine(unsafe { *(p.stats as *const Stats).add(base + c as usize) });
+        // SAFETY: base + c < requests·(K+1)·chunks. Volatile: other blocks
+        // wrote it in this launch; read from L2, never a stale L1 line.
+        acc = acc.combine(unsafe { (p.stats as *const Stats).add(base + c as usize).read_volatile() });
         c += WARP;
     }
     // SAFETY: the caller guarantees a full, converged warp.
@@ -289,18 +307,16 @@ unsafe fn warp_or(mut bits: u32) -> u32 {
     bits
 }
 
-/// Pass 2 (see module docs): one warp per request. Control flow is
-/// warp-uniform throughout (every lane computes the same decisions), so the
-/// warp-wide reductions inside are safe.
+/// The decision of request `r` (see module docs), by one warp. Control flow
+/// is warp-uniform throughout (every lane computes the same decisions), so
+/// the warp-wide reductions inside are safe.
 ///
 /// # Safety
-/// Launched by the host's checked launcher after pass 1 on the same stream.
+/// All 32 lanes of one warp call this together, after every block of
+/// request `r < requests` published its statistics.
 #[inline(always)]
-unsafe fn decide<T: Load, C: Load>(p: &RejectionParams) {
-    let (r, lane) = (gpu::block_idx_x(), gpu::thread_idx_x());
-    if r >= p.requests {
-        return;
-    }
+unsafe fn decide<T: Load, C: Load>(p: &RejectionParams, r: u32) {
+    let lane = gpu::thread_idx_x() % WARP;
     let k1 = p.max_drafts + 1;
     // SAFETY: r < requests.
     let req = unsafe { Request::load(p, r) };
@@ -421,7 +437,7 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams) {
             // SAFETY: jobs holds `requests` entries.
             unsafe { (p.jobs as *mut Job).add(r as usize).write(job) };
         }
-        -1 // pass 4 writes the sampled token
+        -1 // pass 2 writes the sampled token
     };
     if greedy && lane == 0 {
         // SAFETY: jobs holds `requests` entries.
@@ -455,17 +471,17 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams) {
     }
 }
 
-/// Pass 3 (see module docs).
+/// Pass 2 (see module docs).
 ///
 /// # Safety
-/// Launched by the host's checked launcher after pass 2 on the same stream.
+/// Launched by the host's checked launcher after pass 1 on the same stream.
 #[inline(always)]
 unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
     let (r, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
-    if r >= p.requests || c >= p.chunks {
+    if r >= p.requests || c >= p.resample_chunks {
         return;
     }
-    // SAFETY: pass 2 wrote jobs[r] for every request.
+    // SAFETY: pass 1's decision wrote jobs[r] for every request.
     let job = unsafe { *(p.jobs as *const Job).add(r as usize) };
     if job.mode == JOB_NONE {
         return; // block-uniform
@@ -475,7 +491,7 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
     // SAFETY: job.row < rows; pos holds rows elements.
     let pos = unsafe { *(p.pos as *const u64).add(job.row as usize) };
     let sampler = req.sampler(pos);
-    let (start, end) = chunk_range(p, c);
+    let (start, end) = chunk_range(p, p.resample_chunk, c);
     // SAFETY: job.row < rows.
     let target = unsafe { target_row::<T>(p, job.row) };
     let draft = if job.mode == JOB_RESIDUAL {
@@ -497,27 +513,69 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
             |x, t, q, n| {
                 let t = widen(t);
                 let tgt = [sampler.scaled(t[0]), sampler.scaled(t[1]), sampler.scaled(t[2]), sampler.scaled(t[3])];
-                let res = match job.mode {
+                best = match job.mode {
                     JOB_RESIDUAL => {
+                        // log(p − q) <= log p = tgt − lse_t.
+                        let a = [tgt[0] - job.lse_t, tgt[1] - job.lse_t, tgt[2] - job.lse_t, tgt[3] - job.lse_t];
                         let q = widen(q);
-                        let w = |i: usize| ln_residual(tgt[i] - job.lse_t, sampler.scaled(q[i]) - job.lse_q);
-                        [w(0), w(1), w(2), w(3)]
+                        let res = |i: usize| ln_residual(a[i], sampler.scaled(q[i]) - job.lse_q);
+                        sampler.fold_resample(best, x, tgt, a, res, n)
                     }
                     JOB_ONE_HOT => {
-                        let w = |i: usize| if x + i as u32 == job.draft { f32::NEG_INFINITY } else { tgt[i] };
-                        [w(0), w(1), w(2), w(3)]
+                        let res = |i: usize| if x + i as u32 == job.draft { f32::NEG_INFINITY } else { tgt[i] };
+                        sampler.fold_resample(best, x, tgt, tgt, res, n)
                     }
-                    _ => tgt,
+                    _ => sampler.fold_resample(best, x, tgt, tgt, |i| tgt[i], n),
                 };
-                best = sampler.fold_resample(best, x, res, tgt, n);
             },
         )
     };
     // SAFETY: all threads of the block reach this reduction.
     let reduced = unsafe { block_reduce(Candidates(best)) };
-    if tid == 0 {
-        // SAFETY: partials holds requests·chunks entries.
-        unsafe { (p.partials as *mut Candidates).add(r as usize * p.chunks as usize + c as usize).write(reduced) };
+    if tid < WARP {
+        // SAFETY: all of warp 0, once per block of an active request.
+        unsafe { complete_resample(p, r, c, job.column, reduced) };
+    }
+}
+
+/// Warp 0 of block `(r, c)` of pass 2 with the block's candidates: writes
+/// token `column` if the row is one chunk, else publishes them, and the
+/// request's last block combines all chunks and writes it.
+///
+/// # Safety
+/// All 32 lanes of warp 0 call this together, once per block of request `r`
+/// (which has a job), `column <= max_drafts`.
+#[inline(always)]
+unsafe fn complete_resample(p: &RejectionParams, r: u32, c: u32, column: u32, mine: Candidates) {
+    let lane = gpu::thread_idx_x();
+    let chunks = p.resample_chunks;
+    let acc = if chunks == 1 {
+        mine
+    } else {
+        // SAFETY: partials holds requests·resample_chunks entries.
+        let partials = unsafe { (p.partials as *mut Candidates).add(r as usize * chunks as usize) };
+        if lane == 0 {
+            // SAFETY: c < resample_chunks.
+            unsafe { partials.add(c as usize).write(mine) };
+        }
+        // SAFETY: all of warp 0 after lane 0's write; counters holds
+        // `requests` entries; all `chunks` blocks of a request with a job arrive.
+        if !unsafe { last_block::arrive((p.counters as *mut u32).add(r as usize), chunks) } {
+            return;
+        }
+        let mut acc = Candidates::IDENTITY;
+        let mut j = lane;
+        while j < chunks {
+            // SAFETY: j < chunks, published by its block (arrive); volatile as in `row_stats`.
+            acc = acc.combine(unsafe { partials.add(j as usize).read_volatile() });
+            j += WARP;
+        }
+        // SAFETY: the whole warp is here (uniform loop bounds).
+        unsafe { warp_reduce(acc) }
+    };
+    if lane == 0 {
+        // SAFETY: r < requests, column <= K.
+        unsafe { write_token(p, r, column, acc.0.token() as i64) };
     }
 }
 
@@ -544,39 +602,8 @@ impl Reduce for Candidates {
     }
 }
 
-/// Pass 4 (see module docs): grid `requests`, one warp per block.
-///
-/// # Safety
-/// Launched by the host's launcher after pass 3 on the same stream.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn rejection_finish(p: RejectionParams) {
-    let (r, lane) = (gpu::block_idx_x(), gpu::thread_idx_x());
-    if r >= p.requests {
-        return;
-    }
-    // SAFETY: pass 2 wrote jobs[r].
-    let job = unsafe { *(p.jobs as *const Job).add(r as usize) };
-    if job.mode == JOB_NONE {
-        return;
-    }
-    let mut acc = Candidates::IDENTITY;
-    let mut c = lane;
-    while c < p.chunks {
-        // SAFETY: pass 3 wrote all chunks of an active request.
-        acc =
-            acc.combine(unsafe { *(p.partials as *const Candidates).add(r as usize * p.chunks as usize + c as usize) });
-        c += WARP;
-    }
-    // SAFETY: the block is one full warp.
-    let acc = unsafe { warp_reduce(acc) };
-    if lane == 0 {
-        // SAFETY: r < requests, column <= K.
-        unsafe { write_token(&p, r, job.column, acc.0.token() as i64) };
-    }
-}
-
 macro_rules! rejection_kernels {
-    ($($stats:ident, $decide:ident, $resample:ident: $t:ty => $c:ty;)*) => {$(
+    ($($stats:ident, $resample:ident: $t:ty => $c:ty;)*) => {$(
         /// Pass 1 of `rejection_sample` for these target and cache dtypes.
         ///
         /// # Safety
@@ -591,15 +618,6 @@ macro_rules! rejection_kernels {
         /// # Safety
         /// Launched by the host's checked launcher.
         #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $decide(p: RejectionParams) {
-            // SAFETY: forwarded.
-            unsafe { decide::<$t, $c>(&p) }
-        }
-        /// Pass 3 of `rejection_sample` for these target and cache dtypes.
-        ///
-        /// # Safety
-        /// Launched by the host's checked launcher.
-        #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $resample(p: RejectionParams) {
             // SAFETY: forwarded.
             unsafe { resample::<$t, $c>(&p) }
@@ -608,13 +626,13 @@ macro_rules! rejection_kernels {
 }
 
 rejection_kernels! {
-    rejection_stats_f32_f32, rejection_decide_f32_f32, rejection_resample_f32_f32: f32 => f32;
-    rejection_stats_f32_bf16, rejection_decide_f32_bf16, rejection_resample_f32_bf16: f32 => Bf16;
-    rejection_stats_f32_f16, rejection_decide_f32_f16, rejection_resample_f32_f16: f32 => F16;
-    rejection_stats_bf16_f32, rejection_decide_bf16_f32, rejection_resample_bf16_f32: Bf16 => f32;
-    rejection_stats_bf16_bf16, rejection_decide_bf16_bf16, rejection_resample_bf16_bf16: Bf16 => Bf16;
-    rejection_stats_bf16_f16, rejection_decide_bf16_f16, rejection_resample_bf16_f16: Bf16 => F16;
-    rejection_stats_f16_f32, rejection_decide_f16_f32, rejection_resample_f16_f32: F16 => f32;
-    rejection_stats_f16_bf16, rejection_decide_f16_bf16, rejection_resample_f16_bf16: F16 => Bf16;
-    rejection_stats_f16_f16, rejection_decide_f16_f16, rejection_resample_f16_f16: F16 => F16;
+    rejection_stats_f32_f32, rejection_resample_f32_f32: f32 => f32;
+    rejection_stats_f32_bf16, rejection_resample_f32_bf16: f32 => Bf16;
+    rejection_stats_f32_f16, rejection_resample_f32_f16: f32 => F16;
+    rejection_stats_bf16_f32, rejection_resample_bf16_f32: Bf16 => f32;
+    rejection_stats_bf16_bf16, rejection_resample_bf16_bf16: Bf16 => Bf16;
+    rejection_stats_bf16_f16, rejection_resample_bf16_f16: Bf16 => F16;
+    rejection_stats_f16_f32, rejection_resample_f16_f32: F16 => f32;
+    rejection_stats_f16_bf16, rejection_resample_f16_bf16: F16 => Bf16;
+    rejection_stats_f16_f16, rejection_resample_f16_f16: F16 => F16;
 }

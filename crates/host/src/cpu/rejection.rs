@@ -97,15 +97,22 @@ impl<T: Element, C: Element> Request<'_, '_, T, C> {
         let mut best = Resampled::IDENTITY;
         for (q, (x, t, n)) in quads(self.target_row(i)).enumerate() {
             let tgt = t.map(|v| sampler.scaled(v));
-            let res: [f32; 4] = std::array::from_fn(|l| match (rejected, draft, lse) {
+            best = match (rejected, draft, lse) {
                 (Some(_), Some(d), Some((lse_t, lse_q))) => {
-                    let qv = d.get(4 * q + l).map_or(0.0, |v| v.to_f32());
-                    ln_residual(tgt[l] - lse_t, sampler.scaled(qv) - lse_q)
+                    // log(p − q) <= log p = tgt − lse_t.
+                    let a = tgt.map(|v| v - lse_t);
+                    let res = |l: usize| {
+                        let qv = d.get(4 * q + l).map_or(0.0, |v| v.to_f32());
+                        ln_residual(a[l], sampler.scaled(qv) - lse_q)
+                    };
+                    sampler.fold_resample(best, x, tgt, a, res, n)
                 }
-                (Some(d), None, _) if x as usize + l == d => f32::NEG_INFINITY,
-                _ => tgt[l],
-            });
-            best = sampler.fold_resample(best, x, res, tgt, n);
+                (Some(d), None, _) => {
+                    let res = |l: usize| if x as usize + l == d { f32::NEG_INFINITY } else { tgt[l] };
+                    sampler.fold_resample(best, x, tgt, tgt, res, n)
+                }
+                _ => sampler.fold_resample(best, x, tgt, tgt, |l| tgt[l], n),
+            };
         }
         best.token()
     }

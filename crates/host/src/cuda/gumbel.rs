@@ -96,11 +96,13 @@ impl Cuda {
         }
         let (partials, _g10) = ws.scratch.device_ptr_mut(stream);
         let (status, _g11) = ws.status.device_ptr_mut(stream);
+        let (counters, _g12) = ws.counters.device_ptr_mut(stream);
         p.partials = partials;
         p.status = status;
+        p.counters = counters;
         // SAFETY: every pointer above comes from a view whose length `check`
         // matched against the shape; `split` sized chunks within the workspace
-        // (capacity ≥ rows · chunks) and chunk · chunks ≥ vocab.
+        // (capacity ≥ rows · chunks, counters ≥ rows) and chunk · chunks ≥ vocab.
         unsafe { launch::gumbel_sample(&self.kernels, stream, (logits_dtype, cache_dtype), p) }
     }
 }

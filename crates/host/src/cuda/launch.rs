@@ -20,7 +20,6 @@ unsafe impl DeviceRepr for Params<RejectionParams> {}
 
 /// Dynamic shared memory of the largest `block_reduce` value (`Stats`: WARPS × 32 bytes).
 const BLOCK_REDUCE_SHARED_BYTES: u32 = (BLOCK_THREADS / 32) * 32;
-const WARP: u32 = 32;
 
 fn blocks(grid: (u32, u32)) -> LaunchConfig {
     LaunchConfig {
@@ -30,16 +29,13 @@ fn blocks(grid: (u32, u32)) -> LaunchConfig {
     }
 }
 
-fn warps(grid: u32) -> LaunchConfig {
-    LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (WARP, 1, 1), shared_mem_bytes: 0 }
-}
-
-/// Launches both passes of `gumbel_sample`.
+/// Launches `gumbel_sample` (one kernel).
 ///
 /// # Safety
 /// `p` must have been built by `cuda::gumbel` from checked arguments: every
 /// pointer valid on `stream` for the extent its shape fields imply, `rows ·
-/// chunks` partials in the workspace, `chunk · chunks >= vocab`.
+/// chunks` partials and `rows` zeroed counters in the workspace, `chunk ·
+/// chunks >= vocab`.
 pub(super) unsafe fn gumbel_sample(
     kernels: &Kernels,
     stream: &CudaStream,
@@ -50,23 +46,21 @@ pub(super) unsafe fn gumbel_sample(
         return Ok(());
     }
     let params = Params(p);
-    let pass1 = kernels.function(("gumbel_sample", Some(dtypes)))?;
-    let pass2 = kernels.function(("gumbel_sample_finish", None))?;
+    let kernel = kernels.function(("gumbel_sample", Some(dtypes)))?;
     // SAFETY: the caller guarantees `p`; the grid covers rows × chunks, block
     // size and shared memory are what the kernel's reductions expect.
-    unsafe { stream.launch_builder(&pass1).arg(&params).launch(blocks((p.rows, p.chunks))) }?;
-    // SAFETY: as above; pass 2 reads the partials pass 1 wrote on this stream.
-    unsafe { stream.launch_builder(&pass2).arg(&params).launch(warps(p.rows)) }?;
+    unsafe { stream.launch_builder(&kernel).arg(&params).launch(blocks((p.rows, p.chunks))) }?;
     Ok(())
 }
 
-/// Launches the four passes of `rejection_sample`.
+/// Launches the two passes of `rejection_sample`.
 ///
 /// # Safety
 /// `p` must have been built by `cuda::rejection` from checked arguments: every
 /// pointer valid on `stream` for the extent its shape fields imply; the
-/// workspace regions hold `requests·(K+1)·chunks` stats, `requests` jobs and
-/// `requests·chunks` partials; `chunk · chunks >= vocab`.
+/// workspace regions hold `requests·(K+1)·chunks` stats, `requests` jobs,
+/// `requests·resample_chunks` partials and `requests` zeroed counters; `chunk ·
+/// chunks >= vocab` and `resample_chunk · resample_chunks >= vocab`.
 pub(super) unsafe fn rejection_sample(
     kernels: &Kernels,
     stream: &CudaStream,
@@ -79,16 +73,12 @@ pub(super) unsafe fn rejection_sample(
     let params = Params(p);
     let pairs = p.requests * (p.max_drafts + 1);
     let stats = kernels.function(("rejection_stats", Some(dtypes)))?;
-    let decide = kernels.function(("rejection_decide", Some(dtypes)))?;
     let resample = kernels.function(("rejection_resample", Some(dtypes)))?;
-    let finish = kernels.function(("rejection_finish", None))?;
     // SAFETY: the caller guarantees `p`; each grid matches its pass (module
     // docs of kernels::rejection), and the passes run in order on one stream.
     unsafe {
         stream.launch_builder(&stats).arg(&params).launch(blocks((pairs, p.chunks)))?;
-        stream.launch_builder(&decide).arg(&params).launch(warps(p.requests))?;
-        stream.launch_builder(&resample).arg(&params).launch(blocks((p.requests, p.chunks)))?;
-        stream.launch_builder(&finish).arg(&params).launch(warps(p.requests))?;
+        stream.launch_builder(&resample).arg(&params).launch(blocks((p.requests, p.resample_chunks)))?;
     }
     Ok(())
 }

@@ -28,6 +28,7 @@ impl Cuda {
     ) -> Result<()> {
         let shape = args.check(&out)?;
         let split = ws.split(shape.requests * (args.max_drafts + 1), args.target.vocab)?;
+        let resample_split = ws.split(shape.requests, args.target.vocab)?;
         let stream = &*self.stream;
         if ws.scratch.stream().context().cu_ctx() != stream.context().cu_ctx() {
             return Err(Error::WorkspaceContext);
@@ -62,6 +63,8 @@ impl Cuda {
             num_slots: shape.num_slots as u32,
             chunk: split.chunk,
             chunks: split.chunks,
+            resample_chunk: resample_split.chunk,
+            resample_chunks: resample_split.chunks,
             ..RejectionParams::default()
         };
         let mut draft_dtype = target_dtype;
@@ -103,13 +106,16 @@ impl Cuda {
         let (stats_at, jobs_at, partials_at) = ws.rejection_regions();
         let (scratch, _g13) = ws.scratch.device_ptr_mut(stream);
         let (status, _g14) = ws.status.device_ptr_mut(stream);
+        let (counters, _g15) = ws.counters.device_ptr_mut(stream);
         p.stats = scratch + stats_at;
         p.jobs = scratch + jobs_at;
         p.partials = scratch + partials_at;
         p.status = status;
+        p.counters = counters;
         // SAFETY: every pointer comes from a view whose length `check` matched
-        // against the shape; `split` bounded requests·(K+1)·chunks by the
-        // workspace's regions, and chunk · chunks >= vocab.
+        // against the shape; the splits bounded requests·(K+1)·chunks and
+        // requests·resample_chunks by the workspace's regions (and requests <=
+        // rows <= its counters), and chunk · chunks >= vocab (both splits).
         unsafe { launch::rejection_sample(&self.kernels, stream, (target_dtype, draft_dtype), p) }
     }
 }

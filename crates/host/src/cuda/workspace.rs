@@ -15,10 +15,13 @@ const JOB_BYTES: usize = 32;
 
 /// Device scratch for calls of up to `max_rows` rows (`gumbel_sample`) or
 /// `requests · (max_drafts + 1)` rows (`rejection_sample`): per-block partial
-/// results, O(rows + SMs) entries, never rows × V; and the status word the
-/// kernels OR their flags into. Create it once; calls then allocate nothing.
+/// results, O(rows + SMs) entries, never rows × V; one arrival counter per row
+/// (zero between calls: the kernels reset what they count); and the status
+/// word the kernels OR their flags into. Create it once; calls then allocate
+/// nothing.
 pub struct Workspace {
     pub(crate) scratch: CudaSlice<u8>,
+    pub(crate) counters: CudaSlice<u32>,
     pub(crate) status: CudaSlice<u32>,
     sm_count: u32,
     max_rows: usize,
@@ -45,8 +48,9 @@ impl Workspace {
             _ => Error::Driver(e),
         };
         let scratch = stream.alloc_zeros::<u8>(bytes).map_err(out_of_memory)?;
+        let counters = stream.alloc_zeros::<u32>(max_rows.max(1)).map_err(out_of_memory)?;
         let status = stream.alloc_zeros::<u32>(1).map_err(out_of_memory)?;
-        Ok(Workspace { scratch, status, sm_count, max_rows })
+        Ok(Workspace { scratch, counters, status, sm_count, max_rows })
     }
 
     pub fn max_rows(&self) -> usize {

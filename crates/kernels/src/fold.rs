@@ -1,0 +1,62 @@
+//! Fast paths in front of the per-quad folds of `specdec_core`, for the
+//! common quad: four finite values. Pass 1 of both kernels reads every element
+//! of every row, and the exact folds spend tens of instructions per element
+//! on cases (NaN, infinities, saturation, masked lanes) that almost never
+//! occur; here a quad is tested for them once and, if present, handed to the
+//! exact fold.
+
+use crate::gpu;
+use crate::load::any_nan;
+use specdec_core::argmax::ArgMax;
+use specdec_core::logspace::Lse;
+use specdec_core::sample::Sampler;
+
+/// Folds the `n` lanes of `v` (ids `x ..`) into `best` by the argmax rule of
+/// a greedy `sampler`, raising `nan` for NaN lanes. The result is the exact
+/// fold's; most quads are dismissed in five instructions.
+///
+/// The skip is exact because a thread meets its ids in increasing order
+/// (`load::for_each_quad`): a lane equal to `best.value` has a larger id and
+/// loses the tie, so a full quad whose maximum is `<= best.value` changes
+/// nothing. A NaN lane fails `<=`, so a quad holding one takes the exact
+/// path, which flags it; so does everything while `best` is still the
+/// identity (a `-inf` lane must still claim its id).
+#[inline(always)]
+pub fn fold_greedy(sampler: &Sampler, best: ArgMax, x: u32, v: [f32; 4], n: u32, nan: &mut bool) -> ArgMax {
+    let b = best.value;
+    // `&`, not `&&`: four compares into one predicate, no branches.
+    let below = (v[0] <= b) & (v[1] <= b) & (v[2] <= b) & (v[3] <= b);
+    if n == 4 && below && best.index != ArgMax::IDENTITY.index {
+        return best;
+    }
+    *nan |= any_nan(v, n);
+    sampler.fold_quad(best, x, v, n)
+}
+
+/// Folds the scaled values `v[i]·(1/T)` of the `n` lanes into `lse` with the
+/// hardware exponential, as `Lse::push_quad` does (NaN lanes skipped);
+/// returns whether a lane was NaN.
+///
+/// The fast path takes a full quad whose largest scaled value is finite and
+/// far from the f32 range's end (so no lane needs `Sampler::scaled`'s
+/// saturation to matter: a lane that overflows to `-inf` adds 0 either way)
+/// onto running statistics without `+inf`: one fused `x·(1/T) − max`, one
+/// multiply, one `ex2` and one add per element. A NaN lane makes the quad's
+/// sum NaN, and the quad is then folded again by the exact path.
+#[inline(always)]
+pub fn push_scaled(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> (Lse, bool) {
+    // `max` ignores NaN; the scale is positive, so it commutes with scaling.
+    let m = v[0].max(v[1]).max(v[2].max(v[3])) * sampler.scale;
+    if n == 4 && m.is_finite() && m > -0.5 * f32::MAX && lse.max != f32::INFINITY {
+        let max = if m > lse.max { m } else { lse.max };
+        let term = |i: usize| gpu::fast_exp(core::intrinsics::fmaf32(v[i], sampler.scale, -max));
+        let quad = (term(0) + term(1)) + (term(2) + term(3));
+        if quad >= 0.0 {
+            // `lse.max = -inf` (empty) gives 0 · e^-inf = 0.
+            let sum = if m > lse.max { lse.sum * gpu::fast_exp(lse.max - m) } else { lse.sum };
+            return (Lse { max, sum: sum + quad }, false);
+        }
+    }
+    let s = |i: usize| sampler.scaled(v[i]);
+    (lse.push_quad([s(0), s(1), s(2), s(3)], n, gpu::fast_exp), any_nan(v, n))
+}

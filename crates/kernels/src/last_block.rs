@@ -1,0 +1,42 @@
+//! "Last block done": the blocks of a group (the chunks of one row, the rows
+//! of one request) each publish a partial result, and the block that finishes
+//! last combines them. One launch instead of a second, one-warp pass: at small
+//! batch a launch and a dependent round trip through memory are most of the
+//! time; at large batch a group is one block and nothing is counted.
+//!
+//! Each group has a `u32` counter in the workspace, zero between launches: the
+//! last block resets it, so graph replays and later calls start from zero.
+
+use crate::gpu::{self, WARP};
+
+/// Counts this block's arrival at `counter` and says, in every lane of warp
+/// 0, whether it was the last of `blocks`. Lane 0 fences between its own
+/// earlier writes (this block's partial) and the increment; in the last block
+/// every lane fences after it, so each may read any partial of the group (the
+/// pattern of CUDA's `threadFenceReduction` sample).
+///
+/// # Safety
+/// Called by all 32 lanes of warp 0 together, after lane 0 published this
+/// block's partial; `counter` is the group's counter, valid device memory
+/// that only this function touches; exactly `blocks` blocks arrive per launch.
+#[inline(always)]
+pub unsafe fn arrive(counter: *mut u32, blocks: u32) -> bool {
+    let lane = gpu::thread_idx_x() % WARP;
+    let mut last = 0;
+    if lane == 0 {
+        gpu::fence_device();
+        // SAFETY: the caller guarantees the counter.
+        if unsafe { gpu::atomic_inc(counter) } == blocks - 1 {
+            // Every other block of the group has arrived: none touches it again.
+            // SAFETY: as above.
+            unsafe { gpu::atomic_store(counter, 0) };
+            last = 1;
+        }
+    }
+    // SAFETY: all 32 lanes are here together (caller).
+    let last = unsafe { gpu::shfl_idx_u32(last, 0) } != 0;
+    if last {
+        gpu::fence_device();
+    }
+    last
+}
