@@ -108,9 +108,52 @@ pub const GUMBEL_BOUND: [f32; 256] = {
     table
 };
 
+/// Words at or above this are in the top bucket, bounded by `GUMBEL_BOUND[255]`
+/// = [`GUMBEL_MAX`].
+pub const TOP_BUCKET: u32 = 0xff00_0000;
+
+/// `TOP_BOUND[(r >> 16) & 0xff]` is at least `gumbel(r)` for every word `r`
+/// of the top bucket: [`GUMBEL_BOUND`]'s rule one byte further down. The
+/// top bucket spans noise from 5.5 to `GUMBEL_MAX` ≈ 22.9, so its single
+/// bound rules out few ids; all but its last sub-bucket are below 11.1.
+pub const TOP_BOUND: [f32; 256] = {
+    let mut table = [0f32; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = gumbel(TOP_BUCKET | (b as u32) << 16 | 0xffff) + BOUND_SLACK;
+        b += 1;
+    }
+    table
+};
+
+/// The tighter of the two tables' bounds on `gumbel(r)`. The top bucket is
+/// 1/256 of the ids but, with one bound of 22.9, it was most of those a
+/// sampler could not rule out; on the GPU, where a warp evaluates the noise
+/// if any of its 32 lanes must, that set the cost.
+#[inline(always)]
+pub fn gumbel_bound(r: u32) -> f32 {
+    if r >= TOP_BUCKET { TOP_BOUND[(r >> 16 & 0xff) as usize] } else { GUMBEL_BOUND[(r >> 24) as usize] }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `gumbel_bound` holds for every word of the top bucket (all 2^24 of
+    /// them) and, through `GUMBEL_BOUND`, at both ends of every other bucket.
+    #[test]
+    fn bound_holds_for_every_top_word() {
+        for r in TOP_BUCKET..=u32::MAX {
+            assert!(gumbel(r) <= gumbel_bound(r), "word {r:#x}: {} > {}", gumbel(r), gumbel_bound(r));
+        }
+        for b in 0..255u32 {
+            for r in [b << 24, b << 24 | 0x00ff_ffff] {
+                assert!(gumbel(r) <= gumbel_bound(r), "word {r:#x}");
+            }
+        }
+        // It is tighter than the bucket bound wherever it can be.
+        const { assert!(TOP_BOUND[254] < 11.1 && TOP_BOUND[255] >= GUMBEL_MAX) };
+    }
 
     fn ulps(a: f32, b: f64) -> f64 {
         let b32 = b as f32;

@@ -12,12 +12,12 @@
 //! Noise is skipped where it provably cannot matter: for a quad whose best
 //! possible score, its largest scaled logit plus [`GUMBEL_MAX`], is strictly
 //! below the running best (no Philox call at all), and for an id whose scaled
-//! logit plus its word's bucket bound [`GUMBEL_BOUND`] is (no logarithms).
+//! logit plus its word's bound [`gumbel_bound`] is (no logarithms).
 //! Rounding is monotone, so no skipped id could win or tie, and the result is
 //! the same as with noise everywhere.
 
 use crate::argmax::ArgMax;
-use crate::gumbel::{GUMBEL_BOUND, GUMBEL_MAX, gumbel};
+use crate::gumbel::{GUMBEL_MAX, gumbel, gumbel_bound};
 use crate::rng::{Stream, random_quad};
 
 /// How one row turns logits into a token.
@@ -100,7 +100,7 @@ impl Sampler {
         // folded (as -inf with its id), or an all-NaN row would keep no id.
         #[allow(clippy::neg_cmp_op_on_partial_ord)]
         let lane = |best: ArgMax, i: usize| {
-            if (i as u32) < n && !(w[i] + GUMBEL_BOUND[(words[i] >> 24) as usize] < best.value) {
+            if (i as u32) < n && !(w[i] + gumbel_bound(words[i]) < best.value) {
                 best.combine(ArgMax::new(w[i] + gumbel(words[i]), base + i as u32))
             } else {
                 best
@@ -145,7 +145,7 @@ impl Sampler {
     /// weight itself when the residual is the target with ids removed). As in
     /// [`Sampler::fold_log_weights`], a lane is skipped only when both of its
     /// scores are provably below their running bests: by `GUMBEL_MAX` for the
-    /// whole quad (no Philox call), else by the bound of its word's bucket (no
+    /// whole quad (no Philox call), else by [`gumbel_bound`] of its word (no
     /// logarithm, no residual weight). The result is that of scoring every id.
     #[inline(always)]
     pub fn fold_resample(
@@ -171,7 +171,7 @@ impl Sampler {
             if (i as u32) >= n {
                 return b;
             }
-            let bound = GUMBEL_BOUND[(words[i] >> 24) as usize];
+            let bound = gumbel_bound(words[i]);
             if !(ub[i] + bound < b.residual.value) || !(tgt[i] + bound < b.target.value) {
                 let g = gumbel(words[i]);
                 let id = base + i as u32;

@@ -20,6 +20,7 @@ use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, any_nan, for_each_quad, widen};
 use crate::row::SlotState;
+use core::cell::Cell;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::{Bf16, Element, F16};
 use specdec_core::layout::GumbelParams;
@@ -147,20 +148,43 @@ unsafe fn fold_chunk<L: Load, C: Element>(
     // SAFETY (both): the row holds `end <= vocab` elements; start % 4 == 0.
     if sampler.greedy {
         unsafe {
-            for_each_quad::<true, _, _>(logits, none, start, end, tid, |x, raw, _, n| {
-                store(x, raw, n);
-                best = fold_greedy(&sampler, best, x, widen(raw), n, &mut nan);
-            })
+            for_each_quad::<true, _, _>(
+                logits,
+                none,
+                start,
+                end,
+                tid,
+                |x, raw, _, n| {
+                    store(x, raw, n);
+                    best = fold_greedy(&sampler, best, x, widen(raw), n, &mut nan);
+                },
+                || {},
+            )
         };
     } else {
+        // The warp's best after each batch becomes every lane's (a true
+        // candidate, so the result is unchanged): a lane then rules ids out
+        // against the best of 128 ids a batch rather than its own 4, and the
+        // warp evaluates noise far less often for a lane that could not.
+        let best_cell = Cell::new(best);
         unsafe {
-            for_each_quad::<false, _, _>(logits, none, start, end, tid, |x, raw, _, n| {
-                store(x, raw, n);
-                let vals = widen(raw);
-                nan |= any_nan(vals, n);
-                best = sampler.fold_quad(best, x, vals, n);
-            })
+            for_each_quad::<false, _, _>(
+                logits,
+                none,
+                start,
+                end,
+                tid,
+                |x, raw, _, n| {
+                    store(x, raw, n);
+                    let vals = widen(raw);
+                    nan |= any_nan(vals, n);
+                    best_cell.set(sampler.fold_quad(best_cell.get(), x, vals, n));
+                },
+                // SAFETY: for_each_quad calls this in all lanes of the warp together.
+                || best_cell.set(warp_reduce(Partial::new(best_cell.get(), 0)).best),
+            )
         };
+        best = best_cell.get();
     }
     let flags = state.flags | if nan { NAN_LOGITS } else { 0 };
     // SAFETY: every thread of the block reaches this reduction (caller).

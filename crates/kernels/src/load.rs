@@ -75,7 +75,10 @@ pub const QUADS_IN_FLIGHT: u32 = 4;
 /// next batch loads while the current one is folded (twice the bytes in
 /// flight for more registers: it pays where occupancy was not the limit, as
 /// measured on an H200, see benches/results); calls `f(x, qa, qb, n)`
-/// per quad (`n` valid lanes; `qb` is all default when `b` is null).
+/// per quad (`n` valid lanes; `qb` is all default when `b` is null), and
+/// `after_batch()` after each batch. Every lane of a warp runs the same
+/// number of batches (lanes past `end` fold nothing), so `after_batch` may
+/// use warp-wide operations.
 ///
 /// # Safety
 /// `a` (and `b` if not null) are valid for `end` elements; `start % 4 == 0`.
@@ -87,6 +90,7 @@ pub unsafe fn for_each_quad<const PIPELINED: bool, A: Load, B: Load>(
     end: u32,
     tid: u32,
     mut f: impl FnMut(u32, [A; 4], [B; 4], u32),
+    mut after_batch: impl FnMut(),
 ) {
     let (a_aligned, b_aligned) = (quad_aligned(a), quad_aligned(b));
     // The quads at `x + k·TILE`, k < 4; the loads all issue before any use.
@@ -107,8 +111,10 @@ pub unsafe fn for_each_quad<const PIPELINED: bool, A: Load, B: Load>(
         [get(0), get(1), get(2), get(3)]
     };
     let mut x = start + 4 * tid;
+    // The warp's first lane's id: the same loop count in every lane.
+    let mut warp_x = x - 4 * (tid % 32);
     let mut cur = batch(x);
-    while x < end {
+    while warp_x < end {
         let next_x = x + QUADS_IN_FLIGHT * TILE;
         // Pipelined: issue the next batch's loads before folding this one.
         let next = if PIPELINED { batch(next_x) } else { cur };
@@ -123,8 +129,10 @@ pub unsafe fn for_each_quad<const PIPELINED: bool, A: Load, B: Load>(
         step(1, q1);
         step(2, q2);
         step(3, q3);
+        after_batch();
         cur = if PIPELINED { next } else { batch(next_x) };
         x = next_x;
+        warp_x += QUADS_IN_FLIGHT * TILE;
     }
 }
 

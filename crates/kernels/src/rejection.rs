@@ -32,6 +32,7 @@ use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, for_each_quad, widen};
 use crate::row::SlotState;
+use core::cell::Cell;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::{Bf16, F16};
 use specdec_core::layout::RejectionParams;
@@ -245,6 +246,7 @@ unsafe fn row_chunk_stats<T: Load, C: Load>(p: &RejectionParams, req: &Request, 
                     }
                 }
             },
+            || {},
         )
     };
     if nan {
@@ -500,7 +502,12 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
     } else {
         core::ptr::null()
     };
-    let mut best = Resampled::IDENTITY;
+    // Shared by the fold and, after each batch, the warp: every lane takes
+    // the warp's best candidates (true candidates, so the result is
+    // unchanged) and rules ids out against them. A warp evaluates the noise
+    // and the residual weight whenever one lane must, so pruning each lane
+    // against 128 ids a batch rather than its own 4 is what makes it pay.
+    let best = Cell::new(Resampled::IDENTITY);
     // SAFETY: rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
         for_each_quad::<false, _, _>(
@@ -513,23 +520,27 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
             |x, t, q, n| {
                 let t = widen(t);
                 let tgt = [sampler.scaled(t[0]), sampler.scaled(t[1]), sampler.scaled(t[2]), sampler.scaled(t[3])];
-                best = match job.mode {
+                let b = best.get();
+                best.set(match job.mode {
                     JOB_RESIDUAL => {
                         // log(p − q) <= log p = tgt − lse_t.
                         let a = [tgt[0] - job.lse_t, tgt[1] - job.lse_t, tgt[2] - job.lse_t, tgt[3] - job.lse_t];
                         let q = widen(q);
                         let res = |i: usize| ln_residual(a[i], sampler.scaled(q[i]) - job.lse_q);
-                        sampler.fold_resample(best, x, tgt, a, res, n)
+                        sampler.fold_resample(b, x, tgt, a, res, n)
                     }
                     JOB_ONE_HOT => {
                         let res = |i: usize| if x + i as u32 == job.draft { f32::NEG_INFINITY } else { tgt[i] };
-                        sampler.fold_resample(best, x, tgt, tgt, res, n)
+                        sampler.fold_resample(b, x, tgt, tgt, res, n)
                     }
-                    _ => sampler.fold_resample(best, x, tgt, tgt, |i| tgt[i], n),
-                };
+                    _ => sampler.fold_resample(b, x, tgt, tgt, |i| tgt[i], n),
+                });
             },
+            // SAFETY: for_each_quad calls this in all lanes of the warp together.
+            || best.set(warp_reduce(Candidates(best.get())).0),
         )
     };
+    let best = best.get();
     // SAFETY: all threads of the block reach this reduction.
     let reduced = unsafe { block_reduce(Candidates(best)) };
     if tid < WARP {

@@ -15,7 +15,7 @@
 //!    is below the top bucket and whose scaled logit plus [`COARSE_BOUND`]
 //!    (the bound of every bucket but the top one) is below that best is one
 //!    the scalar fold would skip as well, since the best only grows. The
-//!    quads holding any other id, unless a finer bound ([`bound`]) rules out
+//!    quads holding any other id, unless a finer bound ([`gumbel_bound`]) rules out
 //!    all their scores, are folded by the scalar code itself
 //!    ([`Sampler::fold_log_weights_drawn`]), in id order, with those words.
 //!
@@ -32,7 +32,7 @@ mod avx512;
 use super::quads;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
-use specdec_core::gumbel::{GUMBEL_BOUND, gumbel};
+use specdec_core::gumbel::{GUMBEL_BOUND, TOP_BUCKET, gumbel_bound};
 use specdec_core::sample::Sampler;
 
 /// The widest instruction set the fold may use.
@@ -135,36 +135,12 @@ const COARSE_BOUND: f32 = {
     max
 };
 
-/// Words at or above this are in the top bucket, bounded by `GUMBEL_BOUND[255]`.
-const TOP_BUCKET: u32 = 0xff00_0000;
-
-/// `TOP_BOUND[(r >> 16) & 0xff]` is at least `gumbel(r)` for every word `r`
-/// of the top bucket: [`GUMBEL_BOUND`]'s rule one byte further down. The
-/// top bucket spans noise from 5.5 to `GUMBEL_MAX` ≈ 22.9, so its single
-/// bound rules out few ids; all but its last sub-bucket are below 11.1. The
-/// slack is `GUMBEL_BOUND`'s; the tests check the bound for every word.
-const TOP_BOUND: [f32; 256] = {
-    let mut table = [0f32; 256];
-    let mut b = 0;
-    while b < 256 {
-        table[b] = gumbel(TOP_BUCKET | (b as u32) << 16 | 0xffff) + 1e-4;
-        b += 1;
-    }
-    table
-};
-
-/// The tightest bound on `gumbel(word)` from the tables.
-#[inline(always)]
-fn bound(word: u32) -> f32 {
-    if word >= TOP_BUCKET { TOP_BOUND[(word >> 16 & 0xff) as usize] } else { GUMBEL_BOUND[(word >> 24) as usize] }
-}
-
 /// Step 3 of the module docs for one block of ids `base .. base + w.len()`
 /// (`base % 4 == 0`): folds, in id order and with the scalar code, every quad
 /// holding an id whose bit is set in `survivors`. `w` are the scaled logits
 /// and `words` the random words of the block's ids.
 ///
-/// A quad whose every score is provably below the best, by [`bound`], is
+/// A quad whose every score is provably below the best, by [`gumbel_bound`], is
 /// left out too: the scalar fold would combine only losers there.
 #[inline]
 fn fold_survivors(s: &Sampler, mut best: ArgMax, base: u32, w: &[f32], words: &[u32], mut survivors: u128) -> ArgMax {
@@ -175,7 +151,7 @@ fn fold_survivors(s: &Sampler, mut best: ArgMax, base: u32, w: &[f32], words: &[
         let quad_w = [w[at], w[at + 1], w[at + 2], w[at + 3]];
         let quad_words = [words[at], words[at + 1], words[at + 2], words[at + 3]];
         // `<` is false for a NaN weight, which the scalar fold must see.
-        if (0..4).all(|i| quad_w[i] + bound(quad_words[i]) < best.value) {
+        if (0..4).all(|i| quad_w[i] + gumbel_bound(quad_words[i]) < best.value) {
             continue;
         }
         best = s.fold_log_weights_drawn(best, base + at as u32, quad_w, 4, || quad_words);
@@ -240,6 +216,7 @@ impl RowKey {
 mod tests {
     use super::*;
     use specdec_core::dtype::{Bf16, F16, bf16_to_f32, f16_to_f32};
+    use specdec_core::gumbel::gumbel;
     use specdec_core::rng::{Stream, random_quad, random_u32};
 
     /// The vector levels this CPU can run (the scalar one is the reference).
@@ -460,21 +437,5 @@ mod tests {
             let got = fold(level, &s, ArgMax::IDENTITY, 0, &row);
             assert_eq!((bits(got.0), got.1), (bits(want.0), want.1), "{level:?}");
         }
-    }
-
-    /// `bound` holds for every word of the top bucket (all 2^24 of them) and,
-    /// through `GUMBEL_BOUND`, at both ends of every other bucket.
-    #[test]
-    fn bound_holds_for_every_top_word() {
-        for r in TOP_BUCKET..=u32::MAX {
-            assert!(gumbel(r) <= bound(r), "word {r:#x}: {} > {}", gumbel(r), bound(r));
-        }
-        for b in 0..255u32 {
-            for r in [b << 24, b << 24 | 0x00ff_ffff] {
-                assert!(gumbel(r) <= bound(r), "word {r:#x}");
-            }
-        }
-        // It is tighter than the bucket bound wherever it can be.
-        const { assert!(TOP_BOUND[254] < 11.1 && TOP_BOUND[255] >= specdec_core::gumbel::GUMBEL_MAX) };
     }
 }
