@@ -123,7 +123,7 @@ fn run_here(root: &Path, binary: &Path) -> Result<()> {
     } else {
         println!("note: `{python}` has no torch with CUDA: no PyTorch baseline in this report");
     }
-    report::report(root, &out, &root.join(report::RESULTS))
+    report::report(&out, &root.join(report::RESULTS))
 }
 
 fn make_bundle(root: &Path, dir: &Path, binary: &Path) -> Result<()> {

@@ -95,7 +95,7 @@ fn dispatch(args: &[String]) -> Result<()> {
         "bench-report" => {
             no_extra(command, extra)?;
             let (dir, results) = report::parse(options)?;
-            report::report(&root, &dir, &results.unwrap_or_else(|| root.join(report::RESULTS)))
+            report::report(&dir, &results.unwrap_or_else(|| root.join(report::RESULTS)))
         }
         "help" | "-h" | "--help" => {
             println!("{HELP}");

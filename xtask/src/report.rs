@@ -90,7 +90,7 @@ pub fn parse(options: &[String]) -> Result<(PathBuf, Option<PathBuf>)> {
 }
 
 /// Writes the report of the JSON files in `dir` into `results`.
-pub fn report(root: &Path, dir: &Path, results: &Path) -> Result<()> {
+pub fn report(dir: &Path, results: &Path) -> Result<()> {
     let bench_path = dir.join("bench.json");
     let bench = read_bench(&bench_path)?;
     let torch_path = dir.join("torch.json");
@@ -105,7 +105,7 @@ pub fn report(root: &Path, dir: &Path, results: &Path) -> Result<()> {
     std::fs::create_dir_all(results).map_err(|e| format!("mkdir {}: {e}", results.display()))?;
     let md_path = results.join(format!("{stem}.md"));
     let svg_path = results.join(format!("{stem}.svg"));
-    let md = markdown(&bench, torch.as_ref(), &format!("{stem}.svg"), &relative(root, dir));
+    let md = markdown(&bench, torch.as_ref(), &format!("{stem}.svg"));
     std::fs::write(&md_path, md).map_err(|e| format!("write {}: {e}", md_path.display()))?;
     plot(&bench, torch.as_ref(), &svg_path)?;
     let copy = |from: &Path, to: PathBuf| {
@@ -232,13 +232,7 @@ fn slug(device: &str) -> String {
     if out.is_empty() { "gpu".to_string() } else { out }
 }
 
-fn relative(root: &Path, path: &Path) -> String {
-    let absolute = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-    absolute.strip_prefix(&root).unwrap_or(&absolute).display().to_string()
-}
-
-fn markdown(bench: &Bench, torch: Option<&Torch>, svg: &str, source: &str) -> String {
+fn markdown(bench: &Bench, torch: Option<&Torch>, svg: &str) -> String {
     let mut md = format!("# specdec vs PyTorch: {}, {}\n\n", bench.device, date(bench.unix_time));
     let copy = bench.copy_gbs;
     writeln!(
@@ -290,7 +284,13 @@ fn markdown(bench: &Bench, torch: Option<&Torch>, svg: &str, source: &str) -> St
         bench.temperature
     )
     .unwrap();
-    writeln!(md, "- Source: `{source}` (bench.json, torch.json, copied beside this file).\n").unwrap();
+    writeln!(
+        md,
+        "- Made by: the `gpu` bench binary and `benches/torch_baseline.py`, as `cargo xtask bench-gpu --bundle DIR` \
+         packs them (`bench.sh`), run on the GPU machine in one call, then `cargo xtask bench-report` on the fetched \
+         directory here; the JSON files beside this one are that run's output.\n"
+    )
+    .unwrap();
     writeln!(md, "![achieved bandwidth against batch]({svg})\n").unwrap();
 
     let torch_us = |c: &Case| torch.and_then(|t| t.cases.get(&c.name));
