@@ -34,9 +34,26 @@ pub fn cuda() -> Backend {
     }
 }
 
+/// The GPU suite's usual sample-size scale: big samples are cheap on a GPU.
+pub const GPU_SCALE: usize = 8;
+
+/// The GPU suite's sample-size scale: [`GPU_SCALE`], or `$SPECDEC_TEST_SCALE`
+/// (a positive integer). `run.sh --sanitize` sets 1: compute-sanitizer slows
+/// kernels by orders of magnitude, and the statistical tests then draw
+/// CPU-sized samples through the same code paths.
+pub fn gpu_scale() -> usize {
+    match std::env::var("SPECDEC_TEST_SCALE") {
+        Err(_) => GPU_SCALE,
+        Ok(v) => match v.parse() {
+            Ok(n) if n > 0 => n,
+            _ => panic!("SPECDEC_TEST_SCALE={v:?}: expected a positive integer"),
+        },
+    }
+}
+
 /// One body, two tests: `<name>::cpu` and (feature `gpu`) `<name>::cuda`.
 /// The body sees the backend as `$backend` and a size scale `$scale`
-/// (`1` on CPU, larger on the GPU where big sample sizes are cheap).
+/// (`1` on CPU, [`gpu_scale`] on the GPU).
 #[macro_export]
 macro_rules! test_device {
     ($name:ident, |$backend:ident, $scale:ident| $body:block) => {
@@ -57,7 +74,7 @@ macro_rules! test_device {
             fn cuda() {
                 let $backend = $crate::cuda();
                 #[allow(unused_variables)]
-                let $scale: usize = 8;
+                let $scale: usize = $crate::gpu_scale();
                 $body
             }
         }

@@ -11,6 +11,8 @@
 # or synccheck; --sanitize=all is all four. ($COMPUTE_SANITIZER overrides where
 # compute-sanitizer is.) A sanitized run fails if the binary fails or the tool reports any
 # error. `--` ends run.sh's options: what follows goes to the binaries as it is.
+# Sanitized passes export SPECDEC_TEST_SCALE=1 (unless it is set): the statistical
+# tests then draw CPU-sized samples, as the sanitizers slow kernels a hundredfold.
 #
 # Output is shown and kept in ${OUT:-<this directory>}/logs/<binary>.log, or
 # logs/<binary>.<tool>.log under a sanitizer. A failing binary does not stop the run.
@@ -77,6 +79,7 @@ if [ "${#passes[@]}" -gt 0 ]; then
   # two records the binary's own exit status in a file (compute-sanitizer follows children).
   status_file="$(mktemp)"
   trap 'rm -f "$status_file"' EXIT
+  export SPECDEC_TEST_SCALE="${SPECDEC_TEST_SCALE:-1}"
 else
   passes=("") # one pass, no sanitizer
 fi
