@@ -6,6 +6,10 @@
 //!   a bf16 draft-logits cache; throughput in logits bytes.
 //! - `rejection_sample_cpu`: greedy / one-hot / bf16 draft logits at small
 //!   sizes (B ∈ {1, 4}, K = 3, V = 32000); throughput in target logits.
+//! - `memory_bound_cpu`: greedy sampling of a batch larger than the caches
+//!   (128 rows of V = 151936 f32, 78 MB) beside one core's read bandwidth on
+//!   the same buffer (an integer XOR over its words, which the compiler
+//!   vectorises): the greedy path's fraction of what one core can read.
 //! - `host_overhead`: a whole call on the smallest input (`Backend::cpu()`,
 //!   rows = 1, V = 1), and the argument validation alone: calls whose only
 //!   error is in the last value checked, so every check runs and nothing is
@@ -78,6 +82,36 @@ fn gumbel(c: &mut Criterion) {
             }
         }
     }
+    group.finish();
+}
+
+fn memory_bound(c: &mut Criterion) {
+    let mut group = c.benchmark_group("memory_bound_cpu");
+    let rows = 128;
+    let f32s = normal(3, rows * V);
+    group.throughput(Throughput::Bytes((rows * V * 4) as u64));
+    group.bench_function(BenchmarkId::new("read (xor of every word)", format!("rows={rows}/V={V}/f32")), |b| {
+        b.iter(|| black_box(black_box(&f32s[..]).iter().fold(0u32, |acc, x| acc ^ x.to_bits())))
+    });
+    let slots: Vec<i32> = (0..rows as i32).collect();
+    let pos: Vec<u64> = (0..rows as u64).collect();
+    let (temperature, seed) = (vec![0f32; rows], vec![7u64; rows]);
+    let mut args = GumbelSample {
+        logits: Logits { data: LogitsData::F32(&f32s[..]), rows, vocab: V, row_stride: V },
+        slots: &slots[..],
+        pos: &pos[..],
+        table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
+        drafting: false,
+        cache: None,
+    };
+    let mut tokens = vec![0i32; rows];
+    group.bench_function(BenchmarkId::new("greedy", format!("rows={rows}/V={V}/f32")), |b| {
+        b.iter(|| {
+            let out = GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: None };
+            Cpu.gumbel_sample(black_box(&mut args), out).expect("gumbel_sample");
+            black_box(tokens[0])
+        })
+    });
     group.finish();
 }
 
@@ -266,6 +300,6 @@ criterion_group! {
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = gumbel, rejection, overhead
+    targets = gumbel, memory_bound, rejection, overhead
 }
 criterion_main!(benches);

@@ -54,13 +54,36 @@ fn quads<L: specdec_core::dtype::Element>(values: &[L]) -> impl Iterator<Item = 
 
 /// The greedy token of a row, by the rule of `specdec_core::argmax::ArgMax`
 /// (the first maximum, NaN counting as `-inf`, id 0 when nothing is above
-/// `-inf`), and whether the row holds a NaN. Two passes written so that they
-/// vectorise: a lane-wise maximum, then the first element equal to it.
+/// `-inf`), and whether the row holds a NaN.
+///
+/// One pass over memory: blocks of [`ARGMAX_BLOCK`] ids (in L1) get a
+/// lane-wise maximum that vectorises; only a block whose maximum beats the
+/// running one is scanned again, for its first position of that maximum. A
+/// later block's equal maximum loses (its ids are larger), so it is skipped.
 fn first_argmax<L: specdec_core::dtype::Element>(values: &[L]) -> (u32, bool) {
+    let (mut top, mut index, mut nan) = (f32::NEG_INFINITY, 0usize, false);
+    for (b, block) in values.chunks(ARGMAX_BLOCK).enumerate() {
+        let (block_top, block_nan) = block_max(block);
+        nan |= block_nan;
+        if block_top > top {
+            top = block_top;
+            // `x == top` is never true for NaN, and treats -0 and +0 alike, as ArgMax does.
+            index = b * ARGMAX_BLOCK + block.iter().position(|v| v.to_f32() == top).unwrap_or(0);
+        }
+    }
+    (index as u32, nan)
+}
+
+/// Ids per block of [`first_argmax`]: 16 KiB of f32, well inside L1.
+const ARGMAX_BLOCK: usize = 4096;
+
+/// The largest value of `block` (NaN ignored; `-inf` if none) and whether it
+/// holds a NaN, with 16 independent lanes so that it vectorises.
+fn block_max<L: specdec_core::dtype::Element>(block: &[L]) -> (f32, bool) {
     const LANES: usize = 16;
     let mut max = [f32::NEG_INFINITY; LANES];
     let mut nan = [false; LANES];
-    let chunks = values.chunks_exact(LANES);
+    let chunks = block.chunks_exact(LANES);
     let tail = chunks.remainder();
     for chunk in chunks {
         for i in 0..LANES {
@@ -76,12 +99,7 @@ fn first_argmax<L: specdec_core::dtype::Element>(values: &[L]) -> (u32, bool) {
         any_nan |= x.is_nan();
         top = if x > top { x } else { top };
     }
-    if top == f32::NEG_INFINITY {
-        return (0, any_nan);
-    }
-    // `x == top` is never true for NaN, and treats -0 and +0 alike, as ArgMax does.
-    let index = values.iter().position(|v| v.to_f32() == top).unwrap_or(0);
-    (index as u32, any_nan)
+    (top, any_nan)
 }
 
 #[cfg(test)]
@@ -105,10 +123,46 @@ mod tests {
             &[0.5, 0.25, 0.75, 0.75, 0.1, 0.9, 0.9, 0.3, 0.2, 0.1, 0.0, 0.9, 0.9, 0.8, 0.7, 0.6, 0.5, 0.95, 0.1, 0.95],
         ];
         for row in rows {
-            let want = row.iter().enumerate().fold(ArgMax::IDENTITY, |b, (i, &x)| b.combine(ArgMax::new(x, i as u32)));
-            let (index, has_nan) = first_argmax(row);
-            assert_eq!(index, want.index, "{row:?}");
-            assert_eq!(has_nan, row.iter().any(|x| x.is_nan()), "{row:?}");
+            check(row);
         }
+    }
+
+    fn check(row: &[f32]) {
+        let want = row.iter().enumerate().fold(ArgMax::IDENTITY, |b, (i, &x)| b.combine(ArgMax::new(x, i as u32)));
+        let (index, has_nan) = first_argmax(row);
+        assert_eq!(index, want.index, "row of {} ({:?}...)", row.len(), &row[..row.len().min(8)]);
+        assert_eq!(has_nan, row.iter().any(|x| x.is_nan()), "row of {}", row.len());
+    }
+
+    /// Rows of several blocks: the maximum first met in an early, a middle or
+    /// the last (partial) block, equal maxima in later blocks, running
+    /// maxima that grow block after block, NaN and -inf blocks.
+    #[test]
+    fn first_argmax_across_blocks() {
+        let n = 3 * super::ARGMAX_BLOCK + 123;
+        let base: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 * 1e-3).collect();
+        for at in [0, 17, super::ARGMAX_BLOCK - 1, super::ARGMAX_BLOCK, 2 * super::ARGMAX_BLOCK + 5, n - 1] {
+            let mut row = base.clone();
+            row[at] = 5.0;
+            check(&row);
+            // An equal maximum after it must lose; one before it must win.
+            if at + super::ARGMAX_BLOCK < n {
+                row[at + super::ARGMAX_BLOCK] = 5.0;
+                check(&row);
+            }
+            if at >= 3 {
+                row[at - 3] = 5.0;
+                check(&row);
+            }
+            row[at / 2] = f32::NAN;
+            check(&row);
+        }
+        let rising: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        check(&rising);
+        let mut blocks_of_ninf = vec![f32::NEG_INFINITY; n];
+        blocks_of_ninf[n - 2] = -1e30;
+        check(&blocks_of_ninf);
+        blocks_of_ninf[n - 2] = f32::NAN;
+        check(&blocks_of_ninf);
     }
 }
