@@ -4,11 +4,13 @@
 //! so it reads only the rows it needs; the kernels compute every row's
 //! statistics in parallel. Both apply the same `specdec-core` rules.
 
+use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax, quads};
 use crate::error::Result;
 use crate::memory::Host;
 use crate::rejection::{RejectionOutput, RejectionSample};
 use crate::tensor::{LogitsData, Tokens};
+use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
 use specdec_core::logspace::{Lse, exp, ln_residual};
 use specdec_core::rng::{Stream, random_u32};
@@ -33,7 +35,7 @@ impl Cpu {
     }
 }
 
-fn with_draft<T: Element>(args: &RejectionSample<'_, Host>, target: &[T], out: RejectionOutput<'_, Host>) {
+fn with_draft<T: Logit>(args: &RejectionSample<'_, Host>, target: &[T], out: RejectionOutput<'_, Host>) {
     match args.draft_logits.as_ref().map(|d| &d.data) {
         None => verify::<T, T>(args, target, None, out),
         Some(LogitsData::F32(d)) => verify(args, target, Some(*d), out),
@@ -52,7 +54,7 @@ struct Request<'a, 'b, T, C> {
     sampler: Sampler,
 }
 
-impl<T: Element, C: Element> Request<'_, '_, T, C> {
+impl<T: Logit, C: Element> Request<'_, '_, T, C> {
     fn target_row(&self, i: usize) -> &[T] {
         let start = (self.row0 + i) * self.args.target.row_stride;
         &self.target[start..start + self.args.target.vocab]
@@ -92,13 +94,17 @@ impl<T: Element, C: Element> Request<'_, '_, T, C> {
     /// placeholder, sample the target).
     fn resample(&self, i: usize, rejected: Option<usize>) -> u32 {
         let sampler = Sampler { pos: self.pos(i), ..self.sampler };
-        let draft = rejected.and_then(|_| self.draft_row(i));
-        let lse = draft.map(|q| (self.lse(self.target_row(i)), self.lse(q)));
+        let Some(rejected) = rejected else {
+            // Residual and target candidates are both the target's: this is
+            // gumbel_sample's fold of a random row, vectorised.
+            return simd::fold(Level::detect(), &sampler, ArgMax::IDENTITY, 0, self.target_row(i)).0.index;
+        };
+        let draft = self.draft_row(i).map(|q| (q, self.lse(self.target_row(i)), self.lse(q)));
         let mut best = Resampled::IDENTITY;
         for (q, (x, t, n)) in quads(self.target_row(i)).enumerate() {
             let tgt = t.map(|v| sampler.scaled(v));
-            best = match (rejected, draft, lse) {
-                (Some(_), Some(d), Some((lse_t, lse_q))) => {
+            best = match draft {
+                Some((d, lse_t, lse_q)) => {
                     // log(p − q) <= log p = tgt − lse_t.
                     let a = tgt.map(|v| v - lse_t);
                     let res = |l: usize| {
@@ -107,18 +113,18 @@ impl<T: Element, C: Element> Request<'_, '_, T, C> {
                     };
                     sampler.fold_resample(best, x, tgt, a, res, n)
                 }
-                (Some(d), None, _) => {
-                    let res = |l: usize| if x as usize + l == d { f32::NEG_INFINITY } else { tgt[l] };
+                // One-hot draft: the target without the rejected id.
+                None => {
+                    let res = |l: usize| if x as usize + l == rejected { f32::NEG_INFINITY } else { tgt[l] };
                     sampler.fold_resample(best, x, tgt, tgt, res, n)
                 }
-                _ => sampler.fold_resample(best, x, tgt, tgt, |l| tgt[l], n),
             };
         }
         best.token()
     }
 }
 
-fn verify<T: Element, C: Element>(
+fn verify<T: Logit, C: Element>(
     args: &RejectionSample<'_, Host>,
     target: &[T],
     draft: Option<&[C]>,
