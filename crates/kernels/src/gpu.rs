@@ -13,6 +13,8 @@ unsafe extern "C" {
     fn shfl_sync_idx_i32(mask: u32, value: i32, lane: i32, clamp: i32) -> i32;
     #[link_name = "llvm.nvvm.ex2.approx.ftz.f"]
     fn ex2_approx_ftz(x: f32) -> f32;
+    #[link_name = "llvm.nvvm.barrier0.or"]
+    fn barrier0_or(predicate: i32) -> i32;
     #[link_name = "llvm.nvvm.membar.gl"]
     fn membar_gl();
     #[link_name = "llvm.trap"]
@@ -50,6 +52,17 @@ pub fn block_idx_y() -> u32 {
 pub unsafe fn sync_threads() {
     // SAFETY: the caller guarantees the barrier is reached block-uniformly.
     unsafe { nvptx::_syncthreads() }
+}
+
+/// `__syncthreads_or(predicate)`: a barrier that also tells every thread
+/// whether `predicate` was true in any thread of the block.
+///
+/// # Safety
+/// As for [`sync_threads`].
+#[inline(always)]
+pub unsafe fn sync_threads_or(predicate: bool) -> bool {
+    // SAFETY: the caller guarantees the barrier is reached block-uniformly.
+    unsafe { barrier0_or(predicate as i32) != 0 }
 }
 
 /// Butterfly shuffle across the full warp: the value of lane `lane ^ lane_mask`.

@@ -14,7 +14,7 @@
 //!
 //! The winner is the same for any chunking (total order, noise keyed by id).
 
-use crate::block::{Partial, Reduce, block_reduce, warp_reduce};
+use crate::block::{Partial, block_reduce, warp_reduce};
 use crate::fold::fold_greedy;
 use crate::gpu::{self, WARP};
 use crate::last_block;
@@ -199,33 +199,20 @@ unsafe fn fold_chunk<L: Load, C: Element>(
 /// All 32 lanes of warp 0 call this together, once per block; `row < rows`.
 #[inline(always)]
 unsafe fn complete(p: &GumbelParams, row: u32, chunk_idx: u32, partial: Partial) {
-    let lane = gpu::thread_idx_x();
-    let acc = if p.chunks == 1 {
-        partial
-    } else {
-        // SAFETY: partials holds rows × chunks entries (workspace sized by the host).
-        let partials = unsafe { (p.partials as *mut Partial).add(row as usize * p.chunks as usize) };
-        if lane == 0 {
-            // SAFETY: chunk_idx < chunks.
-            unsafe { partials.add(chunk_idx as usize).write(partial) };
-        }
-        // SAFETY: all of warp 0, after lane 0's write; counters holds `rows`
-        // entries and the row's `chunks` blocks each arrive once.
-        if !unsafe { last_block::arrive((p.counters as *mut u32).add(row as usize), p.chunks) } {
-            return;
-        }
-        let mut acc = Partial::IDENTITY;
-        let mut j = lane;
-        while j < p.chunks {
-            // SAFETY: j < chunks; every block of the row published (arrive).
-            // Volatile: read from L2, never from a stale L1 line.
-            acc = acc.combine(unsafe { partials.add(j as usize).read_volatile() });
-            j += WARP;
-        }
-        // SAFETY: the whole warp is here (uniform loop bounds).
-        unsafe { warp_reduce(acc) }
+    // SAFETY: all of warp 0, once per block; partials holds rows × chunks
+    // entries (workspace sized by the host), counters `rows`.
+    let Some(acc) = (unsafe {
+        last_block::combine(
+            (p.partials as *mut Partial).add(row as usize * p.chunks as usize),
+            chunk_idx,
+            p.chunks,
+            (p.counters as *mut u32).add(row as usize),
+            partial,
+        )
+    }) else {
+        return;
     };
-    if lane != 0 {
+    if gpu::thread_idx_x() != 0 {
         return;
     }
     let token = if acc.flags & INVALID != 0 { -1 } else { acc.best.index as i64 };

@@ -7,6 +7,7 @@
 //! Each group has a `u32` counter in the workspace, zero between launches: the
 //! last block resets it, so graph replays and later calls start from zero.
 
+use crate::block::{Reduce, warp_reduce};
 use crate::gpu::{self, WARP};
 
 /// Counts this block's arrival at `counter` and says, in every lane of warp
@@ -39,4 +40,39 @@ pub unsafe fn arrive(counter: *mut u32, blocks: u32) -> bool {
         gpu::fence_device();
     }
     last
+}
+
+/// Warp 0 of block `c` of a group of `blocks` with the block's result
+/// `mine`: publishes it as `partials[c]` and returns, in every lane of the
+/// group's last block, all `blocks` partials combined (`None` elsewhere). A
+/// group of one block returns `mine` and touches no memory.
+///
+/// # Safety
+/// Called by all 32 lanes of warp 0 together, once per block of the group;
+/// `partials` holds `blocks` entries and `counter` is the group's counter
+/// (as for [`arrive`]); `c < blocks`.
+#[inline(always)]
+pub unsafe fn combine<T: Reduce>(partials: *mut T, c: u32, blocks: u32, counter: *mut u32, mine: T) -> Option<T> {
+    if blocks == 1 {
+        return Some(mine);
+    }
+    let lane = gpu::thread_idx_x() % WARP;
+    if lane == 0 {
+        // SAFETY: c < blocks (caller).
+        unsafe { partials.add(c as usize).write(mine) };
+    }
+    // SAFETY: all of warp 0, after lane 0 published (caller: the group's counter).
+    if !unsafe { arrive(counter, blocks) } {
+        return None;
+    }
+    let mut acc = T::IDENTITY;
+    let mut j = lane;
+    while j < blocks {
+        // SAFETY: j < blocks, published by its block (arrive). Volatile: read
+        // from L2, never from a stale L1 line.
+        acc = acc.combine(unsafe { partials.add(j as usize).read_volatile() });
+        j += WARP;
+    }
+    // SAFETY: the whole warp is here (uniform loop bounds).
+    Some(unsafe { warp_reduce(acc) })
 }

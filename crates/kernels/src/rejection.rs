@@ -7,11 +7,12 @@
 //!    `i <= n_r`): greedy requests reduce the target argmax; sampling requests
 //!    the target's (max, Σexp) of `t/T`, and for draft rows the draft's, from
 //!    cache column `i` of the request's slot. One [`Stats`] per block. The
-//!    request's last block ([`last_block`]) then decides, with one warp: it
-//!    checks the request's draft ids, then walks its rows in order — each
-//!    row's chunks combined by the whole warp into log-sum-exps — up to the
-//!    first rejection or placeholder `j` (the rows after it only report their
-//!    flags); writes the accepted drafts, `-1` padding, the counts, and a
+//!    request's last block ([`last_block`]) then decides: it checks the
+//!    request's draft ids; each warp takes rows `w, w + 8, …` (each row's
+//!    chunks combined by the warp into log-sum-exps), reports their flags and
+//!    finds the first that stops the walk (a rejection, a placeholder, or the
+//!    bonus row), as rows decide independently; the first over all warps is
+//!    `j`. Warp 0 writes the accepted drafts, `-1` padding, the counts, and a
 //!    [`Job`] saying what token `j` must be sampled from.
 //! 2. `rejection_resample_{target}_{cache}`: grid `(requests,
 //!    resample_chunks)`, each block `resample_chunk` ids (split for `requests`
@@ -36,6 +37,7 @@ use core::cell::Cell;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::{Bf16, F16};
 use specdec_core::layout::RejectionParams;
+use specdec_core::layout::WARPS;
 use specdec_core::logspace::{Lse, ln_residual};
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
@@ -194,13 +196,17 @@ unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
             unsafe { (p.stats as *mut Stats).add(pair as usize * p.chunks as usize + c as usize).write(acc) };
         }
     }
-    if tid < WARP {
-        // SAFETY: all of warp 0, after thread 0 published; counters holds
-        // `requests` entries and the request's (K+1)·chunks blocks each arrive once.
-        if unsafe { last_block::arrive((p.counters as *mut u32).add(r as usize), k1 * p.chunks) } {
-            // SAFETY: one full warp, after every block of request `r` published.
-            unsafe { decide::<T, C>(p, r) };
-        }
+    // Warp 0 counts the block in; the request's last block decides with all its warps.
+    // SAFETY: all of warp 0, after thread 0 published; counters holds
+    // `requests` entries and the request's (K+1)·chunks blocks each arrive once.
+    let last = tid < WARP && unsafe { last_block::arrive((p.counters as *mut u32).add(r as usize), k1 * p.chunks) };
+    // SAFETY: every thread of the block is here (the early return above is block-uniform).
+    if unsafe { gpu::sync_threads_or(last) } {
+        // Warp 0 fenced after the count in `arrive`; the other warps read the
+        // request's statistics too.
+        gpu::fence_device();
+        // SAFETY: the whole block, after every block of request `r` published.
+        unsafe { decide::<T, C>(p, r) };
     }
 }
 
@@ -266,7 +272,7 @@ unsafe fn row_chunk_stats<T: Load, C: Load>(p: &RejectionParams, req: &Request, 
 unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32) -> Stats {
     let base = (r as usize * (p.max_drafts as usize + 1) + i as usize) * p.chunks as usize;
     let mut acc = Stats::IDENTITY;
-    let mut c = gpu::thread_idx_x();
+    let mut c = gpu::thread_idx_x() % WARP;
     while c < p.chunks {
         // SAFETY: base + c < requests·(K+1)·chunks. Volatile: other blocks
         // wrote it in this launch; read from L2, never a stale L1 line.
@@ -294,39 +300,71 @@ unsafe fn write_token(p: &RejectionParams, r: u32, i: u32, token: i64) {
     }
 }
 
-/// OR across a full warp.
+/// `op` (associative and commutative) of `v` across a full warp, in every lane.
 ///
 /// # Safety
 /// All 32 lanes active and calling together.
 #[inline(always)]
-unsafe fn warp_or(mut bits: u32) -> u32 {
+unsafe fn warp_u32(mut v: u32, op: impl Fn(u32, u32) -> u32) -> u32 {
     let mut m = WARP / 2;
     while m > 0 {
         // SAFETY: forwarded from the caller.
-        bits |= unsafe { gpu::shfl_bfly_u32(bits, m) };
+        v = op(v, unsafe { gpu::shfl_bfly_u32(v, m) });
         m /= 2;
     }
-    bits
+    v
 }
 
-/// The decision of request `r` (see module docs), by one warp. Control flow
-/// is warp-uniform throughout (every lane computes the same decisions), so
-/// the warp-wide reductions inside are safe.
+/// One warp's part of a request's decision: the first of its rows that stops
+/// the walk (a rejection, a placeholder, or the bonus row), and the flags of
+/// all its rows. Passed through shared memory to warp 0.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct RowDecision {
+    /// The row, or `u32::MAX` if none of the warp's rows stops.
+    row: u32,
+    /// Its draft id (`-1` for a placeholder or the bonus row).
+    draft: i32,
+    best: u32,
+    lse_t: f32,
+    lse_q: f32,
+    flags: u32,
+}
+
+/// A warp's decision when none of its rows stops.
+#[inline(always)]
+const fn mine_none() -> RowDecision {
+    RowDecision { row: u32::MAX, draft: -1, best: 0, lse_t: 0.0, lse_q: 0.0, flags: 0 }
+}
+
+// Decisions live in the dynamic shared memory the launch sizes for `block_reduce::<Stats>`.
+const _: () =
+    assert!(core::mem::size_of::<RowDecision>() as u32 * WARPS <= crate::block::block_reduce_shared_bytes::<Stats>());
+
+/// The decision of request `r` (see module docs), by the request's last
+/// block. Every row's acceptance depends on that row alone, so warp `w`
+/// decides rows `w, w + WARPS, …` and keeps the first that stops; warp 0
+/// then takes the first over all warps as `j`. Control flow is uniform
+/// within each warp (every lane computes the same decisions), so the
+/// warp-wide reductions inside are safe.
 ///
 /// # Safety
-/// All 32 lanes of one warp call this together, after every block of
-/// request `r < requests` published its statistics.
+/// Every thread of the block calls this together (it contains a barrier),
+/// after every block of request `r < requests` published its statistics.
 #[inline(always)]
 unsafe fn decide<T: Load, C: Load>(p: &RejectionParams, r: u32) {
-    let lane = gpu::thread_idx_x() % WARP;
-    let k1 = p.max_drafts + 1;
+    // Loaded again (from L1: this block read it) rather than kept live through
+    // the streaming loop, where it would cost registers (spills at 64).
     // SAFETY: r < requests.
-    let req = unsafe { Request::load(p, r) };
+    let req = &unsafe { Request::load(p, r) };
+    let (warp, lane) = (gpu::thread_idx_x() / WARP, gpu::thread_idx_x() % WARP);
+    let k1 = p.max_drafts + 1;
     let n = req.drafts;
     let greedy = req.slot.greedy();
     let drafts = p.drafts as *const i32;
 
-    // Every draft id of the request must be -1 or in 0..V.
+    // Every draft id of the request must be -1 or in 0..V (each warp checks
+    // all of them, so all warps agree without a barrier).
     let mut flags = req.slot.flags;
     if req.slot.is_valid() {
         let mut i = lane;
@@ -339,9 +377,12 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams, r: u32) {
             i += WARP;
         }
     }
-    // SAFETY: the block is one full warp, converged here.
-    flags = unsafe { warp_or(flags) };
+    // SAFETY: a full warp, converged here.
+    flags = unsafe { warp_u32(flags, |a, b| a | b) };
     if flags & INVALID != 0 {
+        if warp != 0 {
+            return; // block-uniform: every warp saw the same flags
+        }
         let mut i = lane;
         while i < k1 {
             // SAFETY: r < requests, i <= K.
@@ -362,64 +403,60 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams, r: u32) {
         return;
     }
 
-    // Walk the drafts in order; the first placeholder or rejection is `j`.
-    let report = |i: u32, st: &Stats| {
+    // This warp's rows, in order; every row reports its flags (NaN logits).
+    let mut mine = mine_none();
+    let mut i = warp;
+    while i <= n {
+        // SAFETY: i <= n_r of a valid request; the warp is converged (uniform loop).
+        let st = unsafe { row_stats(p, r, i) };
         if p.row_status != 0 && lane == 0 {
             // SAFETY: row0 + i < rows; row_status holds rows elements.
             unsafe { (p.row_status as *mut u32).add((req.row0 + i) as usize).write(st.flags) };
         }
-    };
-    let mut j = 0;
-    let (st, d) = loop {
-        // SAFETY: j <= n_r of a valid request; the warp is converged (uniform loop).
-        let st = unsafe { row_stats(p, r, j) };
-        report(j, &st);
-        flags |= st.flags;
-        if j == n {
-            break (st, -1);
-        }
-        let row = req.row0 + j;
-        // SAFETY: row < rows.
-        let d = unsafe { *drafts.add(row as usize) };
-        let stop = if d == -1 {
-            true
-        } else if greedy {
-            d as u32 != st.best.index
-        } else {
-            let sampler = req.sampler(0);
-            // SAFETY: row < rows, 0 <= d < vocab (checked above).
-            let t = unsafe { (*target_row::<T>(p, row).add(d as usize)).to_f32() };
-            let log_p = sampler.scaled(t) - st.target.value();
-            let log_q = if p.cache != 0 {
-                // SAFETY: valid slot, j < n_r <= max_drafts, d < vocab.
-                let q = unsafe { (*cache_row::<C>(p, req.slot.slot, j).add(d as usize)).to_f32() };
-                sampler.scaled(q) - st.draft.value()
-            } else {
-                0.0
+        mine.flags |= st.flags;
+        if mine.row == u32::MAX {
+            // What the row's decision needs of its statistics, and nothing more kept live.
+            let row = RowDecision {
+                row: i,
+                draft: -1,
+                best: st.best.index,
+                lse_t: st.target.value(),
+                lse_q: st.draft.value(),
+                flags: 0,
             };
-            // SAFETY: row < rows; pos holds rows elements.
-            let pos = unsafe { *(p.pos as *const u64).add(row as usize) };
-            !accepts(random_u32(req.slot.seed, pos, Stream::Accept, 0), log_q, log_p)
-        };
-        if stop {
-            break (st, d);
+            // SAFETY: i <= n_r of a valid request whose draft ids were checked.
+            let d = if i == n { -1 } else { unsafe { stops::<T, C>(p, req, &row) } };
+            if d != DRAFT_ACCEPTED {
+                mine = RowDecision { draft: d, flags: mine.flags, ..row };
+            }
         }
-        j += 1;
-    };
-    // The rows past `j` still report their flags (NaN logits).
-    let mut i = j + 1;
-    while i <= n {
-        // SAFETY: i <= n_r; uniform loop.
-        let st = unsafe { row_stats(p, r, i) };
-        report(i, &st);
-        flags |= st.flags;
-        i += 1;
+        i += WARPS;
     }
+    // SAFETY: the decisions fit the launch's dynamic shared memory (asserted
+    // above); the block_reduce before this ended with a barrier.
+    let shared = unsafe { gpu::dynamic_shared::<RowDecision>() };
+    if lane == 0 {
+        // SAFETY: warp < WARPS.
+        unsafe { shared.add(warp as usize).write(mine) };
+    }
+    // SAFETY: every thread of the block is here (caller).
+    unsafe { gpu::sync_threads() };
+    if warp != 0 {
+        return;
+    }
+    // The first row that stops is `j`; its warp's decision says how.
+    // SAFETY: lane < WARPS reads a decision written before the barrier.
+    let own = if lane < WARPS { unsafe { shared.add(lane as usize).read() } } else { mine_none() };
+    // SAFETY: warp 0 is full and converged here.
+    let (j, row_flags) = unsafe { (warp_u32(own.row, u32::min), warp_u32(own.flags, |a, b| a | b)) };
+    flags |= row_flags;
+    // SAFETY: the bonus row n stops, so j <= n and its warp's decision is j's.
+    let dec = unsafe { shared.add((j % WARPS) as usize).read() };
 
     let last = if greedy {
-        st.best.index as i64
+        dec.best as i64
     } else {
-        let mode = if j == n || d == -1 {
+        let mode = if j == n || dec.draft == -1 {
             JOB_TARGET
         } else if p.cache == 0 {
             JOB_ONE_HOT
@@ -431,9 +468,9 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams, r: u32) {
                 mode,
                 row: req.row0 + j,
                 column: j,
-                draft: d as u32,
-                lse_t: st.target.value(),
-                lse_q: st.draft.value(),
+                draft: dec.draft as u32,
+                lse_t: dec.lse_t,
+                lse_q: dec.lse_q,
                 _pad: [0; 2],
             };
             // SAFETY: jobs holds `requests` entries.
@@ -473,6 +510,44 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams, r: u32) {
     }
 }
 
+/// What [`stops`] returns for an accepted draft (never a draft id: those
+/// were checked to be `-1` or in `0..V`).
+const DRAFT_ACCEPTED: i32 = -2;
+
+/// Whether draft row `row.row` of `req` stops the walk: its draft id if the
+/// draft is a placeholder (`-1`) or rejected, else [`DRAFT_ACCEPTED`].
+///
+/// # Safety
+/// `row.row < n_r` of a valid request whose draft ids are `-1` or in `0..V`;
+/// `row` holds that row's argmax and log-sum-exps.
+#[inline(always)]
+unsafe fn stops<T: Load, C: Load>(p: &RejectionParams, req: &Request, row: &RowDecision) -> i32 {
+    let at = req.row0 + row.row;
+    // SAFETY: at < rows.
+    let d = unsafe { *(p.drafts as *const i32).add(at as usize) };
+    let stop = if d == -1 {
+        true
+    } else if req.slot.greedy() {
+        d as u32 != row.best
+    } else {
+        let sampler = req.sampler(0);
+        // SAFETY: at < rows, 0 <= d < vocab.
+        let t = unsafe { (*target_row::<T>(p, at).add(d as usize)).to_f32() };
+        let log_p = sampler.scaled(t) - row.lse_t;
+        let log_q = if p.cache != 0 {
+            // SAFETY: valid slot, row.row < n_r <= max_drafts, d < vocab.
+            let q = unsafe { (*cache_row::<C>(p, req.slot.slot, row.row).add(d as usize)).to_f32() };
+            sampler.scaled(q) - row.lse_q
+        } else {
+            0.0
+        };
+        // SAFETY: at < rows; pos holds rows elements.
+        let pos = unsafe { *(p.pos as *const u64).add(at as usize) };
+        !accepts(random_u32(req.slot.seed, pos, Stream::Accept, 0), log_q, log_p)
+    };
+    if stop { d } else { DRAFT_ACCEPTED }
+}
+
 /// Pass 2 (see module docs).
 ///
 /// # Safety
@@ -483,13 +558,14 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
     if r >= p.requests || c >= p.resample_chunks {
         return;
     }
+    // Both loads first: the request's slot-table chain overlaps the job's load.
+    // SAFETY: r < requests.
+    let req = unsafe { Request::load(p, r) };
     // SAFETY: pass 1's decision wrote jobs[r] for every request.
     let job = unsafe { *(p.jobs as *const Job).add(r as usize) };
     if job.mode == JOB_NONE {
         return; // block-uniform
     }
-    // SAFETY: r < requests; a job exists only for a valid request.
-    let req = unsafe { Request::load(p, r) };
     // SAFETY: job.row < rows; pos holds rows elements.
     let pos = unsafe { *(p.pos as *const u64).add(job.row as usize) };
     let sampler = req.sampler(pos);
@@ -549,42 +625,30 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
     }
 }
 
-/// Warp 0 of block `(r, c)` of pass 2 with the block's candidates: writes
-/// token `column` if the row is one chunk, else publishes them, and the
-/// request's last block combines all chunks and writes it.
+/// Warp 0 of block `(r, c)` of pass 2 with the block's candidates: the
+/// request's last block (the only one, for a row of one chunk) combines all
+/// chunks and writes token `column`.
 ///
 /// # Safety
 /// All 32 lanes of warp 0 call this together, once per block of request `r`
 /// (which has a job), `column <= max_drafts`.
 #[inline(always)]
 unsafe fn complete_resample(p: &RejectionParams, r: u32, c: u32, column: u32, mine: Candidates) {
-    let lane = gpu::thread_idx_x();
     let chunks = p.resample_chunks;
-    let acc = if chunks == 1 {
-        mine
-    } else {
-        // SAFETY: partials holds requests·resample_chunks entries.
-        let partials = unsafe { (p.partials as *mut Candidates).add(r as usize * chunks as usize) };
-        if lane == 0 {
-            // SAFETY: c < resample_chunks.
-            unsafe { partials.add(c as usize).write(mine) };
-        }
-        // SAFETY: all of warp 0 after lane 0's write; counters holds
-        // `requests` entries; all `chunks` blocks of a request with a job arrive.
-        if !unsafe { last_block::arrive((p.counters as *mut u32).add(r as usize), chunks) } {
-            return;
-        }
-        let mut acc = Candidates::IDENTITY;
-        let mut j = lane;
-        while j < chunks {
-            // SAFETY: j < chunks, published by its block (arrive); volatile as in `row_stats`.
-            acc = acc.combine(unsafe { partials.add(j as usize).read_volatile() });
-            j += WARP;
-        }
-        // SAFETY: the whole warp is here (uniform loop bounds).
-        unsafe { warp_reduce(acc) }
+    // SAFETY: partials holds requests·resample_chunks entries, counters
+    // `requests`; all `chunks` blocks of a request with a job arrive.
+    let Some(acc) = (unsafe {
+        last_block::combine(
+            (p.partials as *mut Candidates).add(r as usize * chunks as usize),
+            c,
+            chunks,
+            (p.counters as *mut u32).add(r as usize),
+            mine,
+        )
+    }) else {
+        return;
     };
-    if lane == 0 {
+    if gpu::thread_idx_x() == 0 {
         // SAFETY: r < requests, column <= K.
         unsafe { write_token(p, r, column, acc.0.token() as i64) };
     }
