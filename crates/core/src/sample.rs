@@ -90,9 +90,7 @@ impl Sampler {
         n: u32,
         words: impl FnOnce() -> [u32; 4],
     ) -> ArgMax {
-        let top = |hi: f32, i: usize| if (i as u32) < n && w[i] > hi { w[i] } else { hi };
-        let hi = top(top(top(top(f32::NEG_INFINITY, 0), 1), 2), 3);
-        if hi + GUMBEL_MAX < best.value {
+        if top(w, n) + GUMBEL_MAX < best.value {
             return best;
         }
         let words = words();
@@ -157,11 +155,7 @@ impl Sampler {
         res: impl Fn(usize) -> f32,
         n: u32,
     ) -> Resampled {
-        let top = |w: [f32; 4]| {
-            let t = |hi: f32, i: usize| if (i as u32) < n && w[i] > hi { w[i] } else { hi };
-            t(t(t(t(f32::NEG_INFINITY, 0), 1), 2), 3)
-        };
-        if top(ub) + GUMBEL_MAX < best.residual.value && top(tgt) + GUMBEL_MAX < best.target.value {
+        if top(ub, n) + GUMBEL_MAX < best.residual.value && top(tgt, n) + GUMBEL_MAX < best.target.value {
             return best;
         }
         let words = random_quad(self.seed, self.pos, self.stream, base / 4);
@@ -185,6 +179,13 @@ impl Sampler {
         };
         lane(lane(lane(lane(best, 0), 1), 2), 3)
     }
+}
+
+/// The largest of `w[..n]`, skipping NaN (`-inf` if none); constant lanes keep `w` in registers.
+#[inline(always)]
+fn top(w: [f32; 4], n: u32) -> f32 {
+    let t = |hi: f32, i: usize| if (i as u32) < n && w[i] > hi { w[i] } else { hi };
+    t(t(t(t(f32::NEG_INFINITY, 0), 1), 2), 3)
 }
 
 /// The acceptance rule of SPEC §4 in log space: accept the draft iff

@@ -46,7 +46,7 @@ pub(super) unsafe fn gumbel_sample(
         return Ok(());
     }
     let params = Params(p);
-    let kernel = kernels.function(("gumbel_sample", Some(dtypes)))?;
+    let kernel = kernels.function(("gumbel_sample", dtypes))?;
     // SAFETY: the caller guarantees `p`; the grid covers rows × chunks, block
     // size and shared memory are what the kernel's reductions expect.
     unsafe { stream.launch_builder(&kernel).arg(&params).launch(blocks((p.rows, p.chunks))) }?;
@@ -72,8 +72,8 @@ pub(super) unsafe fn rejection_sample(
     }
     let params = Params(p);
     let pairs = p.requests * (p.max_drafts + 1);
-    let stats = kernels.function(("rejection_stats", Some(dtypes)))?;
-    let resample = kernels.function(("rejection_resample", Some(dtypes)))?;
+    let stats = kernels.function(("rejection_stats", dtypes))?;
+    let resample = kernels.function(("rejection_resample", dtypes))?;
     // SAFETY: the caller guarantees `p`; each grid matches its pass (module
     // docs of kernels::rejection), and the passes run in order on one stream.
     unsafe {

@@ -32,9 +32,9 @@ pub fn driver_present() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
-/// A kernel: its operation and, for dtype-generic ones, the (logits, cache)
-/// dtypes. The symbol is `{op}` or `{op}_{logits}_{cache}`.
-type KernelKey = (&'static str, Option<(DType, DType)>);
+/// A kernel: its operation and the (logits, cache) dtypes. The symbol is
+/// `{op}_{logits}_{cache}`.
+type KernelKey = (&'static str, (DType, DType));
 
 /// The loaded module of one context, and its functions.
 struct Kernels {
@@ -67,10 +67,8 @@ impl Kernels {
         if let Some(f) = functions.get(&key) {
             return Ok(f.clone());
         }
-        let name = match key {
-            (op, None) => op.to_string(),
-            (op, Some((l, c))) => format!("{op}_{}_{}", l.name(), c.name()),
-        };
+        let (op, (l, c)) = key;
+        let name = format!("{op}_{}_{}", l.name(), c.name());
         let f = self.module.load_function(&name).map_err(|source| Error::PtxLoad { arch: PTX_ARCH, source })?;
         functions.insert(key, f.clone());
         Ok(f)
