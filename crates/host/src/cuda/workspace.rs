@@ -90,7 +90,11 @@ impl Workspace {
     }
 }
 
-/// Blocks that keep every SM busy at small batch.
+/// Blocks that keep every SM busy at small batch. Two per SM, not more: each
+/// block pays a fixed cost (its row's chain of dependent loads, a reduction,
+/// an arrival), and larger chunks prune more noise. Measured on an H200
+/// against four per SM: 8 to 64 rows and 16 requests 10–20 % faster, one
+/// row or request and large batches unchanged.
 fn target_blocks(sm_count: u32) -> usize {
-    4 * sm_count.max(1) as usize
+    2 * sm_count.max(1) as usize
 }
