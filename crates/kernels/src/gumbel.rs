@@ -148,7 +148,7 @@ unsafe fn fold_chunk<L: Load, C: Element>(
     // SAFETY (both): the row holds `end <= vocab` elements; start % 4 == 0.
     if sampler.greedy {
         unsafe {
-            for_each_quad::<true, _, _>(
+            for_each_quad::<true, 4, _, _>(
                 logits,
                 none,
                 start,
@@ -168,7 +168,7 @@ unsafe fn fold_chunk<L: Load, C: Element>(
         // warp evaluates noise far less often for a lane that could not.
         let best_cell = Cell::new(best);
         unsafe {
-            for_each_quad::<false, _, _>(
+            for_each_quad::<false, 4, _, _>(
                 logits,
                 none,
                 start,

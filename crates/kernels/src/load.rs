@@ -65,13 +65,11 @@ pub unsafe fn load_quad<L: Load>(row: *const L, x: u32, end: u32, aligned: bool)
     ([lane(0), lane(1), lane(2), lane(3)], n)
 }
 
-/// Quads each thread keeps in flight: four loads are issued before the first
-/// is used, so enough bytes are outstanding to approach the memory bandwidth.
-pub const QUADS_IN_FLIGHT: u32 = 4;
-
 /// Walks this thread's quads of `start .. end` (ids `start + 4·tid + k·TILE`)
 /// in increasing order, reading row `a` and, unless it is null, row `b` at
-/// the same ids, [`QUADS_IN_FLIGHT`] quads at a time; with `PIPELINED`, the
+/// the same ids, `Q <= 4` quads at a time (all `Q` loads issue before the first
+/// use: enough bytes in flight to approach the memory bandwidth, for `Q`
+/// quads' registers); with `PIPELINED`, the
 /// next batch loads while the current one is folded (twice the bytes in
 /// flight for more registers: it pays where occupancy was not the limit, as
 /// measured on an H200, see benches/results); calls `f(x, qa, qb, n)`
@@ -83,7 +81,7 @@ pub const QUADS_IN_FLIGHT: u32 = 4;
 /// # Safety
 /// `a` (and `b` if not null) are valid for `end` elements; `start % 4 == 0`.
 #[inline(always)]
-pub unsafe fn for_each_quad<const PIPELINED: bool, A: Load, B: Load>(
+pub unsafe fn for_each_quad<const PIPELINED: bool, const Q: u32, A: Load, B: Load>(
     a: *const A,
     b: *const B,
     start: u32,
@@ -92,14 +90,15 @@ pub unsafe fn for_each_quad<const PIPELINED: bool, A: Load, B: Load>(
     mut f: impl FnMut(u32, [A; 4], [B; 4], u32),
     mut after_batch: impl FnMut(),
 ) {
+    const { assert!(Q >= 1 && Q <= 4) };
     let (a_aligned, b_aligned) = (quad_aligned(a), quad_aligned(b));
-    // The quads at `x + k·TILE`, k < 4; the loads all issue before any use.
+    // The quads at `x + k·TILE`, k < Q; the loads all issue before any use.
     let batch = #[inline(always)]
     |x: u32| {
         let get = #[inline(always)]
         |k: u32| {
             let xk = x + k * TILE;
-            if xk >= end {
+            if k >= Q || xk >= end {
                 return ([A::default(); 4], [B::default(); 4], 0);
             }
             // SAFETY: xk < end, xk % 4 == 0 (caller: rows valid for `end`).
@@ -115,7 +114,7 @@ pub unsafe fn for_each_quad<const PIPELINED: bool, A: Load, B: Load>(
     let mut warp_x = x - 4 * (tid % 32);
     let mut cur = batch(x);
     while warp_x < end {
-        let next_x = x + QUADS_IN_FLIGHT * TILE;
+        let next_x = x + Q * TILE;
         // Pipelined: issue the next batch's loads before folding this one.
         let next = if PIPELINED { batch(next_x) } else { cur };
         let [q0, q1, q2, q3] = cur;
@@ -132,7 +131,7 @@ pub unsafe fn for_each_quad<const PIPELINED: bool, A: Load, B: Load>(
         after_batch();
         cur = if PIPELINED { next } else { batch(next_x) };
         x = next_x;
-        warp_x += QUADS_IN_FLIGHT * TILE;
+        warp_x += Q * TILE;
     }
 }
 

@@ -231,7 +231,7 @@ unsafe fn row_chunk_stats<T: Load, C: Load>(p: &RejectionParams, req: &Request, 
     let mut nan = false;
     // SAFETY: the rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
-        for_each_quad::<false, _, _>(
+        for_each_quad::<false, 4, _, _>(
             target,
             draft,
             start,
@@ -586,7 +586,8 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
     let best = Cell::new(Resampled::IDENTITY);
     // SAFETY: rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
-        for_each_quad::<false, _, _>(
+        // Two quads a batch: registers for 3 blocks per SM (kernels' Cargo.toml).
+        for_each_quad::<false, 2, _, _>(
             target,
             draft,
             start,
