@@ -433,7 +433,7 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams, r: u32) {
         i += WARPS;
     }
     // SAFETY: the decisions fit the launch's dynamic shared memory (asserted
-    // above); the block_reduce before this ended with a barrier.
+    // above); the barrier before `decide` ended the block's earlier use of it.
     let shared = unsafe { gpu::dynamic_shared::<RowDecision>() };
     if lane == 0 {
         // SAFETY: warp < WARPS.
