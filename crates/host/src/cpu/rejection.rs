@@ -11,8 +11,7 @@ use crate::memory::Host;
 use crate::rejection::{RejectionOutput, RejectionSample};
 use crate::tensor::{LogitsData, Tokens};
 use specdec_core::argmax::ArgMax;
-use specdec_core::dtype::Element;
-use specdec_core::logspace::{Lse, exp, ln_residual};
+use specdec_core::logspace::ln_residual;
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
 use specdec_core::status::NAN_LOGITS;
@@ -52,9 +51,26 @@ struct Request<'a, 'b, T, C> {
     row0: usize,
     slot: i32,
     sampler: Sampler,
+    /// The vector code's instruction set.
+    level: Level,
 }
 
-impl<T: Logit, C: Element> Request<'_, '_, T, C> {
+/// A row's log-sum-exps of its scaled target and draft logits (the draft's
+/// is `None` in one-hot mode), computed once per row.
+#[derive(Clone, Copy, Debug)]
+struct RowLse {
+    target: f32,
+    draft: Option<f32>,
+}
+
+/// The first rejected draft of a request: its id and its row's log-sum-exps.
+#[derive(Clone, Copy, Debug)]
+struct Rejected {
+    id: usize,
+    lse: RowLse,
+}
+
+impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
     fn target_row(&self, i: usize) -> &[T] {
         let start = (self.row0 + i) * self.args.target.row_stride;
         &self.target[start..start + self.args.target.vocab]
@@ -75,31 +91,36 @@ impl<T: Logit, C: Element> Request<'_, '_, T, C> {
         first_argmax(self.target_row(i)).0
     }
 
-    fn lse<E: Element>(&self, row: &[E]) -> f32 {
-        quads(row).fold(Lse::EMPTY, |acc, (_, v, n)| acc.push_quad(v.map(|x| self.sampler.scaled(x)), n, exp)).value()
+    /// Row `i`'s log-sum-exps.
+    fn lse(&self, i: usize) -> RowLse {
+        RowLse {
+            target: simd::lse(self.level, &self.sampler, self.target_row(i)),
+            draft: self.draft_row(i).map(|q| simd::lse(self.level, &self.sampler, q)),
+        }
     }
 
-    /// Whether draft `d` at row `i` passes (SPEC §4 standard rule).
-    fn accepts(&self, i: usize, d: usize) -> bool {
+    /// Whether draft `d` at row `i`, whose log-sum-exps are `lse`, passes
+    /// (SPEC §4 standard rule).
+    fn accepts(&self, i: usize, d: usize, lse: RowLse) -> bool {
         let s = &self.sampler;
-        let log_p = s.scaled(self.target_row(i)[d].to_f32()) - self.lse(self.target_row(i));
-        let log_q = match self.draft_row(i) {
-            Some(q) => s.scaled(q[d].to_f32()) - self.lse(q),
-            None => 0.0,
+        let log_p = s.scaled(self.target_row(i)[d].to_f32()) - lse.target;
+        let log_q = match (self.draft_row(i), lse.draft) {
+            (Some(q), Some(lse_q)) => s.scaled(q[d].to_f32()) - lse_q,
+            _ => 0.0,
         };
         accepts(random_u32(self.sampler.seed, self.pos(i), Stream::Accept, 0), log_q, log_p)
     }
 
-    /// The token at row `i` after a rejection of `d` (`None`: bonus row or
+    /// The token at row `i` after a rejection (`None`: bonus row or
     /// placeholder, sample the target).
-    fn resample(&self, i: usize, rejected: Option<usize>) -> u32 {
+    fn resample(&self, i: usize, rejected: Option<Rejected>) -> u32 {
         let sampler = Sampler { pos: self.pos(i), ..self.sampler };
-        let Some(rejected) = rejected else {
+        let Some(Rejected { id: rejected, lse }) = rejected else {
             // Residual and target candidates are both the target's: this is
             // gumbel_sample's fold of a random row, vectorised.
-            return simd::fold(Level::detect(), &sampler, ArgMax::IDENTITY, 0, self.target_row(i)).0.index;
+            return simd::fold(self.level, &sampler, ArgMax::IDENTITY, 0, self.target_row(i)).0.index;
         };
-        let draft = self.draft_row(i).map(|q| (q, self.lse(self.target_row(i)), self.lse(q)));
+        let draft = self.draft_row(i).zip(lse.draft).map(|(q, lse_q)| (q, lse.target, lse_q));
         let mut best = Resampled::IDENTITY;
         for (q, (x, t, n)) in quads(self.target_row(i)).enumerate() {
             let tgt = t.map(|v| sampler.scaled(v));
@@ -124,20 +145,22 @@ impl<T: Logit, C: Element> Request<'_, '_, T, C> {
     }
 }
 
-fn verify<T: Logit, C: Element>(
+fn verify<T: Logit, C: Logit>(
     args: &RejectionSample<'_, Host>,
     target: &[T],
     draft: Option<&[C]>,
     mut out: RejectionOutput<'_, Host>,
 ) {
     let k1 = args.max_drafts + 1;
+    let level = Level::detect();
     for r in 0..args.slots.len() {
         let (o0, o1) = (args.offsets[r] as usize, args.offsets[r + 1] as usize);
         let n = o1 - o0 - 1;
         let slot = args.slots[r];
         let (t, seed) =
             if slot >= 0 { (args.table.temperature[slot as usize], args.table.seed[slot as usize]) } else { (0.0, 0) };
-        let req = Request { args, target, draft, row0: o0, slot, sampler: Sampler::new(t, seed, 0, Stream::Target) };
+        let sampler = Sampler::new(t, seed, 0, Stream::Target);
+        let req = Request { args, target, draft, row0: o0, slot, sampler, level };
         let greedy = req.sampler.greedy;
 
         if let Some(status) = out.row_status.as_mut() {
@@ -156,9 +179,14 @@ fn verify<T: Logit, C: Element>(
                 j = i;
                 break;
             }
-            let ok = if greedy { d as u32 == req.argmax(i) } else { req.accepts(i, d as usize) };
+            // A random row's log-sum-exps, kept for the resample if it rejects.
+            let lse = (!greedy).then(|| req.lse(i));
+            let ok = match lse {
+                None => d as u32 == req.argmax(i),
+                Some(lse) => req.accepts(i, d as usize, lse),
+            };
             if !ok {
-                (j, rejected) = (i, Some(d as usize));
+                (j, rejected) = (i, lse.map(|lse| Rejected { id: d as usize, lse }));
                 break;
             }
         }

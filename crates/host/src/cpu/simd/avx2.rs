@@ -3,7 +3,10 @@
 //! full 32×32→64 product. A counter's words live in the low halves of their
 //! lanes; the high halves carry garbage that is never read.
 
-use super::{COARSE_BOUND, Logit, RowKey, TOP_BUCKET, fold_scalar, fold_survivors};
+use super::{
+    COARSE_BOUND, EXP_LO, EXP_P, LN2_HI, LN2_LO, LOG2E, LSE_LANES, Logit, ROUND, RowKey, TOP_BUCKET, fold_scalar,
+    fold_survivors, padded_tail,
+};
 use core::arch::x86_64::*;
 use core::mem::transmute;
 use specdec_core::argmax::ArgMax;
@@ -116,6 +119,91 @@ pub(super) unsafe fn fold<L: Logit>(s: &Sampler, mut best: ArgMax, base: u32, va
     let done = values.len() - tail.len();
     let (best, tail_nan) = fold_scalar(s, best, base + done as u32, tail);
     (best, nan || tail_nan)
+}
+
+// The 16 lanes of `super::lse` are two vectors: lanes 0..8 and 8..16.
+const _: () = assert!(LSE_LANES == 16);
+
+/// Step 1 of [`super::lse`] on AVX2.
+///
+/// # Safety
+/// The CPU supports AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L]) -> [f32; LSE_LANES] {
+    let scale = _mm256_set1_ps(scale);
+    let groups = values.chunks_exact(LSE_LANES);
+    let tail = groups.remainder();
+    let mut m = [_mm256_set1_ps(f32::NEG_INFINITY); 2];
+    for group in groups {
+        for (h, m) in m.iter_mut().enumerate() {
+            // SAFETY: the group holds 16 elements; the CPU has AVX2 and F16C.
+            let x = unsafe { L::load8(group.as_ptr().add(8 * h)) };
+            *m = _mm256_max_ps(scaled(x, scale).0, *m);
+        }
+    }
+    if !tail.is_empty() {
+        let tail = padded_tail(tail);
+        for (h, m) in m.iter_mut().enumerate() {
+            // SAFETY: as above.
+            let x = unsafe { f32::load8(tail.as_ptr().add(8 * h)) };
+            *m = _mm256_max_ps(scaled(x, scale).0, *m);
+        }
+    }
+    // SAFETY: a vector is 8 plain f32 lanes, in memory order.
+    unsafe { transmute(m) }
+}
+
+/// Step 2 of [`super::lse`] on AVX2, for a finite row maximum `max`.
+///
+/// # Safety
+/// The CPU supports AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn lane_sums<L: Logit>(scale: f32, max: f32, values: &[L]) -> [f32; LSE_LANES] {
+    let (scale, max) = (_mm256_set1_ps(scale), _mm256_set1_ps(max));
+    let groups = values.chunks_exact(LSE_LANES);
+    let tail = groups.remainder();
+    let mut sum = [_mm256_setzero_ps(); 2];
+    for group in groups {
+        for (h, sum) in sum.iter_mut().enumerate() {
+            // SAFETY: the group holds 16 elements; the CPU has AVX2 and F16C.
+            let x = unsafe { L::load8(group.as_ptr().add(8 * h)) };
+            *sum = _mm256_add_ps(*sum, exp_le0(_mm256_sub_ps(scaled(x, scale).0, max)));
+        }
+    }
+    if !tail.is_empty() {
+        let tail = padded_tail(tail);
+        for (h, sum) in sum.iter_mut().enumerate() {
+            // SAFETY: as above.
+            let x = unsafe { f32::load8(tail.as_ptr().add(8 * h)) };
+            *sum = _mm256_add_ps(*sum, exp_le0(_mm256_sub_ps(scaled(x, scale).0, max)));
+        }
+    }
+    // SAFETY: as above.
+    unsafe { transmute(sum) }
+}
+
+/// `super::exp_le0`, 8 lanes at a time, operation for operation.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn exp_le0(d: __m256) -> __m256 {
+    let lo = _mm256_set1_ps(EXP_LO);
+    let round = _mm256_set1_ps(ROUND);
+    let x = _mm256_max_ps(d, lo);
+    let k = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)), round), round);
+    let r = _mm256_sub_ps(
+        _mm256_sub_ps(x, _mm256_mul_ps(k, _mm256_set1_ps(LN2_HI))),
+        _mm256_mul_ps(k, _mm256_set1_ps(LN2_LO)),
+    );
+    let mut p = _mm256_set1_ps(EXP_P[0]);
+    for &c in &EXP_P[1..] {
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(c));
+    }
+    let e = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0));
+    // `k` is a whole number: the conversion is exact in any rounding mode.
+    let k = _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127));
+    let two_k = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(k));
+    // The mask is all ones where `d >= EXP_LO` (false for NaN), else zero: `+0`.
+    _mm256_and_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(d, lo), _mm256_mul_ps(e, two_k))
 }
 
 /// `Sampler::scaled`, 8 lanes at a time, and whether any `x` is NaN.
@@ -242,6 +330,19 @@ pub(super) fn load_all<L: Load>(values: &[L]) -> Vec<f32> {
         // SAFETY: 8 elements at the pointer; the CPU has AVX2 and F16C (just checked).
         let x: [f32; 8] = unsafe { transmute(L::load8(chunk.as_ptr())) };
         out.extend_from_slice(&x);
+    }
+    out
+}
+
+/// `d` (a multiple of 8 long) through [`exp_le0`], for the tests.
+#[cfg(test)]
+pub(super) fn exp_all(d: &[f32]) -> Vec<f32> {
+    assert!(super::Level::Avx2.supported());
+    let mut out = Vec::with_capacity(d.len());
+    for chunk in d.chunks_exact(8) {
+        // SAFETY: 8 elements at the pointer; the CPU has AVX2 (just checked).
+        let e: [f32; 8] = unsafe { transmute(exp_le0(_mm256_loadu_ps(chunk.as_ptr()))) };
+        out.extend_from_slice(&e);
     }
     out
 }

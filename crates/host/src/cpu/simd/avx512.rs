@@ -3,7 +3,10 @@
 //! full 32×32→64 product. A counter's words live in the low halves of their
 //! lanes; the high halves carry garbage that is never read.
 
-use super::{COARSE_BOUND, Logit, RowKey, TOP_BUCKET, fold_scalar, fold_survivors};
+use super::{
+    COARSE_BOUND, EXP_LO, EXP_P, LN2_HI, LN2_LO, LOG2E, LSE_LANES, Logit, ROUND, RowKey, TOP_BUCKET, fold_scalar,
+    fold_survivors, padded_tail,
+};
 use core::arch::x86_64::*;
 use core::mem::transmute;
 use specdec_core::argmax::ArgMax;
@@ -111,6 +114,82 @@ pub(super) unsafe fn fold<L: Logit>(s: &Sampler, mut best: ArgMax, base: u32, va
     let done = values.len() - tail.len();
     let (best, tail_nan) = fold_scalar(s, best, base + done as u32, tail);
     (best, nan || tail_nan)
+}
+
+// The 16 lanes of `super::lse` are one vector.
+const _: () = assert!(LSE_LANES == 16);
+
+/// Step 1 of [`super::lse`] on AVX-512F.
+///
+/// # Safety
+/// The CPU supports AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L]) -> [f32; LSE_LANES] {
+    let scale = _mm512_set1_ps(scale);
+    let groups = values.chunks_exact(LSE_LANES);
+    let tail = groups.remainder();
+    let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+    for group in groups {
+        // SAFETY: the group holds 16 elements; the CPU has AVX-512F.
+        let x = unsafe { L::load16(group.as_ptr()) };
+        m = _mm512_max_ps(scaled(x, scale).0, m);
+    }
+    if !tail.is_empty() {
+        let tail = padded_tail(tail);
+        // SAFETY: as above.
+        let x = unsafe { f32::load16(tail.as_ptr()) };
+        m = _mm512_max_ps(scaled(x, scale).0, m);
+    }
+    // SAFETY: a vector is 16 plain f32 lanes, in memory order.
+    unsafe { transmute(m) }
+}
+
+/// Step 2 of [`super::lse`] on AVX-512F, for a finite row maximum `max`.
+///
+/// # Safety
+/// The CPU supports AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn lane_sums<L: Logit>(scale: f32, max: f32, values: &[L]) -> [f32; LSE_LANES] {
+    let (scale, max) = (_mm512_set1_ps(scale), _mm512_set1_ps(max));
+    let groups = values.chunks_exact(LSE_LANES);
+    let tail = groups.remainder();
+    let mut sum = _mm512_setzero_ps();
+    for group in groups {
+        // SAFETY: the group holds 16 elements; the CPU has AVX-512F.
+        let x = unsafe { L::load16(group.as_ptr()) };
+        sum = _mm512_add_ps(sum, exp_le0(_mm512_sub_ps(scaled(x, scale).0, max)));
+    }
+    if !tail.is_empty() {
+        let tail = padded_tail(tail);
+        // SAFETY: as above.
+        let x = unsafe { f32::load16(tail.as_ptr()) };
+        sum = _mm512_add_ps(sum, exp_le0(_mm512_sub_ps(scaled(x, scale).0, max)));
+    }
+    // SAFETY: as above.
+    unsafe { transmute(sum) }
+}
+
+/// `super::exp_le0`, 16 lanes at a time, operation for operation.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn exp_le0(d: __m512) -> __m512 {
+    let lo = _mm512_set1_ps(EXP_LO);
+    let round = _mm512_set1_ps(ROUND);
+    let x = _mm512_max_ps(d, lo);
+    let k = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)), round), round);
+    let r = _mm512_sub_ps(
+        _mm512_sub_ps(x, _mm512_mul_ps(k, _mm512_set1_ps(LN2_HI))),
+        _mm512_mul_ps(k, _mm512_set1_ps(LN2_LO)),
+    );
+    let mut p = _mm512_set1_ps(EXP_P[0]);
+    for &c in &EXP_P[1..] {
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(c));
+    }
+    let e = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r), _mm512_set1_ps(1.0));
+    // `k` is a whole number: the conversion is exact in any rounding mode.
+    let k = _mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127));
+    let two_k = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(k));
+    _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_GE_OQ>(d, lo), _mm512_mul_ps(e, two_k))
 }
 
 /// `Sampler::scaled`, 16 lanes at a time, and whether any `x` is NaN.
@@ -240,6 +319,19 @@ pub(super) fn load_all<L: Load>(values: &[L]) -> Vec<f32> {
         // SAFETY: 16 elements at the pointer; the CPU has AVX-512F (just checked).
         let x: [f32; 16] = unsafe { transmute(L::load16(chunk.as_ptr())) };
         out.extend_from_slice(&x);
+    }
+    out
+}
+
+/// `d` (a multiple of 16 long) through [`exp_le0`], for the tests.
+#[cfg(test)]
+pub(super) fn exp_all(d: &[f32]) -> Vec<f32> {
+    assert!(super::Level::Avx512.supported());
+    let mut out = Vec::with_capacity(d.len());
+    for chunk in d.chunks_exact(16) {
+        // SAFETY: 16 elements at the pointer; the CPU has AVX-512F (just checked).
+        let e: [f32; 16] = unsafe { transmute(exp_le0(_mm512_loadu_ps(chunk.as_ptr()))) };
+        out.extend_from_slice(&e);
     }
     out
 }

@@ -22,6 +22,10 @@
 //! Quads left out change nothing in the scalar fold, so the running best here
 //! equals the scalar one at every folded quad, and so does the result.
 //!
+//! The module also computes a row's log-sum-exp ([`lse`]), with a summation
+//! structure fixed independently of the level, so that every level gives the
+//! same bits (see there).
+//!
 //! [`GUMBEL_MAX`]: specdec_core::gumbel::GUMBEL_MAX
 
 #[cfg(target_arch = "x86_64")]
@@ -32,7 +36,7 @@ mod avx512;
 use super::quads;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
-use specdec_core::gumbel::{GUMBEL_BOUND, TOP_BUCKET, gumbel_bound};
+use specdec_core::gumbel::{GUMBEL_BOUND, TOP_BUCKET, gumbel_bound, ln};
 use specdec_core::sample::Sampler;
 
 /// The widest instruction set the fold may use.
@@ -119,6 +123,160 @@ fn fold_scalar<L: Element>(s: &Sampler, mut best: ArgMax, base: u32, values: &[L
         best = s.fold_quad(best, base + x, vals, n);
     }
     (best, nan)
+}
+
+/// `log Σ e^y` over the scaled logits `y = s.scaled(x)` of `values`, with
+/// the special cases of [`specdec_core::logspace::Lse`]: NaN values are
+/// skipped, `-inf` ones add nothing, any `+inf` makes it `+inf`, and a row
+/// with nothing above `-inf` (or empty) gives `-inf`. `level` must be
+/// supported ([`Level::detect`]).
+///
+/// Every level gives the same bits, because the arithmetic is fixed
+/// independently of the level. Id `x` belongs to lane `x % LSE_LANES`, and
+/// each lane is folded in id order:
+///
+/// 1. every lane's maximum, as `vmaxps(y, m)` (`y > m ? y : m`, NaN left
+///    out); the lanes are combined in lane order into the row maximum `m`;
+/// 2. unless `m` is infinite (the answer, then), every lane's sum of
+///    [`exp_le0`]`(y − m)`, starting from `+0`; the sums are added as a
+///    fixed tree ([`pairwise_sum`]) into `S >= 1` (the maximum adds `e^0 = 1`);
+/// 3. `m + ln(S)`, with `specdec-core`'s IEEE-only `ln`.
+///
+/// The vector levels keep the lanes in one vector (AVX-512) or two halves
+/// (AVX2) and load a short tail as a full group padded with `-inf`, which
+/// adds nothing: `max(-inf, m) = m` and `s + 0 = s` for `s >= +0`.
+///
+/// It is not bit-identical to a fold of [`Lse::push_quad`] (nor to the GPU,
+/// which sums in another order with a hardware exponential); all of them are
+/// accurate to a few f32 roundings of the sum.
+///
+/// [`Lse::push_quad`]: specdec_core::logspace::Lse::push_quad
+pub(super) fn lse<L: Logit>(level: Level, s: &Sampler, values: &[L]) -> f32 {
+    debug_assert!(level.supported());
+    let lanes = match level {
+        Level::Scalar => lane_max_scalar(s, values),
+        // SAFETY: the caller has checked that the CPU supports the level.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => unsafe { avx2::lane_max(s.scale, values) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => unsafe { avx512::lane_max(s.scale, values) },
+    };
+    let m = lanes.iter().fold(f32::NEG_INFINITY, |m, &y| max_ps(y, m));
+    if m.is_infinite() {
+        return m;
+    }
+    let sums = match level {
+        Level::Scalar => lane_sums_scalar(s, m, values),
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => unsafe { avx2::lane_sums(s.scale, m, values) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => unsafe { avx512::lane_sums(s.scale, m, values) },
+    };
+    m + ln(pairwise_sum(sums))
+}
+
+/// `Σ x` over the lanes as a tree (lane `l` plus lane `l + 8`, then `+ 4`,
+/// `+ 2`, `+ 1`): the lane holding the `1` of the maximum takes part in 4
+/// roundings rather than 15.
+fn pairwise_sum(mut x: [f32; LSE_LANES]) -> f32 {
+    let mut half = LSE_LANES / 2;
+    while half > 0 {
+        for l in 0..half {
+            x[l] += x[l + half];
+        }
+        half /= 2;
+    }
+    x[0]
+}
+
+/// Lanes of [`lse`]: one AVX-512 vector, two AVX2 ones.
+const LSE_LANES: usize = 16;
+
+/// `vmaxps(y, m)`: `y` if it is larger, else `m` (so NaN `y` is left out).
+#[inline(always)]
+fn max_ps(y: f32, m: f32) -> f32 {
+    if y > m { y } else { m }
+}
+
+/// Step 1 of [`lse`], the reference for the vector levels.
+fn lane_max_scalar<L: Element>(s: &Sampler, values: &[L]) -> [f32; LSE_LANES] {
+    let mut m = [f32::NEG_INFINITY; LSE_LANES];
+    // Whole groups first, so that the compiler can vectorise: the lanes are
+    // independent.
+    let groups = values.chunks_exact(LSE_LANES);
+    let tail = groups.remainder();
+    for group in groups {
+        for (m, x) in m.iter_mut().zip(group) {
+            *m = max_ps(s.scaled(x.to_f32()), *m);
+        }
+    }
+    for (m, x) in m.iter_mut().zip(tail) {
+        *m = max_ps(s.scaled(x.to_f32()), *m);
+    }
+    m
+}
+
+/// Step 2 of [`lse`] for a finite row maximum `max`, the reference for the
+/// vector levels.
+fn lane_sums_scalar<L: Element>(s: &Sampler, max: f32, values: &[L]) -> [f32; LSE_LANES] {
+    let mut sums = [0.0f32; LSE_LANES];
+    // As in `lane_max_scalar`.
+    let groups = values.chunks_exact(LSE_LANES);
+    let tail = groups.remainder();
+    for group in groups {
+        for (sum, x) in sums.iter_mut().zip(group) {
+            *sum += exp_le0(s.scaled(x.to_f32()) - max);
+        }
+    }
+    for (sum, x) in sums.iter_mut().zip(tail) {
+        *sum += exp_le0(s.scaled(x.to_f32()) - max);
+    }
+    sums
+}
+
+/// The values of a short tail (`len < LSE_LANES`) widened to f32 and padded
+/// with `-inf` to a full group, for the vector levels.
+#[cfg(target_arch = "x86_64")]
+fn padded_tail<L: Element>(tail: &[L]) -> [f32; LSE_LANES] {
+    let mut out = [f32::NEG_INFINITY; LSE_LANES];
+    for (o, x) in out.iter_mut().zip(tail) {
+        *o = x.to_f32();
+    }
+    out
+}
+
+/// Below this, [`exp_le0`] is 0: `e^EXP_LO` is just above the smallest
+/// normal f32, so no result (and no intermediate) is subnormal.
+const EXP_LO: f32 = -87.33;
+const LOG2E: f32 = core::f32::consts::LOG2_E;
+/// `1.5·2^23`: `(t + ROUND) − ROUND` is `t` rounded to an integer (ties to
+/// even) for `|t| < 2^22`.
+const ROUND: f32 = 12_582_912.0;
+const LN2_HI: f32 = f32::from_bits(0x3f31_7200); // 15 significant bits: k·LN2_HI is exact for |k| <= 2^9
+const LN2_LO: f32 = f32::from_bits(0x35bf_be8e); // ln 2 − LN2_HI
+/// `(e^r − 1 − r) / r²` on `|r| <= ln2/2`, highest power first (Cephes
+/// `expf`: about 1 ulp).
+const EXP_P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
+
+/// `e^d` for `d <= 0`, as [`lse`] computes it on every level: `0` for
+/// `d < EXP_LO`, `-inf` and NaN; otherwise `d = k·ln2 + r`, `e^r` by
+/// [`EXP_P`], times `2^k` (normal). Only IEEE-rounded `+ − ×`, no fused
+/// operations, in the order the vector code follows step by step.
+#[inline(always)]
+fn exp_le0(d: f32) -> f32 {
+    let x = max_ps(d, EXP_LO);
+    let k = (x * LOG2E + ROUND) - ROUND;
+    let r = (x - k * LN2_HI) - k * LN2_LO;
+    let mut p = EXP_P[0];
+    for c in &EXP_P[1..] {
+        p = p * r + c;
+    }
+    let e = (p * (r * r) + r) + 1.0;
+    let two_k = f32::from_bits(((k as i32 + 127) as u32) << 23);
+    if d >= EXP_LO { e * two_k } else { 0.0 }
 }
 
 /// The largest bucket bound below the top bucket (words `< 0xff00_0000`):
@@ -437,5 +595,167 @@ mod tests {
             let got = fold(level, &s, ArgMax::IDENTITY, 0, &row);
             assert_eq!((bits(got.0), got.1), (bits(want.0), want.1), "{level:?}");
         }
+    }
+
+    /// [`lse`] at `level` of `values` under temperature `t`.
+    fn lse_with<L: Logit>(level: Level, t: f32, values: &[L]) -> f32 {
+        lse(level, &Sampler::new(t, 0, 0, Stream::Target), values)
+    }
+
+    /// Temperatures for [`lse`]: 0.25, 1 and 4, and two under which most logits saturate.
+    const LSE_TEMPERATURES: [f32; 5] = [0.25, 1.0, 4.0, 1e-3, f32::MIN_POSITIVE];
+
+    /// Test rows for [`lse`]: those of the fold, a `+inf` among finite
+    /// values, and the empty row.
+    fn lse_rows() -> Vec<Row> {
+        let mut rows = rows();
+        for n in [1usize, 2, 17, 1000] {
+            let mut v: Vec<f32> = (0..n).map(|i| (word(9, i) % 1000) as f32 * 1e-2).collect();
+            v[n / 2] = f32::INFINITY;
+            rows.push(Row { what: "one +inf", values: v });
+        }
+        rows.push(Row { what: "empty", values: Vec::new() });
+        rows
+    }
+
+    fn check_lse<L: Logit>(dtype: &str, values: &[L], what: &str) {
+        for t in LSE_TEMPERATURES {
+            let want = lse_with(Level::Scalar, t, values);
+            for level in vector_levels() {
+                let got = lse_with(level, t, values);
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{level:?} {dtype} row '{what}' of {} ids, T={t}: got {got}, want {want}",
+                    values.len(),
+                );
+            }
+        }
+    }
+
+    /// Every vector level gives the scalar level's log-sum-exp, bit for bit,
+    /// for f32, bf16 and f16 rows of every test length and kind.
+    #[test]
+    fn vector_lse_equals_the_scalar_lse() {
+        for row in lse_rows() {
+            check_lse("f32", &row.values, row.what);
+            let bf: Vec<Bf16> = row.values.iter().map(|&x| Bf16::from_f32(x)).collect();
+            check_lse("bf16", &bf, row.what);
+            let h: Vec<F16> = row.values.iter().map(|&x| F16::from_f32(x)).collect();
+            check_lse("f16", &h, row.what);
+        }
+    }
+
+    /// `log Σ e^(x·(1/T))` in f64, with the special cases of `Lse`, from the
+    /// same saturated f32 scaled values.
+    fn lse_f64(s: &Sampler, values: &[f32]) -> f64 {
+        let y: Vec<f64> = values.iter().map(|&x| s.scaled(x)).filter(|y| !y.is_nan()).map(f64::from).collect();
+        let m = y.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if m.is_infinite() {
+            return m;
+        }
+        m + y.iter().map(|&y| (y - m).exp()).sum::<f64>().ln()
+    }
+
+    /// Error allowed in a log-sum-exp, relative to `max(|lse|, 1)`: `ln S`
+    /// carries the sum's rounding (16 lanes of up to ~10^4 terms each, each
+    /// term within about an ulp); the worst of these rows is 2.4e-7.
+    const LSE_TOLERANCE: f64 = 1e-6;
+
+    /// [`lse`] is accurate against f64 on every test row, and has the special
+    /// cases of `Lse` (infinite results exactly).
+    #[test]
+    fn lse_is_accurate() {
+        let mut worst = 0.0f64;
+        for row in lse_rows() {
+            for t in LSE_TEMPERATURES {
+                let s = Sampler::new(t, 0, 0, Stream::Target);
+                let want = lse_f64(&s, &row.values);
+                let got = lse(Level::Scalar, &s, &row.values);
+                let what = format!("row '{}' of {} ids, T={t}: got {got}, want {want}", row.what, row.values.len());
+                if want.is_infinite() {
+                    assert_eq!(got as f64, want, "{what}");
+                    continue;
+                }
+                let err = (got as f64 - want).abs() / want.abs().max(1.0);
+                assert!(err <= LSE_TOLERANCE, "{what}: error {err:e}");
+                worst = worst.max(err);
+            }
+        }
+        eprintln!("lse: worst relative error {worst:e}");
+    }
+
+    /// The special cases, spelled out: NaN skipped, `-inf` adds nothing, a
+    /// `+inf` wins, nothing above `-inf` gives `-inf`, finite logits saturate.
+    #[test]
+    fn lse_special_cases() {
+        let (nan, inf, ninf) = (f32::NAN, f32::INFINITY, f32::NEG_INFINITY);
+        for level in Level::ALL.iter().copied().filter(|l| l.supported()) {
+            let lse = |t: f32, v: &[f32]| lse_with(level, t, v);
+            for n in [1usize, 5, 16, 33] {
+                let base: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
+                let want = lse(1.0, &base);
+                let mut with = base.clone();
+                with.extend([nan, ninf, nan]);
+                with.insert(0, nan);
+                assert_eq!(
+                    lse(1.0, &with).to_bits(),
+                    lse(1.0, &[&[ninf], &base[..], &[ninf, ninf]].concat()).to_bits(),
+                    "{level:?} n={n}: NaN is skipped like -inf"
+                );
+                assert!((lse(1.0, &with) - want).abs() <= 1e-6 * want.abs().max(1.0), "{level:?} n={n}");
+                with[n / 2] = inf;
+                assert_eq!(lse(1.0, &with), inf, "{level:?} n={n}");
+                assert_eq!(lse(1.0, &vec![ninf; n]), ninf, "{level:?} n={n}");
+                assert_eq!(lse(1.0, &vec![nan; n]), ninf, "{level:?} n={n}");
+                assert_eq!(lse(0.25, &[&vec![ninf; n][..], &[nan]].concat()), ninf, "{level:?} n={n}");
+            }
+            assert_eq!(lse(1.0, &[] as &[f32]), ninf);
+            assert_eq!(lse(1.0, &[2.5]), 2.5);
+            // 3e38/0.25 saturates to f32::MAX, which absorbs ln 2; -inf/0.25 stays -inf.
+            assert_eq!(lse(0.25, &[3e38, 3e38, ninf]), f32::MAX, "{level:?}");
+            assert_eq!(lse(0.25, &[-3e38, -3e38]), -f32::MAX, "{level:?}");
+            // e^(y − m) below the smallest normal adds nothing.
+            assert_eq!(lse(1.0, &[0.0, -100.0, -1e30]), 0.0, "{level:?}");
+        }
+    }
+
+    /// Every vector level's exponential is [`exp_le0`], bit for bit, on a
+    /// dense sweep of its range and its special inputs (the log-sum-exp
+    /// comparison alone would miss a last-bit difference absorbed in a sum).
+    #[test]
+    fn vector_exp_equals_the_scalar_exp() {
+        let mut d: Vec<f32> = (0..1 << 20).map(|i| -90.0 * i as f32 / (1 << 20) as f32).collect();
+        d.extend([0.0, -0.0, EXP_LO, -87.330_01, f32::NEG_INFINITY, f32::NAN, -f32::MAX, -1e-30, -f32::MIN_POSITIVE]);
+        d.extend((0..4096).map(|i| -f32::from_bits(word(5, i) >> 1)).filter(|x| !x.is_nan()));
+        d.resize(d.len().next_multiple_of(16), -1.0);
+        for level in vector_levels() {
+            let got = match level {
+                Level::Scalar => unreachable!(),
+                Level::Avx2 => avx2::exp_all(&d),
+                Level::Avx512 => avx512::exp_all(&d),
+            };
+            for (&d, &e) in d.iter().zip(&got) {
+                assert_eq!(e.to_bits(), exp_le0(d).to_bits(), "{level:?}: exp_le0({d}) = {e}, want {}", exp_le0(d));
+            }
+        }
+    }
+
+    /// The shared exponential is accurate on its whole range and exact at its ends.
+    #[test]
+    fn exp_le0_is_accurate() {
+        let mut d = 0.0f32;
+        while d > EXP_LO {
+            let want = f64::from(d).exp();
+            let err = ((exp_le0(d) as f64 - want) / want).abs();
+            assert!(err < 2.5e-7, "exp_le0({d}) = {} vs {want}: {err:e}", exp_le0(d));
+            d -= 0.00731;
+        }
+        assert_eq!(exp_le0(0.0), 1.0);
+        assert_eq!(exp_le0(-0.0), 1.0);
+        assert_eq!(exp_le0(-87.34), 0.0);
+        assert_eq!(exp_le0(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_le0(f32::NAN), 0.0);
+        assert!(exp_le0(EXP_LO).is_normal());
     }
 }
