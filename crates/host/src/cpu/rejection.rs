@@ -120,29 +120,40 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
             // gumbel_sample's fold of a random row, vectorised.
             return simd::fold(self.level, &sampler, ArgMax::IDENTITY, 0, self.target_row(i)).0.index;
         };
-        let draft = self.draft_row(i).zip(lse.draft).map(|(q, lse_q)| (q, lse.target, lse_q));
+        let row = self.target_row(i);
+        let Some((d, lse_q)) = self.draft_row(i).zip(lse.draft) else {
+            return resample_one_hot(self.level, &sampler, row, rejected);
+        };
         let mut best = Resampled::IDENTITY;
-        for (q, (x, t, n)) in quads(self.target_row(i)).enumerate() {
+        for (q, (x, t, n)) in quads(row).enumerate() {
             let tgt = t.map(|v| sampler.scaled(v));
-            best = match draft {
-                Some((d, lse_t, lse_q)) => {
-                    // log(p − q) <= log p = tgt − lse_t.
-                    let a = tgt.map(|v| v - lse_t);
-                    let res = |l: usize| {
-                        let qv = d.get(4 * q + l).map_or(0.0, |v| v.to_f32());
-                        ln_residual(a[l], sampler.scaled(qv) - lse_q)
-                    };
-                    sampler.fold_resample(best, x, tgt, a, res, n)
-                }
-                // One-hot draft: the target without the rejected id.
-                None => {
-                    let res = |l: usize| if x as usize + l == rejected { f32::NEG_INFINITY } else { tgt[l] };
-                    sampler.fold_resample(best, x, tgt, tgt, res, n)
-                }
+            // log(p − q) <= log p = tgt − lse_t.
+            let a = tgt.map(|v| v - lse.target);
+            let res = |l: usize| {
+                let qv = d.get(4 * q + l).map_or(0.0, |v| v.to_f32());
+                ln_residual(a[l], sampler.scaled(qv) - lse_q)
             };
+            best = sampler.fold_resample(best, x, tgt, a, res, n);
         }
         best.token()
     }
+}
+
+/// The resample of a rejected one-hot draft: the target row without id
+/// `rejected` (`< row.len()`). Every other id's residual score is its target
+/// score, so the vectorised fold takes the row but the rejected id's quad,
+/// which `fold_resample` takes; candidates combine in any order (a total
+/// order), so the token is that of `fold_resample` over every quad.
+fn resample_one_hot<T: Logit>(level: Level, sampler: &Sampler, row: &[T], rejected: usize) -> u32 {
+    let at = rejected / 4 * 4;
+    let end = (at + 4).min(row.len());
+    let fold = |best, lo: usize, hi: usize| simd::fold(level, sampler, best, lo as u32, &row[lo..hi]).0;
+    let rest = fold(fold(ArgMax::IDENTITY, 0, at), end, row.len());
+    let (_, t, n) = quads(&row[at..end]).next().expect("the rejected id is in the row");
+    let tgt = t.map(|v| sampler.scaled(v));
+    let res = |l: usize| if at + l == rejected { f32::NEG_INFINITY } else { tgt[l] };
+    let quad = sampler.fold_resample(Resampled::IDENTITY, at as u32, tgt, tgt, res, n);
+    Resampled { residual: rest.combine(quad.residual), target: rest.combine(quad.target) }.token()
 }
 
 fn verify<T: Logit, C: Logit>(
@@ -206,6 +217,64 @@ fn verify<T: Logit, C: Logit>(
         out.num_emitted[r] = j as i32 + 1;
         if let Some(a) = out.accepted.as_mut() {
             a[r] = j as i32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use specdec_core::rng::random_u32;
+
+    /// The one-hot resample equals `fold_resample` over every quad (what the
+    /// kernels compute) on every level, wherever the rejected id sits, on
+    /// rows with ties, NaN, ±inf and nothing but the rejected id alive.
+    #[test]
+    fn one_hot_resample_is_the_quad_fold() {
+        let word = |salt: u64, i: usize| random_u32(salt, i as u64, Stream::Accept, 0);
+        for n in [1usize, 3, 4, 5, 17, 64, 129, 1000, 4097] {
+            let normal = |i: usize| (word(n as u64, i) as f32 / 4_294_967_296.0 - 0.5) * 6.0;
+            let rows: [(&str, Vec<f32>); 6] = [
+                ("spread", (0..n).map(normal).collect()),
+                ("peaked", (0..n).map(|i| normal(i) * 40.0).collect()),
+                ("few levels", (0..n).map(|i| (word(7, i) % 3) as f32).collect()),
+                (
+                    "nan, ±inf",
+                    (0..n)
+                        .map(|i| match word(9, i) % 6 {
+                            0 => f32::NAN,
+                            1 => f32::NEG_INFINITY,
+                            2 => f32::INFINITY,
+                            _ => normal(i),
+                        })
+                        .collect(),
+                ),
+                ("all nan", vec![f32::NAN; n]),
+                ("all -inf", vec![f32::NEG_INFINITY; n]),
+            ];
+            for (what, row) in &rows {
+                for rejected in [0, n / 2, n - 1, (n - 1) / 4 * 4] {
+                    // Only the rejected id alive: the residual is empty and the target decides.
+                    let mut lonely = vec![f32::NEG_INFINITY; n];
+                    lonely[rejected] = 1.0;
+                    for (what, row) in [(*what, row), ("only the rejected id alive", &lonely)] {
+                        for (t, seed) in [(0.6f32, 1u64), (1.0, u64::MAX), (1.5, 0x5eed)] {
+                            let s = Sampler::new(t, seed, 42, Stream::Target);
+                            let mut want = Resampled::IDENTITY;
+                            for (x, v, k) in quads(row.as_slice()) {
+                                let tgt = v.map(|y| s.scaled(y));
+                                let res =
+                                    |l: usize| if x as usize + l == rejected { f32::NEG_INFINITY } else { tgt[l] };
+                                want = s.fold_resample(want, x, tgt, tgt, res, k);
+                            }
+                            for &level in Level::ALL.iter().filter(|l| l.supported()) {
+                                let got = resample_one_hot(level, &s, row, rejected);
+                                assert_eq!(got, want.token(), "{what}, n {n}, rejected {rejected}, T {t}, {level:?}");
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }

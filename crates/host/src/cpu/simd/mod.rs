@@ -55,7 +55,7 @@ pub(super) enum Level {
 impl Level {
     /// Every level, narrowest first.
     #[cfg(test)]
-    const ALL: &[Level] = &[
+    pub(in crate::cpu) const ALL: &[Level] = &[
         Level::Scalar,
         #[cfg(target_arch = "x86_64")]
         Level::Avx2,
@@ -64,7 +64,7 @@ impl Level {
     ];
 
     /// Whether this CPU can run the level.
-    fn supported(self) -> bool {
+    pub(in crate::cpu) fn supported(self) -> bool {
         match self {
             Level::Scalar => true,
             #[cfg(target_arch = "x86_64")]
