@@ -155,10 +155,31 @@ impl Sampler {
         res: impl Fn(usize) -> f32,
         n: u32,
     ) -> Resampled {
+        self.fold_resample_drawn(best, base, tgt, ub, res, n, || {
+            random_quad(self.seed, self.pos, self.stream, base / 4)
+        })
+    }
+
+    /// [`Sampler::fold_resample`] with the quad's random words supplied by
+    /// `words`, which must return `random_quad(seed, pos, stream, base / 4)`;
+    /// it is called only if the quad is not skipped. The CPU backend draws
+    /// the words of many quads at once.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn fold_resample_drawn(
+        &self,
+        best: Resampled,
+        base: u32,
+        tgt: [f32; 4],
+        ub: [f32; 4],
+        res: impl Fn(usize) -> f32,
+        n: u32,
+        words: impl FnOnce() -> [u32; 4],
+    ) -> Resampled {
         if top(ub, n) + GUMBEL_MAX < best.residual.value && top(tgt, n) + GUMBEL_MAX < best.target.value {
             return best;
         }
-        let words = random_quad(self.seed, self.pos, self.stream, base / 4);
+        let words = words();
         // `!(… < best)`: a NaN weight takes the exact path (see fold_log_weights).
         #[allow(clippy::neg_cmp_op_on_partial_ord)]
         let lane = |b: Resampled, i: usize| {

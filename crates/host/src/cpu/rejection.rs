@@ -11,6 +11,7 @@ use crate::memory::Host;
 use crate::rejection::{RejectionOutput, RejectionSample};
 use crate::tensor::{LogitsData, Tokens};
 use specdec_core::argmax::ArgMax;
+use specdec_core::gumbel::TOP_BUCKET;
 use specdec_core::logspace::ln_residual;
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
@@ -121,22 +122,77 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
             return simd::fold(self.level, &sampler, ArgMax::IDENTITY, 0, self.target_row(i)).0.index;
         };
         let row = self.target_row(i);
-        let Some((d, lse_q)) = self.draft_row(i).zip(lse.draft) else {
-            return resample_one_hot(self.level, &sampler, row, rejected);
-        };
-        let mut best = Resampled::IDENTITY;
-        for (q, (x, t, n)) in quads(row).enumerate() {
-            let tgt = t.map(|v| sampler.scaled(v));
+        match self.draft_row(i).zip(lse.draft) {
+            Some((d, lse_q)) => resample_draft(self.level, &sampler, row, d, lse.target, lse_q),
+            None => resample_one_hot(self.level, &sampler, row, rejected),
+        }
+    }
+}
+
+/// Ids per block of [`resample_draft`]: a multiple of every level's Philox block.
+const DRAFT_BLOCK: usize = 512;
+
+/// The resample of a rejected draft in draft-logits mode: `fold_resample`
+/// over every quad of the residual `max(p − q, 0)` of target row `row` and
+/// draft row `draft` (as long), whose scaled log-sum-exps are `lse_t` and
+/// `lse_q`, with the same token. A block of ids at a time:
+///
+/// 1. the Philox words of all its quads are drawn by the vector code
+///    ([`simd::words`]);
+/// 2. an id is ruled out if its word is below the top bucket and both its
+///    scores' bounds (`log p` plus [`simd::COARSE_BOUND`] for the residual,
+///    the scaled logit plus it for the target) are below the bests at the
+///    block's start: `fold_resample` would skip it as well, since the bests
+///    only grow and `COARSE_BOUND` bounds every such word's `gumbel_bound`;
+/// 3. the quads holding any other id are folded, in id order, by
+///    `fold_resample_drawn` with their words; the others change nothing.
+fn resample_draft<T: Logit, C: Logit>(
+    level: Level,
+    sampler: &Sampler,
+    row: &[T],
+    draft: &[C],
+    lse_t: f32,
+    lse_q: f32,
+) -> u32 {
+    debug_assert_eq!(row.len(), draft.len());
+    let key = simd::RowKey::new(sampler);
+    let (mut words, mut tgt, mut keep) = ([0u32; DRAFT_BLOCK], [0f32; DRAFT_BLOCK], [0u8; DRAFT_BLOCK]);
+    let mut best = Resampled::IDENTITY;
+    for (b, (row, draft)) in row.chunks(DRAFT_BLOCK).zip(draft.chunks(DRAFT_BLOCK)).enumerate() {
+        let first = (b * DRAFT_BLOCK) as u32;
+        let len4 = row.len().next_multiple_of(4);
+        simd::words(level, &key, first / 4, &mut words[..len4]);
+        let (res0, tgt0) = (best.residual.value, best.target.value);
+        // Branch-free, so that it vectorises; lanes past the row stay ruled out.
+        keep[row.len()..len4].fill(0);
+        for (((x, y), k), &w) in row.iter().zip(&mut tgt).zip(&mut keep).zip(&words) {
+            *y = sampler.scaled(x.to_f32());
+            // `!(… < best)`: a NaN score is kept, as fold_resample keeps it.
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
+            let alive =
+                (w >= TOP_BUCKET) | !((*y - lse_t) + simd::COARSE_BOUND < res0) | !(*y + simd::COARSE_BOUND < tgt0);
+            *k = alive as u8;
+        }
+        let (keep, _) = keep[..len4].as_chunks::<4>();
+        let (quad_words, _) = words[..len4].as_chunks::<4>();
+        for (q, (k, &quad_words)) in keep.iter().zip(quad_words).enumerate() {
+            if u32::from_ne_bytes(*k) == 0 {
+                continue;
+            }
+            let at = 4 * q;
+            let n = (row.len() - at).min(4);
+            // Lanes past the row are ignored (as `quads` leaves them, 0 scaled).
+            let tgt: [f32; 4] = core::array::from_fn(|l| if l < n { tgt[at + l] } else { 0.0 });
             // log(p − q) <= log p = tgt − lse_t.
-            let a = tgt.map(|v| v - lse.target);
+            let a = tgt.map(|v| v - lse_t);
             let res = |l: usize| {
-                let qv = d.get(4 * q + l).map_or(0.0, |v| v.to_f32());
+                let qv = draft.get(at + l).map_or(0.0, |v| v.to_f32());
                 ln_residual(a[l], sampler.scaled(qv) - lse_q)
             };
-            best = sampler.fold_resample(best, x, tgt, a, res, n);
+            best = sampler.fold_resample_drawn(best, first + at as u32, tgt, a, res, n as u32, || quad_words);
         }
-        best.token()
     }
+    best.token()
 }
 
 /// The resample of a rejected one-hot draft: the target row without id
@@ -147,7 +203,10 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
 fn resample_one_hot<T: Logit>(level: Level, sampler: &Sampler, row: &[T], rejected: usize) -> u32 {
     let at = rejected / 4 * 4;
     let end = (at + 4).min(row.len());
-    let fold = |best, lo: usize, hi: usize| simd::fold(level, sampler, best, lo as u32, &row[lo..hi]).0;
+    // An empty range is skipped: after a ragged last quad, `lo` is not a multiple of 4.
+    let fold = |best, lo: usize, hi: usize| {
+        if lo == hi { best } else { simd::fold(level, sampler, best, lo as u32, &row[lo..hi]).0 }
+    };
     let rest = fold(fold(ArgMax::IDENTITY, 0, at), end, row.len());
     let (_, t, n) = quads(&row[at..end]).next().expect("the rejected id is in the row");
     let tgt = t.map(|v| sampler.scaled(v));
@@ -224,6 +283,7 @@ fn verify<T: Logit, C: Logit>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use specdec_core::gumbel::gumbel;
     use specdec_core::rng::random_u32;
 
     /// The one-hot resample equals `fold_resample` over every quad (what the
@@ -274,6 +334,111 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// The old draft-mode resample: `fold_resample` per quad, each quad's
+    /// words drawn as it is folded (the kernels' fold).
+    fn resample_draft_by_quads<C: Logit>(s: &Sampler, row: &[f32], draft: &[C], lse_t: f32, lse_q: f32) -> u32 {
+        let mut best = Resampled::IDENTITY;
+        for (q, (x, t, n)) in quads(row).enumerate() {
+            let tgt = t.map(|v| s.scaled(v));
+            let a = tgt.map(|v| v - lse_t);
+            let res = |l: usize| {
+                let qv = draft.get(4 * q + l).map_or(0.0, |v| v.to_f32());
+                ln_residual(a[l], s.scaled(qv) - lse_q)
+            };
+            best = s.fold_resample(best, x, tgt, a, res, n);
+        }
+        best.token()
+    }
+
+    /// The draft-mode resample equals `fold_resample` over every quad on
+    /// every level, for f32 and bf16 drafts, on ragged rows with ties, NaN
+    /// and ±inf, with drafts equal to the target (a residual empty but for
+    /// rounding), above it everywhere (empty: the target decides), or apart.
+    #[test]
+    fn draft_resample_is_the_quad_fold() {
+        use specdec_core::dtype::{Bf16, Element};
+        let word = |salt: u64, i: usize| random_u32(salt, i as u64, Stream::Accept, 0);
+        for n in [1usize, 3, 4, 5, 17, 64, 129, 1000, 4097] {
+            let normal = |salt: u64, i: usize| (word(salt + n as u64, i) as f32 / 4_294_967_296.0 - 0.5) * 6.0;
+            let targets: [(&str, Vec<f32>); 6] = [
+                ("spread", (0..n).map(|i| normal(0, i)).collect()),
+                ("peaked", (0..n).map(|i| normal(0, i) * 40.0).collect()),
+                ("few levels", (0..n).map(|i| (word(7, i) % 3) as f32).collect()),
+                (
+                    "nan, ±inf",
+                    (0..n)
+                        .map(|i| match word(9, i) % 6 {
+                            0 => f32::NAN,
+                            1 => f32::NEG_INFINITY,
+                            2 => f32::INFINITY,
+                            _ => normal(0, i),
+                        })
+                        .collect(),
+                ),
+                ("all nan", vec![f32::NAN; n]),
+                ("all -inf", vec![f32::NEG_INFINITY; n]),
+            ];
+            for (what, row) in &targets {
+                let drafts: [(&str, Vec<f32>, f32); 4] = [
+                    // lse_q offset: 0 for the draft's own, -1 puts q above p everywhere.
+                    ("draft = target", row.clone(), 0.0),
+                    ("draft above the target", row.clone(), -1.0),
+                    ("draft apart", (0..n).map(|i| normal(1000, i)).collect(), 0.0),
+                    ("draft near", row.iter().enumerate().map(|(i, &x)| x + 0.3 * normal(2000, i)).collect(), 0.0),
+                ];
+                for (how, draft, shift) in &drafts {
+                    for (t, seed, pos) in [(0.6f32, 1u64, 42u64), (1.0, u64::MAX, 7), (1.5, 0x5eed, u64::MAX - 3)] {
+                        let s = Sampler::new(t, seed, pos, Stream::Target);
+                        let lse_t = simd::lse(Level::Scalar, &s, row.as_slice());
+                        let lse_q = simd::lse(Level::Scalar, &s, draft.as_slice()) + shift;
+                        let bf: Vec<Bf16> = draft.iter().map(|&x| Bf16::from_f32(x)).collect();
+                        let lse_bf = simd::lse(Level::Scalar, &s, bf.as_slice()) + shift;
+                        let want = resample_draft_by_quads(&s, row, draft, lse_t, lse_q);
+                        let want_bf = resample_draft_by_quads(&s, row, &bf, lse_t, lse_bf);
+                        for &level in Level::ALL.iter().filter(|l| l.supported()) {
+                            let got = resample_draft(level, &s, row.as_slice(), draft.as_slice(), lse_t, lse_q);
+                            let ctx = format!("{what}, {how}, n {n}, T {t}, seed {seed}, pos {pos}, {level:?}");
+                            assert_eq!(got, want, "f32 draft: {ctx}");
+                            let got = resample_draft(level, &s, row.as_slice(), bf.as_slice(), lse_t, lse_bf);
+                            assert_eq!(got, want_bf, "bf16 draft: {ctx}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The pre-screen keeps a residual winner that is far behind on its
+    /// weight and wins by its noise alone, blocks after the running best,
+    /// while the target's candidate (an id the draft covers) is far ahead:
+    /// with a word just below the top bucket (noise near `COARSE_BOUND`) and
+    /// with one in it (noise far above).
+    #[test]
+    fn a_residual_winner_by_noise_alone_is_kept() {
+        let s = Sampler::new(1.0, 13, 8, Stream::Target);
+        let n = 1usize << 16;
+        let word = |i: usize| random_u32(s.seed, s.pos, s.stream, i as u32);
+        for top in [false, true] {
+            let ids = (DRAFT_BLOCK..n).filter(|&i| (word(i) >= TOP_BUCKET) == top);
+            let t = ids.max_by_key(|&i| word(i)).expect("the key has such words");
+            let (g1, gt) = (gumbel(word(1)), gumbel(word(t)));
+            assert!(gt > simd::COARSE_BOUND - 0.1, "the key gives a winner by noise ({t}: {gt})");
+            // Id 0 leads the target and has no residual (q >= p); id 1 leads
+            // the residual until id t beats it by 0.01; every other id is hopeless.
+            let mut row = vec![-1000.0f32; n];
+            (row[0], row[1], row[t]) = (30.0, 0.0, g1 - gt + 0.01);
+            let mut draft = vec![f32::NEG_INFINITY; n];
+            draft[0] = 30.0;
+            let lse_t = simd::lse(Level::Scalar, &s, row.as_slice());
+            let lse_q = simd::lse(Level::Scalar, &s, draft.as_slice());
+            assert_eq!(resample_draft_by_quads(&s, &row, &draft, lse_t, lse_q), t as u32, "top bucket: {top}");
+            for &level in Level::ALL.iter().filter(|l| l.supported()) {
+                let got = resample_draft(level, &s, row.as_slice(), draft.as_slice(), lse_t, lse_q);
+                assert_eq!(got, t as u32, "{level:?}, top bucket: {top}");
             }
         }
     }

@@ -274,6 +274,27 @@ impl Key {
     }
 }
 
+/// [`super::words`] on AVX-512F: whole blocks, then a last block cut short.
+///
+/// # Safety
+/// The CPU supports AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn words(key: &RowKey, first_quad: u32, out: &mut [u32]) {
+    let key = Key::new(key);
+    let whole = out.len() / BLOCK * BLOCK;
+    let (blocks, tail) = out.split_at_mut(whole);
+    for (b, block) in blocks.chunks_exact_mut(BLOCK).enumerate() {
+        // SAFETY: a vector is plain 32-bit lanes, in memory order.
+        let w: [u32; BLOCK] = unsafe { transmute(key.words(first_quad + (b * BLOCK / 4) as u32)) };
+        block.copy_from_slice(&w);
+    }
+    if !tail.is_empty() {
+        // SAFETY: as above.
+        let w: [u32; BLOCK] = unsafe { transmute(key.words(first_quad + (whole / 4) as u32)) };
+        tail.copy_from_slice(&w[..tail.len()]);
+    }
+}
+
 /// One Philox round of every chain, with round key `(k0, k1)`.
 #[target_feature(enable = "avx512f")]
 #[inline]

@@ -24,7 +24,8 @@
 //!
 //! The module also computes a row's log-sum-exp ([`lse`]), with a summation
 //! structure fixed independently of the level, so that every level gives the
-//! same bits (see there).
+//! same bits (see there), and draws the Philox words of a run of quads
+//! ([`words`]) for the CPU resample of a rejected draft.
 //!
 //! [`GUMBEL_MAX`]: specdec_core::gumbel::GUMBEL_MAX
 
@@ -37,6 +38,7 @@ use super::quads;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
 use specdec_core::gumbel::{GUMBEL_BOUND, TOP_BUCKET, gumbel_bound, ln};
+use specdec_core::rng::{Stream, random_quad};
 use specdec_core::sample::Sampler;
 
 /// The widest instruction set the fold may use.
@@ -281,7 +283,7 @@ fn exp_le0(d: f32) -> f32 {
 
 /// The largest bucket bound below the top bucket (words `< 0xff00_0000`):
 /// about 5.6, against `GUMBEL_MAX` ≈ 22.9 for the top one.
-const COARSE_BOUND: f32 = {
+pub(super) const COARSE_BOUND: f32 = {
     let mut max = GUMBEL_BOUND[0];
     let mut b = 1;
     while b < 255 {
@@ -317,6 +319,27 @@ fn fold_survivors(s: &Sampler, mut best: ArgMax, base: u32, w: &[f32], words: &[
     best
 }
 
+/// The random words of quads `first_quad .. first_quad + out.len() / 4` of
+/// the row keyed by `key` (`out.len() % 4 == 0`), in id order: those of
+/// `random_quad(seed, pos, stream, q)` for each quad `q`, drawn as the
+/// vector fold draws them. `level` must be supported ([`Level::detect`]).
+pub(super) fn words(level: Level, key: &RowKey, first_quad: u32, out: &mut [u32]) {
+    debug_assert!(out.len().is_multiple_of(4) && level.supported());
+    match level {
+        Level::Scalar => {
+            for (q, quad) in out.chunks_exact_mut(4).enumerate() {
+                quad.copy_from_slice(&random_quad(key.seed, key.pos, key.stream, first_quad + q as u32));
+            }
+        }
+        // SAFETY: the caller has checked that the CPU supports the level.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => unsafe { avx2::words(key, first_quad, out) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => unsafe { avx512::words(key, first_quad, out) },
+    }
+}
+
 /// The part of Philox4x32-10 that is the same for every quad of a row.
 ///
 /// A row's counters `[quad, stream, pos, pos >> 32]` differ only in `ctr[0]`,
@@ -324,7 +347,11 @@ fn fold_survivors(s: &Sampler, mut best: ArgMax, base: u32, w: &[f32], words: &[
 /// words are per-row constants: the vector code does one multiply per
 /// counter in rounds 1 and 2 instead of two.
 #[derive(Clone, Copy, Debug)]
-struct RowKey {
+pub(super) struct RowKey {
+    /// The row's key and counter words, for the scalar level.
+    seed: u64,
+    pos: u64,
+    stream: Stream,
     /// After round 1: `ctr = [_, _, hi(M0·quad) ^ r1_c2, lo(M0·quad)]` (the
     /// first two words only feed the constants below).
     r1_c2: u32,
@@ -339,7 +366,7 @@ struct RowKey {
 }
 
 impl RowKey {
-    fn new(s: &Sampler) -> RowKey {
+    pub(super) fn new(s: &Sampler) -> RowKey {
         use specdec_core::rng::{M0, M1, W0, W1};
         let mulhilo = |a: u32, b: u32| {
             let p = a as u64 * b as u64;
@@ -360,6 +387,9 @@ impl RowKey {
         let (k0, k1) = key(1);
         let (hi0, lo0) = mulhilo(M0, c0);
         RowKey {
+            seed: s.seed,
+            pos: s.pos,
+            stream: s.stream,
             r1_c2,
             r2_c0: c1 ^ k0,
             r2_c2: hi0 ^ k1,
@@ -375,7 +405,7 @@ mod tests {
     use super::*;
     use specdec_core::dtype::{Bf16, F16, bf16_to_f32, f16_to_f32};
     use specdec_core::gumbel::gumbel;
-    use specdec_core::rng::{Stream, random_quad, random_u32};
+    use specdec_core::rng::random_u32;
 
     /// The vector levels this CPU can run (the scalar one is the reference).
     fn vector_levels() -> impl Iterator<Item = Level> {
@@ -414,6 +444,27 @@ mod tests {
                     for (q, quad) in words.chunks_exact(4).enumerate() {
                         let want = random_quad(s.seed, s.pos, s.stream, first_quad + q as u32);
                         assert_eq!(quad, want, "{level:?} {s:?} quad {}", first_quad + q as u32);
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`words`] gives `random_quad`'s words on every level, for runs of
+    /// quads that are whole blocks, ragged, shorter than a block or empty.
+    #[test]
+    fn words_are_random_quad() {
+        for level in Level::ALL.iter().copied().filter(|l| l.supported()) {
+            for s in samplers() {
+                let key = RowKey::new(&s);
+                for first_quad in [0u32, 8, 1000, (1 << 30) - 512] {
+                    for quads in [0usize, 1, 3, 8, 15, 16, 17, 31, 32, 33, 64, 100, 128] {
+                        let mut out = vec![0u32; 4 * quads];
+                        words(level, &key, first_quad, &mut out);
+                        for (q, quad) in out.chunks_exact(4).enumerate() {
+                            let want = random_quad(s.seed, s.pos, s.stream, first_quad + q as u32);
+                            assert_eq!(quad, want, "{level:?} {s:?} {quads} quads from {first_quad}: quad {q}");
+                        }
                     }
                 }
             }
