@@ -286,32 +286,38 @@ mod tests {
     use specdec_core::gumbel::gumbel;
     use specdec_core::rng::random_u32;
 
+    /// Target rows of `n` logits for the resample tests: spread, far apart,
+    /// tied, with NaN and ±inf, all NaN, all `-inf`.
+    fn target_rows(n: usize) -> [(&'static str, Vec<f32>); 6] {
+        let word = |salt: u64, i: usize| random_u32(salt, i as u64, Stream::Accept, 0);
+        let normal = |i: usize| (word(n as u64, i) as f32 / 4_294_967_296.0 - 0.5) * 6.0;
+        [
+            ("spread", (0..n).map(normal).collect()),
+            ("peaked", (0..n).map(|i| normal(i) * 40.0).collect()),
+            ("few levels", (0..n).map(|i| (word(7, i) % 3) as f32).collect()),
+            (
+                "nan, ±inf",
+                (0..n)
+                    .map(|i| match word(9, i) % 6 {
+                        0 => f32::NAN,
+                        1 => f32::NEG_INFINITY,
+                        2 => f32::INFINITY,
+                        _ => normal(i),
+                    })
+                    .collect(),
+            ),
+            ("all nan", vec![f32::NAN; n]),
+            ("all -inf", vec![f32::NEG_INFINITY; n]),
+        ]
+    }
+
     /// The one-hot resample equals `fold_resample` over every quad (what the
     /// kernels compute) on every level, wherever the rejected id sits, on
     /// rows with ties, NaN, ±inf and nothing but the rejected id alive.
     #[test]
     fn one_hot_resample_is_the_quad_fold() {
-        let word = |salt: u64, i: usize| random_u32(salt, i as u64, Stream::Accept, 0);
         for n in [1usize, 3, 4, 5, 17, 64, 129, 1000, 4097] {
-            let normal = |i: usize| (word(n as u64, i) as f32 / 4_294_967_296.0 - 0.5) * 6.0;
-            let rows: [(&str, Vec<f32>); 6] = [
-                ("spread", (0..n).map(normal).collect()),
-                ("peaked", (0..n).map(|i| normal(i) * 40.0).collect()),
-                ("few levels", (0..n).map(|i| (word(7, i) % 3) as f32).collect()),
-                (
-                    "nan, ±inf",
-                    (0..n)
-                        .map(|i| match word(9, i) % 6 {
-                            0 => f32::NAN,
-                            1 => f32::NEG_INFINITY,
-                            2 => f32::INFINITY,
-                            _ => normal(i),
-                        })
-                        .collect(),
-                ),
-                ("all nan", vec![f32::NAN; n]),
-                ("all -inf", vec![f32::NEG_INFINITY; n]),
-            ];
+            let rows = target_rows(n);
             for (what, row) in &rows {
                 for rejected in [0, n / 2, n - 1, (n - 1) / 4 * 4] {
                     // Only the rejected id alive: the residual is empty and the target decides.
@@ -364,24 +370,7 @@ mod tests {
         let word = |salt: u64, i: usize| random_u32(salt, i as u64, Stream::Accept, 0);
         for n in [1usize, 3, 4, 5, 17, 64, 129, 1000, 4097] {
             let normal = |salt: u64, i: usize| (word(salt + n as u64, i) as f32 / 4_294_967_296.0 - 0.5) * 6.0;
-            let targets: [(&str, Vec<f32>); 6] = [
-                ("spread", (0..n).map(|i| normal(0, i)).collect()),
-                ("peaked", (0..n).map(|i| normal(0, i) * 40.0).collect()),
-                ("few levels", (0..n).map(|i| (word(7, i) % 3) as f32).collect()),
-                (
-                    "nan, ±inf",
-                    (0..n)
-                        .map(|i| match word(9, i) % 6 {
-                            0 => f32::NAN,
-                            1 => f32::NEG_INFINITY,
-                            2 => f32::INFINITY,
-                            _ => normal(0, i),
-                        })
-                        .collect(),
-                ),
-                ("all nan", vec![f32::NAN; n]),
-                ("all -inf", vec![f32::NEG_INFINITY; n]),
-            ];
+            let targets = target_rows(n);
             for (what, row) in &targets {
                 let drafts: [(&str, Vec<f32>, f32); 4] = [
                     // lse_q offset: 0 for the draft's own, -1 puts q above p everywhere.
