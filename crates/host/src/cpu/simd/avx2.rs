@@ -333,15 +333,6 @@ fn high(x: __m256i) -> __m256i {
     _mm256_shuffle_epi32::<0b11_11_01_01>(x)
 }
 
-/// The words of one block, for the tests.
-#[cfg(test)]
-pub(super) fn words_of_block(key: &RowKey, first_quad: u32) -> Vec<u32> {
-    assert!(super::Level::Avx2.supported());
-    // SAFETY: the CPU has AVX2 (just checked).
-    let words: [u32; BLOCK] = unsafe { transmute(Key::new(key).words(first_quad)) };
-    words.to_vec()
-}
-
 /// `values` (a multiple of 8 long) widened by [`Load::load8`], for the tests.
 #[cfg(test)]
 pub(super) fn load_all<L: Load>(values: &[L]) -> Vec<f32> {

@@ -322,15 +322,6 @@ fn high(x: __m512i) -> __m512i {
     _mm512_shuffle_epi32::<0b11_11_01_01>(x)
 }
 
-/// The words of one block, for the tests.
-#[cfg(test)]
-pub(super) fn words_of_block(key: &RowKey, first_quad: u32) -> Vec<u32> {
-    assert!(super::Level::Avx512.supported());
-    // SAFETY: the CPU has AVX-512F (just checked).
-    let words: [u32; BLOCK] = unsafe { transmute(Key::new(key).words(first_quad)) };
-    words.to_vec()
-}
-
 /// `values` (a multiple of 16 long) widened by [`Load::load16`], for the tests.
 #[cfg(test)]
 pub(super) fn load_all<L: Load>(values: &[L]) -> Vec<f32> {
