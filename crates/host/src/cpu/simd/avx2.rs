@@ -130,27 +130,8 @@ const _: () = assert!(LSE_LANES == 16);
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
 pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L]) -> [f32; LSE_LANES] {
-    let scale = _mm256_set1_ps(scale);
-    let groups = values.chunks_exact(LSE_LANES);
-    let tail = groups.remainder();
-    let mut m = [_mm256_set1_ps(f32::NEG_INFINITY); 2];
-    for group in groups {
-        for (h, m) in m.iter_mut().enumerate() {
-            // SAFETY: the group holds 16 elements; the CPU has AVX2 and F16C.
-            let x = unsafe { L::load8(group.as_ptr().add(8 * h)) };
-            *m = _mm256_max_ps(scaled(x, scale).0, *m);
-        }
-    }
-    if !tail.is_empty() {
-        let tail = padded_tail(tail);
-        for (h, m) in m.iter_mut().enumerate() {
-            // SAFETY: as above.
-            let x = unsafe { f32::load8(tail.as_ptr().add(8 * h)) };
-            *m = _mm256_max_ps(scaled(x, scale).0, *m);
-        }
-    }
-    // SAFETY: a vector is 8 plain f32 lanes, in memory order.
-    unsafe { transmute(m) }
+    // SAFETY: forwarded.
+    unsafe { fold_lanes(scale, values, _mm256_set1_ps(f32::NEG_INFINITY), |m, y| _mm256_max_ps(y, m)) }
 }
 
 /// Step 2 of [`super::lse`] on AVX2, for a finite row maximum `max`.
@@ -159,27 +140,48 @@ pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L]) -> [f32; LSE_L
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
 pub(super) unsafe fn lane_sums<L: Logit>(scale: f32, max: f32, values: &[L]) -> [f32; LSE_LANES] {
-    let (scale, max) = (_mm256_set1_ps(scale), _mm256_set1_ps(max));
+    let max = _mm256_set1_ps(max);
+    // SAFETY: forwarded.
+    unsafe {
+        fold_lanes(scale, values, _mm256_setzero_ps(), |sum, y| _mm256_add_ps(sum, exp_le0(_mm256_sub_ps(y, max))))
+    }
+}
+
+/// Folds the scaled logits of `values` into the 16 lanes of
+/// [`super::lse`] (id `x` into lane `x % 16`, in id order) as `acc = f(acc, y)`,
+/// from `init`; the tail is padded with `-inf`.
+///
+/// # Safety
+/// The CPU supports AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn fold_lanes<L: Logit>(
+    scale: f32,
+    values: &[L],
+    init: __m256,
+    mut f: impl FnMut(__m256, __m256) -> __m256,
+) -> [f32; LSE_LANES] {
+    let scale = _mm256_set1_ps(scale);
     let groups = values.chunks_exact(LSE_LANES);
     let tail = groups.remainder();
-    let mut sum = [_mm256_setzero_ps(); 2];
+    let mut acc = [init; 2];
     for group in groups {
-        for (h, sum) in sum.iter_mut().enumerate() {
+        for (h, acc) in acc.iter_mut().enumerate() {
             // SAFETY: the group holds 16 elements; the CPU has AVX2 and F16C.
             let x = unsafe { L::load8(group.as_ptr().add(8 * h)) };
-            *sum = _mm256_add_ps(*sum, exp_le0(_mm256_sub_ps(scaled(x, scale).0, max)));
+            *acc = f(*acc, scaled(x, scale).0);
         }
     }
     if !tail.is_empty() {
         let tail = padded_tail(tail);
-        for (h, sum) in sum.iter_mut().enumerate() {
+        for (h, acc) in acc.iter_mut().enumerate() {
             // SAFETY: as above.
             let x = unsafe { f32::load8(tail.as_ptr().add(8 * h)) };
-            *sum = _mm256_add_ps(*sum, exp_le0(_mm256_sub_ps(scaled(x, scale).0, max)));
+            *acc = f(*acc, scaled(x, scale).0);
         }
     }
-    // SAFETY: as above.
-    unsafe { transmute(sum) }
+    // SAFETY: a vector is 8 plain f32 lanes, in memory order.
+    unsafe { transmute(acc) }
 }
 
 /// `super::exp_le0`, 8 lanes at a time, operation for operation.

@@ -125,23 +125,8 @@ const _: () = assert!(LSE_LANES == 16);
 /// The CPU supports AVX-512F.
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L]) -> [f32; LSE_LANES] {
-    let scale = _mm512_set1_ps(scale);
-    let groups = values.chunks_exact(LSE_LANES);
-    let tail = groups.remainder();
-    let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
-    for group in groups {
-        // SAFETY: the group holds 16 elements; the CPU has AVX-512F.
-        let x = unsafe { L::load16(group.as_ptr()) };
-        m = _mm512_max_ps(scaled(x, scale).0, m);
-    }
-    if !tail.is_empty() {
-        let tail = padded_tail(tail);
-        // SAFETY: as above.
-        let x = unsafe { f32::load16(tail.as_ptr()) };
-        m = _mm512_max_ps(scaled(x, scale).0, m);
-    }
-    // SAFETY: a vector is 16 plain f32 lanes, in memory order.
-    unsafe { transmute(m) }
+    // SAFETY: forwarded.
+    unsafe { fold_lanes(scale, values, _mm512_set1_ps(f32::NEG_INFINITY), |m, y| _mm512_max_ps(y, m)) }
 }
 
 /// Step 2 of [`super::lse`] on AVX-512F, for a finite row maximum `max`.
@@ -150,23 +135,44 @@ pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L]) -> [f32; LSE_L
 /// The CPU supports AVX-512F.
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn lane_sums<L: Logit>(scale: f32, max: f32, values: &[L]) -> [f32; LSE_LANES] {
-    let (scale, max) = (_mm512_set1_ps(scale), _mm512_set1_ps(max));
+    let max = _mm512_set1_ps(max);
+    // SAFETY: forwarded.
+    unsafe {
+        fold_lanes(scale, values, _mm512_setzero_ps(), |sum, y| _mm512_add_ps(sum, exp_le0(_mm512_sub_ps(y, max))))
+    }
+}
+
+/// Folds the scaled logits of `values` into the 16 lanes of
+/// [`super::lse`] (id `x` into lane `x % 16`, in id order) as `acc = f(acc, y)`,
+/// from `init`; the tail is padded with `-inf`.
+///
+/// # Safety
+/// The CPU supports AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn fold_lanes<L: Logit>(
+    scale: f32,
+    values: &[L],
+    init: __m512,
+    mut f: impl FnMut(__m512, __m512) -> __m512,
+) -> [f32; LSE_LANES] {
+    let scale = _mm512_set1_ps(scale);
     let groups = values.chunks_exact(LSE_LANES);
     let tail = groups.remainder();
-    let mut sum = _mm512_setzero_ps();
+    let mut acc = init;
     for group in groups {
         // SAFETY: the group holds 16 elements; the CPU has AVX-512F.
         let x = unsafe { L::load16(group.as_ptr()) };
-        sum = _mm512_add_ps(sum, exp_le0(_mm512_sub_ps(scaled(x, scale).0, max)));
+        acc = f(acc, scaled(x, scale).0);
     }
     if !tail.is_empty() {
         let tail = padded_tail(tail);
         // SAFETY: as above.
         let x = unsafe { f32::load16(tail.as_ptr()) };
-        sum = _mm512_add_ps(sum, exp_le0(_mm512_sub_ps(scaled(x, scale).0, max)));
+        acc = f(acc, scaled(x, scale).0);
     }
-    // SAFETY: as above.
-    unsafe { transmute(sum) }
+    // SAFETY: a vector is 16 plain f32 lanes, in memory order.
+    unsafe { transmute(acc) }
 }
 
 /// `super::exp_le0`, 16 lanes at a time, operation for operation.
