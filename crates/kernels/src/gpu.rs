@@ -15,8 +15,6 @@ unsafe extern "C" {
     fn ex2_approx_ftz(x: f32) -> f32;
     #[link_name = "llvm.nvvm.barrier0.or"]
     fn barrier0_or(predicate: i32) -> i32;
-    #[link_name = "llvm.nvvm.membar.gl"]
-    fn membar_gl();
     #[link_name = "llvm.trap"]
     fn llvm_trap() -> !;
 }
@@ -126,13 +124,18 @@ pub unsafe fn atomic_store(ptr: *mut u32, value: u32) {
     unsafe { AtomicU32::from_ptr(ptr).store(value, Ordering::Relaxed) }
 }
 
-/// `__threadfence()` (`membar.gl`): this thread's memory accesses before it
-/// are seen by the whole device before those after it. Written out because
-/// LLVM's NVPTX backend emits Rust's orderings on atomics as relaxed `atom`.
+/// `fence.acq_rel.gpu`: this thread's memory accesses before it are seen by
+/// the whole device before those after it, which is what publishing a
+/// partial before counting in (and reading the others' after being counted
+/// last) needs. Not `__threadfence()`'s `membar.gl` (`fence.sc.gpu`), which
+/// also orders every fence against every other, at a cost the last block of a
+/// small call pays in its latency. Inline assembly (no `nomem`): the compiler
+/// moves no memory access across it. Written out because LLVM's NVPTX
+/// backend emits Rust's orderings on atomics as relaxed `atom`.
 #[inline(always)]
 pub fn fence_device() {
     // SAFETY: a fence has no preconditions.
-    unsafe { membar_gl() }
+    unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) }
 }
 
 /// Atomically ORs `bits` into the `u32` at `ptr` (device scope).

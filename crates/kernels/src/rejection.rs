@@ -7,13 +7,14 @@
 //!    `i <= n_r`): greedy requests reduce the target argmax; sampling requests
 //!    the target's (max, Σexp) of `t/T`, and for draft rows the draft's, from
 //!    cache column `i` of the request's slot. One [`Stats`] per block. The
-//!    request's last block ([`last_block`]) then decides: it checks the
-//!    request's draft ids; each warp takes rows `w, w + 8, …` (each row's
-//!    chunks combined by the warp into log-sum-exps), reports their flags and
-//!    finds the first that stops the walk (a rejection, a placeholder, or the
-//!    bonus row), as rows decide independently; the first over all warps is
-//!    `j`. Warp 0 writes the accepted drafts, `-1` padding, the counts, and a
-//!    [`Job`] saying what token `j` must be sampled from.
+//!    request's last block ([`last_block`]) then decides: each warp takes
+//!    rows `w, w + 8, …` (each row's chunks combined by the warp into
+//!    log-sum-exps), checks their draft ids, reports their flags and finds
+//!    the first that stops the walk (a rejection, a placeholder, or the bonus
+//!    row), as rows decide independently; the first over all warps is `j`.
+//!    Warp 0 writes the accepted drafts, `-1` padding, the counts, and a
+//!    [`Job`] saying what token `j` must be sampled from (or `-1`s, for a
+//!    request with a bad draft id).
 //! 2. `rejection_resample_{target}_{cache}`: grid `(requests,
 //!    resample_chunks)`, each block `resample_chunk` ids (split for `requests`
 //!    rows, so a small batch still spreads over the GPU).
@@ -37,7 +38,7 @@ use core::cell::Cell;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::{Bf16, F16};
 use specdec_core::layout::RejectionParams;
-use specdec_core::layout::WARPS;
+use specdec_core::layout::{REDUCE_SHARED_BYTES, SHARED_BYTES, WARPS};
 use specdec_core::logspace::{Lse, ln_residual};
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
@@ -187,6 +188,12 @@ unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
     }
     // SAFETY: r < requests.
     let req = unsafe { Request::load(p, r) };
+    if tid == 0 {
+        // Kept for the decision, which would otherwise load it again, two
+        // round trips (it is not kept in registers through the streaming loop).
+        // SAFETY: the launch has layout::SHARED_BYTES; read after the barrier below.
+        unsafe { shared_request().write(req) };
+    }
     // Block-uniform; the decision never reads the entries of other blocks.
     if req.slot.is_valid() && i <= req.drafts {
         // SAFETY: every thread of the block is here; i <= n_r of a valid request.
@@ -205,7 +212,8 @@ unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
         // Warp 0 fenced after the count in `arrive`; the other warps read the
         // request's statistics too.
         gpu::fence_device();
-        // SAFETY: the whole block, after every block of request `r` published.
+        // SAFETY: the whole block, after every block of request `r` published
+        // and thread 0 wrote the request (before the barrier above).
         unsafe { decide::<T, C>(p, r) };
     }
 }
@@ -271,16 +279,30 @@ unsafe fn row_chunk_stats<T: Load, C: Load>(p: &RejectionParams, req: &Request, 
 #[inline(always)]
 unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32) -> Stats {
     let base = (r as usize * (p.max_drafts as usize + 1) + i as usize) * p.chunks as usize;
-    let mut acc = Stats::IDENTITY;
+    // SAFETY: the row's `chunks` entries, published by pass 1's blocks before
+    // the request's last block was counted in; a full, converged warp (caller).
+    unsafe { last_block::gather((p.stats as *const Stats).add(base), p.chunks) }
+}
+
+/// The flags of row `i` of request `r` alone (see [`row_stats`]): the
+/// decision's code runs in one block of the launch, fetched cold, so a
+/// second full combine of the row would cost it time.
+///
+/// # Safety
+/// As for [`row_stats`].
+#[inline(always)]
+unsafe fn row_flags(p: &RejectionParams, r: u32, i: u32) -> u32 {
+    let base = (r as usize * (p.max_drafts as usize + 1) + i as usize) * p.chunks as usize;
+    let mut flags = 0;
     let mut c = gpu::thread_idx_x() % WARP;
     while c < p.chunks {
-        // SAFETY: base + c < requests·(K+1)·chunks. Volatile: other blocks
-        // wrote it in this launch; read from L2, never a stale L1 line.
-        acc = acc.combine(unsafe { (p.stats as *const Stats).add(base + c as usize).read_volatile() });
+        // SAFETY: base + c < requests·(K+1)·chunks, published (caller). Volatile: as in `gather`.
+        flags |=
+            unsafe { core::ptr::addr_of!((*(p.stats as *const Stats).add(base + c as usize)).flags).read_volatile() };
         c += WARP;
     }
-    // SAFETY: the caller guarantees a full, converged warp.
-    unsafe { warp_reduce(acc) }
+    // SAFETY: a full, converged warp (caller).
+    unsafe { warp_u32(flags, |a, b| a | b) }
 }
 
 /// Writes one token of request `r`.
@@ -337,9 +359,21 @@ const fn mine_none() -> RowDecision {
     RowDecision { row: u32::MAX, draft: -1, best: 0, lse_t: 0.0, lse_q: 0.0, flags: 0 }
 }
 
-// Decisions live in the dynamic shared memory the launch sizes for `block_reduce::<Stats>`.
-const _: () =
-    assert!(core::mem::size_of::<RowDecision>() as u32 * WARPS <= crate::block::block_reduce_shared_bytes::<Stats>());
+// Decisions live in the reduction slots of the launch's dynamic shared memory.
+const _: () = assert!(core::mem::size_of::<RowDecision>() as u32 * WARPS <= REDUCE_SHARED_BYTES);
+const _: () = assert!(crate::block::block_reduce_shared_bytes::<Stats>() <= REDUCE_SHARED_BYTES);
+
+/// Where pass 1 keeps its block's request for the decision: after the
+/// reduction slots, in the bytes the launch adds for it.
+///
+/// # Safety
+/// A launch with `layout::SHARED_BYTES` of dynamic shared memory.
+#[inline(always)]
+unsafe fn shared_request() -> *mut Request {
+    const { assert!(core::mem::size_of::<Request>() as u32 <= SHARED_BYTES - REDUCE_SHARED_BYTES) };
+    // SAFETY: inside the launch's dynamic shared memory (caller); 8-aligned.
+    unsafe { gpu::dynamic_shared::<u8>().add(REDUCE_SHARED_BYTES as usize) as *mut Request }
+}
 
 /// The decision of request `r` (see module docs), by the request's last
 /// block. Every row's acceptance depends on that row alone, so warp `w`
@@ -348,86 +382,53 @@ const _: () =
 /// within each warp (every lane computes the same decisions), so the
 /// warp-wide reductions inside are safe.
 ///
+/// At a small batch this is the tail of the call, every dependent round trip
+/// to memory in it a visible part of the time: the request comes from shared
+/// memory, and a row's statistics, draft id and position are read together,
+/// its draft id checked there (rows are only written once the whole request
+/// is known to be valid).
+///
 /// # Safety
 /// Every thread of the block calls this together (it contains a barrier),
-/// after every block of request `r < requests` published its statistics.
+/// after every block of request `r < requests` published its statistics and
+/// thread 0 wrote the request to [`shared_request`] before a barrier.
 #[inline(always)]
 unsafe fn decide<T: Load, C: Load>(p: &RejectionParams, r: u32) {
-    // Loaded again (from L1: this block read it) rather than kept live through
-    // the streaming loop, where it would cost registers (spills at 64).
-    // SAFETY: r < requests.
-    let req = &unsafe { Request::load(p, r) };
+    // SAFETY: written by thread 0 before the barrier (caller).
+    let req = &unsafe { shared_request().read() };
     let (warp, lane) = (gpu::thread_idx_x() / WARP, gpu::thread_idx_x() % WARP);
     let k1 = p.max_drafts + 1;
     let n = req.drafts;
     let greedy = req.slot.greedy();
-    let drafts = p.drafts as *const i32;
 
-    // Every draft id of the request must be -1 or in 0..V (each warp checks
-    // all of them, so all warps agree without a barrier).
-    let mut flags = req.slot.flags;
-    if req.slot.is_valid() {
-        let mut i = lane;
-        while i < n {
-            // SAFETY: row0 + i < rows; drafts holds rows elements.
-            let d = unsafe { *drafts.add((req.row0 + i) as usize) };
-            if d < -1 || (d >= 0 && d as u32 >= p.vocab) {
-                flags |= INVALID_DRAFT;
-            }
-            i += WARP;
-        }
-    }
-    // SAFETY: a full warp, converged here.
-    flags = unsafe { warp_u32(flags, |a, b| a | b) };
-    if flags & INVALID != 0 {
-        if warp != 0 {
-            return; // block-uniform: every warp saw the same flags
-        }
-        let mut i = lane;
-        while i < k1 {
-            // SAFETY: r < requests, i <= K.
-            unsafe { write_token(p, r, i, -1) };
-            i += WARP;
-        }
-        if lane == 0 {
-            // SAFETY: per-request outputs hold `requests` elements; jobs too.
-            unsafe {
-                (p.num_emitted as *mut i32).add(r as usize).write(0);
-                if p.accepted != 0 {
-                    (p.accepted as *mut i32).add(r as usize).write(0);
-                }
-                (p.jobs as *mut Job).add(r as usize).write(NO_JOB);
-                gpu::atomic_or(p.status as *mut u32, flags);
-            }
-        }
-        return;
-    }
-
-    // This warp's rows, in order; every row reports its flags (NaN logits).
+    // This warp's rows, in order: their flags (NaN logits, bad draft ids) and the first that stops.
     let mut mine = mine_none();
     let mut i = warp;
-    while i <= n {
+    while req.slot.is_valid() && i <= n {
+        let at = (req.row0 + i) as usize;
+        // SAFETY: at < rows; drafts and pos hold rows elements.
+        let (d, pos) = if i < n {
+            unsafe { (*(p.drafts as *const i32).add(at), *(p.pos as *const u64).add(at)) }
+        } else {
+            (-1, 0)
+        };
         // SAFETY: i <= n_r of a valid request; the warp is converged (uniform loop).
         let st = unsafe { row_stats(p, r, i) };
-        if p.row_status != 0 && lane == 0 {
-            // SAFETY: row0 + i < rows; row_status holds rows elements.
-            unsafe { (p.row_status as *mut u32).add((req.row0 + i) as usize).write(st.flags) };
-        }
-        mine.flags |= st.flags;
-        if mine.row == u32::MAX {
+        let bad = d < -1 || (d >= 0 && d as u32 >= p.vocab);
+        mine.flags |= st.flags | if bad { INVALID_DRAFT } else { 0 };
+        if mine.row == u32::MAX && !bad {
             // What the row's decision needs of its statistics, and nothing more kept live.
             let row = RowDecision {
                 row: i,
-                draft: -1,
+                draft: d,
                 best: st.best.index,
                 lse_t: st.target.value(),
                 lse_q: st.draft.value(),
                 flags: 0,
             };
-            // SAFETY: i <= n_r of a valid request whose draft ids were checked.
-            let d = if i == n { -1 } else { unsafe { stops::<T, C>(p, req, &row) } };
-            if d != DRAFT_ACCEPTED {
-                mine = RowDecision { draft: d, flags: mine.flags, ..row };
+            // SAFETY: i <= n_r of a valid request; d is -1 or in 0..V.
+            if i == n || unsafe { stops::<T, C>(p, req, &row, pos) } {
+                mine = RowDecision { flags: mine.flags, ..row };
             }
         }
         i += WARPS;
@@ -441,17 +442,38 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams, r: u32) {
     }
     // SAFETY: every thread of the block is here (caller).
     unsafe { gpu::sync_threads() };
+    // Every warp learns `j` and the request's flags.
+    // SAFETY: lane < WARPS reads a decision written before the barrier.
+    let own = if lane < WARPS { unsafe { shared.add(lane as usize).read() } } else { mine_none() };
+    // SAFETY: the warp is full and converged here.
+    let (j, rows_flags) = unsafe { (warp_u32(own.row, u32::min), warp_u32(own.flags, |a, b| a | b)) };
+    let flags = req.slot.flags | rows_flags;
+    if flags & INVALID != 0 {
+        if warp == 0 {
+            // SAFETY: warp 0, converged; r < requests.
+            unsafe { write_invalid(p, r, flags) };
+        }
+        return; // block-uniform: every warp saw the same flags
+    }
+    if p.row_status != 0 {
+        // The rows' statuses, now that the request is known to be valid.
+        let mut i = warp;
+        while i <= n {
+            // SAFETY: as in the walk above.
+            let flags = unsafe { row_flags(p, r, i) };
+            if lane == 0 {
+                // SAFETY: row0 + i < rows; row_status holds rows elements.
+                unsafe { (p.row_status as *mut u32).add((req.row0 + i) as usize).write(flags) };
+            }
+            i += WARPS;
+        }
+    }
     if warp != 0 {
         return;
     }
-    // The first row that stops is `j`; its warp's decision says how.
-    // SAFETY: lane < WARPS reads a decision written before the barrier.
-    let own = if lane < WARPS { unsafe { shared.add(lane as usize).read() } } else { mine_none() };
-    // SAFETY: warp 0 is full and converged here.
-    let (j, row_flags) = unsafe { (warp_u32(own.row, u32::min), warp_u32(own.flags, |a, b| a | b)) };
-    flags |= row_flags;
     // SAFETY: the bonus row n stops, so j <= n and its warp's decision is j's.
     let dec = unsafe { shared.add((j % WARPS) as usize).read() };
+    let drafts = p.drafts as *const i32;
 
     let last = if greedy {
         dec.best as i64
@@ -510,42 +532,60 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams, r: u32) {
     }
 }
 
-/// What [`stops`] returns for an accepted draft (never a draft id: those
-/// were checked to be `-1` or in `0..V`).
-const DRAFT_ACCEPTED: i32 = -2;
-
-/// Whether draft row `row.row` of `req` stops the walk: its draft id if the
-/// draft is a placeholder (`-1`) or rejected, else [`DRAFT_ACCEPTED`].
+/// The outputs of invalid request `r`: tokens `-1`, no tokens emitted, no
+/// job; `flags` into the status word.
 ///
 /// # Safety
-/// `row.row < n_r` of a valid request whose draft ids are `-1` or in `0..V`;
+/// All 32 lanes of one warp call this together; `r < requests`.
+#[inline(always)]
+unsafe fn write_invalid(p: &RejectionParams, r: u32, flags: u32) {
+    let lane = gpu::thread_idx_x() % WARP;
+    let mut i = lane;
+    while i <= p.max_drafts {
+        // SAFETY: r < requests, i <= K.
+        unsafe { write_token(p, r, i, -1) };
+        i += WARP;
+    }
+    if lane == 0 {
+        // SAFETY: per-request outputs hold `requests` elements; jobs too.
+        unsafe {
+            (p.num_emitted as *mut i32).add(r as usize).write(0);
+            if p.accepted != 0 {
+                (p.accepted as *mut i32).add(r as usize).write(0);
+            }
+            (p.jobs as *mut Job).add(r as usize).write(NO_JOB);
+            gpu::atomic_or(p.status as *mut u32, flags);
+        }
+    }
+}
+
+/// Whether draft row `row.row` of `req`, with draft id `row.draft` and
+/// position `pos`, stops the walk: a placeholder (`-1`) or a rejection.
+///
+/// # Safety
+/// `row.row < n_r` of a valid request, `row.draft` is `-1` or in `0..V`;
 /// `row` holds that row's argmax and log-sum-exps.
 #[inline(always)]
-unsafe fn stops<T: Load, C: Load>(p: &RejectionParams, req: &Request, row: &RowDecision) -> i32 {
-    let at = req.row0 + row.row;
-    // SAFETY: at < rows.
-    let d = unsafe { *(p.drafts as *const i32).add(at as usize) };
-    let stop = if d == -1 {
-        true
-    } else if req.slot.greedy() {
-        d as u32 != row.best
+unsafe fn stops<T: Load, C: Load>(p: &RejectionParams, req: &Request, row: &RowDecision, pos: u64) -> bool {
+    let d = row.draft;
+    if d == -1 {
+        return true;
+    }
+    if req.slot.greedy() {
+        return d as u32 != row.best;
+    }
+    let sampler = req.sampler(0);
+    // SAFETY: row0 + row < rows, 0 <= d < vocab.
+    let t = unsafe { (*target_row::<T>(p, req.row0 + row.row).add(d as usize)).to_f32() };
+    let log_p = sampler.scaled(t) - row.lse_t;
+    let log_q = if p.cache != 0 {
+        // SAFETY: valid slot, row.row < n_r <= max_drafts, d < vocab.
+        let q = unsafe { (*cache_row::<C>(p, req.slot.slot, row.row).add(d as usize)).to_f32() };
+        sampler.scaled(q) - row.lse_q
     } else {
-        let sampler = req.sampler(0);
-        // SAFETY: at < rows, 0 <= d < vocab.
-        let t = unsafe { (*target_row::<T>(p, at).add(d as usize)).to_f32() };
-        let log_p = sampler.scaled(t) - row.lse_t;
-        let log_q = if p.cache != 0 {
-            // SAFETY: valid slot, row.row < n_r <= max_drafts, d < vocab.
-            let q = unsafe { (*cache_row::<C>(p, req.slot.slot, row.row).add(d as usize)).to_f32() };
-            sampler.scaled(q) - row.lse_q
-        } else {
-            0.0
-        };
-        // SAFETY: at < rows; pos holds rows elements.
-        let pos = unsafe { *(p.pos as *const u64).add(at as usize) };
-        !accepts(random_u32(req.slot.seed, pos, Stream::Accept, 0), log_q, log_p)
+        0.0
     };
-    if stop { d } else { DRAFT_ACCEPTED }
+    !accepts(random_u32(req.slot.seed, pos, Stream::Accept, 0), log_q, log_p)
 }
 
 /// Pass 2 (see module docs).

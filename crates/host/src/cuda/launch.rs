@@ -6,7 +6,7 @@ use super::Kernels;
 use crate::error::Result;
 use crate::tensor::DType;
 use cudarc::driver::{CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
-use specdec_core::layout::{BLOCK_THREADS, GumbelParams, RejectionParams};
+use specdec_core::layout::{BLOCK_THREADS, GumbelParams, RejectionParams, SHARED_BYTES};
 
 /// A `#[repr(C)]` parameter block passed to a kernel by value.
 #[repr(transparent)]
@@ -18,14 +18,11 @@ unsafe impl DeviceRepr for Params<GumbelParams> {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for Params<RejectionParams> {}
 
-/// Dynamic shared memory of the largest `block_reduce` value (`Stats`: WARPS × 32 bytes).
-const BLOCK_REDUCE_SHARED_BYTES: u32 = (BLOCK_THREADS / 32) * 32;
-
 fn blocks(grid: (u32, u32)) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (grid.0, grid.1, 1),
         block_dim: (BLOCK_THREADS, 1, 1),
-        shared_mem_bytes: BLOCK_REDUCE_SHARED_BYTES,
+        shared_mem_bytes: SHARED_BYTES,
     }
 }
 
