@@ -19,11 +19,7 @@ unsafe impl DeviceRepr for Params<GumbelParams> {}
 unsafe impl DeviceRepr for Params<RejectionParams> {}
 
 fn blocks(grid: (u32, u32)) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (grid.0, grid.1, 1),
-        block_dim: (BLOCK_THREADS, 1, 1),
-        shared_mem_bytes: SHARED_BYTES,
-    }
+    LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (BLOCK_THREADS, 1, 1), shared_mem_bytes: SHARED_BYTES }
 }
 
 /// Launches `gumbel_sample` (one kernel).
