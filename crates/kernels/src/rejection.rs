@@ -237,32 +237,45 @@ unsafe fn row_chunk_stats<T: Load, C: Load>(p: &RejectionParams, req: &Request, 
     let sampler = req.sampler(0);
     let mut acc = Stats::IDENTITY;
     let mut nan = false;
-    // SAFETY: the rows hold >= vocab >= end elements; start % 4 == 0.
-    unsafe {
-        for_each_quad::<false, 4, _, _>(
-            target,
-            draft,
-            start,
-            end,
-            gpu::thread_idx_x(),
-            #[inline(always)]
-            |x, t, q, n| {
-                let t = widen(t);
-                if greedy {
-                    acc.best = fold_greedy(&sampler, acc.best, x, t, n, &mut nan);
-                } else {
-                    let (target, target_nan) = push_scaled(acc.target, t, n, &sampler);
+    // Two loops, as in `gumbel_sample`: the greedy one keeps twice the loads
+    // in flight (pipelined), in the registers the other spends on its sums.
+    // SAFETY (both): the rows hold >= vocab >= end elements; start % 4 == 0.
+    if greedy {
+        let none: *const C = core::ptr::null();
+        unsafe {
+            for_each_quad::<true, 4, _, _>(
+                target,
+                none,
+                start,
+                end,
+                gpu::thread_idx_x(),
+                #[inline(always)]
+                |x, t, _, n| acc.best = fold_greedy(&sampler, acc.best, x, widen(t), n, &mut nan),
+                || {},
+            )
+        };
+    } else {
+        unsafe {
+            for_each_quad::<false, 4, _, _>(
+                target,
+                draft,
+                start,
+                end,
+                gpu::thread_idx_x(),
+                #[inline(always)]
+                |x, t, q, n| {
+                    let (target, target_nan) = push_scaled(acc.target, widen(t), n, &sampler);
                     acc.target = target;
                     nan |= target_nan;
                     if !draft.is_null() {
                         // NaN draft logits are skipped, not flagged: the row's flag is the target's.
                         acc.draft = push_scaled(acc.draft, widen(q), n, &sampler).0;
                     }
-                }
-            },
-            || {},
-        )
-    };
+                },
+                || {},
+            )
+        };
+    }
     if nan {
         acc.flags |= NAN_LOGITS;
     }
