@@ -112,7 +112,7 @@ fn sample_rows<L: Logit, C: Element>(
             if let Some(c) = cache_row {
                 copy(values, c);
             }
-            first_argmax(values)
+            first_argmax(rows.level, values)
         } else {
             let (best, nan) = sample_row(rows.level, &sampler, values, cache_row);
             (best.index, nan)

@@ -10,6 +10,7 @@ mod rejection;
 mod simd;
 
 use half::{bf16, f16};
+use simd::{Level, Logit};
 use specdec_core::dtype::{Bf16, F16};
 
 /// The CPU backend.
@@ -54,16 +55,17 @@ fn quads<L: specdec_core::dtype::Element>(values: &[L]) -> impl Iterator<Item = 
 
 /// The greedy token of a row, by the rule of `specdec_core::argmax::ArgMax`
 /// (the first maximum, NaN counting as `-inf`, id 0 when nothing is above
-/// `-inf`), and whether the row holds a NaN.
+/// `-inf`), and whether the row holds a NaN. `level` must be supported.
 ///
 /// One pass over memory: blocks of [`ARGMAX_BLOCK`] ids (in L1) get a
-/// lane-wise maximum that vectorises; only a block whose maximum beats the
-/// running one is scanned again, for its first position of that maximum. A
-/// later block's equal maximum loses (its ids are larger), so it is skipped.
-fn first_argmax<L: specdec_core::dtype::Element>(values: &[L]) -> (u32, bool) {
+/// lane-wise maximum that vectorises ([`simd::block_max`], at the level's
+/// width); only a block whose maximum beats the running one is scanned again,
+/// for its first position of that maximum. A later block's equal maximum
+/// loses (its ids are larger), so it is skipped.
+fn first_argmax<L: Logit>(level: Level, values: &[L]) -> (u32, bool) {
     let (mut top, mut index, mut nan) = (f32::NEG_INFINITY, 0usize, false);
     for (b, block) in values.chunks(ARGMAX_BLOCK).enumerate() {
-        let (block_top, block_nan) = block_max(block);
+        let (block_top, block_nan) = simd::block_max(level, block);
         nan |= block_nan;
         if block_top > top {
             top = block_top;
@@ -77,34 +79,10 @@ fn first_argmax<L: specdec_core::dtype::Element>(values: &[L]) -> (u32, bool) {
 /// Ids per block of [`first_argmax`]: 16 KiB of f32, well inside L1.
 const ARGMAX_BLOCK: usize = 4096;
 
-/// The largest value of `block` (NaN ignored; `-inf` if none) and whether it
-/// holds a NaN, with 16 independent lanes so that it vectorises.
-fn block_max<L: specdec_core::dtype::Element>(block: &[L]) -> (f32, bool) {
-    const LANES: usize = 16;
-    let mut max = [f32::NEG_INFINITY; LANES];
-    let mut nan = [false; LANES];
-    let chunks = block.chunks_exact(LANES);
-    let tail = chunks.remainder();
-    for chunk in chunks {
-        for i in 0..LANES {
-            let x = chunk[i].to_f32();
-            nan[i] |= x.is_nan();
-            max[i] = if x > max[i] { x } else { max[i] };
-        }
-    }
-    let mut top = max.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-    let mut any_nan = nan.iter().any(|&n| n);
-    for v in tail {
-        let x = v.to_f32();
-        any_nan |= x.is_nan();
-        top = if x > top { x } else { top };
-    }
-    (top, any_nan)
-}
-
 #[cfg(test)]
 mod tests {
     use super::first_argmax;
+    use super::simd::Level;
     use specdec_core::argmax::ArgMax;
 
     /// The fast greedy scan agrees with folding `ArgMax` over the row.
@@ -129,9 +107,11 @@ mod tests {
 
     fn check(row: &[f32]) {
         let want = row.iter().enumerate().fold(ArgMax::IDENTITY, |b, (i, &x)| b.combine(ArgMax::new(x, i as u32)));
-        let (index, has_nan) = first_argmax(row);
-        assert_eq!(index, want.index, "row of {} ({:?}...)", row.len(), &row[..row.len().min(8)]);
-        assert_eq!(has_nan, row.iter().any(|x| x.is_nan()), "row of {}", row.len());
+        for &level in Level::ALL.iter().filter(|l| l.supported()) {
+            let (index, has_nan) = first_argmax(level, row);
+            assert_eq!(index, want.index, "{level:?}: row of {} ({:?}...)", row.len(), &row[..row.len().min(8)]);
+            assert_eq!(has_nan, row.iter().any(|x| x.is_nan()), "{level:?}: row of {}", row.len());
+        }
     }
 
     /// Rows of several blocks: the maximum first met in an early, a middle or

@@ -89,7 +89,7 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
     }
 
     fn argmax(&self, i: usize) -> u32 {
-        first_argmax(self.target_row(i)).0
+        first_argmax(self.level, self.target_row(i)).0
     }
 
     /// Row `i`'s log-sum-exps.

@@ -127,6 +127,62 @@ fn fold_scalar<L: Element>(s: &Sampler, mut best: ArgMax, base: u32, values: &[L
     (best, nan)
 }
 
+/// The largest value of `block` (NaN ignored; `-inf` if none) and whether it
+/// holds a NaN, for the greedy scan. One body ([`block_max_lanes`]), compiled
+/// for each level, where the compiler vectorises its 16 independent lanes at
+/// the level's width (a baseline x86-64 build gets 4-wide SSE2 and is
+/// compute-bound; one core's memory bandwidth needs AVX2 or AVX-512). A
+/// maximum is exact, so every level gives the same answer. `level` must be
+/// supported ([`Level::detect`]).
+pub(super) fn block_max<L: Logit>(level: Level, block: &[L]) -> (f32, bool) {
+    debug_assert!(level.supported());
+    match level {
+        Level::Scalar => block_max_lanes(block),
+        // SAFETY: the caller has checked that the CPU supports the level.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => unsafe { block_max_avx2(block) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => unsafe { block_max_avx512(block) },
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+fn block_max_avx2<L: Element>(block: &[L]) -> (f32, bool) {
+    block_max_lanes(block)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn block_max_avx512<L: Element>(block: &[L]) -> (f32, bool) {
+    block_max_lanes(block)
+}
+
+#[inline(always)]
+fn block_max_lanes<L: Element>(block: &[L]) -> (f32, bool) {
+    const LANES: usize = 16;
+    let mut max = [f32::NEG_INFINITY; LANES];
+    let mut nan = [false; LANES];
+    let chunks = block.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for i in 0..LANES {
+            let x = chunk[i].to_f32();
+            nan[i] |= x.is_nan();
+            max[i] = if x > max[i] { x } else { max[i] };
+        }
+    }
+    let mut top = max.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    let mut any_nan = nan.iter().any(|&n| n);
+    for v in tail {
+        let x = v.to_f32();
+        any_nan |= x.is_nan();
+        top = if x > top { x } else { top };
+    }
+    (top, any_nan)
+}
+
 /// `log Σ e^y` over the scaled logits `y = s.scaled(x)` of `values`, with
 /// the special cases of [`specdec_core::logspace::Lse`]: NaN values are
 /// skipped, `-inf` ones add nothing, any `+inf` makes it `+inf`, and a row
