@@ -31,7 +31,9 @@ captured in a CUDA graph (torch.cuda.graph) and replayed; a case whose capture
 fails is timed as eager calls instead (its "method" says so). Each timed
 replay is preceded by zeroing a 512 MiB tensor (L2 flush) and bracketed by
 torch.cuda.Event records; the median of 50 replays is reported (20 for a case
-whose first replay takes over 5 ms).
+whose first replay takes over 5 ms). The same timing of a graph of one tiny
+kernel, and of two dependent ones, is the run's "floor": what no call of one
+(two) launches can go below.
 
 Inputs mirror benches/gpu.rs: N(0,1) target logits; draft logits
 0.8*target + 0.6*noise in bf16; drafts sampled from the draft logits at T (their
@@ -340,6 +342,14 @@ def run(out_dir, only, quick, dry_run):
     print(f"inputs made in {time.time() - t0:.1f} s")
     cases = []
 
+    # The floor of this timing: what a call of one launch, or of two dependent
+    # ones, cannot go below (graph replay, events, a kernel's start and end).
+    tiny = torch.zeros(1, device=dev)
+    one_us = timer.time("floor: one tiny kernel", lambda: tiny.add_(1))[0]
+    two_us = timer.time("floor: two dependent tiny kernels", lambda: tiny.add_(1).mul_(1))[0]
+    floor = {"one_kernel_us": round(one_us, 2), "two_kernels_us": round(two_us, 2)}
+    print(f"floor: a graph of one tiny kernel {one_us:.1f} µs, of two dependent ones {two_us:.1f} µs")
+
     def record(case, variants, outputs_check, accepted=None):
         best = min(variants, key=lambda name: variants[name]["us"])
         case.update(
@@ -472,6 +482,7 @@ def run(out_dir, only, quick, dry_run):
         "flush_bytes": FLUSH_BYTES,
         "temperature": T,
         "quick": quick,
+        "floor": floor,
         "cases": cases,
     }
     os.makedirs(out_dir, exist_ok=True)

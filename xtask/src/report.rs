@@ -66,6 +66,9 @@ struct Torch {
     version: String,
     cuda: String,
     quick: bool,
+    /// The timing's floor, as the baseline measured it: a graph of one tiny
+    /// kernel, and of two dependent ones (µs).
+    floor: Option<(f64, f64)>,
     cases: HashMap<String, TorchCase>,
 }
 
@@ -198,8 +201,21 @@ fn read_torch(path: &Path) -> Result<Torch> {
         version: text(&v, "torch", path)?,
         cuda: v.get("cuda").and_then(Value::as_str).unwrap_or("?").to_string(),
         quick: v.get("quick").and_then(Value::as_bool).unwrap_or(false),
+        floor: match v.get("floor") {
+            Some(f) => Some((num(f, "one_kernel_us", path)?, num(f, "two_kernels_us", path)?)),
+            None => None,
+        },
         cases,
     })
+}
+
+/// The report's line on the floor of its timing.
+fn floor_line(one: f64, two: f64) -> String {
+    format!(
+        "- Floor of this timing, measured by the baseline in its run: a CUDA graph of one tiny kernel replays in \
+         {one:.1} µs, of two dependent tiny kernels in {two:.1} µs (events, graph launch, a kernel's start and end); \
+         no call of one (two) launches can take less."
+    )
 }
 
 /// `YYYY-MM-DD` (UTC) of a Unix time.
@@ -263,6 +279,9 @@ fn markdown(bench: &Bench, torch: Option<&Torch>, svg: &str) -> String {
                 if t.quick { " Run with `--quick`: a subset of the cases." } else { "" }
             )
             .unwrap();
+            if let Some((one, two)) = t.floor {
+                writeln!(md, "{}", floor_line(one, two)).unwrap();
+            }
             if slug(&t.device) != slug(&bench.device) {
                 writeln!(md, "- **Warning**: the two runs were on different GPUs ({} vs {}).", bench.device, t.device)
                     .unwrap();
@@ -493,6 +512,28 @@ mod tests {
         assert_eq!(slug("NVIDIA H200 (sm_90)"), "nvidia-h200");
         assert_eq!(slug("NVIDIA GeForce RTX 4090"), "nvidia-geforce-rtx-4090");
         assert_eq!(slug("  "), "gpu");
+    }
+
+    /// The baseline's floor is read when present (older torch.json files have none).
+    #[test]
+    fn torch_floor() {
+        let dir = std::env::temp_dir().join(format!("specdec-report-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("torch.json");
+        let json = |floor: &str| {
+            format!(r#"{{"device": "NVIDIA H200", "torch": "2.11", "cuda": "13.0", {floor} "cases": []}}"#)
+        };
+        std::fs::write(&path, json(r#""floor": {"one_kernel_us": 3.23, "two_kernels_us": 4.32},"#)).unwrap();
+        assert_eq!(read_torch(&path).unwrap().floor, Some((3.23, 4.32)));
+        assert!(
+            floor_line(3.23, 4.32)
+                .contains("one tiny kernel replays in 3.2 µs, of two dependent tiny kernels in 4.3 µs")
+        );
+        std::fs::write(&path, json("")).unwrap();
+        assert_eq!(read_torch(&path).unwrap().floor, None);
+        std::fs::write(&path, json(r#""floor": {"one_kernel_us": 3.23},"#)).unwrap();
+        assert!(read_torch(&path).is_err(), "a floor without its second number is an error");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
