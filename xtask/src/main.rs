@@ -25,7 +25,8 @@ Commands:
   ptx [--arch sm_80,sm_90] [--deny-spills]
         Build the kernels to PTX for each arch (default sm_80,sm_90), assemble each with
         ptxas and print registers / spills / stack / shared memory per kernel.
-        --deny-spills fails if any kernel spills at sm_90.
+        --deny-spills fails if any kernel spills at sm_90 (its own PTX, and an earlier arch's PTX
+        assembled for sm_90, as the driver's JIT does with the default sm_80 build on Hopper).
   test [-- EXTRA...]
         CI: `cargo test --workspace EXTRA...` (CPU tests), then `ptx --deny-spills`.
   test-gpu [-- EXTRA...]
