@@ -60,8 +60,7 @@ pub fn bundle(root: &Path, dir: &Path, extra: &[String]) -> Result<()> {
     let marker = dir.join(MARKER);
     std::fs::write(&marker, listing).map_err(|e| format!("write {}: {e}", marker.display()))?;
 
-    report(dir, &bin)?;
-    if dir_size(dir)? > LIMIT_BYTES { pack(dir) } else { Ok(()) }
+    if report(dir, &bin)? > LIMIT_BYTES { pack(dir) } else { Ok(()) }
 }
 
 /// `tar -cf - DIR | xz -6e --lzma2=dict=128MiB > DIR.tar.xz`, run beside DIR;
@@ -212,8 +211,9 @@ pub fn recreate(root: &Path, dir: &Path, marker: &str) -> Result<()> {
     std::fs::write(&marker, "").map_err(|e| format!("write {}: {e}", marker.display()))
 }
 
-/// Lists the binaries and the bundle's size; warns when it gets close to 64 MiB.
-fn report(dir: &Path, bin: &Path) -> Result<()> {
+/// Lists the binaries and the bundle's size, which it returns; warns when it
+/// gets close to 64 MiB.
+fn report(dir: &Path, bin: &Path) -> Result<u64> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(bin)
         .map_err(|e| format!("read {}: {e}", bin.display()))?
         .map(|entry| entry.map(|e| e.path()))
@@ -233,7 +233,7 @@ fn report(dir: &Path, bin: &Path) -> Result<()> {
     } else if total > WARN_BYTES {
         println!("warning: the bundle is {}, close to the 64 MiB that can be carried to a GPU machine", mib(total));
     }
-    Ok(())
+    Ok(total)
 }
 
 fn dir_size(dir: &Path) -> Result<u64> {

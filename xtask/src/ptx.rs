@@ -92,7 +92,7 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     }
 
     if options.deny_spills {
-        deny_spills(options, &rows)?;
+        deny_spills(&rows)?;
     }
     Ok(())
 }
@@ -176,9 +176,9 @@ fn print_table(rows: &[Row]) {
     }
 }
 
-fn deny_spills(options: &Options, rows: &[Row]) -> Result<()> {
-    if !options.archs.iter().any(|a| a == SPILL_ARCH) {
-        println!("note: --deny-spills checks {SPILL_ARCH}, which this run did not build");
+fn deny_spills(rows: &[Row]) -> Result<()> {
+    if !rows.iter().any(|r| r.target == SPILL_ARCH) {
+        println!("note: --deny-spills checks {SPILL_ARCH}, which this run did not assemble for");
         return Ok(());
     }
     let spilling: Vec<String> = rows
