@@ -89,8 +89,7 @@ test_device!(chi_square_wide_sparse_row, |backend, scale| {
 #[test]
 fn chi_square_full_vocab_200k_cuda() {
     const VOCAB: usize = 200_000;
-    // Full size at the usual scale (smaller under a sanitizer: `gpu_scale`).
-    let draws = full_draws(VOCAB) * specdec_suite::gpu_scale() / specdec_suite::GPU_SCALE;
+    let draws = specdec_suite::gpu_sized(full_draws(VOCAB));
     check_fit(&specdec_suite::cuda(), &mixed_logits(VOCAB, 0x200), DType::F32, 1.0, draws, 1 << 45);
 }
 

@@ -282,8 +282,7 @@ const LM_DRAFT_NOISE: f32 = 1.0;
 #[test]
 fn lm_vocabulary_every_position_follows_the_target() {
     let gpu = cuda();
-    // Full size at the usual scale (smaller under a sanitizer: `gpu_scale`).
-    let requests = LM_REQUESTS * specdec_suite::gpu_scale() / specdec_suite::GPU_SCALE;
+    let requests = specdec_suite::gpu_sized(LM_REQUESTS);
     let base = zipf_logits(LM_VOCAB, LM_ZIPF, LM_MASK_EVERY, 0x15_1936);
     for t in [0.6, 1.0] {
         // One broadcast target row: distinct rows per position would take

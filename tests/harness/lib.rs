@@ -51,6 +51,12 @@ pub fn gpu_scale() -> usize {
     }
 }
 
+/// `full`, the size of a GPU-only test at the usual scale ([`GPU_SCALE`]),
+/// scaled as [`gpu_scale`] is (smaller under a sanitizer).
+pub fn gpu_sized(full: usize) -> usize {
+    full * gpu_scale() / GPU_SCALE
+}
+
 /// One body, two tests: `<name>::cpu` and (feature `gpu`) `<name>::cuda`.
 /// The body sees the backend as `$backend` and a size scale `$scale`
 /// (`1` on CPU, [`gpu_scale`] on the GPU).
