@@ -126,6 +126,30 @@ pub const TOP_BOUND: [f32; 256] = {
     table
 };
 
+/// The largest bucket bound below the top bucket (words `< TOP_BUCKET`):
+/// about 5.6, against `GUMBEL_MAX` ≈ 22.9 for the top one.
+pub const COARSE_BOUND: f32 = {
+    let mut max = GUMBEL_BOUND[0];
+    let mut b = 1;
+    while b < 255 {
+        if GUMBEL_BOUND[b] > max {
+            max = GUMBEL_BOUND[b];
+        }
+        b += 1;
+    }
+    max
+};
+
+/// A bound on the noise of all four words of a quad, from their largest
+/// word: [`COARSE_BOUND`] unless it is in the top bucket (one quad in 64),
+/// so the common case needs no table. The tables grow with the word, hence
+/// so does this bound, and it is at least [`gumbel_bound`] of every word.
+#[inline(always)]
+pub fn quad_bound(words: [u32; 4]) -> f32 {
+    let m = words[0].max(words[1]).max(words[2].max(words[3]));
+    if m >= TOP_BUCKET { TOP_BOUND[(m >> 16 & 0xff) as usize] } else { COARSE_BOUND }
+}
+
 /// The tighter of the two tables' bounds on `gumbel(r)`. The top bucket is
 /// 1/256 of the ids but, with one bound of 22.9, it was most of those a
 /// sampler could not rule out; on the GPU, where a warp evaluates the noise
@@ -153,6 +177,28 @@ mod tests {
         }
         // It is tighter than the bucket bound wherever it can be.
         const { assert!(TOP_BOUND[254] < 11.1 && TOP_BOUND[255] >= GUMBEL_MAX) };
+    }
+
+    /// The tables grow with the word, so the bound of a quad's largest word
+    /// bounds every word of it; `COARSE_BOUND` is the bound below the top bucket.
+    #[test]
+    fn quad_bound_holds_for_every_word_of_the_quad() {
+        for b in 1..256 {
+            assert!(GUMBEL_BOUND[b - 1] <= GUMBEL_BOUND[b] && TOP_BOUND[b - 1] <= TOP_BOUND[b], "bucket {b}");
+        }
+        assert!(GUMBEL_BOUND[254] <= TOP_BOUND[0] && COARSE_BOUND == GUMBEL_BOUND[254]);
+        let mut r = 0u32;
+        while let Some(next) = r.checked_add(65_519) {
+            let others = [r / 3, r / 2, r ^ 0x00ff_00ff & r];
+            for quad in [[r, others[0], others[1], others[2]], [others[2], others[1], r, others[0]]] {
+                for w in quad {
+                    assert!(gumbel_bound(w) <= quad_bound(quad), "words {quad:x?}");
+                }
+            }
+            r = next;
+        }
+        assert_eq!(quad_bound([0, 1, 2, u32::MAX]), TOP_BOUND[255]);
+        assert_eq!(quad_bound([0, 1, 2, TOP_BUCKET - 1]), COARSE_BOUND);
     }
 
     fn ulps(a: f32, b: f64) -> f64 {

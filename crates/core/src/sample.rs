@@ -11,13 +11,15 @@
 //!
 //! Noise is skipped where it provably cannot matter: for a quad whose best
 //! possible score, its largest scaled logit plus [`GUMBEL_MAX`], is strictly
-//! below the running best (no Philox call at all), and for an id whose scaled
-//! logit plus its word's bound [`gumbel_bound`] is (no logarithms).
+//! below the running best (no Philox call at all), for a quad whose largest
+//! scaled logit plus its words' [`quad_bound`] is (no logarithms, and no
+//! table lookups in the common case), and for an id whose scaled logit plus
+//! its word's bound [`gumbel_bound`] is.
 //! Rounding is monotone, so no skipped id could win or tie, and the result is
 //! the same as with noise everywhere.
 
 use crate::argmax::ArgMax;
-use crate::gumbel::{GUMBEL_MAX, gumbel, gumbel_bound};
+use crate::gumbel::{GUMBEL_MAX, gumbel, gumbel_bound, quad_bound};
 use crate::rng::{Stream, random_quad};
 
 /// How one row turns logits into a token.
@@ -43,13 +45,8 @@ impl Sampler {
     #[inline(always)]
     pub fn scaled(&self, x: f32) -> f32 {
         let y = x * self.scale;
-        if y == f32::INFINITY && x != f32::INFINITY {
-            f32::MAX
-        } else if y == f32::NEG_INFINITY && x != f32::NEG_INFINITY {
-            -f32::MAX
-        } else {
-            y
-        }
+        // `x` finite: `y` is finite or ±inf, never NaN, and clamps to ±MAX.
+        if x.abs() < f32::INFINITY { y.max(-f32::MAX).min(f32::MAX) } else { y }
     }
 
     /// Folds ids `base .. base + n` (`base % 4 == 0`, `n <= 4`) with logits
@@ -65,8 +62,11 @@ impl Sampler {
             };
             return lane(lane(lane(lane(best, 0), 1), 2), 3);
         }
-        let scaled = [self.scaled(vals[0]), self.scaled(vals[1]), self.scaled(vals[2]), self.scaled(vals[3])];
-        self.fold_log_weights(best, base, scaled, n)
+        // Scaling is monotone, so the largest scaled logit is the scaled
+        // largest: one scaling per quad unless the quad may hold a winner.
+        let t = self.scaled(top(vals, n));
+        let words = || random_quad(self.seed, self.pos, self.stream, base / 4);
+        self.fold_scores(best, base, t, |i| self.scaled(vals[i]), n, words)
     }
 
     /// Folds ids `base .. base + n` with unnormalised log-weights `w[..n]`
@@ -90,16 +90,38 @@ impl Sampler {
         n: u32,
         words: impl FnOnce() -> [u32; 4],
     ) -> ArgMax {
-        if top(w, n) + GUMBEL_MAX < best.value {
+        self.fold_scores(best, base, top(w, n), |i| w[i], n, words)
+    }
+
+    /// The fold of scores `w(i) + gumbel(word i)`, where `t` is the largest
+    /// of `w(..n)` (NaN skipped). Three tests, each only if the last failed:
+    /// the quad against [`GUMBEL_MAX`] (no Philox call), the quad against
+    /// its words' [`quad_bound`] (no table in the common case), each id
+    /// against its word's [`gumbel_bound`] (no logarithm).
+    #[inline(always)]
+    fn fold_scores(
+        &self,
+        best: ArgMax,
+        base: u32,
+        t: f32,
+        w: impl Fn(usize) -> f32,
+        n: u32,
+        words: impl FnOnce() -> [u32; 4],
+    ) -> ArgMax {
+        if t + GUMBEL_MAX < best.value {
             return best;
         }
         let words = words();
+        if t + quad_bound(words) < best.value {
+            return best;
+        }
         // `!(bound < best)`, not `bound >= best`: a NaN weight must still be
         // folded (as -inf with its id), or an all-NaN row would keep no id.
         #[allow(clippy::neg_cmp_op_on_partial_ord)]
         let lane = |best: ArgMax, i: usize| {
-            if (i as u32) < n && !(w[i] + gumbel_bound(words[i]) < best.value) {
-                best.combine(ArgMax::new(w[i] + gumbel(words[i]), base + i as u32))
+            let wi = w(i);
+            if (i as u32) < n && !(wi + gumbel_bound(words[i]) < best.value) {
+                best.combine(ArgMax::new(wi + gumbel(words[i]), base + i as u32))
             } else {
                 best
             }
@@ -176,23 +198,72 @@ impl Sampler {
         n: u32,
         words: impl FnOnce() -> [u32; 4],
     ) -> Resampled {
-        if top(ub, n) + GUMBEL_MAX < best.residual.value && top(tgt, n) + GUMBEL_MAX < best.target.value {
+        let tops = (top(ub, n), top(tgt, n));
+        self.resample_scores(best, base, tops, |i| (tgt[i], ub[i]), |i, _| res(i), n, words)
+    }
+
+    /// [`Sampler::fold_resample`] from the target's raw logits `logits[..n]`,
+    /// scaled only for ids the quad tests cannot rule out: the target
+    /// weights are `tgt = scaled(logits)`, their bounds `ub = tgt − shift`
+    /// and `res(i, tgt[i])` the residual weights (at most `ub`).
+    #[inline(always)]
+    pub fn fold_resample_logits(
+        &self,
+        best: Resampled,
+        base: u32,
+        logits: [f32; 4],
+        shift: f32,
+        res: impl Fn(usize, f32) -> f32,
+        n: u32,
+    ) -> Resampled {
+        // Scaling and subtracting are monotone: the tops of the scaled are the scaled top.
+        let top_tgt = self.scaled(top(logits, n));
+        let weights = |i: usize| {
+            let t = self.scaled(logits[i]);
+            (t, t - shift)
+        };
+        let words = || random_quad(self.seed, self.pos, self.stream, base / 4);
+        self.resample_scores(best, base, (top_tgt - shift, top_tgt), weights, res, n, words)
+    }
+
+    /// Both candidates' folds of a quad, where `weights(i)` is id `i`'s
+    /// `(tgt, ub)` and `tops` the largest of each over `..n` (NaN skipped).
+    /// As in `fold_scores`, three tests each rule out work if they
+    /// can: [`GUMBEL_MAX`], [`quad_bound`], then each id's [`gumbel_bound`].
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn resample_scores(
+        &self,
+        best: Resampled,
+        base: u32,
+        (top_ub, top_tgt): (f32, f32),
+        weights: impl Fn(usize) -> (f32, f32),
+        res: impl Fn(usize, f32) -> f32,
+        n: u32,
+        words: impl FnOnce() -> [u32; 4],
+    ) -> Resampled {
+        if top_ub + GUMBEL_MAX < best.residual.value && top_tgt + GUMBEL_MAX < best.target.value {
             return best;
         }
         let words = words();
-        // `!(… < best)`: a NaN weight takes the exact path (see fold_log_weights).
+        let bound = quad_bound(words);
+        if top_ub + bound < best.residual.value && top_tgt + bound < best.target.value {
+            return best;
+        }
+        // `!(… < best)`: a NaN weight takes the exact path (see `fold_scores`).
         #[allow(clippy::neg_cmp_op_on_partial_ord)]
         let lane = |b: Resampled, i: usize| {
             if (i as u32) >= n {
                 return b;
             }
             let bound = gumbel_bound(words[i]);
-            if !(ub[i] + bound < b.residual.value) || !(tgt[i] + bound < b.target.value) {
+            let (tgt, ub) = weights(i);
+            if !(ub + bound < b.residual.value) || !(tgt + bound < b.target.value) {
                 let g = gumbel(words[i]);
                 let id = base + i as u32;
                 Resampled {
-                    residual: b.residual.combine(ArgMax::new(res(i) + g, id)),
-                    target: b.target.combine(ArgMax::new(tgt[i] + g, id)),
+                    residual: b.residual.combine(ArgMax::new(res(i, tgt) + g, id)),
+                    target: b.target.combine(ArgMax::new(tgt + g, id)),
                 }
             } else {
                 b
@@ -287,6 +358,34 @@ mod tests {
             lanes += 255;
         }
         assert!(calls * 4 < lanes, "{calls} residual weights computed for {lanes} lanes: pruning does not work");
+    }
+
+    /// Scaling a quad's target logits lazily gives the candidates of
+    /// scaling them all first, for every kind of residual a kernel folds.
+    #[test]
+    fn lazy_scaling_gives_the_eager_candidates() {
+        let s = Sampler::new(0.7, 11, 3, Stream::Target);
+        for trial in 0..200u32 {
+            let h = |salt: u32, i: usize| crate::rng::random_u32(trial as u64, salt as u64, Stream::Accept, i as u32);
+            let logits: [f32; 64] = core::array::from_fn(|i| match h(2, i) % 41 {
+                0 => f32::NAN,
+                1 => f32::NEG_INFINITY,
+                k => (k as f32 - 20.0) * [0.1f32, 1.0, 3.0][trial as usize % 3],
+            });
+            let shift = [0.0, 2.5, 7.0][trial as usize % 3];
+            let q: [f32; 64] = core::array::from_fn(|i| (h(3, i) % 23) as f32 - 11.0);
+            let res =
+                |id: usize, t: f32| if id % 5 == 0 { f32::NEG_INFINITY } else { t - shift - (q[id] * 0.01).abs() };
+            let (mut lazy, mut eager) = (Resampled::IDENTITY, Resampled::IDENTITY);
+            for x in (0..64).step_by(4) {
+                let n = if x == 60 { 2 } else { 4 };
+                let quad: [f32; 4] = core::array::from_fn(|i| logits[x + i]);
+                lazy = s.fold_resample_logits(lazy, x as u32, quad, shift, |i, t| res(x + i, t), n);
+                let tgt = quad.map(|v| s.scaled(v));
+                eager = s.fold_resample(eager, x as u32, tgt, tgt.map(|t| t - shift), |i| res(x + i, tgt[i]), n);
+            }
+            assert_eq!(lazy, eager, "trial {trial}");
+        }
     }
 
     #[test]

@@ -648,22 +648,19 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
             tid,
             #[inline(always)]
             |x, t, q, n| {
-                let t = widen(t);
-                let tgt = [sampler.scaled(t[0]), sampler.scaled(t[1]), sampler.scaled(t[2]), sampler.scaled(t[3])];
-                let b = best.get();
+                let (t, b) = (widen(t), best.get());
                 best.set(match job.mode {
                     JOB_RESIDUAL => {
                         // log(p − q) <= log p = tgt − lse_t.
-                        let a = [tgt[0] - job.lse_t, tgt[1] - job.lse_t, tgt[2] - job.lse_t, tgt[3] - job.lse_t];
                         let q = widen(q);
-                        let res = |i: usize| ln_residual(a[i], sampler.scaled(q[i]) - job.lse_q);
-                        sampler.fold_resample(b, x, tgt, a, res, n)
+                        let res = |i: usize, tgt: f32| ln_residual(tgt - job.lse_t, sampler.scaled(q[i]) - job.lse_q);
+                        sampler.fold_resample_logits(b, x, t, job.lse_t, res, n)
                     }
                     JOB_ONE_HOT => {
-                        let res = |i: usize| if x + i as u32 == job.draft { f32::NEG_INFINITY } else { tgt[i] };
-                        sampler.fold_resample(b, x, tgt, tgt, res, n)
+                        let res = |i: usize, tgt: f32| if x + i as u32 == job.draft { f32::NEG_INFINITY } else { tgt };
+                        sampler.fold_resample_logits(b, x, t, 0.0, res, n)
                     }
-                    _ => sampler.fold_resample(b, x, tgt, tgt, |i| tgt[i], n),
+                    _ => sampler.fold_resample_logits(b, x, t, 0.0, |_, tgt| tgt, n),
                 });
             },
             // SAFETY: for_each_quad calls this in all lanes of the warp together.

@@ -11,7 +11,7 @@ use crate::memory::Host;
 use crate::rejection::{RejectionOutput, RejectionSample};
 use crate::tensor::{LogitsData, Tokens};
 use specdec_core::argmax::ArgMax;
-use specdec_core::gumbel::TOP_BUCKET;
+use specdec_core::gumbel::{COARSE_BOUND, TOP_BUCKET};
 use specdec_core::logspace::ln_residual;
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
@@ -140,7 +140,7 @@ const DRAFT_BLOCK: usize = 512;
 /// 1. the Philox words of all its quads are drawn by the vector code
 ///    ([`simd::words`]);
 /// 2. an id is ruled out if its word is below the top bucket and both its
-///    scores' bounds (`log p` plus [`simd::COARSE_BOUND`] for the residual,
+///    scores' bounds (`log p` plus [`COARSE_BOUND`] for the residual,
 ///    the scaled logit plus it for the target) are below the bests at the
 ///    block's start: `fold_resample` would skip it as well, since the bests
 ///    only grow and `COARSE_BOUND` bounds every such word's `gumbel_bound`;
@@ -169,8 +169,7 @@ fn resample_draft<T: Logit, C: Logit>(
             *y = sampler.scaled(x.to_f32());
             // `!(… < best)`: a NaN score is kept, as fold_resample keeps it.
             #[allow(clippy::neg_cmp_op_on_partial_ord)]
-            let alive =
-                (w >= TOP_BUCKET) | !((*y - lse_t) + simd::COARSE_BOUND < res0) | !(*y + simd::COARSE_BOUND < tgt0);
+            let alive = (w >= TOP_BUCKET) | !((*y - lse_t) + COARSE_BOUND < res0) | !(*y + COARSE_BOUND < tgt0);
             *k = alive as u8;
         }
         let (keep, _) = keep[..len4].as_chunks::<4>();
@@ -415,7 +414,7 @@ mod tests {
             let ids = (DRAFT_BLOCK..n).filter(|&i| (word(i) >= TOP_BUCKET) == top);
             let t = ids.max_by_key(|&i| word(i)).expect("the key has such words");
             let (g1, gt) = (gumbel(word(1)), gumbel(word(t)));
-            assert!(gt > simd::COARSE_BOUND - 0.1, "the key gives a winner by noise ({t}: {gt})");
+            assert!(gt > COARSE_BOUND - 0.1, "the key gives a winner by noise ({t}: {gt})");
             // Id 0 leads the target and has no residual (q >= p); id 1 leads
             // the residual until id t beats it by 0.01; every other id is hopeless.
             let mut row = vec![-1000.0f32; n];

@@ -28,6 +28,7 @@
 //! ([`words`]) for the CPU resample of a rejected draft.
 //!
 //! [`GUMBEL_MAX`]: specdec_core::gumbel::GUMBEL_MAX
+//! [`GUMBEL_BOUND`]: specdec_core::gumbel::GUMBEL_BOUND
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -37,7 +38,7 @@ mod avx512;
 use super::quads;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
-use specdec_core::gumbel::{GUMBEL_BOUND, TOP_BUCKET, gumbel_bound, ln};
+use specdec_core::gumbel::{COARSE_BOUND, TOP_BUCKET, gumbel_bound, ln};
 use specdec_core::rng::{Stream, random_quad};
 use specdec_core::sample::Sampler;
 
@@ -336,20 +337,6 @@ fn exp_le0(d: f32) -> f32 {
     let two_k = f32::from_bits(((k as i32 + 127) as u32) << 23);
     if d >= EXP_LO { e * two_k } else { 0.0 }
 }
-
-/// The largest bucket bound below the top bucket (words `< 0xff00_0000`):
-/// about 5.6, against `GUMBEL_MAX` ≈ 22.9 for the top one.
-pub(super) const COARSE_BOUND: f32 = {
-    let mut max = GUMBEL_BOUND[0];
-    let mut b = 1;
-    while b < 255 {
-        if GUMBEL_BOUND[b] > max {
-            max = GUMBEL_BOUND[b];
-        }
-        b += 1;
-    }
-    max
-};
 
 /// Step 3 of the module docs for one block of ids `base .. base + w.len()`
 /// (`base % 4 == 0`): folds, in id order and with the scalar code, every quad
