@@ -25,7 +25,10 @@ impl Cuda {
         mut out: GumbelOutput<'_, Device>,
     ) -> Result<()> {
         let shape = args.check(&out)?;
-        let split = ws.split(shape.rows, args.logits.vocab)?;
+        let logits_dtype = args.logits.data.dtype();
+        let cache_dtype = args.cache.as_ref().map_or(logits_dtype, |(cache, _)| cache.data.dtype());
+        let kernel = self.kernels.function(("gumbel_sample", (logits_dtype, cache_dtype)))?;
+        let split = ws.split(shape.rows, args.logits.vocab, kernel.blocks_per_sm)?;
         let stream = &*self.stream;
         if ws.scratch.stream().context().cu_ctx() != stream.context().cu_ctx() {
             return Err(Error::WorkspaceContext);
@@ -56,11 +59,8 @@ impl Cuda {
             drafting: args.drafting as u32,
             ..GumbelParams::default()
         };
-        let logits_dtype = args.logits.data.dtype();
-        let mut cache_dtype = logits_dtype;
         let (mut _g6, mut _g7) = (None, None);
         if let Some((cache, column)) = &mut args.cache {
-            cache_dtype = cache.data.dtype();
             let (ptr, g) = match &mut cache.data {
                 CacheData::F32(b) => b.device_ptr_mut(stream),
                 CacheData::BF16(b) => b.device_ptr_mut(stream),
@@ -103,6 +103,6 @@ impl Cuda {
         // SAFETY: every pointer above comes from a view whose length `check`
         // matched against the shape; `split` sized chunks within the workspace
         // (capacity ≥ rows · chunks, counters ≥ rows) and chunk · chunks ≥ vocab.
-        unsafe { launch::gumbel_sample(&self.kernels, stream, (logits_dtype, cache_dtype), p) }
+        unsafe { launch::gumbel_sample(&kernel, stream, p) }
     }
 }

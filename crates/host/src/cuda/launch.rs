@@ -2,9 +2,8 @@
 //! is reached through a safe function that has validated every host-visible
 //! value.
 
-use super::Kernels;
+use super::Kernel;
 use crate::error::Result;
-use crate::tensor::DType;
 use cudarc::driver::{CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 use specdec_core::layout::{BLOCK_THREADS, GumbelParams, RejectionParams, SHARED_BYTES};
 
@@ -29,20 +28,14 @@ fn blocks(grid: (u32, u32)) -> LaunchConfig {
 /// pointer valid on `stream` for the extent its shape fields imply, `rows ·
 /// chunks` partials and `rows` zeroed counters in the workspace, `chunk ·
 /// chunks >= vocab`.
-pub(super) unsafe fn gumbel_sample(
-    kernels: &Kernels,
-    stream: &CudaStream,
-    dtypes: (DType, DType),
-    p: GumbelParams,
-) -> Result<()> {
+pub(super) unsafe fn gumbel_sample(kernel: &Kernel, stream: &CudaStream, p: GumbelParams) -> Result<()> {
     if p.rows == 0 {
         return Ok(());
     }
     let params = Params(p);
-    let kernel = kernels.function(("gumbel_sample", dtypes))?;
     // SAFETY: the caller guarantees `p`; the grid covers rows × chunks, block
     // size and shared memory are what the kernel's reductions expect.
-    unsafe { stream.launch_builder(&kernel).arg(&params).launch(blocks((p.rows, p.chunks))) }?;
+    unsafe { stream.launch_builder(&kernel.function).arg(&params).launch(blocks((p.rows, p.chunks))) }?;
     Ok(())
 }
 
@@ -55,9 +48,8 @@ pub(super) unsafe fn gumbel_sample(
 /// `requests·resample_chunks` partials and `requests` zeroed counters; `chunk ·
 /// chunks >= vocab` and `resample_chunk · resample_chunks >= vocab`.
 pub(super) unsafe fn rejection_sample(
-    kernels: &Kernels,
+    (stats, resample): (&Kernel, &Kernel),
     stream: &CudaStream,
-    dtypes: (DType, DType),
     p: RejectionParams,
 ) -> Result<()> {
     if p.requests == 0 {
@@ -65,13 +57,11 @@ pub(super) unsafe fn rejection_sample(
     }
     let params = Params(p);
     let pairs = p.requests * (p.max_drafts + 1);
-    let stats = kernels.function(("rejection_stats", dtypes))?;
-    let resample = kernels.function(("rejection_resample", dtypes))?;
     // SAFETY: the caller guarantees `p`; each grid matches its pass (module
     // docs of kernels::rejection), and the passes run in order on one stream.
     unsafe {
-        stream.launch_builder(&stats).arg(&params).launch(blocks((pairs, p.chunks)))?;
-        stream.launch_builder(&resample).arg(&params).launch(blocks((p.requests, p.resample_chunks)))?;
+        stream.launch_builder(&stats.function).arg(&params).launch(blocks((pairs, p.chunks)))?;
+        stream.launch_builder(&resample.function).arg(&params).launch(blocks((p.requests, p.resample_chunks)))?;
     }
     Ok(())
 }

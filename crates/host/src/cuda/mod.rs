@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::tensor::DType;
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use specdec_core::layout::{BLOCK_THREADS, SHARED_BYTES};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -36,10 +37,18 @@ pub fn driver_present() -> bool {
 /// `{op}_{logits}_{cache}`.
 type KernelKey = (&'static str, (DType, DType));
 
+/// A loaded kernel, and how many of its blocks one SM holds at once (its
+/// registers and shared memory decide), which the splits plan waves with.
+#[derive(Clone)]
+struct Kernel {
+    function: CudaFunction,
+    blocks_per_sm: u32,
+}
+
 /// The loaded module of one context, and its functions.
 struct Kernels {
     module: Arc<CudaModule>,
-    functions: Mutex<HashMap<KernelKey, CudaFunction>>,
+    functions: Mutex<HashMap<KernelKey, Kernel>>,
 }
 
 impl Kernels {
@@ -62,16 +71,19 @@ impl Kernels {
         Ok(kernels)
     }
 
-    fn function(&self, key: KernelKey) -> Result<CudaFunction> {
+    fn function(&self, key: KernelKey) -> Result<Kernel> {
         let mut functions = self.functions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = functions.get(&key) {
-            return Ok(f.clone());
+        if let Some(k) = functions.get(&key) {
+            return Ok(k.clone());
         }
         let (op, (l, c)) = key;
         let name = format!("{op}_{}_{}", l.name(), c.name());
-        let f = self.module.load_function(&name).map_err(|source| Error::PtxLoad { arch: PTX_ARCH, source })?;
-        functions.insert(key, f.clone());
-        Ok(f)
+        let function = self.module.load_function(&name).map_err(|source| Error::PtxLoad { arch: PTX_ARCH, source })?;
+        let blocks_per_sm =
+            function.occupancy_max_active_blocks_per_multiprocessor(BLOCK_THREADS, SHARED_BYTES as usize, None)?;
+        let kernel = Kernel { function, blocks_per_sm: blocks_per_sm.max(1) };
+        functions.insert(key, kernel.clone());
+        Ok(kernel)
     }
 }
 

@@ -27,8 +27,12 @@ impl Cuda {
         mut out: RejectionOutput<'_, Device>,
     ) -> Result<()> {
         let shape = args.check(&out)?;
-        let split = ws.split(shape.requests * (args.max_drafts + 1), args.target.vocab)?;
-        let resample_split = ws.split(shape.requests, args.target.vocab)?;
+        let target_dtype = args.target.data.dtype();
+        let draft_dtype = args.draft_logits.as_ref().map_or(target_dtype, |d| d.data.dtype());
+        let stats = self.kernels.function(("rejection_stats", (target_dtype, draft_dtype)))?;
+        let resample = self.kernels.function(("rejection_resample", (target_dtype, draft_dtype)))?;
+        let split = ws.split(shape.requests * (args.max_drafts + 1), args.target.vocab, stats.blocks_per_sm)?;
+        let resample_split = ws.split(shape.requests, args.target.vocab, resample.blocks_per_sm)?;
         let stream = &*self.stream;
         if ws.scratch.stream().context().cu_ctx() != stream.context().cu_ctx() {
             return Err(Error::WorkspaceContext);
@@ -46,7 +50,6 @@ impl Cuda {
         let (pos, _g5) = args.pos.device_ptr(stream);
         let (temperature, _g6) = args.table.temperature.device_ptr(stream);
         let (seed, _g7) = args.table.seed.device_ptr(stream);
-        let target_dtype = args.target.data.dtype();
         let mut p = RejectionParams {
             target,
             row_stride: args.target.row_stride as u64,
@@ -67,10 +70,8 @@ impl Cuda {
             resample_chunks: resample_split.chunks,
             ..RejectionParams::default()
         };
-        let mut draft_dtype = target_dtype;
         let mut _g8 = None;
         if let Some(d) = &args.draft_logits {
-            draft_dtype = d.data.dtype();
             let (ptr, g) = match &d.data {
                 LogitsData::F32(b) => b.device_ptr(stream),
                 LogitsData::BF16(b) => b.device_ptr(stream),
@@ -116,6 +117,6 @@ impl Cuda {
         // against the shape; the splits bounded requests·(K+1)·chunks and
         // requests·resample_chunks by the workspace's regions (and requests <=
         // rows <= its counters), and chunk · chunks >= vocab (both splits).
-        unsafe { launch::rejection_sample(&self.kernels, stream, (target_dtype, draft_dtype), p) }
+        unsafe { launch::rejection_sample((&stats, &resample), stream, p) }
     }
 }
