@@ -14,8 +14,9 @@ pub const TILE: u32 = BLOCK_THREADS * ELEMS_PER_THREAD;
 pub const WARPS: u32 = BLOCK_THREADS / 32;
 /// Dynamic shared memory of a block reduction: one value of up to 32 bytes per warp.
 pub const REDUCE_SHARED_BYTES: u32 = WARPS * 32;
-/// Dynamic shared memory of every launch: the reduction's, then 32 bytes in
-/// which pass 1 of `rejection_sample` keeps its request for the decision.
+/// Dynamic shared memory of every launch: the reduction's, then 32 bytes of
+/// block state (pass 1 of `rejection_sample` keeps its request for the
+/// decision there, the sampling loops their batch counter).
 pub const SHARED_BYTES: u32 = REDUCE_SHARED_BYTES + 32;
 
 /// Parameters of `gumbel_sample` (SPEC §3). Row `r` owns `logits + r*row_stride`.

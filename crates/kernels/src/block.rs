@@ -7,7 +7,7 @@
 
 use crate::gpu::{self, WARP};
 use specdec_core::argmax::ArgMax;
-use specdec_core::layout::WARPS;
+use specdec_core::layout::{REDUCE_SHARED_BYTES, SHARED_BYTES, WARPS};
 
 /// A value that warps and blocks can reduce.
 pub trait Reduce: Copy {
@@ -113,4 +113,18 @@ pub unsafe fn block_reduce<T: Reduce>(v: T) -> T {
     // SAFETY: block-uniform barrier.
     unsafe { gpu::sync_threads() };
     out
+}
+
+/// The block's state after the reduction slots of the launch's dynamic
+/// shared memory (`layout::SHARED_BYTES`): pass 1's request, or a shared
+/// loop's batch counter.
+///
+/// # Safety
+/// A launch with `SHARED_BYTES` of dynamic shared memory; one use at a time.
+#[inline(always)]
+pub unsafe fn block_state<T>() -> *mut T {
+    const { assert!(core::mem::size_of::<T>() as u32 <= SHARED_BYTES - REDUCE_SHARED_BYTES) };
+    const { assert!(core::mem::align_of::<T>() <= 8) };
+    // SAFETY: inside the launch's dynamic shared memory (caller); 8-aligned.
+    unsafe { gpu::dynamic_shared::<u8>().add(REDUCE_SHARED_BYTES as usize) as *mut T }
 }

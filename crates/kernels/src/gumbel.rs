@@ -14,11 +14,11 @@
 //!
 //! The winner is the same for any chunking (total order, noise keyed by id).
 
-use crate::block::{Partial, block_reduce, warp_reduce};
-use crate::fold::fold_greedy;
+use crate::block::{Partial, block_reduce, block_state};
+use crate::fold::{Floored, fold_greedy};
 use crate::gpu::{self, WARP};
 use crate::last_block;
-use crate::load::{Load, any_nan, for_each_quad, widen};
+use crate::load::{Load, any_nan, for_each_quad, for_each_quad_shared, widen};
 use crate::row::SlotState;
 use core::cell::Cell;
 use specdec_core::argmax::ArgMax;
@@ -162,29 +162,30 @@ unsafe fn fold_chunk<L: Load, C: Element>(
             )
         };
     } else {
-        // The warp's best after each batch becomes every lane's (a true
-        // candidate, so the result is unchanged): a lane then rules ids out
-        // against the best of 128 ids a batch rather than its own 4, and the
-        // warp evaluates noise far less often for a lane that could not.
-        let best_cell = Cell::new(best);
+        // The warp's best value after each batch floors every lane's (see
+        // Floored): a lane then rules ids out against the best of 128 ids a
+        // batch rather than its own 4, and the warp evaluates noise far less
+        // often for a lane that could not.
+        let cell = Cell::new(Floored::EMPTY);
         unsafe {
-            for_each_quad::<false, 4, _, _>(
+            for_each_quad_shared::<4, _, _>(
                 logits,
                 none,
                 start,
                 end,
-                tid,
+                block_state(),
                 |x, raw, _, n| {
                     store(x, raw, n);
                     let vals = widen(raw);
                     nan |= any_nan(vals, n);
-                    best_cell.set(sampler.fold_quad(best_cell.get(), x, vals, n));
+                    let c = cell.get();
+                    cell.set(c.settle(sampler.fold_quad(c.probe(), x, vals, n)));
                 },
-                // SAFETY: for_each_quad calls this in all lanes of the warp together.
-                || best_cell.set(warp_reduce(Partial::new(best_cell.get(), 0)).best),
+                // SAFETY: for_each_quad_shared calls this in all lanes of the warp together.
+                || cell.set(cell.get().sync()),
             )
         };
-        best = best_cell.get();
+        best = cell.get().own;
     }
     let flags = state.flags | if nan { NAN_LOGITS } else { 0 };
     // SAFETY: every thread of the block reaches this reduction (caller).

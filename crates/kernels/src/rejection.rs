@@ -28,17 +28,17 @@
 //! Resampled and bonus tokens use the target stream of their row, so a request
 //! with no drafts gets exactly `gumbel_sample`'s token for its bonus row.
 
-use crate::block::{Reduce, block_reduce, warp_reduce};
-use crate::fold::{fold_greedy, push_scaled};
+use crate::block::{Reduce, block_reduce, block_state, warp_reduce};
+use crate::fold::{Floored, fold_greedy, push_scaled};
 use crate::gpu::{self, WARP};
 use crate::last_block;
-use crate::load::{Load, for_each_quad, widen};
+use crate::load::{Load, for_each_quad, for_each_quad_shared, widen};
 use crate::row::SlotState;
 use core::cell::Cell;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::{Bf16, F16};
 use specdec_core::layout::RejectionParams;
-use specdec_core::layout::{REDUCE_SHARED_BYTES, SHARED_BYTES, WARPS};
+use specdec_core::layout::{REDUCE_SHARED_BYTES, WARPS};
 use specdec_core::logspace::{Lse, ln_residual};
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
@@ -376,16 +376,14 @@ const fn mine_none() -> RowDecision {
 const _: () = assert!(core::mem::size_of::<RowDecision>() as u32 * WARPS <= REDUCE_SHARED_BYTES);
 const _: () = assert!(crate::block::block_reduce_shared_bytes::<Stats>() <= REDUCE_SHARED_BYTES);
 
-/// Where pass 1 keeps its block's request for the decision: after the
-/// reduction slots, in the bytes the launch adds for it.
+/// Where pass 1 keeps its block's request for the decision.
 ///
 /// # Safety
 /// A launch with `layout::SHARED_BYTES` of dynamic shared memory.
 #[inline(always)]
 unsafe fn shared_request() -> *mut Request {
-    const { assert!(core::mem::size_of::<Request>() as u32 <= SHARED_BYTES - REDUCE_SHARED_BYTES) };
-    // SAFETY: inside the launch's dynamic shared memory (caller); 8-aligned.
-    unsafe { gpu::dynamic_shared::<u8>().add(REDUCE_SHARED_BYTES as usize) as *mut Request }
+    // SAFETY: forwarded; pass 1 uses the block state for nothing else.
+    unsafe { block_state::<Request>() }
 }
 
 /// The decision of request `r` (see module docs), by the request's last
@@ -631,25 +629,25 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
     } else {
         core::ptr::null()
     };
-    // Shared by the fold and, after each batch, the warp: every lane takes
-    // the warp's best candidates (true candidates, so the result is
-    // unchanged) and rules ids out against them. A warp evaluates the noise
-    // and the residual weight whenever one lane must, so pruning each lane
-    // against 128 ids a batch rather than its own 4 is what makes it pay.
-    let best = Cell::new(Resampled::IDENTITY);
+    // Each candidate floored by its warp's best value after each batch (see
+    // Floored). A warp evaluates the noise and the residual weight whenever
+    // one lane must, so pruning each lane against 128 ids a batch rather
+    // than its own 4 is what makes it pay.
+    let cell = Cell::new((Floored::EMPTY, Floored::EMPTY));
     // SAFETY: rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
         // Two quads a batch: registers for 3 blocks per SM (kernels' Cargo.toml).
-        for_each_quad::<false, 2, _, _>(
+        for_each_quad_shared::<2, _, _>(
             target,
             draft,
             start,
             end,
-            tid,
+            block_state(),
             #[inline(always)]
             |x, t, q, n| {
-                let (t, b) = (widen(t), best.get());
-                best.set(match job.mode {
+                let (t, (res_floor, tgt_floor)) = (widen(t), cell.get());
+                let b = Resampled { residual: res_floor.probe(), target: tgt_floor.probe() };
+                let folded = match job.mode {
                     JOB_RESIDUAL => {
                         // log(p − q) <= log p = tgt − lse_t.
                         let q = widen(q);
@@ -661,13 +659,18 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
                         sampler.fold_resample_logits(b, x, t, 0.0, res, n)
                     }
                     _ => sampler.fold_resample_logits(b, x, t, 0.0, |_, tgt| tgt, n),
-                });
+                };
+                cell.set((res_floor.settle(folded.residual), tgt_floor.settle(folded.target)));
             },
-            // SAFETY: for_each_quad calls this in all lanes of the warp together.
-            || best.set(warp_reduce(Candidates(best.get())).0),
+            // SAFETY: for_each_quad_shared calls this in all lanes of the warp together.
+            || {
+                let (res_floor, tgt_floor) = cell.get();
+                cell.set(unsafe { (res_floor.sync(), tgt_floor.sync()) });
+            },
         )
     };
-    let best = best.get();
+    let (res_floor, tgt_floor) = cell.get();
+    let best = Resampled { residual: res_floor.own, target: tgt_floor.own };
     // SAFETY: all threads of the block reach this reduction.
     let reduced = unsafe { block_reduce(Candidates(best)) };
     if tid < WARP {
