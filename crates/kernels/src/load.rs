@@ -175,7 +175,9 @@ pub unsafe fn for_each_quad_shared<const Q: u32, A: Load, B: Load>(
     let batches = (end - start).div_ceil(128 * q);
     let mut first = q > 1;
     loop {
-        // SAFETY: lane 0 alone takes the batch; all 32 lanes are here.
+        // SAFETY: lane 0 alone takes the batch, by an atomic on the 4-aligned
+        // shared counter (its one plain access, the reset, is ordered before
+        // by the barrier); all 32 lanes are here for the shuffle.
         let batch = unsafe { gpu::shfl_idx_u32(if lane == 0 { gpu::atomic_inc(counter) } else { 0 }, 0) };
         if batch >= batches {
             return; // warp-uniform
