@@ -36,9 +36,78 @@ impl ArgMax {
     }
 }
 
+/// A candidate, and a floor under the best of a group it is folded beside
+/// (a GPU warp's lanes): the largest value any member held when the floor
+/// was last raised. Folding against [`Floored::probe`] rules out every score
+/// below the floor, which some member's own candidate beats, so the group's
+/// combined result is unchanged; and the members share one value to raise
+/// it, not a candidate (value and index).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Floored {
+    pub own: ArgMax,
+    pub floor: f32,
+}
+
+impl Floored {
+    pub const EMPTY: Floored = Floored { own: ArgMax::IDENTITY, floor: f32::NEG_INFINITY };
+
+    /// What to fold against: the own candidate or, where the floor is above
+    /// it, a stand-in at the floor with the identity's index, which loses
+    /// every tie (real indices are below it), so a score equal to the floor
+    /// still enters.
+    #[inline(always)]
+    pub fn probe(self) -> ArgMax {
+        if self.floor > self.own.value { ArgMax { value: self.floor, index: ArgMax::IDENTITY.index } } else { self.own }
+    }
+
+    /// Takes a fold's result from [`Floored::probe`]: a new candidate, unless
+    /// only the stand-in (or the identity) came back.
+    #[inline(always)]
+    pub fn settle(self, folded: ArgMax) -> Floored {
+        if folded.index == ArgMax::IDENTITY.index { self } else { Floored { own: folded, floor: self.floor } }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Members folding against floors raised to the group's best value
+    /// between batches give the group the candidate of folding every score
+    /// into one, exact ties (to the floor, across members) included.
+    #[test]
+    fn floors_leave_the_group_result_unchanged() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..2000 {
+            let (members, batches, per) = (1 + next() as usize % 8, 1 + next() as usize % 5, 1 + next() as usize % 4);
+            // Few distinct values, so scores tie with each other and with floors.
+            let score = |v: u64| if v % 11 == 0 { f32::NEG_INFINITY } else { (v % 7) as f32 - 3.0 };
+            let mut lanes = [Floored::EMPTY; 8];
+            let mut all = ArgMax::IDENTITY;
+            for batch in 0..batches {
+                for (m, lane) in lanes.iter_mut().enumerate().take(members) {
+                    for k in 0..per {
+                        let id = ((batch * members + m) * per + k) as u32 ^ (next() as u32 & 3) << 20;
+                        let c = ArgMax::new(score(next()), id);
+                        all = all.combine(c);
+                        *lane = lane.settle(lane.probe().combine(c));
+                    }
+                }
+                let best = lanes[..members].iter().map(|l| l.own.value).fold(f32::NEG_INFINITY, f32::max);
+                for lane in &mut lanes[..members] {
+                    lane.floor = best;
+                }
+            }
+            let group = lanes[..members].iter().fold(ArgMax::IDENTITY, |b, l| b.combine(l.own));
+            assert_eq!(group, all);
+        }
+    }
 
     #[test]
     fn ties_go_to_the_smaller_index() {

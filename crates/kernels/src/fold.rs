@@ -3,12 +3,12 @@
 //! of every row, and the exact folds spend tens of instructions per element
 //! on cases (NaN, infinities, saturation, masked lanes) that almost never
 //! occur; here a quad is tested for them once and, if present, handed to the
-//! exact fold. And [`Floored`], which lets the noise folds prune against
+//! exact fold. And [`warp_floor`], which lets the noise folds prune against
 //! their warp's best at the cost of one value per lane.
 
 use crate::gpu;
 use crate::load::any_nan;
-use specdec_core::argmax::ArgMax;
+use specdec_core::argmax::{ArgMax, Floored};
 use specdec_core::logspace::Lse;
 use specdec_core::sample::Sampler;
 
@@ -62,49 +62,20 @@ pub fn push_scaled(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> (Lse, bo
     (lse.push_quad([s(0), s(1), s(2), s(3)], n, gpu::fast_exp), any_nan(v, n))
 }
 
-/// A lane's best candidate, and a floor under its warp's best: the largest
-/// value any lane of the warp held at the last [`Floored::sync`]. Folding
-/// against [`Floored::probe`] rules out every score below the floor, which
-/// some lane's own candidate beats, so the warp's result is unchanged; and
-/// the lanes share one value per sync, not a candidate (value and id).
-#[derive(Clone, Copy)]
-pub struct Floored {
-    pub own: ArgMax,
-    floor: f32,
-}
-
-impl Floored {
-    pub const EMPTY: Floored = Floored { own: ArgMax::IDENTITY, floor: f32::NEG_INFINITY };
-
-    /// What to fold against: the own candidate or, where the floor is above
-    /// it, a stand-in at the floor with the identity's id, which loses every
-    /// tie (ids are below it), so a score equal to the floor still enters.
-    #[inline(always)]
-    pub fn probe(self) -> ArgMax {
-        if self.floor > self.own.value { ArgMax { value: self.floor, index: ArgMax::IDENTITY.index } } else { self.own }
+/// Raises `f`'s floor to its warp's best value: the lanes' noise folds then
+/// prune against the best of the warp (see [`Floored`]).
+///
+/// # Safety
+/// All 32 lanes of the warp must be active and call this together.
+#[inline(always)]
+pub unsafe fn warp_floor(f: Floored) -> Floored {
+    let mut v = f.own.value;
+    let mut lane_mask = gpu::WARP / 2;
+    while lane_mask > 0 {
+        // SAFETY: the caller guarantees a full, converged warp.
+        let o = unsafe { gpu::shfl_bfly_f32(v, lane_mask) };
+        v = if o > v { o } else { v };
+        lane_mask /= 2;
     }
-
-    /// Takes a fold's result from [`Floored::probe`]: a new candidate, unless
-    /// only the stand-in (or the identity) came back.
-    #[inline(always)]
-    pub fn settle(self, folded: ArgMax) -> Floored {
-        if folded.index == ArgMax::IDENTITY.index { self } else { Floored { own: folded, floor: self.floor } }
-    }
-
-    /// Raises the floor to the warp's best value.
-    ///
-    /// # Safety
-    /// All 32 lanes of the warp must be active and call this together.
-    #[inline(always)]
-    pub unsafe fn sync(self) -> Floored {
-        let mut v = self.own.value;
-        let mut lane_mask = gpu::WARP / 2;
-        while lane_mask > 0 {
-            // SAFETY: the caller guarantees a full, converged warp.
-            let o = unsafe { gpu::shfl_bfly_f32(v, lane_mask) };
-            v = if o > v { o } else { v };
-            lane_mask /= 2;
-        }
-        Floored { own: self.own, floor: v }
-    }
+    Floored { own: f.own, floor: v }
 }

@@ -15,13 +15,13 @@
 //! The winner is the same for any chunking (total order, noise keyed by id).
 
 use crate::block::{Partial, block_reduce, block_state};
-use crate::fold::{Floored, fold_greedy};
+use crate::fold::{fold_greedy, warp_floor};
 use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, any_nan, for_each_quad, for_each_quad_shared, widen};
 use crate::row::SlotState;
 use core::cell::Cell;
-use specdec_core::argmax::ArgMax;
+use specdec_core::argmax::{ArgMax, Floored};
 use specdec_core::dtype::{Bf16, Element, F16};
 use specdec_core::layout::GumbelParams;
 use specdec_core::rng::Stream;
@@ -182,7 +182,7 @@ unsafe fn fold_chunk<L: Load, C: Element>(
                     cell.set(c.settle(sampler.fold_quad(c.probe(), x, vals, n)));
                 },
                 // SAFETY: for_each_quad_shared calls this in all lanes of the warp together.
-                || cell.set(cell.get().sync()),
+                || cell.set(warp_floor(cell.get())),
             )
         };
         best = cell.get().own;

@@ -29,13 +29,13 @@
 //! with no drafts gets exactly `gumbel_sample`'s token for its bonus row.
 
 use crate::block::{Reduce, block_reduce, block_state, warp_reduce};
-use crate::fold::{Floored, fold_greedy, push_scaled};
+use crate::fold::{fold_greedy, push_scaled, warp_floor};
 use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, for_each_quad, for_each_quad_shared, widen};
 use crate::row::SlotState;
 use core::cell::Cell;
-use specdec_core::argmax::ArgMax;
+use specdec_core::argmax::{ArgMax, Floored};
 use specdec_core::dtype::{Bf16, F16};
 use specdec_core::layout::RejectionParams;
 use specdec_core::layout::{REDUCE_SHARED_BYTES, WARPS};
@@ -665,7 +665,7 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
             // SAFETY: for_each_quad_shared calls this in all lanes of the warp together.
             || {
                 let (res_floor, tgt_floor) = cell.get();
-                cell.set(unsafe { (res_floor.sync(), tgt_floor.sync()) });
+                cell.set(unsafe { (warp_floor(res_floor), warp_floor(tgt_floor)) });
             },
         )
     };
