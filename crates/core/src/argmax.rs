@@ -87,7 +87,7 @@ mod tests {
         for _ in 0..2000 {
             let (members, batches, per) = (1 + next() as usize % 8, 1 + next() as usize % 5, 1 + next() as usize % 4);
             // Few distinct values, so scores tie with each other and with floors.
-            let score = |v: u64| if v % 11 == 0 { f32::NEG_INFINITY } else { (v % 7) as f32 - 3.0 };
+            let score = |v: u64| if v.is_multiple_of(11) { f32::NEG_INFINITY } else { (v % 7) as f32 - 3.0 };
             let mut lanes = [Floored::EMPTY; 8];
             let mut all = ArgMax::IDENTITY;
             for batch in 0..batches {

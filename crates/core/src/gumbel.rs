@@ -186,7 +186,7 @@ mod tests {
         for b in 1..256 {
             assert!(GUMBEL_BOUND[b - 1] <= GUMBEL_BOUND[b] && TOP_BOUND[b - 1] <= TOP_BOUND[b], "bucket {b}");
         }
-        assert!(GUMBEL_BOUND[254] <= TOP_BOUND[0] && COARSE_BOUND == GUMBEL_BOUND[254]);
+        const { assert!(GUMBEL_BOUND[254] <= TOP_BOUND[0] && COARSE_BOUND == GUMBEL_BOUND[254]) };
         let mut r = 0u32;
         while let Some(next) = r.checked_add(65_519) {
             let others = [r / 3, r / 2, r ^ 0x00ff_00ff & r];
