@@ -59,19 +59,30 @@ impl Reduce for Partial {
     }
 }
 
+/// `op` (associative and commutative) of `v` across the 32 lanes of a warp,
+/// by butterfly shuffles (`shfl(v, lane_mask)`); every lane gets the result.
+///
+/// # Safety
+/// All 32 lanes of the warp must be active and call this together.
+#[inline(always)]
+pub unsafe fn warp_fold<T: Copy>(mut v: T, shfl: unsafe fn(T, u32) -> T, op: impl Fn(T, T) -> T) -> T {
+    let mut lane_mask = WARP / 2;
+    while lane_mask > 0 {
+        // SAFETY: the caller guarantees a full, converged warp.
+        v = op(v, unsafe { shfl(v, lane_mask) });
+        lane_mask /= 2;
+    }
+    v
+}
+
 /// Reduces across the 32 lanes of a warp; every lane gets the result.
 ///
 /// # Safety
 /// All 32 lanes of the warp must be active and call this together.
 #[inline(always)]
-pub unsafe fn warp_reduce<T: Reduce>(mut v: T) -> T {
-    let mut lane_mask = WARP / 2;
-    while lane_mask > 0 {
-        // SAFETY: the caller guarantees a full, converged warp.
-        v = v.combine(unsafe { v.shfl_bfly(lane_mask) });
-        lane_mask /= 2;
-    }
-    v
+pub unsafe fn warp_reduce<T: Reduce>(v: T) -> T {
+    // SAFETY: forwarded.
+    unsafe { warp_fold(v, T::shfl_bfly, T::combine) }
 }
 
 /// Shared memory [`block_reduce`] needs for `T`, in bytes (the launcher requests

@@ -6,6 +6,7 @@
 //! exact fold. And [`warp_floor`], which lets the noise folds prune against
 //! their warp's best at the cost of one value per lane.
 
+use crate::block::warp_fold;
 use crate::gpu;
 use crate::load::any_nan;
 use specdec_core::argmax::{ArgMax, Floored};
@@ -69,13 +70,7 @@ pub fn push_scaled(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> (Lse, bo
 /// All 32 lanes of the warp must be active and call this together.
 #[inline(always)]
 pub unsafe fn warp_floor(f: Floored) -> Floored {
-    let mut v = f.own.value;
-    let mut lane_mask = gpu::WARP / 2;
-    while lane_mask > 0 {
-        // SAFETY: the caller guarantees a full, converged warp.
-        let o = unsafe { gpu::shfl_bfly_f32(v, lane_mask) };
-        v = if o > v { o } else { v };
-        lane_mask /= 2;
-    }
-    Floored { own: f.own, floor: v }
+    // SAFETY: forwarded.
+    let floor = unsafe { warp_fold(f.own.value, gpu::shfl_bfly_f32, |v, o| if o > v { o } else { v }) };
+    Floored { own: f.own, floor }
 }

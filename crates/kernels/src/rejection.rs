@@ -28,7 +28,7 @@
 //! Resampled and bonus tokens use the target stream of their row, so a request
 //! with no drafts gets exactly `gumbel_sample`'s token for its bonus row.
 
-use crate::block::{Reduce, block_reduce, block_state, warp_reduce};
+use crate::block::{Reduce, block_reduce, block_state, warp_fold, warp_reduce};
 use crate::fold::{fold_greedy, push_scaled, warp_floor};
 use crate::gpu::{self, WARP};
 use crate::last_block;
@@ -291,10 +291,20 @@ unsafe fn row_chunk_stats<T: Load, C: Load>(p: &RejectionParams, req: &Request, 
 /// call this together.
 #[inline(always)]
 unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32) -> Stats {
-    let base = (r as usize * (p.max_drafts as usize + 1) + i as usize) * p.chunks as usize;
     // SAFETY: the row's `chunks` entries, published by pass 1's blocks before
     // the request's last block was counted in; a full, converged warp (caller).
-    unsafe { last_block::gather((p.stats as *const Stats).add(base), p.chunks) }
+    unsafe { last_block::gather(row_entries(p, r, i), p.chunks) }
+}
+
+/// The first of the `chunks` [`Stats`] entries of row `i` of request `r`.
+///
+/// # Safety
+/// `r < requests`, `i <= max_drafts`: inside the stats region.
+#[inline(always)]
+unsafe fn row_entries(p: &RejectionParams, r: u32, i: u32) -> *const Stats {
+    let first = (r as usize * (p.max_drafts as usize + 1) + i as usize) * p.chunks as usize;
+    // SAFETY: first < requests·(K+1)·chunks (caller).
+    unsafe { (p.stats as *const Stats).add(first) }
 }
 
 /// The flags of row `i` of request `r` alone (see [`row_stats`]): the
@@ -305,17 +315,17 @@ unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32) -> Stats {
 /// As for [`row_stats`].
 #[inline(always)]
 unsafe fn row_flags(p: &RejectionParams, r: u32, i: u32) -> u32 {
-    let base = (r as usize * (p.max_drafts as usize + 1) + i as usize) * p.chunks as usize;
+    // SAFETY: as for `row_stats`.
+    let entries = unsafe { row_entries(p, r, i) };
     let mut flags = 0;
     let mut c = gpu::thread_idx_x() % WARP;
     while c < p.chunks {
-        // SAFETY: base + c < requests·(K+1)·chunks, published (caller). Volatile: as in `gather`.
-        flags |=
-            unsafe { core::ptr::addr_of!((*(p.stats as *const Stats).add(base + c as usize)).flags).read_volatile() };
+        // SAFETY: c < chunks: the row's entry, published (caller). Volatile: as in `gather`.
+        flags |= unsafe { core::ptr::addr_of!((*entries.add(c as usize)).flags).read_volatile() };
         c += WARP;
     }
     // SAFETY: a full, converged warp (caller).
-    unsafe { warp_u32(flags, |a, b| a | b) }
+    unsafe { warp_fold(flags, gpu::shfl_bfly_u32, |a, b| a | b) }
 }
 
 /// Writes one token of request `r`.
@@ -333,21 +343,6 @@ unsafe fn write_token(p: &RejectionParams, r: u32, i: u32, token: i64) {
             (p.tokens as *mut i32).add(at).write(token as i32);
         }
     }
-}
-
-/// `op` (associative and commutative) of `v` across a full warp, in every lane.
-///
-/// # Safety
-/// All 32 lanes active and calling together.
-#[inline(always)]
-unsafe fn warp_u32(mut v: u32, op: impl Fn(u32, u32) -> u32) -> u32 {
-    let mut m = WARP / 2;
-    while m > 0 {
-        // SAFETY: forwarded from the caller.
-        v = op(v, unsafe { gpu::shfl_bfly_u32(v, m) });
-        m /= 2;
-    }
-    v
 }
 
 /// One warp's part of a request's decision: the first of its rows that stops
@@ -457,7 +452,9 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams, r: u32) {
     // SAFETY: lane < WARPS reads a decision written before the barrier.
     let own = if lane < WARPS { unsafe { shared.add(lane as usize).read() } } else { mine_none() };
     // SAFETY: the warp is full and converged here.
-    let (j, rows_flags) = unsafe { (warp_u32(own.row, u32::min), warp_u32(own.flags, |a, b| a | b)) };
+    let (j, rows_flags) = unsafe {
+        (warp_fold(own.row, gpu::shfl_bfly_u32, u32::min), warp_fold(own.flags, gpu::shfl_bfly_u32, |a, b| a | b))
+    };
     let flags = req.slot.flags | rows_flags;
     if flags & INVALID != 0 {
         if warp == 0 {
