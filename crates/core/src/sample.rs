@@ -41,6 +41,13 @@ impl Sampler {
         Sampler { scale: if greedy { 1.0 } else { 1.0 / t }, greedy, seed, pos, stream }
     }
 
+    /// The random words of ids `base .. base + 4` (`base % 4 == 0`) in this
+    /// sampler's stream: one Philox call.
+    #[inline(always)]
+    pub fn quad_words(&self, base: u32) -> [u32; 4] {
+        random_quad(self.seed, self.pos, self.stream, base / 4)
+    }
+
     /// `x·(1/T)`, saturating at `±f32::MAX` for finite `x` (see the module docs).
     #[inline(always)]
     // `max`/`min` are one instruction each on the GPU; `clamp` keeps NaN by
@@ -68,8 +75,7 @@ impl Sampler {
         // Scaling is monotone, so the largest scaled logit is the scaled
         // largest: one scaling per quad unless the quad may hold a winner.
         let t = self.scaled(top(vals, n));
-        let words = || random_quad(self.seed, self.pos, self.stream, base / 4);
-        self.fold_scores(best, base, t, |i| self.scaled(vals[i]), n, words)
+        self.fold_scores(best, base, t, |i| self.scaled(vals[i]), n, || self.quad_words(base))
     }
 
     /// Folds ids `base .. base + n` with unnormalised log-weights `w[..n]`
@@ -77,11 +83,11 @@ impl Sampler {
     /// the residual `log(p − q)` of a rejected draft. Ignores `greedy`.
     #[inline(always)]
     pub fn fold_log_weights(&self, best: ArgMax, base: u32, w: [f32; 4], n: u32) -> ArgMax {
-        self.fold_log_weights_drawn(best, base, w, n, || random_quad(self.seed, self.pos, self.stream, base / 4))
+        self.fold_log_weights_drawn(best, base, w, n, || self.quad_words(base))
     }
 
     /// [`Sampler::fold_log_weights`] with the quad's random words supplied by
-    /// `words`, which must return `random_quad(seed, pos, stream, base / 4)`;
+    /// `words`, which must return [`Sampler::quad_words`]`(base)`;
     /// it is called only if the quad is not skipped. The CPU backend draws
     /// the words of many quads at once.
     #[inline(always)]
@@ -180,13 +186,11 @@ impl Sampler {
         res: impl Fn(usize) -> f32,
         n: u32,
     ) -> Resampled {
-        self.fold_resample_drawn(best, base, tgt, ub, res, n, || {
-            random_quad(self.seed, self.pos, self.stream, base / 4)
-        })
+        self.fold_resample_drawn(best, base, tgt, ub, res, n, || self.quad_words(base))
     }
 
     /// [`Sampler::fold_resample`] with the quad's random words supplied by
-    /// `words`, which must return `random_quad(seed, pos, stream, base / 4)`;
+    /// `words`, which must return [`Sampler::quad_words`]`(base)`;
     /// it is called only if the quad is not skipped. The CPU backend draws
     /// the words of many quads at once.
     #[inline(always)]
@@ -225,8 +229,7 @@ impl Sampler {
             let t = self.scaled(logits[i]);
             (t, t - shift)
         };
-        let words = || random_quad(self.seed, self.pos, self.stream, base / 4);
-        self.resample_scores(best, base, (top_tgt - shift, top_tgt), weights, res, n, words)
+        self.resample_scores(best, base, (top_tgt - shift, top_tgt), weights, res, n, || self.quad_words(base))
     }
 
     /// Both candidates' folds of a quad, where `weights(i)` is id `i`'s
