@@ -168,7 +168,7 @@ unsafe fn fold_chunk<L: Load, C: Element>(
         // often for a lane that could not.
         let cell = Cell::new(Floored::EMPTY);
         unsafe {
-            for_each_quad_shared::<4, _, _>(
+            for_each_quad_shared::<4, true, _, _>(
                 logits,
                 none,
                 start,

@@ -634,7 +634,7 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
     // SAFETY: rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
         // Two quads a batch: registers for 3 blocks per SM (kernels' Cargo.toml).
-        for_each_quad_shared::<2, _, _>(
+        for_each_quad_shared::<2, false, _, _>(
             target,
             draft,
             start,
