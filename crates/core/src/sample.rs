@@ -59,6 +59,16 @@ impl Sampler {
         if x.abs() < f32::INFINITY { y.max(-f32::MAX).min(f32::MAX) } else { y }
     }
 
+    /// An upper bound on [`Sampler::scaled`] of `x` and of every value below
+    /// it, for the quad tests: `x·(1/T)`, raised to `-f32::MAX` where that is
+    /// `-inf` (the saturation `scaled` applies to a finite `x`; for `x = -inf`
+    /// a bound above the true `-inf`). Two instructions where `scaled` takes
+    /// five.
+    #[inline(always)]
+    pub fn scaled_bound(&self, x: f32) -> f32 {
+        (x * self.scale).max(-f32::MAX)
+    }
+
     /// Folds ids `base .. base + n` (`base % 4 == 0`, `n <= 4`) with logits
     /// `vals[..n]` into `best`.
     #[inline(always)]
@@ -72,9 +82,10 @@ impl Sampler {
             };
             return lane(lane(lane(lane(best, 0), 1), 2), 3);
         }
-        // Scaling is monotone, so the largest scaled logit is the scaled
-        // largest: one scaling per quad unless the quad may hold a winner.
-        let t = self.scaled(top(vals, n));
+        // Scaling is monotone, so the largest scaled logit is at most the
+        // bound of the largest: one multiply per quad unless the quad may
+        // hold a winner.
+        let t = self.scaled_bound(top(vals, n));
         self.fold_scores(best, base, t, |i| self.scaled(vals[i]), n, || self.quad_words(base))
     }
 
@@ -102,8 +113,8 @@ impl Sampler {
         self.fold_scores(best, base, top(w, n), |i| w[i], n, words)
     }
 
-    /// The fold of scores `w(i) + gumbel(word i)`, where `t` is the largest
-    /// of `w(..n)` (NaN skipped). Three tests, each only if the last failed:
+    /// The fold of scores `w(i) + gumbel(word i)`, where `t` is at least the
+    /// largest of `w(..n)` (NaN skipped). Three tests, each only if the last failed:
     /// the quad against [`GUMBEL_MAX`] (no Philox call), the quad against
     /// its words' [`quad_bound`] (no table in the common case), each id
     /// against its word's [`gumbel_bound`] (no logarithm).
@@ -223,8 +234,8 @@ impl Sampler {
         res: impl Fn(usize, f32) -> f32,
         n: u32,
     ) -> Resampled {
-        // Scaling and subtracting are monotone: the tops of the scaled are the scaled top.
-        let top_tgt = self.scaled(top(logits, n));
+        // Scaling and subtracting are monotone: the bound of the top bounds them all.
+        let top_tgt = self.scaled_bound(top(logits, n));
         let weights = |i: usize| {
             let t = self.scaled(logits[i]);
             (t, t - shift)
@@ -233,7 +244,7 @@ impl Sampler {
     }
 
     /// Both candidates' folds of a quad, where `weights(i)` is id `i`'s
-    /// `(tgt, ub)` and `tops` the largest of each over `..n` (NaN skipped).
+    /// `(tgt, ub)` and `tops` at least the largest of each over `..n` (NaN skipped).
     /// As in `fold_scores`, three tests each rule out work if they
     /// can: [`GUMBEL_MAX`], [`quad_bound`], then each id's [`gumbel_bound`].
     #[inline(always)]
@@ -279,10 +290,11 @@ impl Sampler {
     }
 }
 
-/// The largest of `w[..n]`, skipping NaN (`-inf` if none); constant lanes keep `w` in registers.
+/// The largest of `w[..n]`, skipping NaN (`-inf` if none): `max` ignores a
+/// NaN operand (one instruction on the GPU); constant lanes keep `w` in registers.
 #[inline(always)]
 fn top(w: [f32; 4], n: u32) -> f32 {
-    let t = |hi: f32, i: usize| if (i as u32) < n && w[i] > hi { w[i] } else { hi };
+    let t = |hi: f32, i: usize| if (i as u32) < n { hi.max(w[i]) } else { hi };
     t(t(t(t(f32::NEG_INFINITY, 0), 1), 2), 3)
 }
 
@@ -419,6 +431,36 @@ mod tests {
         assert_eq!(s.scaled(3.0), 6.0);
         // The smallest valid temperature still has a finite scale.
         assert!(Sampler::new(f32::MIN_POSITIVE, 0, 0, Stream::Target).scale.is_finite());
+    }
+
+    /// The quad tests' bound is at least the scaled value, at every kind of
+    /// logit and at temperatures that overflow the scaling either way.
+    #[test]
+    fn scaled_bound_bounds_scaled() {
+        let xs = [
+            f32::NEG_INFINITY,
+            -f32::MAX,
+            -3.0e38,
+            -1.0e30,
+            -2.5,
+            -0.0,
+            0.0,
+            1.0e-40,
+            7.0,
+            2.0e38,
+            f32::MAX,
+            f32::INFINITY,
+        ];
+        for t in [f32::MIN_POSITIVE, 1.0e-30, 0.5, 0.8, 1.0, 3.0, 1.0e30] {
+            let s = Sampler::new(t, 0, 0, Stream::Target);
+            for &x in &xs {
+                assert!(s.scaled_bound(x) >= s.scaled(x), "T = {t}, x = {x}");
+                // And of every smaller value (scaling is monotone).
+                for &y in xs.iter().filter(|&&y| y <= x) {
+                    assert!(s.scaled_bound(x) >= s.scaled(y), "T = {t}, x = {x}, y = {y}");
+                }
+            }
+        }
     }
 
     #[test]
