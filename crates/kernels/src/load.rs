@@ -66,6 +66,38 @@ pub unsafe fn load_quad<L: Load>(row: *const L, x: u32, end: u32, aligned: bool)
     ([lane(0), lane(1), lane(2), lane(3)], n)
 }
 
+/// The quad at `x` of row `a` and, unless `b` is null (then all default),
+/// of row `b`, and its valid lanes: with `whole`, one vector load per row
+/// and `n = 4`; else as [`load_quad`]. Callers pass `whole` as a constant,
+/// so each keeps the vector loads in a path of their own (where one path
+/// serves both, LLVM splits a vector load into a 64-bit and two 32-bit loads).
+///
+/// # Safety
+/// As for [`load_quad`], for `a` and for `b` if not null (`aligned` is both
+/// rows' [`quad_aligned`]); with `whole`, also `x + 4 <= end` and both rows aligned.
+#[inline(always)]
+unsafe fn load_pair<A: Load, B: Load>(
+    a: *const A,
+    b: *const B,
+    x: u32,
+    end: u32,
+    (a_aligned, b_aligned): (bool, bool),
+    whole: bool,
+) -> ([A; 4], [B; 4], u32) {
+    if whole {
+        // SAFETY: x + 4 <= end, x % 4 == 0 and the rows are aligned (caller).
+        let qa = unsafe { A::load4(a.add(x as usize)) };
+        // SAFETY: as above, for `b` when it is given.
+        let qb = if b.is_null() { [B::default(); 4] } else { unsafe { B::load4(b.add(x as usize)) } };
+        return (qa, qb, 4);
+    }
+    // SAFETY: x < end, x % 4 == 0, the rows valid for `end` (caller).
+    let (qa, n) = unsafe { load_quad(a, x, end, a_aligned) };
+    // SAFETY: as above, for `b` when it is given.
+    let qb = if b.is_null() { [B::default(); 4] } else { unsafe { load_quad(b, x, end, b_aligned) }.0 };
+    (qa, qb, n)
+}
+
 /// Walks this thread's quads of `start .. end` (ids `start + 4·tid + k·TILE`)
 /// in increasing order, reading row `a` and, unless it is null, row `b` at
 /// the same ids, `Q <= 4` quads at a time (all `Q` loads issue before the first
@@ -95,25 +127,20 @@ pub unsafe fn for_each_quad<const PIPELINED: bool, const Q: u32, A: Load, B: Loa
     mut after_batch: impl FnMut(),
 ) {
     const { assert!(Q >= 1 && Q <= 4) };
-    let (a_aligned, b_aligned) = (quad_aligned(a), quad_aligned(b));
+    let aligned = (quad_aligned(a), quad_aligned(b));
+    let vectors = aligned.0 && (b.is_null() || aligned.1);
     // The quads at `x + k·TILE`, k < Q; the loads all issue before any use.
     let batch = #[inline(always)]
     |x: u32| {
-        // A batch of whole quads of aligned rows takes a path of its own:
-        // one vector load per quad (where one path serves both, LLVM splits
-        // the vector load into a 64-bit and two 32-bit loads).
-        if a_aligned && (b.is_null() || b_aligned) && x + (Q - 1) * TILE + 4 <= end {
+        // A batch of whole quads of aligned rows: vector loads (`load_pair`).
+        if vectors && x + (Q - 1) * TILE + 4 <= end {
             let get = #[inline(always)]
             |k: u32| {
                 if k >= Q {
                     return ([A::default(); 4], [B::default(); 4], 0);
                 }
-                let xk = (x + k * TILE) as usize;
-                // SAFETY: xk + 4 <= end, xk % 4 == 0 and the rows are aligned.
-                let qa = unsafe { A::load4(a.add(xk)) };
-                // SAFETY: as above, for `b` when it is given.
-                let qb = if b.is_null() { [B::default(); 4] } else { unsafe { B::load4(b.add(xk)) } };
-                (qa, qb, 4)
+                // SAFETY: x + k·TILE + 4 <= end, a multiple of 4, rows aligned.
+                unsafe { load_pair(a, b, x + k * TILE, end, aligned, true) }
             };
             return [get(0), get(1), get(2), get(3)];
         }
@@ -124,10 +151,7 @@ pub unsafe fn for_each_quad<const PIPELINED: bool, const Q: u32, A: Load, B: Loa
                 return ([A::default(); 4], [B::default(); 4], 0);
             }
             // SAFETY: xk < end, xk % 4 == 0 (caller: rows valid for `end`).
-            let (qa, n) = unsafe { load_quad(a, xk, end, a_aligned) };
-            // SAFETY: as above, for `b` when it is given.
-            let qb = if b.is_null() { [B::default(); 4] } else { unsafe { load_quad(b, xk, end, b_aligned) }.0 };
-            (qa, qb, n)
+            unsafe { load_pair(a, b, xk, end, aligned, false) }
         };
         [get(0), get(1), get(2), get(3)]
     };
@@ -188,7 +212,8 @@ pub unsafe fn for_each_quad_shared<const Q: u32, const WHOLE: bool, A: Load, B: 
     mut after_batch: impl FnMut(),
 ) {
     const { assert!(Q >= 1 && Q <= 4) };
-    let (a_aligned, b_aligned) = (quad_aligned(a), quad_aligned(b));
+    let aligned = (quad_aligned(a), quad_aligned(b));
+    let vectors = aligned.0 && (b.is_null() || aligned.1);
     let lane = gpu::thread_idx_x() % 32;
     if gpu::thread_idx_x() == 0 {
         // SAFETY: block shared memory (caller), read only after the barrier.
@@ -211,7 +236,7 @@ pub unsafe fn for_each_quad_shared<const Q: u32, const WHOLE: bool, A: Load, B: 
         // With `WHOLE`, a batch of whole, aligned quads (all but a row's
         // last, as a rule) is walked by its own copy of the loop, where `f`
         // sees `n = 4`: the per-lane masks and the scalar load path fold away.
-        let whole = WHOLE && a_aligned && (b.is_null() || b_aligned) && end - base >= 128 * q;
+        let whole = WHOLE && vectors && end - base >= 128 * q;
         let mut run = #[inline(always)]
         |whole: bool| {
             let get = #[inline(always)]
@@ -220,17 +245,9 @@ pub unsafe fn for_each_quad_shared<const Q: u32, const WHOLE: bool, A: Load, B: 
                 if k >= Q || k >= q || x >= end {
                     return (x, [A::default(); 4], [B::default(); 4], 0);
                 }
-                if whole {
-                    // SAFETY: x + 4 <= end (whole batch), x % 4 == 0 and the rows are aligned.
-                    let qa = unsafe { A::load4(a.add(x as usize)) };
-                    // SAFETY: as above, for `b` when it is given.
-                    let qb = if b.is_null() { [B::default(); 4] } else { unsafe { B::load4(b.add(x as usize)) } };
-                    return (x, qa, qb, 4);
-                }
-                // SAFETY: x < end, x % 4 == 0 (start % 4 == 0; caller: rows valid for `end`).
-                let (qa, n) = unsafe { load_quad(a, x, end, a_aligned) };
-                // SAFETY: as above, for `b` when it is given.
-                let qb = if b.is_null() { [B::default(); 4] } else { unsafe { load_quad(b, x, end, b_aligned) }.0 };
+                // SAFETY: x < end, x % 4 == 0 (start % 4 == 0; caller: rows
+                // valid for `end`); a whole batch has x + 4 <= end, rows aligned.
+                let (qa, qb, n) = unsafe { load_pair(a, b, x, end, aligned, whole) };
                 (x, qa, qb, n)
             };
             // All loads issue before any use; constant indices keep them in registers.
