@@ -10,11 +10,12 @@
 //! every finite logit); two logits both beyond the range compare equal.
 //!
 //! Noise is skipped where it provably cannot matter: for a quad whose best
-//! possible score, its largest scaled logit plus [`GUMBEL_MAX`], is strictly
-//! below the running best (no Philox call at all), for a quad whose largest
-//! scaled logit plus its words' [`quad_bound`] is (no logarithms, and no
-//! table lookups in the common case), and for an id whose scaled logit plus
-//! its word's bound [`gumbel_bound`] is.
+//! possible score, a bound on its largest scaled logit
+//! ([`Sampler::scaled_bound`]) plus [`GUMBEL_MAX`], is strictly below the
+//! running best (no Philox call at all), for a quad whose bound plus its
+//! words' [`quad_bound`] is (no logarithms, and no table lookups in the
+//! common case), and for an id whose scaled logit plus its word's bound
+//! [`gumbel_bound`] is.
 //! Rounding is monotone, so no skipped id could win or tie, and the result is
 //! the same as with noise everywhere.
 
