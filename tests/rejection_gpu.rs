@@ -15,7 +15,7 @@ use specdec_suite::drafting::{
     select_requests, target_row, zipf_logits,
 };
 use specdec_suite::inputs::Rng;
-use specdec_suite::{Verified, Verify, cuda};
+use specdec_suite::{Verified, Verify, cuda, gpu_sized};
 
 /// Decisions and resample scores within this of their threshold may come out
 /// differently on the two backends (SPEC §4: the log-sum-exps are summed in
@@ -133,6 +133,41 @@ fn gpu_tokens_equal_cpu_tokens_but_near_thresholds() {
     assert!(tally.decisions >= MIN_DECISIONS, "{tally:?}: too few decisions to bound the near-threshold rate");
     let rate = tally.near as f64 / tally.decisions as f64;
     assert!(rate < MAX_NEAR_RATE, "{tally:?}: near-threshold rate {rate:.2e}");
+}
+
+/// The resample seeds its floors below each candidate's log-mass and, where
+/// no score reached them, folds the row again unseeded (`Resampled::certified`).
+/// That refold happens about once in 10^14 requests at the usual margin, so
+/// it is forced here (a margin of `-inf` seeds every floor at `+inf`): the
+/// tokens must be those of the usual run, bit for bit, in every kind of job
+/// (bonus row, placeholder, one-hot and logit drafts, every dtype) and for
+/// rows of one chunk and of many.
+#[test]
+fn refolded_resamples_give_the_seeded_tokens() {
+    let mut rng = Rng::new(0x5EED);
+    let (usual, forced) = (
+        cuda(),
+        Backend::Cuda(specdec::Cuda::on_device(0).expect("a CUDA device").with_floor_margin(f32::NEG_INFINITY)),
+    );
+    let mut resampled = 0;
+    for (vocab, full, k) in [(999, 2048, 4), (4097, 256, 4), (151_936, 8, 4), (151_936, 1, 7)] {
+        let requests = gpu_sized(full).max(1);
+        for target in DType::ALL {
+            for draft in [None, Some(DType::F32), Some(DType::BF16), Some(DType::F16)] {
+                let v = random_verify(&mut rng, RandomSpec::new(vocab, requests, k, target, draft));
+                let ctx = format!("V {vocab} requests {requests} K {k} target {target:?} draft {draft:?}");
+                let want = v.run(&usual).expect("rejection_sample on the GPU");
+                let got = v.run(&forced).expect("rejection_sample on the GPU, refolding");
+                assert_eq!(want, got, "{ctx}");
+                resampled += (0..requests).filter(|&r| !is_greedy_request(&v, r)).count();
+            }
+        }
+    }
+    assert!(resampled > gpu_sized(10_000), "{resampled} sampled requests: too few to cover the refold");
+}
+
+fn is_greedy_request(v: &Verify, r: usize) -> bool {
+    v.slots[r] < 0 || v.temperature[v.slots[r] as usize] == 0.0
 }
 
 /// Requests of the device-side validation batch, all with `VALIDATION_K` drafts.

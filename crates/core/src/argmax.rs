@@ -42,6 +42,13 @@ impl ArgMax {
 /// below the floor, which some member's own candidate beats, so the group's
 /// combined result is unchanged; and the members share one value to raise
 /// it, not a candidate (value and index).
+///
+/// A floor may also start at a guess no member has reached ([`Floored::seeded`]):
+/// scores below it are then ruled out though nothing beats them, and the
+/// group's result is the true best exactly when that best is at least the
+/// guess, i.e. exactly when the result itself is (a score at the floor
+/// still enters). A result below the guess says nothing, and the fold must be
+/// repeated unseeded.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Floored {
     pub own: ArgMax,
@@ -50,6 +57,12 @@ pub struct Floored {
 
 impl Floored {
     pub const EMPTY: Floored = Floored { own: ArgMax::IDENTITY, floor: f32::NEG_INFINITY };
+
+    /// No candidate yet, and a floor at `guess` (see the type's docs).
+    #[inline(always)]
+    pub fn seeded(guess: f32) -> Floored {
+        Floored { own: ArgMax::IDENTITY, floor: guess }
+    }
 
     /// What to fold against: the own candidate or, where the floor is above
     /// it, a stand-in at the floor with the identity's index, which loses
@@ -106,6 +119,41 @@ mod tests {
             }
             let group = lanes[..members].iter().fold(ArgMax::IDENTITY, |b, l| b.combine(l.own));
             assert_eq!(group, all);
+        }
+    }
+
+    /// A fold against a seeded floor returns the unseeded result whenever
+    /// that result is at least the seed (ties included), and something below
+    /// the seed otherwise.
+    #[test]
+    fn a_seeded_floor_keeps_every_best_at_or_above_it() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let score = |v: u64| if v.is_multiple_of(13) { f32::NEG_INFINITY } else { (v % 9) as f32 - 4.0 };
+        for _ in 0..5000 {
+            let n = 1 + next() as usize % 12;
+            let all_cands: [ArgMax; 12] = core::array::from_fn(|i| ArgMax::new(score(next()), i as u32));
+            let cands = &all_cands[..n];
+            let all = cands.iter().fold(ArgMax::IDENTITY, |b, &c| b.combine(c));
+            let guess = [f32::NEG_INFINITY, -4.0, -1.0, 0.0, 2.0, 4.0, 9.0][next() as usize % 7];
+            let mut f = Floored::seeded(guess);
+            for &c in cands {
+                // Prune as the samplers do: a score below the probe is never folded.
+                #[allow(clippy::neg_cmp_op_on_partial_ord)]
+                if !(c.value < f.probe().value) {
+                    f = f.settle(f.probe().combine(c));
+                }
+            }
+            if all.value >= guess {
+                assert_eq!(f.own, all, "guess {guess}");
+            } else {
+                assert!(f.own.value < guess, "guess {guess}: {:?} of {all:?}", f.own);
+            }
         }
     }
 

@@ -12,8 +12,9 @@ pub const ELEMS_PER_THREAD: u32 = 4;
 pub const TILE: u32 = BLOCK_THREADS * ELEMS_PER_THREAD;
 /// Warps per block.
 pub const WARPS: u32 = BLOCK_THREADS / 32;
-/// Dynamic shared memory of a block reduction: one value of up to 32 bytes per warp.
-pub const REDUCE_SHARED_BYTES: u32 = WARPS * 32;
+/// Dynamic shared memory of a block reduction: one value of up to 40 bytes
+/// per warp (the largest, pass 1's per-warp decision of `rejection_sample`).
+pub const REDUCE_SHARED_BYTES: u32 = WARPS * 40;
 /// Dynamic shared memory of every launch: the reduction's, then 32 bytes of
 /// block state (pass 1 of `rejection_sample` keeps its request for the
 /// decision there, the sampling loops their batch counter).
@@ -116,4 +117,7 @@ pub struct RejectionParams {
     pub resample_chunk: u32,
     pub resample_chunks: u32,
     pub tokens_i64: u32,
+    /// How far below each candidate's log-mass pass 2 seeds its floors
+    /// (`sample::FLOOR_MARGIN`; `-inf` makes every resample refold).
+    pub floor_margin: f32,
 }

@@ -174,7 +174,29 @@ impl Resampled {
     pub fn token(self) -> u32 {
         if self.residual.value == f32::NEG_INFINITY { self.target.index } else { self.residual.index }
     }
+
+    /// Whether candidates folded against floors seeded at `floors`
+    /// (residual, target; [`Floored::seeded`](crate::argmax::Floored::seeded))
+    /// give the [`token`](Resampled::token) of an unseeded fold: the
+    /// residual's reached its floor and is not empty, or it is empty with
+    /// no floor and the target's reached its own. Otherwise the fold must be
+    /// repeated unseeded. A NaN floor is never reached.
+    #[inline(always)]
+    pub fn certified(self, (residual, target): (f32, f32)) -> bool {
+        let ninf = f32::NEG_INFINITY;
+        (self.residual.value >= residual && self.residual.value > ninf)
+            || (self.residual.value == ninf && residual == ninf && self.target.value >= target)
+    }
 }
+
+/// How far below the log-mass of a Gumbel-max's weights a resample seeds
+/// its floors. The best score `max(w + g)` over weights of total mass `m` is
+/// Gumbel-distributed around `ln m`, so it falls below `ln m − FLOOR_MARGIN`
+/// with probability `exp(−e^FLOOR_MARGIN)` ≈ 4·10⁻¹⁵, when the fold must be
+/// repeated (`Resampled::certified`); meanwhile the seeded floors rule out
+/// from its first quad what a cold floor would fold, about
+/// `e^FLOOR_MARGIN` ≈ 33 ids a row needing their noise's logarithms.
+pub const FLOOR_MARGIN: f32 = 3.5;
 
 impl Sampler {
     /// Folds ids `base .. base + n` into both candidates of `best`: residual
@@ -310,6 +332,7 @@ pub fn accepts(word: u32, log_q: f32, log_p: f32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::argmax::Floored;
 
     /// Folding with pruning gives the same winner as scoring every id.
     #[test]
@@ -406,6 +429,48 @@ mod tests {
             }
             assert_eq!(lazy, eager, "trial {trial}");
         }
+    }
+
+    /// Resample folds against seeded floors are certified only where their
+    /// token is the unseeded one (floors from below the best to above
+    /// it, empty residuals, NaN floors), else refolded.
+    #[test]
+    fn certified_seeded_resamples_give_the_unseeded_token() {
+        let s = Sampler::new(0.9, 17, 4, Stream::Target);
+        let ninf = f32::NEG_INFINITY;
+        let (mut certified, mut refolded) = (0, 0);
+        for trial in 0..600u32 {
+            let h = |salt: u32, i: usize| crate::rng::random_u32(trial as u64, salt as u64, Stream::Accept, i as u32);
+            let tgt: [f32; 64] = core::array::from_fn(|i| ((h(0, i) % 41) as f32 - 20.0) * 0.3);
+            let empty = trial % 5 == 0;
+            let res = |i: usize| if empty || h(1, i) % 3 == 0 { ninf } else { tgt[i] - 1.0 };
+            let fold = |floors: (f32, f32)| {
+                let (mut r, mut t) = (Floored::seeded(floors.0), Floored::seeded(floors.1));
+                for q in 0..16 {
+                    let b = Resampled { residual: r.probe(), target: t.probe() };
+                    let quad: [f32; 4] = core::array::from_fn(|i| tgt[4 * q + i]);
+                    let out = s.fold_resample(b, 4 * q as u32, quad, quad, |i| res(4 * q + i), 4);
+                    (r, t) = (r.settle(out.residual), t.settle(out.target));
+                }
+                Resampled { residual: r.own, target: t.own }
+            };
+            let full = fold((ninf, ninf));
+            assert!(full.certified((ninf, ninf)), "trial {trial}: an unseeded fold is its own result");
+            let guess = |salt: u32| match h(salt, 99) % 6 {
+                0 => ninf,
+                1 => f32::NAN,
+                k => (k as f32 - 3.0) * 4.0,
+            };
+            let floors = (if empty && h(4, 0) % 2 == 0 { ninf } else { guess(2) }, guess(3));
+            let seeded = fold(floors);
+            if seeded.certified(floors) {
+                assert_eq!(seeded.token(), full.token(), "trial {trial}, floors {floors:?}");
+                certified += 1;
+            } else {
+                refolded += 1;
+            }
+        }
+        assert!(certified > 100 && refolded > 100, "{certified} certified, {refolded} refolded: cases not covered");
     }
 
     #[test]

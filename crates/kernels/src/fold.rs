@@ -64,13 +64,14 @@ pub fn push_scaled(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> (Lse, bo
 }
 
 /// Raises `f`'s floor to its warp's best value: the lanes' noise folds then
-/// prune against the best of the warp (see [`Floored`]).
+/// prune against the best of the warp (see [`Floored`]). A seeded floor
+/// stays until the warp's best passes it.
 ///
 /// # Safety
 /// All 32 lanes of the warp must be active and call this together.
 #[inline(always)]
 pub unsafe fn warp_floor(f: Floored) -> Floored {
     // SAFETY: forwarded.
-    let floor = unsafe { warp_fold(f.own.value, gpu::shfl_bfly_f32, |v, o| if o > v { o } else { v }) };
+    let floor = unsafe { warp_fold(f.probe().value, gpu::shfl_bfly_f32, |v, o| if o > v { o } else { v }) };
     Floored { own: f.own, floor }
 }

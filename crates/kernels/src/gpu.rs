@@ -13,6 +13,8 @@ unsafe extern "C" {
     fn shfl_sync_idx_i32(mask: u32, value: i32, lane: i32, clamp: i32) -> i32;
     #[link_name = "llvm.nvvm.ex2.approx.ftz.f"]
     fn ex2_approx_ftz(x: f32) -> f32;
+    #[link_name = "llvm.nvvm.lg2.approx.ftz.f"]
+    fn lg2_approx_ftz(x: f32) -> f32;
     #[link_name = "llvm.nvvm.barrier0.or"]
     fn barrier0_or(predicate: i32) -> i32;
     #[link_name = "llvm.trap"]
@@ -155,6 +157,14 @@ pub unsafe fn atomic_or(ptr: *mut u32, bits: u32) {
 pub fn fast_exp(x: f32) -> f32 {
     // SAFETY: a pure arithmetic instruction.
     unsafe { ex2_approx_ftz(x * core::f32::consts::LOG2_E) }
+}
+
+/// `ln x` by the hardware's `lg2.approx` (`-inf` at 0, NaN below; subnormal
+/// inputs flush to 0). For estimates that need not match the CPU's bits.
+#[inline(always)]
+pub fn fast_ln(x: f32) -> f32 {
+    // SAFETY: a pure arithmetic instruction.
+    unsafe { lg2_approx_ftz(x) * core::f32::consts::LN_2 }
 }
 
 /// Starts moving the line holding `ptr` into L2 (`prefetch.L2`; inline

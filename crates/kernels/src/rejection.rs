@@ -14,7 +14,7 @@
 //!    row), as rows decide independently; the first over all warps is `j`.
 //!    Warp 0 writes the accepted drafts, `-1` padding, the counts, and a
 //!    [`Job`] saying what token `j` must be sampled from (or `-1`s, for a
-//!    request with a bad draft id).
+//!    request with a bad draft id), with all pass 2 needs of the request.
 //! 2. `rejection_resample_{target}_{cache}`: grid `(requests,
 //!    resample_chunks)`, each block `resample_chunk` ids (split for `requests`
 //!    rows, so a small batch still spreads over the GPU).
@@ -22,8 +22,13 @@
 //!    (bonus row, placeholder), `p` without the draft (one-hot drafts), or the
 //!    residual `log(p − q) = a + ln(1 − e^(c−a))` (draft logits), with `p`
 //!    itself folded beside it under the same noise as the fallback for a
-//!    residual that rounding left empty. The request's last block combines
-//!    the chunks and writes token `j`.
+//!    residual that rounding left empty. Both candidates start from floors
+//!    the decision seeded below their log-mass ([`floors`]), so a block rules
+//!    ids out from its first quad (at one request, a block walks one quad a
+//!    thread, and cold floors let every id through to its logarithms). The
+//!    request's last block combines the chunks and writes token `j` if they
+//!    reached their floors (`Resampled::certified`); otherwise, with
+//!    probability `exp(−e^FLOOR_MARGIN)`, it folds the whole row again unseeded.
 //!
 //! Resampled and bonus tokens use the target stream of their row, so a request
 //! with no drafts gets exactly `gumbel_sample`'s token for its bonus row.
@@ -96,7 +101,10 @@ pub const JOB_TARGET: u32 = 1;
 pub const JOB_ONE_HOT: u32 = 2;
 pub const JOB_RESIDUAL: u32 = 3;
 
-/// The decision's result for pass 2: sample token `column` of the request from `row`.
+/// The decision's result for pass 2: sample token `column` of the request
+/// from `row`, with everything pass 2 needs of the request (its slot,
+/// temperature, seed and the row's position), so that its blocks wait for one load before they
+/// stream, and the floors its two candidates start from (see [`floors`]).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Job {
@@ -104,12 +112,29 @@ pub struct Job {
     pub row: u32,
     pub column: u32,
     pub draft: u32,
+    pub slot: i32,
+    pub temperature: f32,
     pub lse_t: f32,
     pub lse_q: f32,
-    _pad: [u32; 2],
+    /// Seeds of the residual's and the target's floors.
+    pub floors: (f32, f32),
+    pub seed: u64,
+    pub pos: u64,
 }
 
-const NO_JOB: Job = Job { mode: JOB_NONE, row: 0, column: 0, draft: 0, lse_t: 0.0, lse_q: 0.0, _pad: [0; 2] };
+const NO_JOB: Job = Job {
+    mode: JOB_NONE,
+    row: 0,
+    column: 0,
+    draft: 0,
+    slot: 0,
+    temperature: 0.0,
+    lse_t: 0.0,
+    lse_q: 0.0,
+    floors: (0.0, 0.0),
+    seed: 0,
+    pos: 0,
+};
 
 /// A request's rows and slot, checked where they live.
 #[derive(Clone, Copy)]
@@ -358,13 +383,17 @@ struct RowDecision {
     best: u32,
     lse_t: f32,
     lse_q: f32,
+    /// `ln(q − p)` of a rejected draft id (normalised): a lower bound on
+    /// the log-mass of the residual.
+    log_excess: f32,
     flags: u32,
+    pos: u64,
 }
 
 /// A warp's decision when none of its rows stops.
 #[inline(always)]
 const fn mine_none() -> RowDecision {
-    RowDecision { row: u32::MAX, draft: -1, best: 0, lse_t: 0.0, lse_q: 0.0, flags: 0 }
+    RowDecision { row: u32::MAX, draft: -1, best: 0, lse_t: 0.0, lse_q: 0.0, log_excess: 0.0, flags: 0, pos: 0 }
 }
 
 // Decisions live in the reduction slots of the launch's dynamic shared memory.
@@ -413,27 +442,26 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams, r: u32) {
     while req.slot.is_valid() && i <= n {
         let at = (req.row0 + i) as usize;
         // SAFETY: at < rows; drafts and pos hold rows elements.
-        let (d, pos) = if i < n {
-            unsafe { (*(p.drafts as *const i32).add(at), *(p.pos as *const u64).add(at)) }
-        } else {
-            (-1, 0)
-        };
+        let (d, pos) =
+            unsafe { (if i < n { *(p.drafts as *const i32).add(at) } else { -1 }, *(p.pos as *const u64).add(at)) };
         // SAFETY: i <= n_r of a valid request; the warp is converged (uniform loop).
         let st = unsafe { row_stats(p, r, i) };
         let bad = d < -1 || (d >= 0 && d as u32 >= p.vocab);
         mine.flags |= st.flags | if bad { INVALID_DRAFT } else { 0 };
         if mine.row == u32::MAX && !bad {
             // What the row's decision needs of its statistics, and nothing more kept live.
-            let row = RowDecision {
+            let mut row = RowDecision {
                 row: i,
                 draft: d,
                 best: st.best.index,
                 lse_t: st.target.value(),
                 lse_q: st.draft.value(),
+                log_excess: f32::NEG_INFINITY,
                 flags: 0,
+                pos,
             };
             // SAFETY: i <= n_r of a valid request; d is -1 or in 0..V.
-            if i == n || unsafe { stops::<T, C>(p, req, &row, pos) } {
+            if i == n || unsafe { stops::<T, C>(p, req, &mut row) } {
                 mine = RowDecision { flags: mine.flags, ..row };
             }
         }
@@ -494,14 +522,22 @@ unsafe fn decide<T: Load, C: Load>(p: &RejectionParams, r: u32) {
             JOB_RESIDUAL
         };
         if lane == 0 {
+            // The request again from shared memory: registers kept through the
+            // walk spilled (its seed, live around the reciprocal's slow-path call).
+            // SAFETY: written by thread 0 before the barrier (caller). Volatile: a new read.
+            let req = unsafe { shared_request().read_volatile() };
             let job = Job {
                 mode,
                 row: req.row0 + j,
                 column: j,
                 draft: dec.draft as u32,
+                slot: req.slot.slot,
+                temperature: req.slot.temperature,
                 lse_t: dec.lse_t,
                 lse_q: dec.lse_q,
-                _pad: [0; 2],
+                floors: floors(mode, &dec, p.floor_margin),
+                seed: req.slot.seed,
+                pos: dec.pos,
             };
             // SAFETY: jobs holds `requests` entries.
             unsafe { (p.jobs as *mut Job).add(r as usize).write(job) };
@@ -568,13 +604,14 @@ unsafe fn write_invalid(p: &RejectionParams, r: u32, flags: u32) {
 }
 
 /// Whether draft row `row.row` of `req`, with draft id `row.draft` and
-/// position `pos`, stops the walk: a placeholder (`-1`) or a rejection.
+/// position `row.pos`, stops the walk: a placeholder (`-1`) or a rejection,
+/// whose `log_excess` it sets.
 ///
 /// # Safety
 /// `row.row < n_r` of a valid request, `row.draft` is `-1` or in `0..V`;
 /// `row` holds that row's argmax and log-sum-exps.
 #[inline(always)]
-unsafe fn stops<T: Load, C: Load>(p: &RejectionParams, req: &Request, row: &RowDecision, pos: u64) -> bool {
+unsafe fn stops<T: Load, C: Load>(p: &RejectionParams, req: &Request, row: &mut RowDecision) -> bool {
     let d = row.draft;
     if d == -1 {
         return true;
@@ -593,7 +630,34 @@ unsafe fn stops<T: Load, C: Load>(p: &RejectionParams, req: &Request, row: &RowD
     } else {
         0.0
     };
-    !accepts(random_u32(req.slot.seed, pos, Stream::Accept, 0), log_q, log_p)
+    if accepts(random_u32(req.slot.seed, row.pos, Stream::Accept, 0), log_q, log_p) {
+        return false;
+    }
+    // Only a guess for the floors: the hardware's logarithm will do.
+    row.log_excess = gpu::fast_ln(gpu::fast_exp(log_q) - gpu::fast_exp(log_p));
+    true
+}
+
+/// The seeds of pass 2's floors (residual, target) for a job of `mode`
+/// decided by `dec`: each candidate's log-mass less `margin`
+/// ([`specdec_core::sample::FLOOR_MARGIN`]), the target's `lse_t` (its
+/// weights are the scaled logits), the residual's bounded below by the
+/// rejected id's excess `q − p` (a residual's mass is `Σ max(p − q, 0) =
+/// Σ max(q − p, 0)`), which for a one-hot draft is its mass `1 − p`.
+/// Pass 2 checks its result against them ([`Resampled::certified`]), so
+/// they need not be exact.
+#[inline(always)]
+fn floors(mode: u32, dec: &RowDecision, margin: f32) -> (f32, f32) {
+    // NaN (from NaN logits) seeds nothing: `-inf` is a floor every result reaches.
+    let seed = |x: f32| if x.is_nan() { f32::NEG_INFINITY } else { x };
+    let target = seed(dec.lse_t - margin);
+    let residual = match mode {
+        JOB_RESIDUAL => seed(dec.log_excess - margin),
+        // The residual's weights are the target's, one id removed.
+        JOB_ONE_HOT => seed(dec.lse_t + dec.log_excess - margin),
+        _ => target,
+    };
+    (residual, target)
 }
 
 /// Pass 2 (see module docs).
@@ -606,31 +670,70 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
     if r >= p.requests || c >= p.resample_chunks {
         return;
     }
-    // Both loads first: the request's slot-table chain overlaps the job's load.
-    // SAFETY: r < requests.
-    let req = unsafe { Request::load(p, r) };
     // SAFETY: pass 1's decision wrote jobs[r] for every request.
     let job = unsafe { *(p.jobs as *const Job).add(r as usize) };
     if job.mode == JOB_NONE {
         return; // block-uniform
     }
-    // SAFETY: job.row < rows; pos holds rows elements.
-    let pos = unsafe { *(p.pos as *const u64).add(job.row as usize) };
-    let sampler = req.sampler(pos);
     let (start, end) = chunk_range(p, p.resample_chunk, c);
+    // SAFETY: every thread of the block is here; start % 4 == 0, end <= vocab.
+    let best = unsafe { resample_range::<T, C>(p, &job, start, end, job.floors) };
+    // SAFETY: all threads of the block reach this reduction.
+    let reduced = unsafe { block_reduce(Candidates(best)) };
+    // SAFETY: all of warp 0, once per block of an active request.
+    let refold = tid < WARP && unsafe { complete_resample(p, r, c, reduced) };
+    // SAFETY: every thread of the block is here (the returns above are block-uniform).
+    if !unsafe { gpu::sync_threads_or(refold) } {
+        return;
+    }
+    // The seeded floors were not reached: the request's last block folds the
+    // whole row again, unseeded (a second copy of the loop; a loop of two
+    // rounds kept more registers live through both and spilled).
+    // SAFETY: pass 1's decision wrote jobs[r].
+    let job = unsafe { (p.jobs as *const Job).add(r as usize).read_volatile() };
+    let ninf = f32::NEG_INFINITY;
+    // SAFETY: as above.
+    let best = unsafe { resample_range::<T, C>(p, &job, 0, p.vocab, (ninf, ninf)) };
+    // SAFETY: as above.
+    let reduced = unsafe { block_reduce(Candidates(best)) };
+    if tid == 0 {
+        // Read again, not kept through the loop (which then spilled).
+        // SAFETY: as above; r < requests, column <= K.
+        unsafe {
+            let column = (p.jobs as *const Job).add(r as usize).read_volatile().column;
+            write_token(p, r, column, reduced.0.token() as i64)
+        };
+    }
+}
+
+/// Ids `start .. end` of the job's row folded by the block, each candidate
+/// floored first at its seed in `floors`, then by its warp's best value
+/// after each batch (see [`Floored`]); valid in thread 0.
+///
+/// # Safety
+/// Every thread of the block calls this together; `job` is pass 1's for
+/// an active request; `start % 4 == 0`, `end <= vocab`.
+#[inline(always)]
+unsafe fn resample_range<T: Load, C: Load>(
+    p: &RejectionParams,
+    job: &Job,
+    start: u32,
+    end: u32,
+    floors: (f32, f32),
+) -> Resampled {
+    let sampler = Sampler::new(job.temperature, job.seed, job.pos, Stream::Target);
     // SAFETY: job.row < rows.
     let target = unsafe { target_row::<T>(p, job.row) };
     let draft = if job.mode == JOB_RESIDUAL {
         // SAFETY: a residual job has a cache, a valid slot and column < n_r <= K.
-        unsafe { cache_row::<C>(p, req.slot.slot, job.column) }
+        unsafe { cache_row::<C>(p, job.slot, job.column) }
     } else {
         core::ptr::null()
     };
-    // Each candidate floored by its warp's best value after each batch (see
-    // Floored). A warp evaluates the noise and the residual weight whenever
-    // one lane must, so pruning each lane against 128 ids a batch rather
-    // than its own 4 is what makes it pay.
-    let cell = Cell::new((Floored::EMPTY, Floored::EMPTY));
+    // A warp evaluates the noise and the residual weight whenever one lane
+    // must, so pruning each lane against 128 ids a batch rather than its own
+    // 4 is what makes the warp floor pay; the seeds prune from the first quad.
+    let cell = Cell::new((Floored::seeded(floors.0), Floored::seeded(floors.1)));
     // SAFETY: rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
         // Two quads a batch: registers for 3 blocks per SM (kernels' Cargo.toml).
@@ -667,24 +770,19 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
         )
     };
     let (res_floor, tgt_floor) = cell.get();
-    let best = Resampled { residual: res_floor.own, target: tgt_floor.own };
-    // SAFETY: all threads of the block reach this reduction.
-    let reduced = unsafe { block_reduce(Candidates(best)) };
-    if tid < WARP {
-        // SAFETY: all of warp 0, once per block of an active request.
-        unsafe { complete_resample(p, r, c, job.column, reduced) };
-    }
+    Resampled { residual: res_floor.own, target: tgt_floor.own }
 }
 
 /// Warp 0 of block `(r, c)` of pass 2 with the block's candidates: the
 /// request's last block (the only one, for a row of one chunk) combines all
-/// chunks and writes token `column`.
+/// chunks and, if they reached the job's floors, writes the job's token;
+/// otherwise it returns `true` in every lane: the row must be refolded.
 ///
 /// # Safety
 /// All 32 lanes of warp 0 call this together, once per block of request `r`
-/// (which has a job), `column <= max_drafts`.
+/// (which has a job).
 #[inline(always)]
-unsafe fn complete_resample(p: &RejectionParams, r: u32, c: u32, column: u32, mine: Candidates) {
+unsafe fn complete_resample(p: &RejectionParams, r: u32, c: u32, mine: Candidates) -> bool {
     let chunks = p.resample_chunks;
     // SAFETY: partials holds requests·resample_chunks entries, counters
     // `requests`; all `chunks` blocks of a request with a job arrive.
@@ -697,12 +795,19 @@ unsafe fn complete_resample(p: &RejectionParams, r: u32, c: u32, column: u32, mi
             mine,
         )
     }) else {
-        return;
+        return false;
     };
-    if gpu::thread_idx_x() == 0 {
-        // SAFETY: r < requests, column <= K.
-        unsafe { write_token(p, r, column, acc.0.token() as i64) };
+    // Read again rather than kept in registers through the loop. Volatile: as in `gather`.
+    // SAFETY: pass 1's decision wrote jobs[r].
+    let job = unsafe { (p.jobs as *const Job).add(r as usize).read_volatile() };
+    if !acc.0.certified(job.floors) {
+        return true;
     }
+    if gpu::thread_idx_x() == 0 {
+        // SAFETY: r < requests, column <= K (the job's).
+        unsafe { write_token(p, r, job.column, acc.0.token() as i64) };
+    }
+    false
 }
 
 /// [`Resampled`] as a block reduction value.

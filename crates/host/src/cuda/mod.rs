@@ -18,6 +18,7 @@ use crate::tensor::DType;
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use specdec_core::layout::{BLOCK_THREADS, SHARED_BYTES};
+use specdec_core::sample::FLOOR_MARGIN;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -93,6 +94,8 @@ pub struct Cuda {
     stream: Arc<CudaStream>,
     kernels: Arc<Kernels>,
     sm_count: u32,
+    /// `RejectionParams::floor_margin`.
+    floor_margin: f32,
 }
 
 impl std::fmt::Debug for Cuda {
@@ -110,7 +113,18 @@ impl Cuda {
         let ctx = stream.context().clone();
         let kernels = Kernels::for_context(&ctx)?;
         let sm_count = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
-        Ok(Cuda { stream, kernels, sm_count })
+        Ok(Cuda { stream, kernels, sm_count, floor_margin: FLOOR_MARGIN })
+    }
+
+    /// This backend with the resample's floors seeded `margin` below each
+    /// candidate's log-mass rather than [`FLOOR_MARGIN`]. For tests of the
+    /// refold that follows a floor no score reached: `f32::NEG_INFINITY`
+    /// seeds them at `+inf`, so that every resample with a finite target
+    /// log-sum-exp refolds. The tokens are the same at every margin.
+    #[doc(hidden)]
+    pub fn with_floor_margin(mut self, margin: f32) -> Self {
+        self.floor_margin = margin;
+        self
     }
 
     /// The backend on a new stream of device `ordinal`.

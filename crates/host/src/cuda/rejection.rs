@@ -68,6 +68,7 @@ impl Cuda {
             chunks: split.chunks,
             resample_chunk: resample_split.chunk,
             resample_chunks: resample_split.chunks,
+            floor_margin: self.floor_margin,
             ..RejectionParams::default()
         };
         let mut _g8 = None;

@@ -11,7 +11,7 @@ const PARTIAL_BYTES: usize = 16;
 /// Bytes of one row-chunk statistic (`kernels::rejection::Stats`).
 const STATS_BYTES: usize = 32;
 /// Bytes of one resample job (`kernels::rejection::Job`).
-const JOB_BYTES: usize = 32;
+const JOB_BYTES: usize = 56;
 
 /// Device scratch for calls of up to `max_rows` rows (`gumbel_sample`) or
 /// `requests · (max_drafts + 1)` rows (`rejection_sample`): per-block partial
