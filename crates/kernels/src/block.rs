@@ -77,12 +77,27 @@ pub unsafe fn warp_fold<T: Copy>(mut v: T, shfl: unsafe fn(T, u32) -> T, op: imp
 
 /// Reduces across the 32 lanes of a warp; every lane gets the result.
 ///
+/// A loop the compilers cannot unroll (its bound is [`gpu::opaque`]): these
+/// reductions run once per block, cold at a small batch, where each line
+/// of code is fetched from memory; the five unrolled steps of a [`Stats`]
+/// reduction were about 4 KB, three copies per pass-1 kernel. Rolled, a
+/// greedy verify at one request ran 27 % faster on an H200 (the whole call,
+/// 23.3 → 17.0 µs), one-hot 7 %. The noise loops' per-batch [`warp_fold`]
+/// stays unrolled.
+///
+/// [`Stats`]: crate::rejection::Stats
+///
 /// # Safety
 /// All 32 lanes of the warp must be active and call this together.
 #[inline(always)]
-pub unsafe fn warp_reduce<T: Reduce>(v: T) -> T {
-    // SAFETY: forwarded.
-    unsafe { warp_fold(v, T::shfl_bfly, T::combine) }
+pub unsafe fn warp_reduce<T: Reduce>(mut v: T) -> T {
+    let mut lane_mask = gpu::opaque(WARP / 2);
+    while lane_mask > 0 {
+        // SAFETY: the caller guarantees a full, converged warp.
+        v = v.combine(unsafe { v.shfl_bfly(lane_mask) });
+        lane_mask /= 2;
+    }
+    v
 }
 
 /// Shared memory [`block_reduce`] needs for `T`, in bytes (the launcher requests

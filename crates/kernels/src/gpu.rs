@@ -167,6 +167,18 @@ pub fn fast_ln(x: f32) -> f32 {
     unsafe { lg2_approx_ftz(x) * core::f32::consts::LN_2 }
 }
 
+/// `x`, hidden from the optimisers (LLVM's and `ptxas`'s): a loop bounded
+/// by it is not unrolled.
+#[inline(always)]
+pub fn opaque(x: u32) -> u32 {
+    let y: u32;
+    // SAFETY: a register move.
+    unsafe {
+        core::arch::asm!("mov.u32 {0}, {1};", out(reg32) y, in(reg32) x, options(pure, nomem, nostack, preserves_flags))
+    };
+    y
+}
+
 /// Starts moving the line holding `ptr` into L2 (`prefetch.L2`; inline
 /// assembly, as LLVM's intrinsic wants an address-space pointer Rust cannot name),
 /// without waiting: a load issued later, after a chain of dependent loads,
