@@ -22,10 +22,6 @@ fn run(backend: &Backend, v: &Verify, ctx: &str) -> Verified {
     v.run(backend).unwrap_or_else(|e| panic!("{ctx}: {e}"))
 }
 
-fn is_greedy(v: &Verify, r: usize) -> bool {
-    v.slots[r] < 0 || v.temperature[v.slots[r] as usize] == 0.0
-}
-
 /// The outputs of `v` when every decision is certain. A sampling request's
 /// draft `d` at row `j` passes iff `accept(j, d)`; a greedy one's iff it is
 /// the row's first argmax; a placeholder stops. The last token is the first
@@ -44,13 +40,13 @@ fn certain_outputs(v: &Verify, samples: &[i64], accept: impl Fn(usize, i32) -> b
         let argmax = |j: usize| first_argmax(&target_row(v, j)) as i64;
         let passes = |i: usize| {
             let d = v.drafts[row0 + i];
-            d != -1 && if is_greedy(v, r) { d as i64 == argmax(row0 + i) } else { accept(row0 + i, d) }
+            d != -1 && if v.is_greedy(r) { d as i64 == argmax(row0 + i) } else { accept(row0 + i, d) }
         };
         let j = (0..n).find(|&i| !passes(i)).unwrap_or(n);
         for i in 0..j {
             want.tokens[r * k1 + i] = v.drafts[row0 + i] as i64;
         }
-        want.tokens[r * k1 + j] = if is_greedy(v, r) { argmax(row0 + j) } else { samples[row0 + j] };
+        want.tokens[r * k1 + j] = if v.is_greedy(r) { argmax(row0 + j) } else { samples[row0 + j] };
         (want.num_emitted[r], want.accepted[r]) = (j as i32 + 1, j as i32);
     }
     want

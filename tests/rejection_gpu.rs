@@ -82,7 +82,7 @@ fn pick(v: &Verify, out: &Verified, requests: &[usize]) -> Verified {
 fn compare(v: &Verify, cpu: &Verified, gpu: &Verified, requests: &[usize], tally: &mut Agreement, ctx: &str) {
     assert_eq!(cpu.row_status, gpu.row_status, "{ctx}: row status");
     for (k, &r) in requests.iter().enumerate() {
-        let greedy = v.slots[r] < 0 || v.temperature[v.slots[r] as usize] == 0.0;
+        let greedy = v.is_greedy(r);
         let (row0, n, acc) =
             (v.offsets[r] as usize, (v.offsets[r + 1] - v.offsets[r] - 1) as usize, cpu.accepted[k] as usize);
         if !greedy {
@@ -159,15 +159,11 @@ fn refolded_resamples_give_the_seeded_tokens() {
                 let want = v.run(&usual).expect("rejection_sample on the GPU");
                 let got = v.run(&forced).expect("rejection_sample on the GPU, refolding");
                 assert_eq!(want, got, "{ctx}");
-                resampled += (0..requests).filter(|&r| !is_greedy_request(&v, r)).count();
+                resampled += (0..requests).filter(|&r| !v.is_greedy(r)).count();
             }
         }
     }
     assert!(resampled > gpu_sized(10_000), "{resampled} sampled requests: too few to cover the refold");
-}
-
-fn is_greedy_request(v: &Verify, r: usize) -> bool {
-    v.slots[r] < 0 || v.temperature[v.slots[r] as usize] == 0.0
 }
 
 /// Requests of the device-side validation batch, all with `VALIDATION_K` drafts.

@@ -77,6 +77,11 @@ impl Verify {
         self.slots.len()
     }
 
+    /// Whether request `r` is greedy: padding (a negative slot) or temperature 0.
+    pub fn is_greedy(&self, r: usize) -> bool {
+        self.slots[r] < 0 || self.temperature[self.slots[r] as usize] == 0.0
+    }
+
     /// Runs the call on `backend`.
     pub fn run(&self, backend: &Backend) -> Result<Verified, specdec::Error> {
         let args = RejectionSample {

@@ -85,18 +85,22 @@ impl Floored {
 mod tests {
     use super::*;
 
+    /// A xorshift64 generator of test inputs from `seed` (non-zero).
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
     /// Members folding against floors raised to the group's best value
     /// between batches give the group the candidate of folding every score
     /// into one, exact ties (to the floor, across members) included.
     #[test]
     fn floors_leave_the_group_result_unchanged() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         for _ in 0..2000 {
             let (members, batches, per) = (1 + next() as usize % 8, 1 + next() as usize % 5, 1 + next() as usize % 4);
             // Few distinct values, so scores tie with each other and with floors.
@@ -127,13 +131,7 @@ mod tests {
     /// the seed otherwise.
     #[test]
     fn a_seeded_floor_keeps_every_best_at_or_above_it() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         let score = |v: u64| if v.is_multiple_of(13) { f32::NEG_INFINITY } else { (v % 9) as f32 - 4.0 };
         for _ in 0..5000 {
             let n = 1 + next() as usize % 12;

@@ -95,9 +95,10 @@ const BOUND_SLACK: f32 = 1e-4;
 
 /// `GUMBEL_BOUND[r >> 24]` is at least `gumbel(r)` for every word `r`:
 /// `gumbel` increases with `r`, so each bucket of the top 8 bits is bounded by
-/// its last word's value (plus a slack of `1e-4` for rounding). All but the top bucket are
-/// far below [`GUMBEL_MAX`] (bucket 254 is below 5.6), so a sampler can rule
-/// most ids out from their word alone, without evaluating two logarithms.
+/// its last word's value (plus a slack of `1e-4` for rounding). All but the
+/// top bucket are far below [`GUMBEL_MAX`] (bucket 254 is below 5.6), so a
+/// sampler can rule most ids out from their word alone, without evaluating
+/// two logarithms.
 pub const GUMBEL_BOUND: [f32; 256] = {
     let mut table = [0f32; 256];
     let mut b = 0;

@@ -65,8 +65,18 @@ impl Reduce for Partial {
 /// # Safety
 /// All 32 lanes of the warp must be active and call this together.
 #[inline(always)]
-pub unsafe fn warp_fold<T: Copy>(mut v: T, shfl: unsafe fn(T, u32) -> T, op: impl Fn(T, T) -> T) -> T {
-    let mut lane_mask = WARP / 2;
+pub unsafe fn warp_fold<T: Copy>(v: T, shfl: unsafe fn(T, u32) -> T, op: impl Fn(T, T) -> T) -> T {
+    // SAFETY: forwarded.
+    unsafe { fold_from(WARP / 2, v, shfl, op) }
+}
+
+/// [`warp_fold`] from butterfly distance `lane_mask` (a power of two, at
+/// most 16) down to 1.
+///
+/// # Safety
+/// As for [`warp_fold`].
+#[inline(always)]
+unsafe fn fold_from<T: Copy>(mut lane_mask: u32, mut v: T, shfl: unsafe fn(T, u32) -> T, op: impl Fn(T, T) -> T) -> T {
     while lane_mask > 0 {
         // SAFETY: the caller guarantees a full, converged warp.
         v = op(v, unsafe { shfl(v, lane_mask) });
@@ -90,14 +100,9 @@ pub unsafe fn warp_fold<T: Copy>(mut v: T, shfl: unsafe fn(T, u32) -> T, op: imp
 /// # Safety
 /// All 32 lanes of the warp must be active and call this together.
 #[inline(always)]
-pub unsafe fn warp_reduce<T: Reduce>(mut v: T) -> T {
-    let mut lane_mask = gpu::opaque(WARP / 2);
-    while lane_mask > 0 {
-        // SAFETY: the caller guarantees a full, converged warp.
-        v = v.combine(unsafe { v.shfl_bfly(lane_mask) });
-        lane_mask /= 2;
-    }
-    v
+pub unsafe fn warp_reduce<T: Reduce>(v: T) -> T {
+    // SAFETY: forwarded.
+    unsafe { fold_from(gpu::opaque(WARP / 2), v, T::shfl_bfly, T::combine) }
 }
 
 /// Shared memory [`block_reduce`] needs for `T`, in bytes (the launcher requests

@@ -103,8 +103,9 @@ pub const JOB_RESIDUAL: u32 = 3;
 
 /// The decision's result for pass 2: sample token `column` of the request
 /// from `row`, with everything pass 2 needs of the request (its slot,
-/// temperature, seed and the row's position), so that its blocks wait for one load before they
-/// stream, and the floors its two candidates start from (see [`floors`]).
+/// temperature, seed and the row's position), so that its blocks wait for
+/// one load before they stream, and the floors its two candidates start
+/// from (see [`floors`]).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Job {
