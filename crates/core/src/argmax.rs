@@ -37,7 +37,7 @@ impl ArgMax {
 }
 
 /// A candidate, and a floor under the best of a group it is folded beside
-/// (a GPU warp's lanes): the largest value any member held when the floor
+/// (a GPU block's lanes): the largest value any member held when the floor
 /// was last raised. Folding against [`Floored::probe`] rules out every score
 /// below the floor, which some member's own candidate beats, so the group's
 /// combined result is unchanged; and the members share one value to raise
@@ -79,6 +79,22 @@ impl Floored {
     pub fn settle(self, folded: ArgMax) -> Floored {
         if folded.index == ArgMax::IDENTITY.index { self } else { Floored { own: folded, floor: self.floor } }
     }
+}
+
+/// `v`'s bits as an `i32` that orders as `v` does (for non-NaN `v`; `-0.0`
+/// just below `0.0`): the GPU's block floors take their `max` by an integer
+/// atomic in shared memory.
+#[inline(always)]
+pub fn floor_key(v: f32) -> i32 {
+    let i = v.to_bits() as i32;
+    // Negative floats order backwards: flip their magnitude bits.
+    i ^ ((i >> 31) & i32::MAX)
+}
+
+/// The value whose [`floor_key`] is `k`.
+#[inline(always)]
+pub fn floor_value(k: i32) -> f32 {
+    f32::from_bits((k ^ ((k >> 31) & i32::MAX)) as u32)
 }
 
 #[cfg(test)]
@@ -151,6 +167,36 @@ mod tests {
                 assert_eq!(f.own, all, "guess {guess}");
             } else {
                 assert!(f.own.value < guess, "guess {guess}: {:?} of {all:?}", f.own);
+            }
+        }
+    }
+
+    #[test]
+    fn floor_keys_order_as_their_values() {
+        let mut next = xorshift(0x51_7cc1_b727_220a);
+        let special = [
+            f32::NEG_INFINITY,
+            -f32::MAX,
+            -1.0,
+            -f32::MIN_POSITIVE,
+            -1e-45,
+            -0.0,
+            0.0,
+            1e-45,
+            1.0,
+            f32::MAX,
+            f32::INFINITY,
+        ];
+        let values: [f32; 256] = core::array::from_fn(|i| match special.get(i) {
+            Some(&v) => v,
+            // Random bits, NaN patterns made finite by clearing an exponent bit.
+            None => f32::from_bits(next() as u32 & !(1 << 23)),
+        });
+        for a in values {
+            assert_eq!(floor_value(floor_key(a)).to_bits(), a.to_bits());
+            for b in values {
+                let below = a < b || (a == b && a.is_sign_negative() && b.is_sign_positive());
+                assert_eq!(floor_key(a) < floor_key(b), below, "{a} {b}");
             }
         }
     }

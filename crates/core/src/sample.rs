@@ -13,9 +13,8 @@
 //! possible score, a bound on its largest scaled logit
 //! ([`Sampler::scaled_bound`]) plus [`GUMBEL_MAX`], is strictly below the
 //! running best (no Philox call at all), for a quad whose bound plus its
-//! words' [`quad_bound`] is (no logarithms, and no table lookups in the
-//! common case), and for an id whose scaled logit plus its word's bound
-//! [`gumbel_bound`] is.
+//! words' [`quad_bound`] is (no logarithms; one table lookup), and for an
+//! id whose scaled logit plus its word's bound [`gumbel_bound`] is.
 //! Rounding is monotone, so no skipped id could win or tie, and the result is
 //! the same as with noise everywhere.
 
@@ -117,7 +116,7 @@ impl Sampler {
     /// The fold of scores `w(i) + gumbel(word i)`, where `t` is at least the
     /// largest of `w(..n)` (NaN skipped). Three tests, each only if the last failed:
     /// the quad against [`GUMBEL_MAX`] (no Philox call), the quad against
-    /// its words' [`quad_bound`] (no table in the common case), each id
+    /// its words' [`quad_bound`] (one table lookup), each id
     /// against its word's [`gumbel_bound`] (no logarithm).
     #[inline(always)]
     fn fold_scores(

@@ -2,7 +2,7 @@
 //! what it returns; the unsafe ones say what the caller must uphold.
 
 use core::arch::nvptx;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 unsafe extern "C" {
     #[link_name = "llvm.nvvm.shfl.sync.bfly.f32"]
@@ -114,6 +114,18 @@ pub unsafe fn shfl_idx_u32(value: u32, lane: u32) -> u32 {
 pub unsafe fn atomic_inc(ptr: *mut u32) -> u32 {
     // SAFETY: guaranteed by the caller.
     unsafe { AtomicU32::from_ptr(ptr).fetch_add(1, Ordering::Relaxed) }
+}
+
+/// Atomically raises the `i32` at `ptr` to at least `value` (no ordering),
+/// returning the old value.
+///
+/// # Safety
+/// `ptr` must be valid, 4-byte aligned (global or shared) memory accessed
+/// only atomically by concurrent threads.
+#[inline(always)]
+pub unsafe fn atomic_max_i32(ptr: *mut i32, value: i32) -> i32 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { AtomicI32::from_ptr(ptr).fetch_max(value, Ordering::Relaxed) }
 }
 
 /// Atomically stores `value` into the `u32` at `ptr` (no ordering).

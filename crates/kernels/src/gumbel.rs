@@ -15,10 +15,10 @@
 //! The winner is the same for any chunking (total order, noise keyed by id).
 
 use crate::block::{Partial, block_reduce, block_state};
-use crate::fold::{fold_greedy, warp_floor};
+use crate::fold::{block_floor, fold_greedy};
 use crate::gpu::{self, WARP};
 use crate::last_block;
-use crate::load::{Load, any_nan, for_each_quad, for_each_quad_shared, widen};
+use crate::load::{Load, Walk, any_nan, for_each_quad, for_each_quad_shared, widen};
 use crate::row::SlotState;
 use core::cell::Cell;
 use specdec_core::argmax::{ArgMax, Floored};
@@ -162,18 +162,19 @@ unsafe fn fold_chunk<L: Load, C: Element>(
             )
         };
     } else {
-        // The warp's best value after each batch floors every lane's (see
-        // Floored): a lane then rules ids out against the best of 128 ids a
-        // batch rather than its own 4, and the warp evaluates noise far less
-        // often for a lane that could not.
+        // The block's best value after each batch floors every lane's (see
+        // Floored): a lane then rules ids out against the best of the
+        // block's ids so far rather than its own, and the warp evaluates
+        // noise far less often for a lane that could not.
         let cell = Cell::new(Floored::EMPTY);
+        let walk = block_state::<Walk>();
         unsafe {
             for_each_quad_shared::<4, true, _, _>(
                 logits,
                 none,
                 start,
                 end,
-                block_state(),
+                walk,
                 |x, raw, _, n| {
                     store(x, raw, n);
                     let vals = widen(raw);
@@ -181,8 +182,9 @@ unsafe fn fold_chunk<L: Load, C: Element>(
                     let c = cell.get();
                     cell.set(c.settle(sampler.fold_quad(c.probe(), x, vals, n)));
                 },
-                // SAFETY: for_each_quad_shared calls this in all lanes of the warp together.
-                || cell.set(warp_floor(cell.get())),
+                // SAFETY: for_each_quad_shared calls this in all lanes of the
+                // warp together; the walk's shared words are the floor's alone.
+                || cell.set(block_floor(cell.get(), &raw mut (*walk).best[0])),
             )
         };
         best = cell.get().own;

@@ -181,6 +181,17 @@ pub unsafe fn for_each_quad<const PIPELINED: bool, const Q: u32, A: Load, B: Loa
     }
 }
 
+/// Block shared memory of a [`for_each_quad_shared`] walk.
+#[repr(C)]
+pub struct Walk {
+    /// The next batch to take.
+    counter: u32,
+    /// Words the folds share between the block's warps (the best value each
+    /// candidate has reached, as `fold::block_floor` keeps it), reset to
+    /// `i32::MIN`.
+    pub best: [i32; 2],
+}
+
 /// [`for_each_quad`] for compute-bound folds, with the block's warps sharing
 /// the work: each warp takes the next batch of `128·q` consecutive ids from
 /// the shared `counter` (lane `l` folds quads `4·l + 128·k`, `k < q`, loads
@@ -195,11 +206,12 @@ pub unsafe fn for_each_quad<const PIPELINED: bool, const Q: u32, A: Load, B: Loa
 /// blocks at small batch walk a batch or two, lost 8–13 % at one request:
 /// twice the code). `after_batch()` also runs after the first
 /// quad of a warp's first batch: its best candidate so far then prunes the
-/// rest of that batch.
+/// rest of that batch. The walk resets `walk` (its counter, and the words
+/// the folds share between warps: [`Walk::best`]) before its first batch.
 ///
 /// # Safety
 /// As for [`for_each_quad`]; called by every thread of the block together
-/// (it starts with a barrier), `counter` is block shared memory no other
+/// (it starts with a barrier), `walk` is block shared memory no other
 /// code uses meanwhile.
 #[inline(always)]
 pub unsafe fn for_each_quad_shared<const Q: u32, const WHOLE: bool, A: Load, B: Load>(
@@ -207,7 +219,7 @@ pub unsafe fn for_each_quad_shared<const Q: u32, const WHOLE: bool, A: Load, B: 
     b: *const B,
     start: u32,
     end: u32,
-    counter: *mut u32,
+    walk: *mut Walk,
     mut f: impl FnMut(u32, [A; 4], [B; 4], u32),
     mut after_batch: impl FnMut(),
 ) {
@@ -217,8 +229,10 @@ pub unsafe fn for_each_quad_shared<const Q: u32, const WHOLE: bool, A: Load, B: 
     let lane = gpu::thread_idx_x() % 32;
     if gpu::thread_idx_x() == 0 {
         // SAFETY: block shared memory (caller), read only after the barrier.
-        unsafe { counter.write(0) };
+        unsafe { walk.write(Walk { counter: 0, best: [i32::MIN; 2] }) };
     }
+    // SAFETY: a field of the caller's shared memory (no access).
+    let counter = unsafe { &raw mut (*walk).counter };
     // SAFETY: every thread of the block is here (caller).
     unsafe { gpu::sync_threads() };
     let q = ((end - start) / (2 * WARPS * 128)).clamp(1, Q);

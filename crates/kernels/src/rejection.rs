@@ -34,10 +34,10 @@
 //! with no drafts gets exactly `gumbel_sample`'s token for its bonus row.
 
 use crate::block::{Reduce, block_reduce, block_state, warp_fold, warp_reduce};
-use crate::fold::{fold_greedy, push_scaled, warp_floor};
+use crate::fold::{block_floor, fold_greedy, push_scaled};
 use crate::gpu::{self, WARP};
 use crate::last_block;
-use crate::load::{Load, for_each_quad, for_each_quad_shared, widen};
+use crate::load::{Load, Walk, for_each_quad, for_each_quad_shared, widen};
 use crate::row::SlotState;
 use core::cell::Cell;
 use specdec_core::argmax::{ArgMax, Floored};
@@ -708,7 +708,7 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
 }
 
 /// Ids `start .. end` of the job's row folded by the block, each candidate
-/// floored first at its seed in `floors`, then by its warp's best value
+/// floored first at its seed in `floors`, then by its block's best value
 /// after each batch (see [`Floored`]); valid in thread 0.
 ///
 /// # Safety
@@ -732,9 +732,10 @@ unsafe fn resample_range<T: Load, C: Load>(
         core::ptr::null()
     };
     // A warp evaluates the noise and the residual weight whenever one lane
-    // must, so pruning each lane against 128 ids a batch rather than its own
-    // 4 is what makes the warp floor pay; the seeds prune from the first quad.
+    // must, so pruning each lane against the block's ids so far rather than
+    // its own is what makes the floors pay; the seeds prune from the first quad.
     let cell = Cell::new((Floored::seeded(floors.0), Floored::seeded(floors.1)));
+    let walk = block_state::<Walk>();
     // SAFETY: rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
         // Two quads a batch: registers for 3 blocks per SM (kernels' Cargo.toml).
@@ -743,7 +744,7 @@ unsafe fn resample_range<T: Load, C: Load>(
             draft,
             start,
             end,
-            block_state(),
+            walk,
             #[inline(always)]
             |x, t, q, n| {
                 let (t, (res_floor, tgt_floor)) = (widen(t), cell.get());
@@ -763,10 +764,14 @@ unsafe fn resample_range<T: Load, C: Load>(
                 };
                 cell.set((res_floor.settle(folded.residual), tgt_floor.settle(folded.target)));
             },
-            // SAFETY: for_each_quad_shared calls this in all lanes of the warp together.
             || {
                 let (res_floor, tgt_floor) = cell.get();
-                cell.set(unsafe { (warp_floor(res_floor), warp_floor(tgt_floor)) });
+                // SAFETY: for_each_quad_shared calls this in all lanes of the
+                // warp together; the walk's shared words are the floors' alone.
+                cell.set(unsafe {
+                    let best = &raw mut (*walk).best;
+                    (block_floor(res_floor, &raw mut (*best)[0]), block_floor(tgt_floor, &raw mut (*best)[1]))
+                });
             },
         )
     };

@@ -7,6 +7,7 @@ use crate::memory::Device;
 use crate::rejection::{RejectionOutput, RejectionSample};
 use crate::tensor::{LogitsData, Tokens};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
+use specdec_core::dtype::DType;
 use specdec_core::layout::RejectionParams;
 
 impl Cuda {
@@ -28,7 +29,9 @@ impl Cuda {
     ) -> Result<()> {
         let shape = args.check(&out)?;
         let target_dtype = args.target.data.dtype();
-        let draft_dtype = args.draft_logits.as_ref().map_or(target_dtype, |d| d.data.dtype());
+        // Without draft logits the cache's dtype is moot: take the narrowest,
+        // whose kernels hold the fewest registers (more blocks per SM).
+        let draft_dtype = args.draft_logits.as_ref().map_or(DType::BF16, |d| d.data.dtype());
         let stats = self.kernels.function(("rejection_stats", (target_dtype, draft_dtype)))?;
         let resample = self.kernels.function(("rejection_resample", (target_dtype, draft_dtype)))?;
         let split = ws.split(shape.requests * (args.max_drafts + 1), args.target.vocab, stats.blocks_per_sm)?;
