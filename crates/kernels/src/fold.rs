@@ -6,7 +6,6 @@
 //! exact fold. And [`block_floor`], which lets the noise folds prune against
 //! their block's best at the cost of one value per lane.
 
-use crate::block::warp_fold;
 use crate::gpu;
 use crate::load::any_nan;
 use specdec_core::argmax::{ArgMax, Floored, floor_key, floor_value};
@@ -82,8 +81,7 @@ pub fn push_scaled(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> (Lse, bo
 #[inline(always)]
 pub unsafe fn block_floor(f: Floored, best: *mut i32) -> Floored {
     // SAFETY: forwarded.
-    let warp = unsafe { warp_fold(f.probe().value, gpu::shfl_bfly_f32, |v, o| if o > v { o } else { v }) };
-    let key = floor_key(warp);
+    let key = unsafe { gpu::warp_max_i32(floor_key(f.probe().value)) };
     let lane0 = if gpu::thread_idx_x() % gpu::WARP == 0 {
         // SAFETY: shared memory accessed only atomically meanwhile (caller).
         unsafe { gpu::atomic_max_i32(best, key) }

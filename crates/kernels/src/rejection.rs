@@ -741,19 +741,24 @@ unsafe fn resample_range<T: Load, C: Load>(
         // Two quads a batch: registers for 3 blocks per SM (kernels' Cargo.toml).
         for_each_quad_shared::<2, false, _, _>(
             target,
-            draft,
+            core::ptr::null::<C>(),
             start,
             end,
             walk,
             #[inline(always)]
-            |x, t, q, n| {
+            |x, t, _, n| {
                 let (t, (res_floor, tgt_floor)) = (widen(t), cell.get());
                 let b = Resampled { residual: res_floor.probe(), target: tgt_floor.probe() };
                 let folded = match job.mode {
                     JOB_RESIDUAL => {
-                        // log(p − q) <= log p = tgt − lse_t.
-                        let q = widen(q);
-                        let res = |i: usize, tgt: f32| ln_residual(tgt - job.lse_t, sampler.scaled(q[i]) - job.lse_q);
+                        // log(p − q) <= log p = tgt − lse_t. The draft logit
+                        // is loaded only for an id the bounds cannot rule out:
+                        // no draft registers live through the loop.
+                        let res = |i: usize, tgt: f32| {
+                            // SAFETY: x + i < end <= vocab: an id of the draft row.
+                            let q = unsafe { (*draft.add(x as usize + i)).to_f32() };
+                            ln_residual(tgt - job.lse_t, sampler.scaled(q) - job.lse_q)
+                        };
                         sampler.fold_resample_logits(b, x, t, job.lse_t, res, n)
                     }
                     JOB_ONE_HOT => {

@@ -51,7 +51,7 @@ const TARGET: &str = "nvptx64-nvidia-cuda";
 pub enum BuildError {
     #[error("kernels crate not found at {0} (expected a Cargo.toml there)")]
     NoCrate(PathBuf),
-    #[error("unsupported architecture {0:?}: expected sm_XY with XY >= 70")]
+    #[error("unsupported architecture {0:?}: expected sm_XY with XY >= 80")]
     BadArch(String),
     #[error("`rustc --print sysroot` failed: {0}; install the pinned toolchain with `rustup toolchain install`")]
     NoSysroot(String),
@@ -180,7 +180,7 @@ impl PtxBuilder {
 fn sm_number(arch: &str) -> Result<u32, BuildError> {
     arch.strip_prefix("sm_")
         .and_then(|n| n.parse::<u32>().ok())
-        .filter(|&n| n >= 70)
+        .filter(|&n| n >= 80)
         .ok_or_else(|| BuildError::BadArch(arch.to_string()))
 }
 
@@ -190,9 +190,7 @@ fn ptx_isa(sm: u32) -> u32 {
         90.. => 78,
         89 => 78,
         86..=88 => 71,
-        80..=85 => 70,
-        75..=79 => 63,
-        _ => 60,
+        _ => 70,
     }
 }
 
@@ -419,6 +417,7 @@ mod tests {
         assert_eq!(sm_number("sm_80").unwrap(), 80);
         assert_eq!(sm_number("sm_90").unwrap(), 90);
         assert!(matches!(sm_number("sm_60"), Err(BuildError::BadArch(_))));
+        assert!(matches!(sm_number("sm_75"), Err(BuildError::BadArch(_))));
         assert!(matches!(sm_number("compute_90"), Err(BuildError::BadArch(_))));
         assert_eq!(ptx_isa(80), 70);
         assert_eq!(ptx_isa(90), 78);
