@@ -169,13 +169,12 @@ unsafe fn fold_chunk<L: Load, C: Element>(
         let cell = Cell::new(Floored::EMPTY);
         let walk = block_state::<Walk>();
         unsafe {
-            for_each_quad_shared::<4, true, _, _>(
+            for_each_quad_shared::<4, true, _>(
                 logits,
-                none,
                 start,
                 end,
                 walk,
-                |x, raw, _, n| {
+                |x, raw, n| {
                     store(x, raw, n);
                     let vals = widen(raw);
                     nan |= any_nan(vals, n);

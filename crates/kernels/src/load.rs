@@ -192,8 +192,8 @@ pub struct Walk {
     pub best: [i32; 2],
 }
 
-/// [`for_each_quad`] for compute-bound folds, with the block's warps sharing
-/// the work: each warp takes the next batch of `128·q` consecutive ids from
+/// [`for_each_quad`] over one row `a`, for compute-bound folds, with the
+/// block's warps sharing the work: each warp takes the next batch of `128·q` consecutive ids from
 /// the shared `counter` (lane `l` folds quads `4·l + 128·k`, `k < q`, loads
 /// coalesced) until `start .. end` is done, so all warps finish within about
 /// one batch of each other rather than waiting at the block's reduction for
@@ -214,18 +214,16 @@ pub struct Walk {
 /// (it starts with a barrier), `walk` is block shared memory no other
 /// code uses meanwhile.
 #[inline(always)]
-pub unsafe fn for_each_quad_shared<const Q: u32, const WHOLE: bool, A: Load, B: Load>(
+pub unsafe fn for_each_quad_shared<const Q: u32, const WHOLE: bool, A: Load>(
     a: *const A,
-    b: *const B,
     start: u32,
     end: u32,
     walk: *mut Walk,
-    mut f: impl FnMut(u32, [A; 4], [B; 4], u32),
+    mut f: impl FnMut(u32, [A; 4], u32),
     mut after_batch: impl FnMut(),
 ) {
     const { assert!(Q >= 1 && Q <= 4) };
-    let aligned = (quad_aligned(a), quad_aligned(b));
-    let vectors = aligned.0 && (b.is_null() || aligned.1);
+    let aligned = quad_aligned(a);
     let lane = gpu::thread_idx_x() % 32;
     if gpu::thread_idx_x() == 0 {
         // SAFETY: block shared memory (caller), read only after the barrier.
@@ -250,26 +248,30 @@ pub unsafe fn for_each_quad_shared<const Q: u32, const WHOLE: bool, A: Load, B: 
         // With `WHOLE`, a batch of whole, aligned quads (all but a row's
         // last, as a rule) is walked by its own copy of the loop, where `f`
         // sees `n = 4`: the per-lane masks and the scalar load path fold away.
-        let whole = WHOLE && vectors && end - base >= 128 * q;
+        let whole = WHOLE && aligned && end - base >= 128 * q;
         let mut run = #[inline(always)]
         |whole: bool| {
             let get = #[inline(always)]
             |k: u32| {
                 let x = base + 128 * k + 4 * lane;
                 if k >= Q || k >= q || x >= end {
-                    return (x, [A::default(); 4], [B::default(); 4], 0);
+                    return (x, [A::default(); 4], 0);
                 }
-                // SAFETY: x < end, x % 4 == 0 (start % 4 == 0; caller: rows
-                // valid for `end`); a whole batch has x + 4 <= end, rows aligned.
-                let (qa, qb, n) = unsafe { load_pair(a, b, x, end, aligned, whole) };
-                (x, qa, qb, n)
+                if whole {
+                    // SAFETY: a whole batch has x + 4 <= end, the row aligned.
+                    return (x, unsafe { A::load4(a.add(x as usize)) }, 4);
+                }
+                // SAFETY: x < end, x % 4 == 0 (start % 4 == 0; caller: the row
+                // is valid for `end`).
+                let (qa, n) = unsafe { load_quad(a, x, end, aligned) };
+                (x, qa, n)
             };
             // All loads issue before any use; constant indices keep them in registers.
             let (q0, q1, q2, q3) = (get(0), get(1), get(2), get(3));
             let mut step = #[inline(always)]
-            |(x, qa, qb, n): (u32, [A; 4], [B; 4], u32)| {
+            |(x, qa, n): (u32, [A; 4], u32)| {
                 if n > 0 {
-                    f(x, qa, qb, if whole { 4 } else { n });
+                    f(x, qa, if whole { 4 } else { n });
                 }
             };
             step(q0);

@@ -739,14 +739,13 @@ unsafe fn resample_range<T: Load, C: Load>(
     // SAFETY: rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
         // Two quads a batch: registers for 3 blocks per SM (kernels' Cargo.toml).
-        for_each_quad_shared::<2, false, _, _>(
+        for_each_quad_shared::<2, false, _>(
             target,
-            core::ptr::null::<C>(),
             start,
             end,
             walk,
             #[inline(always)]
-            |x, t, _, n| {
+            |x, t, n| {
                 let (t, (res_floor, tgt_floor)) = (widen(t), cell.get());
                 let b = Resampled { residual: res_floor.probe(), target: tgt_floor.probe() };
                 let folded = match job.mode {
