@@ -86,15 +86,20 @@ impl Floored {
 /// atomic in shared memory.
 #[inline(always)]
 pub fn floor_key(v: f32) -> i32 {
-    let i = v.to_bits() as i32;
-    // Negative floats order backwards: flip their magnitude bits.
-    i ^ ((i >> 31) & i32::MAX)
+    flip_negative(v.to_bits() as i32)
 }
 
 /// The value whose [`floor_key`] is `k`.
 #[inline(always)]
 pub fn floor_value(k: i32) -> f32 {
-    f32::from_bits((k ^ ((k >> 31) & i32::MAX)) as u32)
+    f32::from_bits(flip_negative(k) as u32)
+}
+
+/// Negative floats order backwards: their magnitude bits flipped, they order
+/// as integers. Its own inverse (the sign bit stays).
+#[inline(always)]
+fn flip_negative(i: i32) -> i32 {
+    i ^ ((i >> 31) & i32::MAX)
 }
 
 #[cfg(test)]

@@ -193,9 +193,9 @@ pub struct Walk {
 }
 
 /// [`for_each_quad`] over one row `a`, for compute-bound folds, with the
-/// block's warps sharing the work: each warp takes the next batch of `128·q` consecutive ids from
-/// the shared `counter` (lane `l` folds quads `4·l + 128·k`, `k < q`, loads
-/// coalesced) until `start .. end` is done, so all warps finish within about
+/// block's warps sharing the work: each warp takes the next batch of `128·q`
+/// consecutive ids from the walk's shared counter (lane `l` folds quads
+/// `4·l + 128·k`, `k < q`, loads coalesced) until `start .. end` is done, so all warps finish within about
 /// one batch of each other rather than waiting at the block's reduction for
 /// the slowest (on an H200, 12–15 % of the warps' time in `gumbel_sample`
 /// and the resample was spent there). `q` is `Q`, or fewer for a short range,
