@@ -25,12 +25,14 @@ fn argmax_rows(b: &Batch) -> Vec<i64> {
 
 /// A real LM vocabulary: many tiles per row, several blocks per row on a GPU.
 const GREEDY_VOCAB: usize = 200_000;
-/// Rows at `GREEDY_VOCAB`: a batch (few blocks per row) and a handful (a row
+/// Rows at `GREEDY_VOCAB`: a batch (more blocks than one wave of the usual
+/// kernel on a GPU: the lean one, `Workspace::lean`) and a handful (a row
 /// spread over many blocks).
-const GREEDY_ROWS: [usize; 2] = [128, 3];
+const GREEDY_ROWS: [usize; 2] = [256, 3];
 /// 16-bit logits: smaller rows suffice, rounding makes exact ties common.
+/// × scale on GPU (512 rows: the lean kernels).
 const GREEDY_VOCAB_16: usize = 50_000;
-const GREEDY_ROWS_16: usize = 32;
+const GREEDY_ROWS_16: usize = 64;
 
 /// Ids where planted ties land: quad (4), tile (1024) and chunk edges, the ends.
 fn tie_sites(vocab: usize) -> [usize; 7] {
@@ -90,9 +92,10 @@ test_device!(greedy_is_the_first_argmax, |backend, scale| {
         let ties = check_greedy(&backend, DType::F32, rows, GREEDY_VOCAB, 0x6EED + rows as u64);
         assert!(ties >= rows / 2, "f32 rows {rows}: only {ties} rows have ties; the input generator broke");
     }
+    let rows = GREEDY_ROWS_16 * scale;
     for dtype in [DType::BF16, DType::F16] {
-        let ties = check_greedy(&backend, dtype, GREEDY_ROWS_16, GREEDY_VOCAB_16, 0x16);
-        assert!(ties > GREEDY_ROWS_16 / 2, "{dtype:?}: only {ties} rows have ties; the input generator broke");
+        let ties = check_greedy(&backend, dtype, rows, GREEDY_VOCAB_16, 0x16);
+        assert!(ties > rows / 2, "{dtype:?}: only {ties} rows have ties; the input generator broke");
     }
 });
 
@@ -109,21 +112,25 @@ test_device!(noise_is_the_keyed_core_gumbel, |backend, scale| {
     let rows = NOISE_ROWS * scale;
     for vocab in [999, 4097] {
         for (drafting, stream) in [(false, Stream::Target), (true, Stream::Draft)] {
-            let mut b = Batch::broadcast(&vec![0.0; vocab], DType::F32, rows, 1.0, 0, 0);
-            b.slots = (0..rows as i32).collect();
-            b.temperature = vec![1.0; rows];
-            b.seed = (0..rows).map(|_| rng.next_u64()).collect();
-            b.pos = (0..rows).map(|_| rng.next_u64()).collect();
-            b.drafting = drafting;
+            let seed: Vec<u64> = (0..rows).map(|_| rng.next_u64()).collect();
+            let pos: Vec<u64> = (0..rows).map(|_| rng.next_u64()).collect();
             let want: Vec<i64> = (0..rows)
                 .map(|r| {
                     let noise: Vec<f32> =
-                        (0..vocab as u32).map(|x| gumbel(random_u32(b.seed[r], b.pos[r], stream, x))).collect();
+                        (0..vocab as u32).map(|x| gumbel(random_u32(seed[r], pos[r], stream, x))).collect();
                     first_argmax(&noise) as i64
                 })
                 .collect();
-            let ctx = format!("noise V {vocab} {stream:?}");
-            assert_same_tokens(&run(&backend, &mut b, &ctx).tokens, &want, &ctx);
+            // Zero is exact in every dtype: each reads the same noise.
+            for dtype in DType::ALL {
+                let mut b = Batch::broadcast(&vec![0.0; vocab], dtype, rows, 1.0, 0, 0);
+                b.slots = (0..rows as i32).collect();
+                b.temperature = vec![1.0; rows];
+                (b.seed, b.pos) = (seed.clone(), pos.clone());
+                b.drafting = drafting;
+                let ctx = format!("noise V {vocab} {stream:?} {dtype:?}");
+                assert_same_tokens(&run(&backend, &mut b, &ctx).tokens, &want, &ctx);
+            }
         }
     }
 });

@@ -90,5 +90,5 @@ pub unsafe fn block_floor(f: Floored, best: *mut i32) -> Floored {
     };
     // SAFETY: forwarded.
     let block = unsafe { gpu::shfl_idx_u32(lane0 as u32, 0) } as i32;
-    Floored { own: f.own, floor: floor_value(if block > key { block } else { key }) }
+    Floored { own: f.own, floor: floor_value(block.max(key)) }
 }

@@ -13,6 +13,11 @@
 //! call's status word.
 //!
 //! The winner is the same for any chunking (total order, noise keyed by id).
+//!
+//! Calls without a cache may take `gumbel_sample_lean_{logits}_{logits}`
+//! instead: the same in 64 registers, whose noise loop loads a batch's quads
+//! two at a time, and which writes no cache (the host takes it for grids of
+//! more than one wave).
 
 use crate::block::{Partial, block_reduce, block_state};
 use crate::fold::{block_floor, fold_greedy};
@@ -67,7 +72,7 @@ unsafe fn logits_row<L>(p: &GumbelParams, row: u32) -> *const L {
 /// # Safety
 /// Launched as described in the module docs, with a validated `p`.
 #[inline(always)]
-unsafe fn gumbel_sample<L: Load, C: Element>(p: &GumbelParams) {
+unsafe fn gumbel_sample<L: Load, C: Element, const LEAN: bool>(p: &GumbelParams) {
     let (row, chunk_idx, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
     if row >= p.rows || chunk_idx >= p.chunks {
         return; // whole block: no barrier is skipped by part of it
@@ -83,7 +88,7 @@ unsafe fn gumbel_sample<L: Load, C: Element>(p: &GumbelParams) {
     let (state, pos, column) = unsafe { row_state(p, row) };
     let partial = if state.is_valid() {
         // SAFETY: forwarded (valid state and column, block-uniform call).
-        unsafe { fold_chunk::<L, C>(p, row, chunk_idx, state, pos, column) }
+        unsafe { fold_chunk::<L, C, LEAN>(p, row, chunk_idx, state, pos, column) }
     } else {
         Partial::new(ArgMax::IDENTITY, state.flags) // block-uniform
     };
@@ -99,7 +104,7 @@ unsafe fn gumbel_sample<L: Load, C: Element>(p: &GumbelParams) {
 /// # Safety
 /// Called by every thread of the block; `state` is valid and `column` checked.
 #[inline(always)]
-unsafe fn fold_chunk<L: Load, C: Element>(
+unsafe fn fold_chunk<L: Load, C: Element, const LEAN: bool>(
     p: &GumbelParams,
     row: u32,
     chunk_idx: u32,
@@ -112,7 +117,7 @@ unsafe fn fold_chunk<L: Load, C: Element>(
     let end = if p.vocab - start < p.chunk { p.vocab } else { start + p.chunk };
     // SAFETY: row < rows.
     let logits = unsafe { logits_row::<L>(p, row) };
-    let cache = if p.cache != 0 && state.slot >= 0 {
+    let cache = if !LEAN && p.cache != 0 && state.slot >= 0 {
         let offset = state.slot as usize * p.cache_stride0 as usize + column as usize * p.cache_stride1 as usize;
         // SAFETY: slot < num_slots and column < cache_k were checked; the host checked the extent.
         unsafe { (p.cache as *mut C).add(offset) }
@@ -169,7 +174,7 @@ unsafe fn fold_chunk<L: Load, C: Element>(
         let cell = Cell::new(Floored::EMPTY);
         let walk = block_state::<Walk>();
         unsafe {
-            for_each_quad_shared::<4, true, _>(
+            for_each_quad_shared::<4, LEAN, true, _>(
                 logits,
                 start,
                 end,
@@ -188,7 +193,8 @@ unsafe fn fold_chunk<L: Load, C: Element>(
         };
         best = cell.get().own;
     }
-    let flags = state.flags | if nan { NAN_LOGITS } else { 0 };
+    // A valid state has no flags: row_state raises only INVALID ones.
+    let flags = if nan { NAN_LOGITS } else { 0 };
     // SAFETY: every thread of the block reaches this reduction (caller).
     unsafe { block_reduce(Partial::new(best, flags)) }
 }
@@ -244,7 +250,25 @@ macro_rules! gumbel_kernels {
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(p: GumbelParams) {
             // SAFETY: the launcher validated `p` and the launch shape.
-            unsafe { gumbel_sample::<$l, $c>(&p) }
+            unsafe { gumbel_sample::<$l, $c, false>(&p) }
+        }
+    )*};
+}
+
+macro_rules! gumbel_lean_kernels {
+    ($($name:ident: $l:ty;)*) => {$(
+        /// `gumbel_sample` without a cache for these logits, in 64 registers
+        /// (4 blocks per SM; kernels' Cargo.toml), its noise loop loading
+        /// two quads at a time: the host's pick for a grid of more than one
+        /// wave (see module docs).
+        ///
+        /// # Safety
+        /// Launched by the host's validated launcher, for a call without a
+        /// cache (it writes none).
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: GumbelParams) {
+            // SAFETY: the launcher validated `p` and the launch shape.
+            unsafe { gumbel_sample::<$l, $l, true>(&p) }
         }
     )*};
 }
@@ -259,4 +283,10 @@ gumbel_kernels! {
     gumbel_sample_f16_f32: F16 => f32;
     gumbel_sample_f16_bf16: F16 => Bf16;
     gumbel_sample_f16_f16: F16 => F16;
+}
+
+gumbel_lean_kernels! {
+    gumbel_sample_lean_f32_f32: f32;
+    gumbel_sample_lean_bf16_bf16: Bf16;
+    gumbel_sample_lean_f16_f16: F16;
 }

@@ -204,7 +204,8 @@ pub struct Walk {
 /// their own copy of the loop body, with `n = 4` known to `f` (an H200 ran
 /// random sampling 7–9 % faster at 256 rows and more; the resample, whose
 /// blocks at small batch walk a batch or two, lost 8–13 % at one request:
-/// twice the code). `after_batch()` also runs after the first
+/// twice the code). The batch's loads issue together, or with `HALVES`
+/// two at a time (registers for half of them, for a kernel capped at 64). `after_batch()` also runs after the first
 /// quad of a warp's first batch: its best candidate so far then prunes the
 /// rest of that batch. The walk resets `walk` (its counter, and the words
 /// the folds share between warps: [`Walk::best`]) before its first batch.
@@ -214,7 +215,7 @@ pub struct Walk {
 /// (it starts with a barrier), `walk` is block shared memory no other
 /// code uses meanwhile.
 #[inline(always)]
-pub unsafe fn for_each_quad_shared<const Q: u32, const WHOLE: bool, A: Load>(
+pub unsafe fn for_each_quad_shared<const Q: u32, const HALVES: bool, const WHOLE: bool, A: Load>(
     a: *const A,
     start: u32,
     end: u32,
@@ -266,20 +267,24 @@ pub unsafe fn for_each_quad_shared<const Q: u32, const WHOLE: bool, A: Load>(
                 let (qa, n) = unsafe { load_quad(a, x, end, aligned) };
                 (x, qa, n)
             };
-            // All loads issue before any use; constant indices keep them in registers.
-            let (q0, q1, q2, q3) = (get(0), get(1), get(2), get(3));
             let mut step = #[inline(always)]
             |(x, qa, n): (u32, [A; 4], u32)| {
                 if n > 0 {
                     f(x, qa, if whole { 4 } else { n });
                 }
             };
+            // The loads (of each half) issue before any use; constant
+            // indices keep them in registers.
+            let none = (0, [A::default(); 4], 0);
+            let (q0, q1) = (get(0), get(1));
+            let (q2, q3) = if HALVES { (none, none) } else { (get(2), get(3)) };
             step(q0);
             if first {
                 after_batch();
                 first = false;
             }
             step(q1);
+            let (q2, q3) = if HALVES { (get(2), get(3)) } else { (q2, q3) };
             step(q2);
             step(q3);
         };

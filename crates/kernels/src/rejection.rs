@@ -17,7 +17,8 @@
 //!    request with a bad draft id), with all pass 2 needs of the request.
 //! 2. `rejection_resample_{target}_{cache}`: grid `(requests,
 //!    resample_chunks)`, each block `resample_chunk` ids (split for `requests`
-//!    rows, so a small batch still spreads over the GPU).
+//!    rows, so a small batch still spreads over the GPU); for a grid of more
+//!    than one wave, its twin in 64 registers, `rejection_resample_lean_…`.
 //!    Gumbel-max over row `j` of the job's distribution: the target `p`
 //!    (bonus row, placeholder), `p` without the draft (one-hot drafts), or the
 //!    residual `log(p − q) = a + ln(1 − e^(c−a))` (draft logits), with `p`
@@ -739,7 +740,7 @@ unsafe fn resample_range<T: Load, C: Load>(
     // SAFETY: rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
         // Two quads a batch: registers for 3 blocks per SM (kernels' Cargo.toml).
-        for_each_quad_shared::<2, false, _>(
+        for_each_quad_shared::<2, false, false, _>(
             target,
             start,
             end,
@@ -844,7 +845,7 @@ impl Reduce for Candidates {
 }
 
 macro_rules! rejection_kernels {
-    ($($stats:ident, $resample:ident: $t:ty => $c:ty;)*) => {$(
+    ($($stats:ident, $resample:ident, $lean:ident: $t:ty => $c:ty;)*) => {$(
         /// Pass 1 of `rejection_sample` for these target and cache dtypes.
         ///
         /// # Safety
@@ -863,17 +864,27 @@ macro_rules! rejection_kernels {
             // SAFETY: forwarded.
             unsafe { resample::<$t, $c>(&p) }
         }
+        /// Pass 2 in 64 registers (4 blocks per SM; kernels' Cargo.toml):
+        /// the host's pick for a grid of more than one wave.
+        ///
+        /// # Safety
+        /// Launched by the host's checked launcher.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $lean(p: RejectionParams) {
+            // SAFETY: forwarded.
+            unsafe { resample::<$t, $c>(&p) }
+        }
     )*};
 }
 
 rejection_kernels! {
-    rejection_stats_f32_f32, rejection_resample_f32_f32: f32 => f32;
-    rejection_stats_f32_bf16, rejection_resample_f32_bf16: f32 => Bf16;
-    rejection_stats_f32_f16, rejection_resample_f32_f16: f32 => F16;
-    rejection_stats_bf16_f32, rejection_resample_bf16_f32: Bf16 => f32;
-    rejection_stats_bf16_bf16, rejection_resample_bf16_bf16: Bf16 => Bf16;
-    rejection_stats_bf16_f16, rejection_resample_bf16_f16: Bf16 => F16;
-    rejection_stats_f16_f32, rejection_resample_f16_f32: F16 => f32;
-    rejection_stats_f16_bf16, rejection_resample_f16_bf16: F16 => Bf16;
-    rejection_stats_f16_f16, rejection_resample_f16_f16: F16 => F16;
+    rejection_stats_f32_f32, rejection_resample_f32_f32, rejection_resample_lean_f32_f32: f32 => f32;
+    rejection_stats_f32_bf16, rejection_resample_f32_bf16, rejection_resample_lean_f32_bf16: f32 => Bf16;
+    rejection_stats_f32_f16, rejection_resample_f32_f16, rejection_resample_lean_f32_f16: f32 => F16;
+    rejection_stats_bf16_f32, rejection_resample_bf16_f32, rejection_resample_lean_bf16_f32: Bf16 => f32;
+    rejection_stats_bf16_bf16, rejection_resample_bf16_bf16, rejection_resample_lean_bf16_bf16: Bf16 => Bf16;
+    rejection_stats_bf16_f16, rejection_resample_bf16_f16, rejection_resample_lean_bf16_f16: Bf16 => F16;
+    rejection_stats_f16_f32, rejection_resample_f16_f32, rejection_resample_lean_f16_f32: F16 => f32;
+    rejection_stats_f16_bf16, rejection_resample_f16_bf16, rejection_resample_lean_f16_bf16: F16 => Bf16;
+    rejection_stats_f16_f16, rejection_resample_f16_f16, rejection_resample_lean_f16_f16: F16 => F16;
 }

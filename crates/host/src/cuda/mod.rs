@@ -13,6 +13,8 @@ mod workspace;
 
 pub use workspace::Workspace;
 
+use workspace::Split;
+
 use crate::error::{Error, Result};
 use crate::tensor::DType;
 use cudarc::driver::sys::CUdevice_attribute;
@@ -85,6 +87,36 @@ impl Kernels {
         let kernel = Kernel { function, blocks_per_sm: blocks_per_sm.max(1) };
         functions.insert(key, kernel.clone());
         Ok(kernel)
+    }
+}
+
+/// The launch of a kernel over rows of `vocab` ids.
+struct Launch {
+    kernel: Kernel,
+    split: Split,
+}
+
+impl Cuda {
+    /// `op`'s kernel for `dtypes` and its split over `rows` rows of `vocab`
+    /// ids; or those of `lean`, its variant in 64 registers (4 blocks per
+    /// SM), where `op`'s blocks would take more than one wave ([`Workspace::lean`]).
+    fn launch_for(
+        &self,
+        ws: &Workspace,
+        (op, lean): (&'static str, Option<&'static str>),
+        dtypes: (DType, DType),
+        (rows, vocab): (usize, usize),
+    ) -> Result<Launch> {
+        let kernel = self.kernels.function((op, dtypes))?;
+        let split = ws.split(rows, vocab, kernel.blocks_per_sm)?;
+        match lean {
+            Some(lean) if ws.lean(rows, split, kernel.blocks_per_sm) => {
+                let kernel = self.kernels.function((lean, dtypes))?;
+                let split = ws.split(rows, vocab, kernel.blocks_per_sm)?;
+                Ok(Launch { kernel, split })
+            }
+            _ => Ok(Launch { kernel, split }),
+        }
     }
 }
 

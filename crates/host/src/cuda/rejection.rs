@@ -1,7 +1,7 @@
 //! `rejection_sample` on the GPU: checks, then the four-pass launch of
 //! `crates/kernels/src/rejection.rs`.
 
-use super::{Cuda, Workspace, launch};
+use super::{Cuda, Launch, Workspace, launch};
 use crate::error::{Error, Result};
 use crate::memory::Device;
 use crate::rejection::{RejectionOutput, RejectionSample};
@@ -33,9 +33,13 @@ impl Cuda {
         // whose kernels hold the fewest registers (more blocks per SM).
         let draft_dtype = args.draft_logits.as_ref().map_or(DType::BF16, |d| d.data.dtype());
         let stats = self.kernels.function(("rejection_stats", (target_dtype, draft_dtype)))?;
-        let resample = self.kernels.function(("rejection_resample", (target_dtype, draft_dtype)))?;
         let split = ws.split(shape.requests * (args.max_drafts + 1), args.target.vocab, stats.blocks_per_sm)?;
-        let resample_split = ws.split(shape.requests, args.target.vocab, resample.blocks_per_sm)?;
+        let Launch { kernel: resample, split: resample_split } = self.launch_for(
+            ws,
+            ("rejection_resample", Some("rejection_resample_lean")),
+            (target_dtype, draft_dtype),
+            (shape.requests, args.target.vocab),
+        )?;
         let stream = &*self.stream;
         if ws.scratch.stream().context().cu_ctx() != stream.context().cu_ctx() {
             return Err(Error::WorkspaceContext);

@@ -81,10 +81,22 @@ impl Workspace {
             return Err(Error::WorkspaceTooSmall { needed: rows, capacity: self.max_rows });
         }
         let tiles = vocab.div_ceil(TILE as usize);
-        let wanted = wanted_chunks(rows, tiles, self.sm_count);
+        let wanted = target_blocks(self.sm_count).div_ceil(rows.max(1)).clamp(1, tiles);
         let wanted = balance_waves(rows, wanted, tiles, self.sm_count as usize * blocks_per_sm as usize);
         let chunk = tiles.div_ceil(wanted) * TILE as usize;
         Ok(Split { chunk: chunk as u32, chunks: vocab.div_ceil(chunk) as u32 })
+    }
+
+    /// Whether a call over `rows` rows split as `split`, by a kernel that
+    /// keeps `blocks_per_sm` blocks on each SM, should rather take that
+    /// kernel's lean variant (64 registers, 4 blocks per SM): where its
+    /// blocks take more than one wave. The lean variants lose at small
+    /// batch, where blocks are few and each one's speed counts (an H200: one
+    /// to 64 rows 3–10 % slower), and gain where more blocks in flight hide
+    /// memory latency (greedy sampling of 256 to 1024 rows 7–10 % faster,
+    /// random 0–5 %, the resample of 256 requests 2–3 %).
+    pub(crate) fn lean(&self, rows: usize, split: Split, blocks_per_sm: u32) -> bool {
+        rows * split.chunks as usize > self.sm_count as usize * blocks_per_sm as usize
     }
 
     /// Byte offsets of the rejection regions (stats, jobs, partials) in `scratch`.
@@ -102,18 +114,6 @@ impl Workspace {
 /// row or request and large batches unchanged.
 fn target_blocks(sm_count: u32) -> usize {
     2 * sm_count.max(1) as usize
-}
-
-/// Chunks per row before [`balance_waves`]: enough for [`target_blocks`];
-/// but once every SM has a row, none shorter than [`MIN_CHUNK_TILES`]
-/// (unless the row is): a block's fixed costs then outweigh spreading a short
-/// row. On an H200, 256 rows of V = 32,000 in one chunk rather than two:
-/// sampling 24 % faster (greedy, random and drafting alike), verification of
-/// 256 requests 5–10 % (its pass 2); but 64 requests of 3 drafts 3–6 %
-/// slower (pass 1: 512 halves would have fit one wave at 4 blocks per SM).
-fn wanted_chunks(rows: usize, tiles: usize, sm_count: u32) -> usize {
-    let wanted = target_blocks(sm_count).div_ceil(rows.max(1)).clamp(1, tiles);
-    if rows >= sm_count as usize { wanted.min((tiles / MIN_CHUNK_TILES).max(1)) } else { wanted }
 }
 
 /// The shortest chunk, in tiles, that a split makes by choice.
@@ -135,8 +135,10 @@ fn entries(sm_count: u32, max_rows: usize) -> Option<usize> {
 /// blocks either fit one wave, if it stays at least `ONE_WAVE_FILL` full,
 /// or fill two better with up to [`EXTRA_CHUNKS`] more chunks (256 rows: 768
 /// blocks, 11–20 % faster, sampling and resample alike), each added only for
-/// a fill better by `MIN_GAIN`, and none shorter than `MIN_CHUNK_TILES`.
-/// Past two waves the gain is small and more chunks cost more: each block
+/// a fill better by `MIN_GAIN`, and none shorter than `MIN_CHUNK_TILES`;
+/// where no chunk can be added, they fit one wave however empty (256 rows
+/// of V = 32,000 whole, not halves: sampling 24 % faster on an H200, the
+/// resample of 256 requests 5–10 %). Past two waves the gain is small and more chunks cost more: each block
 /// has fixed work, and a shorter chunk prunes less noise (1024 rows in 3
 /// chunks were 19–47 % slower than in one; V = 32,000 verifications in
 /// chunks of 11 tiles 3–8 % slower than in one).
@@ -161,23 +163,23 @@ fn balance_waves(rows: usize, wanted: usize, tiles: usize, slots: usize) -> usiz
             best = chunks;
         }
     }
-    best
+    if best == wanted && one_wave >= 1 { one_wave } else { best }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{balance_waves, wanted_chunks};
+    use super::balance_waves;
 
-    /// H200 (132 SMs): short rows stay whole once every SM has one.
+    /// H200 (132 SMs): a partial second wave that more chunks cannot fill
+    /// gives way to one wave of whole rows.
     #[test]
-    fn short_rows_are_not_split_once_every_sm_has_one() {
-        // V = 32,000 (32 tiles): 256 rows in one chunk each, not two.
-        assert_eq!(wanted_chunks(256, 32, 132), 1);
-        // Fewer rows than SMs: still spread.
-        assert_eq!(wanted_chunks(64, 32, 132), 5);
-        // Long rows: two chunks, as before (then balance_waves).
-        assert_eq!(wanted_chunks(256, 149, 132), 2);
-        assert_eq!(wanted_chunks(1, 149, 132), 149);
+    fn short_rows_fit_one_wave_rather_than_a_partial_second() {
+        // V = 32,000 (32 tiles), 256 rows: halves (512 blocks) are 1.3 waves at 3 blocks per SM.
+        assert_eq!(balance_waves(256, 2, 32, 396), 1);
+        // ... but one wave at 4 blocks per SM: halves.
+        assert_eq!(balance_waves(256, 2, 32, 528), 2);
+        // Rows long enough for more chunks still get them (below).
+        assert_eq!(balance_waves(256, 2, 149, 396), 3);
     }
 
     /// H200 (132 SMs) cases measured: the ones that gain, and ones that must not change.
