@@ -13,13 +13,14 @@
 //! possible score, a bound on its largest scaled logit
 //! ([`Sampler::scaled_bound`]) plus [`GUMBEL_MAX`], is strictly below the
 //! running best (no Philox call at all), for a quad whose bound plus its
-//! words' [`quad_bound`] is (no logarithms; one table lookup), and for an
-//! id whose scaled logit plus its word's bound [`gumbel_bound`] is.
+//! words' [`quad_bound`](crate::gumbel::quad_bound) is (no logarithms; at
+//! most one table lookup, [`quad_ruled_out`]), and for an id whose scaled
+//! logit plus its word's bound [`gumbel_bound`] is.
 //! Rounding is monotone, so no skipped id could win or tie, and the result is
 //! the same as with noise everywhere.
 
 use crate::argmax::ArgMax;
-use crate::gumbel::{GUMBEL_MAX, gumbel, gumbel_bound, quad_bound};
+use crate::gumbel::{GUMBEL_MAX, gumbel, gumbel_bound, quad_ruled_out};
 use crate::rng::{Stream, random_quad};
 
 /// How one row turns logits into a token.
@@ -116,7 +117,7 @@ impl Sampler {
     /// The fold of scores `w(i) + gumbel(word i)`, where `t` is at least the
     /// largest of `w(..n)` (NaN skipped). Three tests, each only if the last failed:
     /// the quad against [`GUMBEL_MAX`] (no Philox call), the quad against
-    /// its words' [`quad_bound`] (one table lookup), each id
+    /// its words' [`quad_bound`](crate::gumbel::quad_bound) ([`quad_ruled_out`]), each id
     /// against its word's [`gumbel_bound`] (no logarithm).
     #[inline(always)]
     fn fold_scores(
@@ -132,7 +133,7 @@ impl Sampler {
             return best;
         }
         let words = words();
-        if t + quad_bound(words) < best.value {
+        if quad_ruled_out(words, |bound| t + bound < best.value) {
             return best;
         }
         // `!(bound < best)`, not `bound >= best`: a NaN weight must still be
@@ -268,7 +269,7 @@ impl Sampler {
     /// Both candidates' folds of a quad, where `weights(i)` is id `i`'s
     /// `(tgt, ub)` and `tops` at least the largest of each over `..n` (NaN skipped).
     /// As in `fold_scores`, three tests each rule out work if they
-    /// can: [`GUMBEL_MAX`], [`quad_bound`], then each id's [`gumbel_bound`].
+    /// can: [`GUMBEL_MAX`], [`quad_ruled_out`], then each id's [`gumbel_bound`].
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn resample_scores(
@@ -285,8 +286,7 @@ impl Sampler {
             return best;
         }
         let words = words();
-        let bound = quad_bound(words);
-        if top_ub + bound < best.residual.value && top_tgt + bound < best.target.value {
+        if quad_ruled_out(words, |bound| top_ub + bound < best.residual.value && top_tgt + bound < best.target.value) {
             return best;
         }
         // `!(… < best)`: a NaN weight takes the exact path (see `fold_scores`).
