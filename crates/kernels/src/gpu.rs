@@ -219,6 +219,17 @@ pub unsafe fn prefetch_l2<T>(ptr: *const T) {
     unsafe { core::arch::asm!("prefetch.L2 [{0}];", in(reg64) ptr, options(nostack, readonly, preserves_flags)) }
 }
 
+/// Starts moving the line holding `ptr` into this SM's L1 (`prefetch.L1`),
+/// without waiting or holding a register for the data.
+///
+/// # Safety
+/// `ptr` points into memory the kernel may read.
+#[inline(always)]
+pub unsafe fn prefetch_l1<T>(ptr: *const T) {
+    // SAFETY: guaranteed by the caller; a prefetch has no other effect.
+    unsafe { core::arch::asm!("prefetch.L1 [{0}];", in(reg64) ptr, options(nostack, readonly, preserves_flags)) }
+}
+
 /// Aborts the kernel (the launch reports an error to the host).
 #[inline(always)]
 pub fn trap() -> ! {
