@@ -195,22 +195,23 @@ pub struct Walk {
 /// [`for_each_quad`] over one row `a`, for compute-bound folds, with the
 /// block's warps sharing the work: each warp takes the next batch of `128·q`
 /// consecutive ids from the walk's shared counter (lane `l` folds quads
-/// `4·l + 128·k`, `k < q`, loads coalesced) until `start .. end` is done, so all warps finish within about
-/// one batch of each other rather than waiting at the block's reduction for
-/// the slowest (on an H200, 12–15 % of the warps' time in `gumbel_sample`
-/// and the resample was spent there). `q` is `Q`, or fewer for a short range,
-/// so that every warp still gets two batches (a one-tile chunk, at small
-/// batch, is one quad per lane). With `WHOLE`, batches of whole quads get
-/// their own copy of the loop body, with `n = 4` known to `f` (an H200 ran
-/// random sampling 7–9 % faster at 256 rows and more; the resample, whose
-/// blocks at small batch walk a batch or two, lost 8–13 % at one request:
-/// twice the code). The batch's loads issue together, or with `HALVES`
-/// two at a time (registers for half of them, for a kernel capped at 64),
-/// the second half's lines prefetched to L1 as the first half loads (an
-/// H200 sampled 1024 rows 2 % faster with it). `after_batch()` also runs after the first
-/// quad of a warp's first batch: its best candidate so far then prunes the
-/// rest of that batch. The walk resets `walk` (its counter, and the words
-/// the folds share between warps: [`Walk::best`]) before its first batch.
+/// `4·l + 128·k`, `k < q`, loads coalesced) until `start .. end` is done, so
+/// all warps finish within about one batch of each other rather than
+/// waiting at the block's reduction for the slowest (on an H200, 12–15 % of
+/// the warps' time in `gumbel_sample` and the resample was spent there).
+/// `q` is `Q`, or fewer for a short range, so that every warp still gets
+/// two batches (a one-tile chunk, at small batch, is one quad per lane).
+/// With `WHOLE`, batches of whole quads get their own copy of the loop body,
+/// with `n = 4` known to `f` (an H200 ran random sampling 7–9 % faster at
+/// 256 rows and more; the resample, whose blocks at small batch walk a
+/// batch or two, lost 8–13 % at one request: twice the code). The batch's
+/// loads issue together, or with `HALVES` two at a time (registers for half
+/// of them, for a kernel capped at 64), the second half's lines prefetched
+/// to L1 as the first half loads (an H200 sampled 1024 rows 2 % faster with
+/// it). `after_batch()` also runs after the first quad of a warp's first
+/// batch: its best candidate so far then prunes the rest of that batch. The
+/// walk resets `walk` (its counter, and the words the folds share between
+/// warps: [`Walk::best`]) before its first batch.
 ///
 /// # Safety
 /// As for [`for_each_quad`]; called by every thread of the block together

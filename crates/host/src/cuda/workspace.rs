@@ -138,10 +138,11 @@ fn entries(sm_count: u32, max_rows: usize) -> Option<usize> {
 /// a fill better by `MIN_GAIN`, and none shorter than `MIN_CHUNK_TILES`;
 /// where no chunk can be added, they fit one wave however empty (256 rows
 /// of V = 32,000 whole, not halves: sampling 24 % faster on an H200, the
-/// resample of 256 requests 5–10 %). Past two waves the gain is small and more chunks cost more: each block
-/// has fixed work, and a shorter chunk prunes less noise (1024 rows in 3
-/// chunks were 19–47 % slower than in one; V = 32,000 verifications in
-/// chunks of 11 tiles 3–8 % slower than in one).
+/// resample of 256 requests 5–10 %). Past two waves the gain is small and
+/// more chunks cost more: each block has fixed work, and a shorter chunk
+/// prunes less noise (1024 rows in 3 chunks were 19–47 % slower than in
+/// one; V = 32,000 verifications in chunks of 11 tiles 3–8 % slower than
+/// in one).
 fn balance_waves(rows: usize, wanted: usize, tiles: usize, slots: usize) -> usize {
     const ONE_WAVE_FILL: f64 = 0.8;
     const MIN_GAIN: f64 = 0.05;
