@@ -74,12 +74,23 @@ impl Sampler {
     /// `vals[..n]` into `best`.
     #[inline(always)]
     pub fn fold_quad(&self, best: ArgMax, base: u32, vals: [f32; 4], n: u32) -> ArgMax {
+        self.fold_quad_skipping(best, base, vals, n, NO_LANE)
+    }
+
+    /// [`Sampler::fold_quad`] of the quad's lanes other than `skip`
+    /// ([`NO_LANE`]: none), the lead that [`Sampler::fold_quad_lead`] folded.
+    #[inline(always)]
+    pub fn fold_quad_skipping(&self, best: ArgMax, base: u32, vals: [f32; 4], n: u32, skip: u32) -> ArgMax {
         // Lanes are spelled out with constant indices so that, on the GPU, the
         // arrays stay in registers (a loop the unroller declines would put
         // them in local memory).
         if self.greedy {
             let lane = |best: ArgMax, i: usize| {
-                if (i as u32) < n { best.combine(ArgMax::new(vals[i], base + i as u32)) } else { best }
+                if (i as u32) < n && i as u32 != skip {
+                    best.combine(ArgMax::new(vals[i], base + i as u32))
+                } else {
+                    best
+                }
             };
             return lane(lane(lane(lane(best, 0), 1), 2), 3);
         }
@@ -87,7 +98,29 @@ impl Sampler {
         // bound of the largest: one multiply per quad unless the quad may
         // hold a winner.
         let t = self.scaled_bound(top(vals, n));
-        self.fold_scores(best, base, t, |i| self.scaled(vals[i]), n, || self.quad_words(base))
+        self.fold_scores(best, base, t, |i| self.scaled(vals[i]), n, skip, || self.quad_words(base))
+    }
+
+    /// The first half of a quad's fold in two: folds only the quad's lead,
+    /// the lane whose score has the largest bound, and says which it was
+    /// ([`NO_LANE`] if the quad tests ruled the whole quad out). The fold
+    /// is completed by [`Sampler::fold_quad_skipping`] of the lead, after
+    /// the leads of a group's quads have raised its floor (`Floored`): at
+    /// a cold floor a warp would otherwise evaluate the noise of every lane,
+    /// one lane at a time, where its best lead rules out most of the rest.
+    /// Greedy samplers have no lead.
+    #[inline(always)]
+    pub fn fold_quad_lead(&self, best: ArgMax, base: u32, vals: [f32; 4], n: u32) -> (ArgMax, u32) {
+        let t = self.scaled_bound(top(vals, n));
+        if self.greedy || n == 0 || t + GUMBEL_MAX < best.value {
+            return (best, NO_LANE);
+        }
+        let words = self.quad_words(base);
+        if quad_ruled_out(words, |bound| t + bound < best.value) {
+            return (best, NO_LANE);
+        }
+        let k = lead(|i| self.scaled_bound(vals[i]) + gumbel_bound(words[i]), n);
+        (score_lane(best, self.scaled(pick(vals, k)), pick(words, k), base + k), k)
     }
 
     /// Folds ids `base .. base + n` with unnormalised log-weights `w[..n]`
@@ -111,15 +144,17 @@ impl Sampler {
         n: u32,
         words: impl FnOnce() -> [u32; 4],
     ) -> ArgMax {
-        self.fold_scores(best, base, top(w, n), |i| w[i], n, words)
+        self.fold_scores(best, base, top(w, n), |i| w[i], n, NO_LANE, words)
     }
 
-    /// The fold of scores `w(i) + gumbel(word i)`, where `t` is at least the
-    /// largest of `w(..n)` (NaN skipped). Three tests, each only if the last failed:
-    /// the quad against [`GUMBEL_MAX`] (no Philox call), the quad against
-    /// its words' [`quad_bound`](crate::gumbel::quad_bound) ([`quad_ruled_out`]), each id
-    /// against its word's [`gumbel_bound`] (no logarithm).
+    /// The fold of scores `w(i) + gumbel(word i)` of lanes other than
+    /// `skip`, where `t` is at least the largest of `w(..n)` (NaN skipped).
+    /// Three tests, each only if the last failed: the quad against
+    /// [`GUMBEL_MAX`] (no Philox call), the quad against its words'
+    /// [`quad_bound`](crate::gumbel::quad_bound) ([`quad_ruled_out`]), each id
+    /// against its word's [`gumbel_bound`] (no logarithm; [`score_lane`]).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn fold_scores(
         &self,
         best: ArgMax,
@@ -127,6 +162,7 @@ impl Sampler {
         t: f32,
         w: impl Fn(usize) -> f32,
         n: u32,
+        skip: u32,
         words: impl FnOnce() -> [u32; 4],
     ) -> ArgMax {
         if t + GUMBEL_MAX < best.value {
@@ -136,19 +172,49 @@ impl Sampler {
         if quad_ruled_out(words, |bound| t + bound < best.value) {
             return best;
         }
-        // `!(bound < best)`, not `bound >= best`: a NaN weight must still be
-        // folded (as -inf with its id), or an all-NaN row would keep no id.
-        #[allow(clippy::neg_cmp_op_on_partial_ord)]
         let lane = |best: ArgMax, i: usize| {
-            let wi = w(i);
-            if (i as u32) < n && !(wi + gumbel_bound(words[i]) < best.value) {
-                best.combine(ArgMax::new(wi + gumbel(words[i]), base + i as u32))
-            } else {
-                best
-            }
+            if (i as u32) < n && i as u32 != skip { score_lane(best, w(i), words[i], base + i as u32) } else { best }
         };
         lane(lane(lane(lane(best, 0), 1), 2), 3)
     }
+}
+
+/// The `skip` of a whole quad's fold, and the lead of a quad that has none.
+pub const NO_LANE: u32 = 4;
+
+/// Folds id `id` of weight `w` and random word `word` into `best`, unless
+/// its word's [`gumbel_bound`] rules it out.
+#[inline(always)]
+fn score_lane(best: ArgMax, w: f32, word: u32, id: u32) -> ArgMax {
+    // `!(bound < best)`, not `bound >= best`: a NaN weight must still be
+    // folded (as -inf with its id), or an all-NaN row would keep no id.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    if !(w + gumbel_bound(word) < best.value) { best.combine(ArgMax::new(w + gumbel(word), id)) } else { best }
+}
+
+/// The first of lanes `..n` (`n >= 1`) with the largest `key`, which must
+/// not be NaN.
+#[inline(always)]
+fn lead(key: impl Fn(usize) -> f32, n: u32) -> u32 {
+    let (mut k, mut top) = (0, key(0));
+    let mut lane = |i: usize| {
+        if (i as u32) < n && key(i) > top {
+            (k, top) = (i as u32, key(i));
+        }
+    };
+    lane(1);
+    lane(2);
+    lane(3);
+    k
+}
+
+/// `a[k]` for `k < 4` by selects: on the GPU, a variable index into a
+/// register array would move it to local memory.
+#[inline(always)]
+fn pick<T: Copy>(a: [T; 4], k: u32) -> T {
+    let low = if k == 0 { a[0] } else { a[1] };
+    let high = if k == 2 { a[2] } else { a[3] };
+    if k < 2 { low } else { high }
 }
 
 /// The two candidates of a resampled token: Gumbel-max over the residual
@@ -355,6 +421,37 @@ mod tests {
             }
             assert_eq!(folded, full, "trial {trial}");
         }
+    }
+
+    /// A quad folded in two halves, its lead and then the rest, gives the
+    /// whole quad's fold, also where a group's floor rose in between as
+    /// high as a floor may (the quad's own best score).
+    #[test]
+    fn a_lead_and_the_rest_fold_as_the_whole_quad() {
+        let s = Sampler::new(0.6, 21, 9, Stream::Target);
+        let mut leads = 0;
+        for trial in 0..4000u32 {
+            let h = |salt: u32, i: usize| crate::rng::random_u32(trial as u64, salt as u64, Stream::Accept, i as u32);
+            let vals: [f32; 4] = core::array::from_fn(|i| match h(0, i) % 29 {
+                0 => f32::NAN,
+                1 => f32::NEG_INFINITY,
+                k => (k as f32 - 14.0) * [0.05f32, 0.5, 2.0][trial as usize % 3],
+            });
+            let n = 1 + h(1, 0) % 4;
+            let base = 4 * (h(2, 0) % 1000);
+            let best = match h(3, 0) % 3 {
+                0 => ArgMax::IDENTITY,
+                k => ArgMax::new((h(4, 0) % 40) as f32 * 0.25 - 5.0 * k as f32, h(5, 0) % 5000),
+            };
+            let whole = s.fold_quad(best, base, vals, n);
+            let (led, k) = s.fold_quad_lead(best, base, vals, n);
+            leads += (k != NO_LANE) as u32;
+            assert_eq!(s.fold_quad_skipping(led, base, vals, n, k), whole, "trial {trial}");
+            let raised = Floored { own: led, floor: whole.value };
+            let rest = raised.settle(s.fold_quad_skipping(raised.probe(), base, vals, n, k));
+            assert_eq!(rest.own, whole, "trial {trial}, floor raised");
+        }
+        assert!(leads > 1000, "{leads} leads in 4000 quads: the quad tests rule out too much to test");
     }
 
     /// The pruned resample fold gives both candidates of scoring every id,

@@ -30,7 +30,7 @@ use specdec_core::argmax::{ArgMax, Floored};
 use specdec_core::dtype::{Bf16, Element, F16};
 use specdec_core::layout::GumbelParams;
 use specdec_core::rng::Stream;
-use specdec_core::sample::Sampler;
+use specdec_core::sample::{NO_LANE, Sampler};
 use specdec_core::status::{INVALID, INVALID_COLUMN, NAN_LOGITS};
 
 /// The row state plus its cache column check.
@@ -172,19 +172,28 @@ unsafe fn fold_chunk<L: Load, C: Element, const LEAN: bool>(
         // block's ids so far rather than its own, and the warp evaluates
         // noise far less often for a lane that could not.
         let cell = Cell::new(Floored::EMPTY);
+        // The lane a quad's lead folded (for_each_quad_shared), which its fold skips.
+        let led = Cell::new(NO_LANE);
         let walk = block_state::<Walk>();
         unsafe {
-            for_each_quad_shared::<4, LEAN, true, _>(
+            for_each_quad_shared::<4, LEAN, true, true, _>(
                 logits,
                 start,
                 end,
                 walk,
                 |x, raw, n| {
+                    let c = cell.get();
+                    let (folded, lead) = sampler.fold_quad_lead(c.probe(), x, widen(raw), n);
+                    cell.set(c.settle(folded));
+                    led.set(lead);
+                },
+                |x, raw, n| {
                     store(x, raw, n);
                     let vals = widen(raw);
                     nan |= any_nan(vals, n);
                     let c = cell.get();
-                    cell.set(c.settle(sampler.fold_quad(c.probe(), x, vals, n)));
+                    let skip = led.replace(NO_LANE);
+                    cell.set(c.settle(sampler.fold_quad_skipping(c.probe(), x, vals, n, skip)));
                 },
                 // SAFETY: for_each_quad_shared calls this in all lanes of the
                 // warp together; the walk's shared words are the floor's alone.

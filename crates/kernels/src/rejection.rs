@@ -740,11 +740,12 @@ unsafe fn resample_range<T: Load, C: Load>(
     // SAFETY: rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
         // Two quads a batch: registers for 3 blocks per SM (kernels' Cargo.toml).
-        for_each_quad_shared::<2, false, false, _>(
+        for_each_quad_shared::<2, false, false, false, _>(
             target,
             start,
             end,
             walk,
+            |_, _, _| {},
             #[inline(always)]
             |x, t, n| {
                 let (t, (res_floor, tgt_floor)) = (widen(t), cell.get());
