@@ -93,6 +93,27 @@ fn chi_square_full_vocab_200k_cuda() {
     check_fit(&specdec_suite::cuda(), &mixed_logits(VOCAB, 0x200), DType::F32, 1.0, draws, 1 << 45);
 }
 
+/// Calls of few rows, where a block's chunk is one quad a lane: there a warp
+/// folds its lanes' leads before the rest of their quads (`LEAD` in
+/// `crates/kernels/src/load.rs`), a path the large calls above, which take
+/// the lean kernels, never reach. GPU only (the CPU has no such path).
+#[cfg(feature = "gpu")]
+#[test]
+fn chi_square_v999_in_small_calls_cuda() {
+    const ROWS_PER_CALL: usize = 128;
+    let (vocab, t) = (999, 0.8);
+    let draws = specdec_suite::gpu_sized(full_draws(vocab));
+    let b = Batch::broadcast(&mixed_logits(vocab, 0xF17), DType::F32, draws, t, SEED, 7 << 40);
+    let cuda = specdec_suite::cuda();
+    let mut tokens = Vec::with_capacity(draws);
+    for first in (0..draws).step_by(ROWS_PER_CALL) {
+        let rows: Vec<usize> = (first..(first + ROWS_PER_CALL).min(draws)).collect();
+        tokens.extend(b.select(&rows).run(&cuda).expect("gumbel_sample").tokens);
+    }
+    let ctx = format!("V {vocab} F32 T {t} draws {draws} in calls of {ROWS_PER_CALL} rows");
+    chi_square(&histogram(&tokens, vocab), &exact_probs(&b, t)).assert_pass(&ctx);
+}
+
 /// The heavy token's logit. Its weight e^18 ≈ 6.6e7 dwarfs the tail's ~4e5,
 /// so a tail id wins only with noise ~17 above the heavy token's: `u` within
 /// ~e^-18 ≈ 2^-26 of 1, finer than f32 resolves near 1 (2^-24). A Gumbel
