@@ -399,6 +399,16 @@ mod tests {
     use super::*;
     use crate::argmax::Floored;
 
+    /// A test logit from hash `h`: NaN and `-inf` once in `m` each, else one
+    /// of `m − 2` values `spread` apart around 0.
+    fn test_logit(h: u32, m: u32, spread: f32) -> f32 {
+        match h % m {
+            0 => f32::NAN,
+            1 => f32::NEG_INFINITY,
+            k => (k as f32 - (m / 2) as f32) * spread,
+        }
+    }
+
     /// Folding with pruning gives the same winner as scoring every id.
     #[test]
     fn pruning_never_changes_the_winner() {
@@ -432,11 +442,8 @@ mod tests {
         let mut leads = 0;
         for trial in 0..4000u32 {
             let h = |salt: u32, i: usize| crate::rng::random_u32(trial as u64, salt as u64, Stream::Accept, i as u32);
-            let vals: [f32; 4] = core::array::from_fn(|i| match h(0, i) % 29 {
-                0 => f32::NAN,
-                1 => f32::NEG_INFINITY,
-                k => (k as f32 - 14.0) * [0.05f32, 0.5, 2.0][trial as usize % 3],
-            });
+            let vals: [f32; 4] =
+                core::array::from_fn(|i| test_logit(h(0, i), 29, [0.05, 0.5, 2.0][trial as usize % 3]));
             let n = 1 + h(1, 0) % 4;
             let base = 4 * (h(2, 0) % 1000);
             let best = match h(3, 0) % 3 {
@@ -505,11 +512,8 @@ mod tests {
         let s = Sampler::new(0.7, 11, 3, Stream::Target);
         for trial in 0..200u32 {
             let h = |salt: u32, i: usize| crate::rng::random_u32(trial as u64, salt as u64, Stream::Accept, i as u32);
-            let logits: [f32; 64] = core::array::from_fn(|i| match h(2, i) % 41 {
-                0 => f32::NAN,
-                1 => f32::NEG_INFINITY,
-                k => (k as f32 - 20.0) * [0.1f32, 1.0, 3.0][trial as usize % 3],
-            });
+            let logits: [f32; 64] =
+                core::array::from_fn(|i| test_logit(h(2, i), 41, [0.1, 1.0, 3.0][trial as usize % 3]));
             let shift = [0.0, 2.5, 7.0][trial as usize % 3];
             let q: [f32; 64] = core::array::from_fn(|i| (h(3, i) % 23) as f32 - 11.0);
             let res = |id: usize, t: f32| {
