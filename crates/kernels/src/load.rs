@@ -218,11 +218,12 @@ pub struct Walk {
 /// out. A warp evaluates one lane's noise at a time, so against the cold
 /// floor of a warp's first quad it would evaluate all four: an H200 sampled
 /// a row of 32,000 to 262,144 ids 6–10 % faster with leads. (Not in
-/// `HALVES` mode, whose kernels run grids of more than one wave, of chunks
-/// too long for it; the resample, whose floors start seeded, verified 2–5 %
-/// slower with one-hot drafts, 3–8 % faster with draft logits, and takes
-/// none.) The walk resets `walk` (its counter, and the words the folds share between
-/// warps: [`Walk::best`]) before its first batch.
+/// `HALVES` mode: its kernels run grids of more than one wave, whose chunks
+/// are longer, and the path spilled their registers. The resample, whose
+/// floors start seeded, verified 2–5 % slower with one-hot drafts and 3–8 %
+/// faster with draft logits with leads, and takes none.) The walk resets
+/// `walk` (its counter, and the words the folds share between warps:
+/// [`Walk::best`]) before its first batch.
 ///
 /// # Safety
 /// As for [`for_each_quad`]; called by every thread of the block together
