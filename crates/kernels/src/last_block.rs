@@ -72,16 +72,17 @@ pub unsafe fn combine<T: Reduce>(partials: *mut T, c: u32, blocks: u32, counter:
 /// The `n` results at `partials`, published by other blocks of this launch,
 /// combined by a whole warp; every lane gets the result. Lane `l` reads
 /// entries `l, l + 32, …`, several loads in flight before it combines any
-/// (four of up to 16 bytes, two larger ones: registers in the decision of
+/// (eight of up to 16 bytes, two larger ones: registers in the decision of
 /// pass 1 are scarce): at a small batch each round trip to memory is a large
-/// part of the call, and a group of up to 128 (64) entries then costs one.
+/// part of the call, and a group of up to 256 (64) entries then costs one
+/// (one row's 149 chunks, at V = 151,936).
 ///
 /// # Safety
 /// All 32 lanes call this together; `partials` holds `n` entries, each
 /// published before (fenced, as [`arrive`] does).
 #[inline(always)]
 pub unsafe fn gather<T: Reduce>(partials: *const T, n: u32) -> T {
-    let four = const { core::mem::size_of::<T>() <= 16 };
+    let small = const { core::mem::size_of::<T>() <= 16 };
     let lane = gpu::thread_idx_x() % WARP;
     let mut acc = T::IDENTITY;
     let mut base = 0;
@@ -91,10 +92,11 @@ pub unsafe fn gather<T: Reduce>(partials: *const T, n: u32) -> T {
             // SAFETY: j < n. Volatile: read from L2, never from a stale L1 line.
             if j < n { unsafe { partials.add(j as usize).read_volatile() } } else { T::IDENTITY }
         };
-        if four {
+        if small {
             let (a, b, c, d) = (get(0), get(1), get(2), get(3));
-            acc = acc.combine(a.combine(b).combine(c.combine(d)));
-            base += 4 * WARP;
+            let (e, f, g, h) = (get(4), get(5), get(6), get(7));
+            acc = acc.combine(a.combine(b).combine(c.combine(d)).combine(e.combine(f).combine(g.combine(h))));
+            base += 8 * WARP;
         } else {
             let (a, b) = (get(0), get(1));
             acc = acc.combine(a.combine(b));
