@@ -80,11 +80,7 @@ impl Workspace {
         if rows > self.max_rows {
             return Err(Error::WorkspaceTooSmall { needed: rows, capacity: self.max_rows });
         }
-        let tiles = vocab.div_ceil(TILE as usize);
-        let wanted = target_blocks(self.sm_count).div_ceil(rows.max(1)).clamp(1, tiles);
-        let wanted = balance_waves(rows, wanted, tiles, self.sm_count as usize * blocks_per_sm as usize);
-        let chunk = tiles.div_ceil(wanted) * TILE as usize;
-        Ok(Split { chunk: chunk as u32, chunks: vocab.div_ceil(chunk) as u32 })
+        Ok(split(self.sm_count, rows, vocab, blocks_per_sm))
     }
 
     /// Whether a call over `rows` rows split as `split`, by a kernel that
@@ -105,6 +101,15 @@ impl Workspace {
         let partials = jobs + self.max_rows * JOB_BYTES;
         (0, jobs as u64, partials as u64)
     }
+}
+
+/// [`Workspace::split`] on a GPU of `sm_count` SMs, for `vocab >= 1`.
+fn split(sm_count: u32, rows: usize, vocab: usize, blocks_per_sm: u32) -> Split {
+    let tiles = vocab.div_ceil(TILE as usize);
+    let wanted = target_blocks(sm_count).div_ceil(rows.max(1)).clamp(1, tiles);
+    let wanted = balance_waves(rows, wanted, tiles, sm_count as usize * blocks_per_sm as usize);
+    let chunk = tiles.div_ceil(wanted) * TILE as usize;
+    Split { chunk: chunk as u32, chunks: vocab.div_ceil(chunk) as u32 }
 }
 
 /// Blocks that keep every SM busy at small batch. Two per SM, not more: each
@@ -169,7 +174,33 @@ fn balance_waves(rows: usize, wanted: usize, tiles: usize, slots: usize) -> usiz
 
 #[cfg(test)]
 mod tests {
-    use super::balance_waves;
+    use super::{balance_waves, entries, split};
+    use crate::tensor::MAX_VOCAB;
+    use specdec_core::layout::TILE;
+
+    /// Every split covers the row in chunks of whole tiles, none of them
+    /// empty, and stays within the scratch the workspace sized for its rows
+    /// (`entries`): the kernels index their partials and statistics by
+    /// `row · chunks + chunk`, unchecked on the device.
+    #[test]
+    fn splits_cover_rows_and_fit_the_scratch() {
+        let vocabs = [1, 3, 1023, 1024, 1025, 24 * 1024 + 1, 32000, 128256, 151936, 262144, MAX_VOCAB];
+        let rows = (1..=600).chain([1000, 1024, 2047, 2048, 4097, 10_000, 65_536]);
+        for rows in rows {
+            for sm_count in [1, 2, 7, 108, 132, 144] {
+                for blocks_per_sm in [1, 2, 3, 4, 8] {
+                    for vocab in vocabs {
+                        let s = split(sm_count, rows, vocab, blocks_per_sm);
+                        let at = format!("{rows} rows of {vocab}, {sm_count} SMs × {blocks_per_sm}: {s:?}");
+                        assert!(s.chunk > 0 && s.chunk.is_multiple_of(TILE), "{at}");
+                        assert!(s.chunks as usize * s.chunk as usize >= vocab, "{at}: the row is not covered");
+                        assert!(((s.chunks - 1) * s.chunk) < vocab as u32, "{at}: an empty chunk");
+                        assert!(rows * s.chunks as usize <= entries(sm_count, rows).unwrap(), "{at}: past the scratch");
+                    }
+                }
+            }
+        }
+    }
 
     /// H200 (132 SMs): a partial second wave that more chunks cannot fill
     /// gives way to one wave of whole rows.
