@@ -1,12 +1,16 @@
-//! `cargo xtask bench-gpu [--bundle DIR]`: build the GPU benchmark (`benches/gpu.rs`)
-//! and run it here beside the PyTorch baseline (`benches/torch_baseline.py`), then
-//! write the report; or bundle both, with a `bench.sh` that runs them, for a GPU
-//! machine without a Rust toolchain.
+//! `cargo xtask bench-gpu [--bundle DIR [--against REV]]`: build the GPU benchmark
+//! (`benches/gpu.rs`) and run it here beside the PyTorch baseline
+//! (`benches/torch_baseline.py`), then write the report; or bundle both, with a
+//! `bench.sh` that runs them, for a GPU machine without a Rust toolchain. With
+//! `--against REV`, the bundle also holds the benchmark of revision REV (built in a
+//! git worktree) and `ab.sh`, which runs the two alternately (see [`crate::ab`]).
 //!
 //! ```text
 //! DIR/gpu-bench               the benchmark binary (PTX embedded, stripped)
 //! DIR/torch_baseline.py       the PyTorch baseline
 //! DIR/bench.sh                runs both (see src/bench.sh), writing to ${OUT:-DIR}
+//! DIR/gpu-bench-base          with --against: REV's benchmark binary
+//! DIR/ab.sh, DIR/base.txt     with --against: the A/B runner (src/ab.sh), REV's commit
 //! DIR/.specdec-bench-bundle   marks DIR as ours (so it may be deleted next time)
 //! ```
 
@@ -14,7 +18,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::{Result, cmd, report};
+use crate::{Result, ab, cmd, report};
 
 const BENCH_SH: &str = include_str!("bench.sh");
 const MARKER: &str = ".specdec-bench-bundle";
@@ -23,35 +27,82 @@ const TORCH_SCRIPT: &str = "benches/torch_baseline.py";
 /// Where a local run writes its JSON (then the report goes to `benches/results/`).
 const LOCAL_OUT: &str = "target/bench-gpu";
 
-/// `bench-gpu` options: `--bundle DIR` or `--bundle=DIR`, nothing else.
-pub fn parse(options: &[String]) -> Result<Option<PathBuf>> {
-    let mut dir = None;
-    let mut iter = options.iter();
-    while let Some(arg) = iter.next() {
-        let value = if arg == "--bundle" {
-            iter.next().ok_or("`--bundle` needs a directory")?.clone()
-        } else if let Some(value) = arg.strip_prefix("--bundle=") {
-            value.to_string()
-        } else {
-            return Err(format!("`bench-gpu` takes only `--bundle DIR`, not `{arg}`"));
-        };
-        dir = Some(PathBuf::from(value));
-    }
-    Ok(dir)
+/// `bench-gpu` options.
+#[derive(Debug, Default, PartialEq)]
+pub struct Options {
+    bundle: Option<PathBuf>,
+    against: Option<String>,
 }
 
-pub fn bench_gpu(root: &Path, bundle: Option<&Path>) -> Result<()> {
-    let binary = build(root)?;
-    match bundle {
-        Some(dir) => make_bundle(root, dir, &binary),
+/// `--bundle DIR` (or `--bundle=DIR`) and `--against REV` (or `--against=REV`,
+/// with a bundle only), nothing else.
+pub fn parse(options: &[String]) -> Result<Options> {
+    let mut parsed = Options::default();
+    let mut iter = options.iter();
+    while let Some(arg) = iter.next() {
+        let mut value = |name: &str| -> Result<Option<String>> {
+            if arg == name {
+                return iter.next().cloned().map(Some).ok_or_else(|| format!("`{name}` needs a value"));
+            }
+            Ok(arg.strip_prefix(name).and_then(|v| v.strip_prefix('=')).map(str::to_string))
+        };
+        if let Some(dir) = value("--bundle")? {
+            parsed.bundle = Some(PathBuf::from(dir));
+        } else if let Some(rev) = value("--against")? {
+            parsed.against = Some(rev);
+        } else {
+            return Err(format!("`bench-gpu` takes only `--bundle DIR` and `--against REV`, not `{arg}`"));
+        }
+    }
+    if parsed.against.is_some() && parsed.bundle.is_none() {
+        return Err("`--against REV` builds an A/B bundle: give `--bundle DIR` too".into());
+    }
+    Ok(parsed)
+}
+
+pub fn bench_gpu(root: &Path, options: &Options) -> Result<()> {
+    let binary = build(root, None)?;
+    match &options.bundle {
+        Some(dir) => make_bundle(root, dir, &binary, options.against.as_deref()),
         None => run_here(root, &binary),
     }
 }
 
+/// REV's benchmark, built in a git worktree at `target/ab/worktree` (target
+/// directory `target/ab/target`, kept between runs); returns it and REV's
+/// commit.
+fn build_revision(root: &Path, rev: &str) -> Result<(PathBuf, String)> {
+    let git = |args: &[&str]| {
+        let mut git = Command::new("git");
+        git.current_dir(root).args(args);
+        git
+    };
+    let spec = format!("{rev}^{{commit}}");
+    let output = cmd::output(&mut git(&["rev-parse", "--verify", "--quiet", &spec]))?;
+    if !output.status.success() {
+        return Err(format!("`{rev}` names no commit here"));
+    }
+    let commit = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    let ab = root.join("target").join("ab");
+    let worktree = ab.join("worktree");
+    let tree = worktree.to_string_lossy().into_owned();
+    // A fresh checkout each time: the worktree may be stale or half-made.
+    let _ = cmd::output(&mut git(&["worktree", "remove", "--force", &tree]));
+    if worktree.exists() {
+        std::fs::remove_dir_all(&worktree).map_err(|e| format!("rm -r {tree}: {e}"))?;
+    }
+    cmd::run_ok(&mut git(&["worktree", "prune"]))?;
+    cmd::run_ok(&mut git(&["worktree", "add", "--detach", &tree, &commit]))?;
+    Ok((build(&worktree, Some(&ab.join("target")))?, commit))
+}
+
 /// `cargo bench -p specdec-suite --features gpu --bench gpu --no-run` without debug
 /// info and stripped; returns the benchmark executable cargo reports.
-fn build(root: &Path) -> Result<PathBuf> {
+fn build(root: &Path, target_dir: Option<&Path>) -> Result<PathBuf> {
     let mut cargo = cmd::cargo();
+    if let Some(dir) = target_dir {
+        cargo.env("CARGO_TARGET_DIR", dir);
+    }
     cargo
         .current_dir(root)
         .env("CARGO_PROFILE_BENCH_DEBUG", "false")
@@ -126,20 +177,33 @@ fn run_here(root: &Path, binary: &Path) -> Result<()> {
     report::report(&out, &root.join(report::RESULTS))
 }
 
-fn make_bundle(root: &Path, dir: &Path, binary: &Path) -> Result<()> {
+fn make_bundle(root: &Path, dir: &Path, binary: &Path, against: Option<&str>) -> Result<()> {
+    // Built before the bundle is made, so a failed build leaves no half bundle.
+    let base = against.map(|rev| build_revision(root, rev)).transpose()?;
     crate::bundle::recreate(root, dir, MARKER)?;
     let copy = |from: &Path, to: &Path| {
         std::fs::copy(from, to).map(|_| ()).map_err(|e| format!("cp {} {}: {e}", from.display(), to.display()))
     };
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("write {}: {e}", path.display()))
+    };
     copy(binary, &dir.join(BINARY))?;
     copy(&root.join(TORCH_SCRIPT), &dir.join("torch_baseline.py"))?;
-    let bench_sh = dir.join("bench.sh");
-    std::fs::write(&bench_sh, BENCH_SH).map_err(|e| format!("write {}: {e}", bench_sh.display()))?;
-    cmd::make_executable(&bench_sh)?;
+    write("bench.sh", BENCH_SH)?;
+    cmd::make_executable(&dir.join("bench.sh"))?;
+    let mut names = vec![BINARY, "torch_baseline.py", "bench.sh"];
+    if let (Some((base, commit)), Some(rev)) = (&base, against) {
+        copy(base, &dir.join(ab::BASE_BINARY))?;
+        write(ab::BASE_FILE, &format!("{} ({rev})\n", &commit[..commit.len().min(12)]))?;
+        write("ab.sh", ab::AB_SH)?;
+        cmd::make_executable(&dir.join("ab.sh"))?;
+        names.extend([ab::BASE_BINARY, "ab.sh"]);
+    }
 
     println!();
     let mut total = 0;
-    for name in [BINARY, "torch_baseline.py", "bench.sh"] {
+    for name in names {
         let size = std::fs::metadata(dir.join(name)).map(|m| m.len()).unwrap_or(0);
         total += size;
         println!("  {:>8.1} MiB  {}", size as f64 / (1024.0 * 1024.0), dir.join(name).display());
@@ -147,12 +211,33 @@ fn make_bundle(root: &Path, dir: &Path, binary: &Path) -> Result<()> {
     println!("bundle: {} ({:.1} MiB)", dir.display(), total as f64 / (1024.0 * 1024.0));
     println!("run it on a GPU machine: OUT=<dir> {}/bench.sh [--no-torch | --torch-only]", dir.display());
     println!("then here: cargo xtask bench-report <dir holding the fetched bench.json and torch.json>");
+    if base.is_some() {
+        println!(
+            "A/B against {}: OUT=<dir> {}/ab.sh [ROUNDS] [-- GPU-BENCH ARGS...]",
+            against.unwrap_or(""),
+            dir.display()
+        );
+        println!("then here: cargo xtask bench-ab <dir holding the fetched ab/ and base.txt> [--min-change PCT]");
+    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn options() {
+        let parse = |args: &[&str]| parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+        assert_eq!(parse(&[]), Ok(Options::default()));
+        assert_eq!(parse(&["--bundle", "b"]), Ok(Options { bundle: Some("b".into()), against: None }));
+        let ab = Options { bundle: Some("b".into()), against: Some("HEAD~1".into()) };
+        assert_eq!(parse(&["--bundle=b", "--against", "HEAD~1"]), Ok(ab));
+        assert!(parse(&["--against=HEAD"]).is_err(), "an A/B needs a bundle");
+        assert!(parse(&["--bundle"]).is_err());
+        assert!(parse(&["--bundle", "b", "--against"]).is_err());
+        assert!(parse(&["--bundled", "b"]).is_err());
+    }
 
     #[test]
     fn picks_the_bench_executable() {

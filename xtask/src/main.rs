@@ -3,6 +3,7 @@
 //! Every external command is printed (`$ cargo test ...`) before it runs, and every
 //! failure ends the process with a non-zero status and an `error:` line.
 
+mod ab;
 mod bench;
 mod bundle;
 mod cmd;
@@ -47,6 +48,14 @@ Commands:
         then benches/torch_baseline.py if python3 has torch with CUDA, then bench-report
         (JSON in target/bench-gpu). With --bundle: put the binary, torch_baseline.py and bench.sh
         into DIR for a GPU machine (`OUT=<dir> DIR/bench.sh [--no-torch | --torch-only]`).
+  bench-gpu --bundle DIR --against REV
+        The same bundle, plus REV's benchmark (built in a git worktree under target/ab) and
+        ab.sh, which runs the two alternately on the GPU machine
+        (`OUT=<dir> DIR/ab.sh [ROUNDS] [-- GPU-BENCH ARGS...]`, e.g. `-- --only rows=1`).
+  bench-ab DIR [--min-change PCT]
+        The A/B table of an ab.sh run (DIR holds the fetched ab/ and base.txt): each case's best
+        time over the rounds, base and new, and the change; into DIR/ab.md and printed.
+        --min-change lists only cases that changed by at least PCT percent.
   bench-report DIR [--results DIR]
         Join DIR/bench.json and DIR/torch.json into benches/results/<date>-<gpu>.md (table) and
         .svg (bandwidth against batch), and copy the JSON beside them (--results: elsewhere).
@@ -91,7 +100,12 @@ fn dispatch(args: &[String]) -> Result<()> {
         },
         "bench-gpu" => {
             no_extra(command, extra)?;
-            bench::bench_gpu(&root, bench::parse(options)?.as_deref())
+            bench::bench_gpu(&root, &bench::parse(options)?)
+        }
+        "bench-ab" => {
+            no_extra(command, extra)?;
+            let (dir, min_change) = ab::parse(options)?;
+            ab::ab(&dir, min_change)
         }
         "bench-report" => {
             no_extra(command, extra)?;

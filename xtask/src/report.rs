@@ -125,23 +125,23 @@ pub fn report(dir: &Path, results: &Path) -> Result<()> {
     Ok(())
 }
 
-fn read_json(path: &Path) -> Result<Value> {
+pub(crate) fn read_json(path: &Path) -> Result<Value> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))
 }
 
-fn field<'a>(v: &'a Value, key: &str, path: &Path) -> Result<&'a Value> {
+pub(crate) fn field<'a>(v: &'a Value, key: &str, path: &Path) -> Result<&'a Value> {
     match v.get(key) {
         Some(x) if !x.is_null() => Ok(x),
         _ => Err(format!("{}: `{key}` is missing in {}", path.display(), short(v))),
     }
 }
 
-fn num(v: &Value, key: &str, path: &Path) -> Result<f64> {
+pub(crate) fn num(v: &Value, key: &str, path: &Path) -> Result<f64> {
     field(v, key, path)?.as_f64().ok_or_else(|| format!("{}: `{key}` is not a number in {}", path.display(), short(v)))
 }
 
-fn text(v: &Value, key: &str, path: &Path) -> Result<String> {
+pub(crate) fn text(v: &Value, key: &str, path: &Path) -> Result<String> {
     field(v, key, path)?
         .as_str()
         .map(str::to_string)

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A/B of two builds of the specdec GPU benchmark on one GPU: gpu-bench-base (the
+# revision named in base.txt) and gpu-bench (the working tree it was bundled from),
+# run alternately, ROUNDS times (default 2), with the same inputs. Written by
+# `cargo xtask bench-gpu --bundle DIR --against REV`; needs no Rust toolchain.
+#
+#   ./ab.sh [ROUNDS] [-- GPU-BENCH ARGS...]      e.g.  ./ab.sh 2 -- --only "rows=1"
+#
+# Writes ab/{base,new}-<round>/bench.json and bench.log to ${OUT:-<this directory>}.
+# Then, where the workspace is:
+#   cargo xtask bench-ab <the directory holding ab/ and base.txt> [--min-change PCT]
+# Exits non-zero if any run failed.
+set -u
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+out="${OUT:-$here}"
+rounds=2
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then
+  rounds="$1"
+  shift
+fi
+case "$rounds" in
+  ''|*[!0-9]*|0) echo "ab.sh: ROUNDS must be a positive integer, not '$rounds' (usage: ab.sh [ROUNDS] [-- GPU-BENCH ARGS...])" >&2; exit 2 ;;
+esac
+if [ $# -gt 0 ]; then
+  if [ "$1" != "--" ]; then
+    echo "ab.sh: unknown argument $1 (usage: ab.sh [ROUNDS] [-- GPU-BENCH ARGS...])" >&2
+    exit 2
+  fi
+  shift
+fi
+mkdir -p "$out"
+[ -f "$here/base.txt" ] && [ "$out" != "$here" ] && cp "$here/base.txt" "$out/"
+
+failed=0
+for round in $(seq 1 "$rounds"); do
+  for side in base new; do
+    exe="$here/gpu-bench"
+    [ "$side" = base ] && exe="$here/gpu-bench-base"
+    dir="$out/ab/$side-$round"
+    rm -rf "$dir" && mkdir -p "$dir"
+    echo "\$ OUT=$dir $exe $*"
+    if ! OUT="$dir" "$exe" "$@" > "$dir/bench.log" 2>&1; then
+      echo "ab.sh: $side, round $round failed: see $dir/bench.log" >&2
+      failed=1
+    fi
+  done
+done
+echo
+echo "results in $out/ab; report: cargo xtask bench-ab <that directory's parent, fetched>"
+[ "$failed" -eq 0 ]
