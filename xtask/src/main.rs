@@ -7,6 +7,7 @@ mod ab;
 mod bench;
 mod bundle;
 mod cmd;
+mod cubin;
 mod ptx;
 mod ptxas;
 mod report;
@@ -25,7 +26,7 @@ Usage: cargo xtask <COMMAND> [OPTIONS] [-- EXTRA...]
 Commands:
   ptx [--arch sm_80,sm_90] [--deny-spills]
         Build the kernels to PTX for each arch (default sm_80,sm_90), assemble each with
-        ptxas and print registers / spills / stack / shared memory per kernel.
+        ptxas and print registers / spills / stack / shared memory / code size per kernel.
         --deny-spills fails if any kernel spills at sm_90 (its own PTX, and an earlier arch's PTX
         assembled for sm_90, as the driver's JIT does with the default sm_80 build on Hopper).
   test [-- EXTRA...]

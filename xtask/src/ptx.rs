@@ -1,13 +1,14 @@
 //! `cargo xtask ptx`: build the kernels to PTX per architecture, assemble each
 //! PTX with ptxas, and report each kernel's registers, spills, stack and shared memory.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use specdec_ptx_builder::PtxBuilder;
 
 use crate::resource_usage::{self, Usage};
-use crate::{Result, cmd, ptxas};
+use crate::{Result, cmd, cubin, ptxas};
 
 /// Overrides the kernels crate (for testing xtask against another crate).
 const KERNELS_ENV: &str = "SPECDEC_KERNELS_DIR";
@@ -53,6 +54,9 @@ struct Row {
     arch: String,
     target: String,
     usage: Usage,
+    /// Bytes of machine code of a kernel, the device functions it calls
+    /// included (ptxas gives them no sections of their own).
+    code: Option<u64>,
 }
 
 impl Row {
@@ -78,8 +82,13 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
             targets.push(SPILL_ARCH);
         }
         for target in targets {
-            let usage = assemble(&ptxas, target, &ptx)?;
-            rows.extend(usage.into_iter().map(|usage| Row { arch: arch.clone(), target: target.to_string(), usage }));
+            let (usage, code) = assemble(&ptxas, target, &ptx)?;
+            rows.extend(usage.into_iter().map(|usage| Row {
+                arch: arch.clone(),
+                target: target.to_string(),
+                code: code.get(&usage.name).copied(),
+                usage,
+            }));
         }
         ptx_files.push((arch, ptx));
     }
@@ -128,12 +137,14 @@ fn build(kernels: &Path, arch: &str, target_dir: &Path) -> Result<PathBuf> {
     Ok(ptx.ptx)
 }
 
-/// `ptxas -arch=ARCH -v -O3` into a temporary cubin; returns what `-v` reported.
-fn assemble(ptxas: &Path, arch: &str, ptx: &Path) -> Result<Vec<Usage>> {
+/// `ptxas -arch=ARCH -v -O3` into a temporary cubin; returns what `-v`
+/// reported and each function's code size in the cubin.
+fn assemble(ptxas: &Path, arch: &str, ptx: &Path) -> Result<(Vec<Usage>, HashMap<String, u64>)> {
     let cubin = std::env::temp_dir().join(format!("specdec-xtask-{}-{arch}.cubin", std::process::id()));
     let mut command = Command::new(ptxas);
     command.arg(format!("-arch={arch}")).args(["-v", "-O3", "-o"]).arg(&cubin).arg(ptx);
     let out = cmd::output(&mut command);
+    let code = std::fs::read(&cubin);
     let _ = std::fs::remove_file(&cubin);
     let out = out?;
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -151,21 +162,31 @@ fn assemble(ptxas: &Path, arch: &str, ptx: &Path) -> Result<Vec<Usage>> {
             ptx.display()
         ));
     }
-    Ok(usage)
+    let code = code.map_err(|e| format!("read the cubin ptxas wrote, {}: {e}", cubin.display()))?;
+    let code = cubin::code_sizes(&code).map_err(|e| format!("{}: {e}", cubin.display()))?;
+    Ok((usage, code))
 }
 
 fn print_table(rows: &[Row]) {
     let label = |u: &Usage| if u.kernel { u.name.clone() } else { format!("{} (device fn)", u.name) };
     let name_width = rows.iter().map(|r| label(&r.usage).len()).chain(["kernel".len()]).max().unwrap_or(0);
     println!(
-        "{:<11}  {:<name_width$}  {:>9}  {:>16}  {:>15}  {:>15}  {:>15}",
-        "arch", "kernel", "registers", "spill stores (B)", "spill loads (B)", "stack frame (B)", "static smem (B)"
+        "{:<11}  {:<name_width$}  {:>9}  {:>16}  {:>15}  {:>15}  {:>15}  {:>9}",
+        "arch",
+        "kernel",
+        "registers",
+        "spill stores (B)",
+        "spill loads (B)",
+        "stack frame (B)",
+        "static smem (B)",
+        "code (B)"
     );
     for row in rows {
         let usage = &row.usage;
         let registers = usage.registers.map_or("-".to_string(), |r| r.to_string());
+        let code = row.code.map_or("-".to_string(), |c| c.to_string());
         println!(
-            "{:<11}  {:<name_width$}  {registers:>9}  {:>16}  {:>15}  {:>15}  {:>15}",
+            "{:<11}  {:<name_width$}  {registers:>9}  {:>16}  {:>15}  {:>15}  {:>15}  {code:>9}",
             row.label(),
             label(usage),
             usage.spill_stores,
