@@ -179,7 +179,8 @@ fn run_here(root: &Path, binary: &Path) -> Result<()> {
 
 fn make_bundle(root: &Path, dir: &Path, binary: &Path, against: Option<&str>) -> Result<()> {
     // Built before the bundle is made, so a failed build leaves no half bundle.
-    let base = against.map(|rev| build_revision(root, rev)).transpose()?;
+    let base =
+        against.map(|rev| build_revision(root, rev).map(|(binary, commit)| (binary, commit, rev))).transpose()?;
     crate::bundle::recreate(root, dir, MARKER)?;
     let copy = |from: &Path, to: &Path| {
         std::fs::copy(from, to).map(|_| ()).map_err(|e| format!("cp {} {}: {e}", from.display(), to.display()))
@@ -193,8 +194,8 @@ fn make_bundle(root: &Path, dir: &Path, binary: &Path, against: Option<&str>) ->
     write("bench.sh", BENCH_SH)?;
     cmd::make_executable(&dir.join("bench.sh"))?;
     let mut names = vec![BINARY, "torch_baseline.py", "bench.sh"];
-    if let (Some((base, commit)), Some(rev)) = (&base, against) {
-        copy(base, &dir.join(ab::BASE_BINARY))?;
+    if let Some((binary, commit, rev)) = &base {
+        copy(binary, &dir.join(ab::BASE_BINARY))?;
         write(ab::BASE_FILE, &format!("{} ({rev})\n", &commit[..commit.len().min(12)]))?;
         write("ab.sh", ab::AB_SH)?;
         cmd::make_executable(&dir.join("ab.sh"))?;
@@ -211,12 +212,8 @@ fn make_bundle(root: &Path, dir: &Path, binary: &Path, against: Option<&str>) ->
     println!("bundle: {} ({:.1} MiB)", dir.display(), total as f64 / (1024.0 * 1024.0));
     println!("run it on a GPU machine: OUT=<dir> {}/bench.sh [--no-torch | --torch-only]", dir.display());
     println!("then here: cargo xtask bench-report <dir holding the fetched bench.json and torch.json>");
-    if base.is_some() {
-        println!(
-            "A/B against {}: OUT=<dir> {}/ab.sh [ROUNDS] [-- GPU-BENCH ARGS...]",
-            against.unwrap_or(""),
-            dir.display()
-        );
+    if let Some((_, _, rev)) = &base {
+        println!("A/B against {rev}: OUT=<dir> {}/ab.sh [ROUNDS] [-- GPU-BENCH ARGS...]", dir.display());
         println!("then here: cargo xtask bench-ab <dir holding the fetched ab/ and base.txt> [--min-change PCT]");
     }
     Ok(())

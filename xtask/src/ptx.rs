@@ -138,7 +138,7 @@ fn build(kernels: &Path, arch: &str, target_dir: &Path) -> Result<PathBuf> {
 }
 
 /// `ptxas -arch=ARCH -v -O3` into a temporary cubin; returns what `-v`
-/// reported and each function's code size in the cubin.
+/// reported and each kernel's code size in the cubin.
 fn assemble(ptxas: &Path, arch: &str, ptx: &Path) -> Result<(Vec<Usage>, HashMap<String, u64>)> {
     let cubin = std::env::temp_dir().join(format!("specdec-xtask-{}-{arch}.cubin", std::process::id()));
     let mut command = Command::new(ptxas);
