@@ -135,6 +135,31 @@ fn gpu_tokens_equal_cpu_tokens_but_near_thresholds() {
     assert!(rate < MAX_NEAR_RATE, "{tally:?}: near-threshold rate {rate:.2e}");
 }
 
+/// Calls of one or two requests, as a decoder's small batches make them:
+/// chunks of a few tiles, for which pass 1 is its small kernel (the host's
+/// `Workspace::small`), at SPEC §6's vocabularies and every dtype; the
+/// tokens must be the CPU's, as above.
+#[test]
+fn small_calls_give_the_cpu_tokens() {
+    let (gpu, mut rng, mut tally) = (cuda(), Rng::new(0x5A11), Agreement::default());
+    for (vocab, k, calls) in [(151_936, 4, 8), (32_000, 1, 24), (4097, 7, 48), (999, 3, 96)] {
+        for target in DType::ALL {
+            for draft in [None, Some(DType::F32), Some(DType::BF16), Some(DType::F16)] {
+                for call in 0..calls {
+                    let requests = 1 + call % 2;
+                    let v = random_verify(&mut rng, RandomSpec::new(vocab, requests, k, target, draft));
+                    let ctx = format!("V {vocab} requests {requests} K {k} target {target:?} draft {draft:?}");
+                    let (want, got) = (v.run(&Backend::cpu()), v.run(&gpu).expect("rejection_sample on the GPU"));
+                    let want = want.expect("rejection_sample on the CPU");
+                    compare(&v, &want, &got, &(0..requests).collect::<Vec<_>>(), &mut tally, &ctx);
+                }
+            }
+        }
+    }
+    eprintln!("CPU vs GPU, small calls: {tally:?}");
+    assert!(tally.decisions >= 1_000, "{tally:?}: too few sampled decisions compared");
+}
+
 /// The resample seeds its floors below each candidate's log-mass and, where
 /// no score reached them, folds the row again unseeded (`Resampled::certified`).
 /// That refold happens about once in 10^14 requests at the usual margin, so

@@ -16,7 +16,7 @@ use specdec::{Backend, DType};
 use specdec_suite::drafting::{
     Drafted, FixedPositions, MIN_POSITION_DRAWS, check_positions, perturbed, run_split, zipf_logits,
 };
-use specdec_suite::test_device;
+use specdec_suite::{Verified, Verify, test_device};
 
 /// The vocabulary of the per-position suite.
 const VOCAB: usize = 4096;
@@ -50,6 +50,10 @@ fn sharp_draft(i: usize, target: &[f32]) -> Vec<f32> {
     noisy_draft(i, target).into_iter().map(|x| x * ONE_HOT_SHARPEN).collect()
 }
 
+/// How a case's requests are verified: `run_split` (one call on the GPU) or
+/// `drafting::run_per_request`.
+type Run = fn(&Verify, &Backend) -> Verified;
+
 /// Runs one case and fits every position; returns the fraction of drafts
 /// accepted and the draws at each position.
 fn check_case(
@@ -57,10 +61,11 @@ fn check_case(
     case: &FixedPositions,
     base: &[f32],
     draft: fn(usize, &[f32]) -> Vec<f32>,
+    run: Run,
 ) -> (f64, Vec<usize>) {
     let ctx = format!("{case:?}");
     let Drafted { verify, targets } = case.build(backend, base, draft);
-    let out = run_split(&verify, backend);
+    let out = run(&verify, backend);
     let draws = check_positions(&out, &targets, case.t, &ctx);
     let accepted: i64 = out.accepted.iter().map(|&a| a as i64).sum();
     let rate =
@@ -74,14 +79,14 @@ fn check_case(
 /// verification accepts a draft with probability p(d), at most the target's
 /// largest probability (~2% at T = 1.5), so its deeper positions get few
 /// draws: those are reported, not fit (`check_positions`).
-fn check_grid(backend: &Backend, k: usize, t: f32, requests: usize) {
+fn check_grid(backend: &Backend, k: usize, t: f32, requests: usize, run: Run) {
     let base = zipf_logits(VOCAB, ZIPF_EXPONENT, MASK_EVERY, 0x21F);
     for (c, (draft_dtype, one_hot)) in
         [(DType::F32, false), (DType::BF16, false), (DType::F32, true), (DType::BF16, true)].into_iter().enumerate()
     {
         let pos0 = (k as u64) << 48 | ((t * 10.0) as u64) << 40 | (c as u64) << 36;
         let case = FixedPositions { draft_dtype, one_hot, pos0, ..FixedPositions::new(VOCAB, k, t, requests) };
-        let (rate, draws) = check_case(backend, &case, &base, if one_hot { sharp_draft } else { noisy_draft });
+        let (rate, draws) = check_case(backend, &case, &base, if one_hot { sharp_draft } else { noisy_draft }, run);
         if !one_hot {
             assert!(FULL_ACCEPTANCE.contains(&rate), "{case:?}: acceptance {rate:.3} outside {FULL_ACCEPTANCE:?}");
             assert!(draws[k] >= MIN_POSITION_DRAWS, "{case:?}: draws per position {draws:?}: the last is not fit");
@@ -90,24 +95,38 @@ fn check_grid(backend: &Backend, k: usize, t: f32, requests: usize) {
 }
 
 test_device!(every_position_k1_t06, |backend, scale| {
-    check_grid(&backend, 1, 0.6, REQUESTS * scale);
+    check_grid(&backend, 1, 0.6, REQUESTS * scale, run_split);
 });
 
 test_device!(every_position_k3_t06, |backend, scale| {
-    check_grid(&backend, 3, 0.6, REQUESTS * scale);
+    check_grid(&backend, 3, 0.6, REQUESTS * scale, run_split);
 });
 
 test_device!(every_position_k1_t1, |backend, scale| {
-    check_grid(&backend, 1, 1.0, REQUESTS * scale);
+    check_grid(&backend, 1, 1.0, REQUESTS * scale, run_split);
 });
 
 test_device!(every_position_k3_t1, |backend, scale| {
-    check_grid(&backend, 3, 1.0, REQUESTS * scale);
+    check_grid(&backend, 3, 1.0, REQUESTS * scale, run_split);
 });
 
 test_device!(every_position_k7_t15, |backend, scale| {
-    check_grid(&backend, 7, 1.5, REQUESTS * scale);
+    check_grid(&backend, 7, 1.5, REQUESTS * scale, run_split);
 });
+
+/// Calls of one request: on the GPU, where a call's chunks are a few tiles
+/// (here 4 rows of one tile each), pass 1 is its small kernel (the host's
+/// `Workspace::small`), a loop of its own, fitted here like the one above.
+/// GPU only: the CPU has no such path.
+#[cfg(feature = "gpu")]
+mod one_request_a_call_k3_t1 {
+    use super::*;
+
+    #[test]
+    fn cuda() {
+        check_grid(&specdec_suite::cuda(), 3, 1.0, REQUESTS, specdec_suite::drafting::run_per_request);
+    }
+}
 
 // --- The salt test (SPEC §2.2) -------------------------------------------------
 
@@ -133,7 +152,7 @@ test_device!(drafts_sampled_at_the_verification_key_are_unbiased, |backend, scal
             let pos0 = 0x5A17 << 40 | (k as u64) << 32 | (one_hot as u64) << 30;
             let case =
                 FixedPositions { one_hot, pos0, ..FixedPositions::new(SALT_VOCAB, k, 1.0, SALT_REQUESTS * scale) };
-            check_case(&backend, &case, &base, negated);
+            check_case(&backend, &case, &base, negated, run_split);
         }
     }
 });
@@ -165,7 +184,7 @@ test_device!(disjoint_supports_reject_at_once_and_resample_the_target, |backend,
             pos0,
             ..FixedPositions::new(DISJOINT_VOCAB, 3, t, DISJOINT_REQUESTS * scale)
         };
-        let (rate, _) = check_case(&backend, &case, &base, off_support);
+        let (rate, _) = check_case(&backend, &case, &base, off_support, run_split);
         assert_eq!(rate, 0.0, "{case:?}: a draft outside the target's support was accepted");
     }
 });

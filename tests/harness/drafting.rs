@@ -333,6 +333,12 @@ pub fn run_split(v: &Verify, backend: &Backend) -> Verified {
     concat(parts)
 }
 
+/// Runs `v` one request a call, in order: small calls, as a decoder's single
+/// request makes them (on the GPU, their pass 1 is the small kernel).
+pub fn run_per_request(v: &Verify, backend: &Backend) -> Verified {
+    concat((0..v.requests()).map(|r| slice_requests(v, r..r + 1).run(backend).expect("rejection_sample")).collect())
+}
+
 /// The request owning each row of `v`.
 pub fn request_of_rows(v: &Verify) -> Vec<usize> {
     (0..v.requests()).flat_map(|r| std::iter::repeat_n(r, (v.offsets[r + 1] - v.offsets[r]) as usize)).collect()

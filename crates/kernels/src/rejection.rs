@@ -2,7 +2,9 @@
 //! target, softmax-free, in two launches that never materialise a
 //! probability and write nothing of size rows × V.
 //!
-//! 1. `rejection_stats_{target}_{cache}`: grid `(requests·(K+1), chunks)`.
+//! 1. `rejection_stats_{target}_{cache}` (or, for chunks of a few tiles,
+//!    its twin reading one quad a batch, `rejection_stats_small_…`, less
+//!    than half the code): grid `(requests·(K+1), chunks)`.
 //!    Block `(r·(K+1) + i, c)` reads chunk `c` of request `r`'s row `i` (if
 //!    `i <= n_r`): greedy requests reduce the target argmax; sampling requests
 //!    the target's (max, Σexp) of `t/T`, and for draft rows the draft's, from
@@ -200,12 +202,12 @@ fn chunk_range(p: &RejectionParams, chunk: u32, c: u32) -> (u32, u32) {
     (start, if p.vocab - start < chunk { p.vocab } else { start + chunk })
 }
 
-/// Pass 1 (see module docs).
+/// Pass 1 (see module docs), its loops reading `Q` quads a batch.
 ///
 /// # Safety
 /// Launched by the host's checked launcher.
 #[inline(always)]
-unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
+unsafe fn stats<T: Load, C: Load, const Q: u32>(p: &RejectionParams) {
     let (pair, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
     let k1 = p.max_drafts + 1;
     let k1 = k1.max(1); // max_drafts < u32::MAX (host-checked); keeps the panic path out
@@ -224,7 +226,7 @@ unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
     // Block-uniform; the decision never reads the entries of other blocks.
     if req.slot.is_valid() && i <= req.drafts {
         // SAFETY: every thread of the block is here; i <= n_r of a valid request.
-        let acc = unsafe { row_chunk_stats::<T, C>(p, &req, i, c) };
+        let acc = unsafe { row_chunk_stats::<T, C, Q>(p, &req, i, c) };
         if tid == 0 {
             // SAFETY: stats holds requests·(K+1)·chunks entries (workspace, host-sized).
             unsafe { (p.stats as *mut Stats).add(pair as usize * p.chunks as usize + c as usize).write(acc) };
@@ -245,12 +247,13 @@ unsafe fn stats<T: Load, C: Load>(p: &RejectionParams) {
     }
 }
 
-/// Chunk `c` of row `i` of `req`, reduced over the block (valid in thread 0).
+/// Chunk `c` of row `i` of `req`, reduced over the block (valid in thread 0),
+/// `Q` quads a batch.
 ///
 /// # Safety
 /// Called by every thread of the block; `req` is valid and `i <= n_r`.
 #[inline(always)]
-unsafe fn row_chunk_stats<T: Load, C: Load>(p: &RejectionParams, req: &Request, i: u32, c: u32) -> Stats {
+unsafe fn row_chunk_stats<T: Load, C: Load, const Q: u32>(p: &RejectionParams, req: &Request, i: u32, c: u32) -> Stats {
     let (start, end) = chunk_range(p, p.chunk, c);
     // SAFETY: row0 + i < offsets[r+1] <= rows.
     let target = unsafe { target_row::<T>(p, req.row0 + i) };
@@ -270,7 +273,7 @@ unsafe fn row_chunk_stats<T: Load, C: Load>(p: &RejectionParams, req: &Request, 
     if greedy {
         let none: *const C = core::ptr::null();
         unsafe {
-            for_each_quad::<true, 4, _, _>(
+            for_each_quad::<true, Q, _, _>(
                 target,
                 none,
                 start,
@@ -283,7 +286,7 @@ unsafe fn row_chunk_stats<T: Load, C: Load>(p: &RejectionParams, req: &Request, 
         };
     } else {
         unsafe {
-            for_each_quad::<false, 4, _, _>(
+            for_each_quad::<false, Q, _, _>(
                 target,
                 draft,
                 start,
@@ -846,7 +849,7 @@ impl Reduce for Candidates {
 }
 
 macro_rules! rejection_kernels {
-    ($($stats:ident, $resample:ident, $lean:ident: $t:ty => $c:ty;)*) => {$(
+    ($($stats:ident, $small:ident, $resample:ident, $lean:ident: $t:ty => $c:ty;)*) => {$(
         /// Pass 1 of `rejection_sample` for these target and cache dtypes.
         ///
         /// # Safety
@@ -854,7 +857,18 @@ macro_rules! rejection_kernels {
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $stats(p: RejectionParams) {
             // SAFETY: forwarded.
-            unsafe { stats::<$t, $c>(&p) }
+            unsafe { stats::<$t, $c, 4>(&p) }
+        }
+        /// Pass 1 reading one quad a batch: the host's pick for chunks of a
+        /// few tiles (small batches), where its code, less than half the
+        /// size, is what the call waits for.
+        ///
+        /// # Safety
+        /// Launched by the host's checked launcher.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $small(p: RejectionParams) {
+            // SAFETY: forwarded.
+            unsafe { stats::<$t, $c, 1>(&p) }
         }
         /// Pass 2 of `rejection_sample` for these target and cache dtypes.
         ///
@@ -879,13 +893,13 @@ macro_rules! rejection_kernels {
 }
 
 rejection_kernels! {
-    rejection_stats_f32_f32, rejection_resample_f32_f32, rejection_resample_lean_f32_f32: f32 => f32;
-    rejection_stats_f32_bf16, rejection_resample_f32_bf16, rejection_resample_lean_f32_bf16: f32 => Bf16;
-    rejection_stats_f32_f16, rejection_resample_f32_f16, rejection_resample_lean_f32_f16: f32 => F16;
-    rejection_stats_bf16_f32, rejection_resample_bf16_f32, rejection_resample_lean_bf16_f32: Bf16 => f32;
-    rejection_stats_bf16_bf16, rejection_resample_bf16_bf16, rejection_resample_lean_bf16_bf16: Bf16 => Bf16;
-    rejection_stats_bf16_f16, rejection_resample_bf16_f16, rejection_resample_lean_bf16_f16: Bf16 => F16;
-    rejection_stats_f16_f32, rejection_resample_f16_f32, rejection_resample_lean_f16_f32: F16 => f32;
-    rejection_stats_f16_bf16, rejection_resample_f16_bf16, rejection_resample_lean_f16_bf16: F16 => Bf16;
-    rejection_stats_f16_f16, rejection_resample_f16_f16, rejection_resample_lean_f16_f16: F16 => F16;
+    rejection_stats_f32_f32, rejection_stats_small_f32_f32, rejection_resample_f32_f32, rejection_resample_lean_f32_f32: f32 => f32;
+    rejection_stats_f32_bf16, rejection_stats_small_f32_bf16, rejection_resample_f32_bf16, rejection_resample_lean_f32_bf16: f32 => Bf16;
+    rejection_stats_f32_f16, rejection_stats_small_f32_f16, rejection_resample_f32_f16, rejection_resample_lean_f32_f16: f32 => F16;
+    rejection_stats_bf16_f32, rejection_stats_small_bf16_f32, rejection_resample_bf16_f32, rejection_resample_lean_bf16_f32: Bf16 => f32;
+    rejection_stats_bf16_bf16, rejection_stats_small_bf16_bf16, rejection_resample_bf16_bf16, rejection_resample_lean_bf16_bf16: Bf16 => Bf16;
+    rejection_stats_bf16_f16, rejection_stats_small_bf16_f16, rejection_resample_bf16_f16, rejection_resample_lean_bf16_f16: Bf16 => F16;
+    rejection_stats_f16_f32, rejection_stats_small_f16_f32, rejection_resample_f16_f32, rejection_resample_lean_f16_f32: F16 => f32;
+    rejection_stats_f16_bf16, rejection_stats_small_f16_bf16, rejection_resample_f16_bf16, rejection_resample_lean_f16_bf16: F16 => Bf16;
+    rejection_stats_f16_f16, rejection_stats_small_f16_f16, rejection_resample_f16_f16, rejection_resample_lean_f16_f16: F16 => F16;
 }

@@ -33,7 +33,13 @@ impl Cuda {
         // whose kernels hold the fewest registers (more blocks per SM).
         let draft_dtype = args.draft_logits.as_ref().map_or(DType::BF16, |d| d.data.dtype());
         let stats = self.kernels.function(("rejection_stats", (target_dtype, draft_dtype)))?;
-        let split = ws.split(shape.requests * (args.max_drafts + 1), args.target.vocab, stats.blocks_per_sm)?;
+        let rows = shape.requests * (args.max_drafts + 1);
+        let split = ws.split(rows, args.target.vocab, stats.blocks_per_sm)?;
+        let stats = if ws.small(rows, split, stats.blocks_per_sm) {
+            self.kernels.function(("rejection_stats_small", (target_dtype, draft_dtype)))?
+        } else {
+            stats
+        };
         let Launch { kernel: resample, split: resample_split } = self.launch_for(
             ws,
             ("rejection_resample", Some("rejection_resample_lean")),
