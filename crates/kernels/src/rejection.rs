@@ -20,7 +20,9 @@
 //! 2. `rejection_resample_{target}_{cache}`: grid `(requests,
 //!    resample_chunks)`, each block `resample_chunk` ids (split for `requests`
 //!    rows, so a small batch still spreads over the GPU); for a grid of more
-//!    than one wave, its twin in 64 registers, `rejection_resample_lean_…`.
+//!    than one wave, its twin in 64 registers, `rejection_resample_lean_…`,
+//!    and for chunks of a few tiles, one walking a quad a batch,
+//!    `rejection_resample_small_…`.
 //!    Gumbel-max over row `j` of the job's distribution: the target `p`
 //!    (bonus row, placeholder), `p` without the draft (one-hot drafts), or the
 //!    residual `log(p − q) = a + ln(1 − e^(c−a))` (draft logits), with `p`
@@ -665,12 +667,12 @@ fn floors(mode: u32, dec: &RowDecision, margin: f32) -> (f32, f32) {
     (residual, target)
 }
 
-/// Pass 2 (see module docs).
+/// Pass 2 (see module docs), its walks taking up to `Q` quads a batch.
 ///
 /// # Safety
 /// Launched by the host's checked launcher after pass 1 on the same stream.
 #[inline(always)]
-unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
+unsafe fn resample<T: Load, C: Load, const Q: u32>(p: &RejectionParams) {
     let (r, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
     if r >= p.requests || c >= p.resample_chunks {
         return;
@@ -682,7 +684,7 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
     }
     let (start, end) = chunk_range(p, p.resample_chunk, c);
     // SAFETY: every thread of the block is here; start % 4 == 0, end <= vocab.
-    let best = unsafe { resample_range::<T, C>(p, &job, start, end, job.floors) };
+    let best = unsafe { resample_range::<T, C, Q>(p, &job, start, end, job.floors) };
     // SAFETY: all threads of the block reach this reduction.
     let reduced = unsafe { block_reduce(Candidates(best)) };
     // SAFETY: all of warp 0, once per block of an active request.
@@ -698,7 +700,7 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
     let job = unsafe { (p.jobs as *const Job).add(r as usize).read_volatile() };
     let ninf = f32::NEG_INFINITY;
     // SAFETY: as above.
-    let best = unsafe { resample_range::<T, C>(p, &job, 0, p.vocab, (ninf, ninf)) };
+    let best = unsafe { resample_range::<T, C, Q>(p, &job, 0, p.vocab, (ninf, ninf)) };
     // SAFETY: as above.
     let reduced = unsafe { block_reduce(Candidates(best)) };
     if tid == 0 {
@@ -711,15 +713,15 @@ unsafe fn resample<T: Load, C: Load>(p: &RejectionParams) {
     }
 }
 
-/// Ids `start .. end` of the job's row folded by the block, each candidate
-/// floored first at its seed in `floors`, then by its block's best value
-/// after each batch (see [`Floored`]); valid in thread 0.
+/// Ids `start .. end` of the job's row folded by the block, up to `Q` quads a
+/// batch, each candidate floored first at its seed in `floors`, then by its
+/// block's best value after each batch (see [`Floored`]); valid in thread 0.
 ///
 /// # Safety
 /// Every thread of the block calls this together; `job` is pass 1's for
 /// an active request; `start % 4 == 0`, `end <= vocab`.
 #[inline(always)]
-unsafe fn resample_range<T: Load, C: Load>(
+unsafe fn resample_range<T: Load, C: Load, const Q: u32>(
     p: &RejectionParams,
     job: &Job,
     start: u32,
@@ -742,8 +744,8 @@ unsafe fn resample_range<T: Load, C: Load>(
     let walk = block_state::<Walk>();
     // SAFETY: rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
-        // Two quads a batch: registers for 3 blocks per SM (kernels' Cargo.toml).
-        for_each_quad_shared::<2, false, false, false, _>(
+        // At most two quads a batch: registers for 3 blocks per SM (kernels' Cargo.toml).
+        for_each_quad_shared::<Q, false, false, false, _>(
             target,
             start,
             end,
@@ -849,7 +851,7 @@ impl Reduce for Candidates {
 }
 
 macro_rules! rejection_kernels {
-    ($($stats:ident, $small:ident, $resample:ident, $lean:ident: $t:ty => $c:ty;)*) => {$(
+    ($($stats:ident, $small:ident, $resample:ident, $lean:ident, $resample_small:ident: $t:ty => $c:ty;)*) => {$(
         /// Pass 1 of `rejection_sample` for these target and cache dtypes.
         ///
         /// # Safety
@@ -877,7 +879,7 @@ macro_rules! rejection_kernels {
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $resample(p: RejectionParams) {
             // SAFETY: forwarded.
-            unsafe { resample::<$t, $c>(&p) }
+            unsafe { resample::<$t, $c, 2>(&p) }
         }
         /// Pass 2 in 64 registers (4 blocks per SM; kernels' Cargo.toml):
         /// the host's pick for a grid of more than one wave.
@@ -887,19 +889,29 @@ macro_rules! rejection_kernels {
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $lean(p: RejectionParams) {
             // SAFETY: forwarded.
-            unsafe { resample::<$t, $c>(&p) }
+            unsafe { resample::<$t, $c, 2>(&p) }
+        }
+        /// Pass 2 walking one quad a batch: the host's pick for chunks of a
+        /// few tiles, as pass 1's small variant.
+        ///
+        /// # Safety
+        /// Launched by the host's checked launcher.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $resample_small(p: RejectionParams) {
+            // SAFETY: forwarded.
+            unsafe { resample::<$t, $c, 1>(&p) }
         }
     )*};
 }
 
 rejection_kernels! {
-    rejection_stats_f32_f32, rejection_stats_small_f32_f32, rejection_resample_f32_f32, rejection_resample_lean_f32_f32: f32 => f32;
-    rejection_stats_f32_bf16, rejection_stats_small_f32_bf16, rejection_resample_f32_bf16, rejection_resample_lean_f32_bf16: f32 => Bf16;
-    rejection_stats_f32_f16, rejection_stats_small_f32_f16, rejection_resample_f32_f16, rejection_resample_lean_f32_f16: f32 => F16;
-    rejection_stats_bf16_f32, rejection_stats_small_bf16_f32, rejection_resample_bf16_f32, rejection_resample_lean_bf16_f32: Bf16 => f32;
-    rejection_stats_bf16_bf16, rejection_stats_small_bf16_bf16, rejection_resample_bf16_bf16, rejection_resample_lean_bf16_bf16: Bf16 => Bf16;
-    rejection_stats_bf16_f16, rejection_stats_small_bf16_f16, rejection_resample_bf16_f16, rejection_resample_lean_bf16_f16: Bf16 => F16;
-    rejection_stats_f16_f32, rejection_stats_small_f16_f32, rejection_resample_f16_f32, rejection_resample_lean_f16_f32: F16 => f32;
-    rejection_stats_f16_bf16, rejection_stats_small_f16_bf16, rejection_resample_f16_bf16, rejection_resample_lean_f16_bf16: F16 => Bf16;
-    rejection_stats_f16_f16, rejection_stats_small_f16_f16, rejection_resample_f16_f16, rejection_resample_lean_f16_f16: F16 => F16;
+    rejection_stats_f32_f32, rejection_stats_small_f32_f32, rejection_resample_f32_f32, rejection_resample_lean_f32_f32, rejection_resample_small_f32_f32: f32 => f32;
+    rejection_stats_f32_bf16, rejection_stats_small_f32_bf16, rejection_resample_f32_bf16, rejection_resample_lean_f32_bf16, rejection_resample_small_f32_bf16: f32 => Bf16;
+    rejection_stats_f32_f16, rejection_stats_small_f32_f16, rejection_resample_f32_f16, rejection_resample_lean_f32_f16, rejection_resample_small_f32_f16: f32 => F16;
+    rejection_stats_bf16_f32, rejection_stats_small_bf16_f32, rejection_resample_bf16_f32, rejection_resample_lean_bf16_f32, rejection_resample_small_bf16_f32: Bf16 => f32;
+    rejection_stats_bf16_bf16, rejection_stats_small_bf16_bf16, rejection_resample_bf16_bf16, rejection_resample_lean_bf16_bf16, rejection_resample_small_bf16_bf16: Bf16 => Bf16;
+    rejection_stats_bf16_f16, rejection_stats_small_bf16_f16, rejection_resample_bf16_f16, rejection_resample_lean_bf16_f16, rejection_resample_small_bf16_f16: Bf16 => F16;
+    rejection_stats_f16_f32, rejection_stats_small_f16_f32, rejection_resample_f16_f32, rejection_resample_lean_f16_f32, rejection_resample_small_f16_f32: F16 => f32;
+    rejection_stats_f16_bf16, rejection_stats_small_f16_bf16, rejection_resample_f16_bf16, rejection_resample_lean_f16_bf16, rejection_resample_small_f16_bf16: F16 => Bf16;
+    rejection_stats_f16_f16, rejection_stats_small_f16_f16, rejection_resample_f16_f16, rejection_resample_lean_f16_f16, rejection_resample_small_f16_f16: F16 => F16;
 }

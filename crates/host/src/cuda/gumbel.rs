@@ -1,7 +1,7 @@
 //! `gumbel_sample` on the GPU: checks, then the two-pass launch of
 //! `crates/kernels/src/gumbel.rs`.
 
-use super::{Cuda, Launch, Workspace, launch};
+use super::{Cuda, Launch, Variants, Workspace, launch};
 use crate::error::{Error, Result};
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Device;
@@ -30,8 +30,12 @@ impl Cuda {
         // The lean kernels write no cache: a draft model's call keeps the
         // registers for its stores (an H200 drafted 1024 rows 3 % slower lean).
         let lean = if args.cache.is_none() { Some("gumbel_sample_lean") } else { None };
-        let Launch { kernel, split } =
-            self.launch_for(ws, ("gumbel_sample", lean), (logits_dtype, cache_dtype), (shape.rows, args.logits.vocab))?;
+        let Launch { kernel, split } = self.launch_for(
+            ws,
+            Variants { op: "gumbel_sample", lean, small: None },
+            (logits_dtype, cache_dtype),
+            (shape.rows, args.logits.vocab),
+        )?;
         let stream = &*self.stream;
         if ws.scratch.stream().context().cu_ctx() != stream.context().cu_ctx() {
             return Err(Error::WorkspaceContext);

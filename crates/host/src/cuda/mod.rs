@@ -96,24 +96,37 @@ struct Launch {
     split: Split,
 }
 
+/// A kernel's name and those of its variants, if it has them: `lean`, in 64
+/// registers (4 blocks per SM), for grids of more than one wave
+/// ([`Workspace::lean`]); `small`, reading one quad a batch, for one wave of
+/// short chunks ([`Workspace::small`]).
+struct Variants {
+    op: &'static str,
+    lean: Option<&'static str>,
+    small: Option<&'static str>,
+}
+
 impl Cuda {
-    /// `op`'s kernel for `dtypes` and its split over `rows` rows of `vocab`
-    /// ids; or those of `lean`, its variant in 64 registers (4 blocks per
-    /// SM), where `op`'s blocks would take more than one wave ([`Workspace::lean`]).
+    /// `v.op`'s kernel for `dtypes` and its split over `rows` rows of `vocab`
+    /// ids; or its lean variant and the split for that, or its small variant
+    /// with the same split, where the workspace's rules say so.
     fn launch_for(
         &self,
         ws: &Workspace,
-        (op, lean): (&'static str, Option<&'static str>),
+        v: Variants,
         dtypes: (DType, DType),
         (rows, vocab): (usize, usize),
     ) -> Result<Launch> {
-        let kernel = self.kernels.function((op, dtypes))?;
+        let kernel = self.kernels.function((v.op, dtypes))?;
         let split = ws.split(rows, vocab, kernel.blocks_per_sm)?;
-        match lean {
-            Some(lean) if ws.lean(rows, split, kernel.blocks_per_sm) => {
+        match (v.lean, v.small) {
+            (Some(lean), _) if ws.lean(rows, split, kernel.blocks_per_sm) => {
                 let kernel = self.kernels.function((lean, dtypes))?;
                 let split = ws.split(rows, vocab, kernel.blocks_per_sm)?;
                 Ok(Launch { kernel, split })
+            }
+            (_, Some(small)) if ws.small(rows, split, kernel.blocks_per_sm) => {
+                Ok(Launch { kernel: self.kernels.function((small, dtypes))?, split })
             }
             _ => Ok(Launch { kernel, split }),
         }

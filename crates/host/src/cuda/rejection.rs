@@ -1,7 +1,7 @@
 //! `rejection_sample` on the GPU: checks, then the four-pass launch of
 //! `crates/kernels/src/rejection.rs`.
 
-use super::{Cuda, Launch, Workspace, launch};
+use super::{Cuda, Launch, Variants, Workspace, launch};
 use crate::error::{Error, Result};
 use crate::memory::Device;
 use crate::rejection::{RejectionOutput, RejectionSample};
@@ -32,18 +32,21 @@ impl Cuda {
         // Without draft logits the cache's dtype is moot: take the narrowest,
         // whose kernels hold the fewest registers (more blocks per SM).
         let draft_dtype = args.draft_logits.as_ref().map_or(DType::BF16, |d| d.data.dtype());
-        let stats = self.kernels.function(("rejection_stats", (target_dtype, draft_dtype)))?;
-        let rows = shape.requests * (args.max_drafts + 1);
-        let split = ws.split(rows, args.target.vocab, stats.blocks_per_sm)?;
-        let stats = if ws.small(rows, split, stats.blocks_per_sm) {
-            self.kernels.function(("rejection_stats_small", (target_dtype, draft_dtype)))?
-        } else {
-            stats
-        };
+        let dtypes = (target_dtype, draft_dtype);
+        let Launch { kernel: stats, split } = self.launch_for(
+            ws,
+            Variants { op: "rejection_stats", lean: None, small: Some("rejection_stats_small") },
+            dtypes,
+            (shape.requests * (args.max_drafts + 1), args.target.vocab),
+        )?;
         let Launch { kernel: resample, split: resample_split } = self.launch_for(
             ws,
-            ("rejection_resample", Some("rejection_resample_lean")),
-            (target_dtype, draft_dtype),
+            Variants {
+                op: "rejection_resample",
+                lean: Some("rejection_resample_lean"),
+                small: Some("rejection_resample_small"),
+            },
+            dtypes,
             (shape.requests, args.target.vocab),
         )?;
         let stream = &*self.stream;

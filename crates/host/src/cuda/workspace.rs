@@ -98,13 +98,16 @@ impl Workspace {
     /// Whether a call over `rows` rows split as `split`, by a kernel that
     /// keeps `blocks_per_sm` blocks on each SM, should rather take that
     /// kernel's small variant, which reads one quad a batch where the other
-    /// reads four: where its blocks fit one wave and its chunks are at most
-    /// [`SMALL_CHUNK_TILES`] tiles, a batch or two of four quads a thread,
-    /// so that the unrolled batch buys little in flight, while its code
-    /// (twice the size) is what a small call waits for, fetched cold. An
-    /// H200 verified one request (2 to 8 rows, chunks of 1 to 5 tiles)
-    /// 11–34 % faster with the small pass 1 (126 KB of code → 55 KB), and
-    /// 16 requests of K = 3 (chunks of 30 tiles) 8–9 % slower.
+    /// reads up to four: where its blocks fit one wave and its chunks are at
+    /// most [`SMALL_CHUNK_TILES`] tiles, a batch or two of four quads a
+    /// thread, so that the unrolled batch buys little in flight, while its
+    /// code (about twice the size) is what a small call waits for, fetched
+    /// cold. On an H200, the small pass 1 (sm_90 code 126 KB → 55 KB)
+    /// verified one request (2 to 8 rows, chunks of 1 to 5 tiles) 13–51 %
+    /// faster, and 16 requests of K = 3 at V = 32,000 (7 tiles) 7–17 %; the
+    /// small resample (84 KB → 51 KB), one request and 16 at V = 32,000
+    /// (1–2 tiles) 2–8 %. At 30 tiles both lost: pass 1 of 16 requests of
+    /// K = 3 at V = 151,936 by 8 %, the resample of 64 requests by 3–8 %.
     pub(crate) fn small(&self, rows: usize, split: Split, blocks_per_sm: u32) -> bool {
         small(self.sm_count, rows, split, blocks_per_sm)
     }
@@ -147,7 +150,7 @@ fn target_blocks(sm_count: u32) -> usize {
 }
 
 /// The longest chunk, in tiles, of a kernel's small variant ([`Workspace::small`]).
-const SMALL_CHUNK_TILES: u32 = 5;
+const SMALL_CHUNK_TILES: u32 = 8;
 
 /// The shortest chunk, in tiles, that a split makes by choice.
 const MIN_CHUNK_TILES: usize = 24;
@@ -261,18 +264,21 @@ mod tests {
         assert_eq!(balance_waves(512, 1, 32, 396), 1);
     }
 
-    /// H200 (132 SMs, pass 1 at 4 blocks per SM): the small pass 1 takes one
-    /// request (the cases measured faster), not 16 of them nor a large batch
-    /// (slower), nor a grid of more than one wave of short rows.
+    /// H200 (132 SMs, pass 1 at 4 blocks per SM, the resample at 3): the
+    /// small variants take the calls measured faster with them, not those
+    /// measured slower, nor a grid of more than one wave of short rows.
     #[test]
-    fn the_small_variant_takes_small_calls() {
-        let takes = |rows: usize, vocab: usize| small(132, rows, split(132, rows, vocab, 4), 4);
+    fn the_small_variants_take_small_calls() {
+        let takes = |rows: usize, vocab: usize, bps: u32| small(132, rows, split(132, rows, vocab, bps), bps);
         for k1 in [2, 4, 5, 8] {
-            assert!(takes(k1, 151_936) && takes(k1, 32_000), "one request of {k1} rows");
+            assert!(takes(k1, 151_936, 4) && takes(k1, 32_000, 4), "pass 1 of one request of {k1} rows");
         }
-        assert!(!takes(16 * 4, 151_936), "16 requests of K = 3: chunks of 30 tiles");
-        assert!(!takes(256 * 8, 151_936) && !takes(256 * 8, 32_000), "256 requests of K = 7");
-        assert!(!takes(40_960, 4096), "40,960 rows of 4 tiles: many waves");
+        assert!(takes(16 * 4, 32_000, 4), "pass 1 of 16 requests of K = 3 at V = 32,000: 7 tiles");
+        assert!(takes(1, 151_936, 3) && takes(16, 32_000, 3), "the resample of 1 request, and of 16 at V = 32,000");
+        assert!(!takes(16 * 4, 151_936, 4), "pass 1 of 16 requests of K = 3: chunks of 30 tiles");
+        assert!(!takes(64, 151_936, 3), "the resample of 64 requests: chunks of 30 tiles");
+        assert!(!takes(256 * 8, 151_936, 4) && !takes(256 * 8, 32_000, 4), "256 requests of K = 7");
+        assert!(!takes(40_960, 4096, 4), "40,960 rows of 4 tiles: many waves");
         // The statistical suite's calls of one request (V = 4096, K = 3) on any GPU of 4 SMs or more.
         for sm_count in 4..=144 {
             assert!(small(sm_count, 4, split(sm_count, 4, 4096, 4), 4), "{sm_count} SMs");
