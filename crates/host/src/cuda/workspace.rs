@@ -99,14 +99,15 @@ impl Workspace {
     /// keeps `blocks_per_sm` blocks on each SM, should rather take that
     /// kernel's small variant, which reads one quad a batch where the other
     /// reads up to four: where its blocks fit one wave and its chunks are at
-    /// most [`SMALL_CHUNK_TILES`] tiles, a batch or two of four quads a
+    /// most [`SMALL_CHUNK_TILES`] tiles, a few batches of four quads a
     /// thread, so that the unrolled batch buys little in flight, while its
     /// code (about twice the size) is what a small call waits for, fetched
     /// cold. On an H200, the small pass 1 (sm_90 code 126 KB → 55 KB)
     /// verified one request (2 to 8 rows, chunks of 1 to 5 tiles) 13–51 %
-    /// faster, and 16 requests of K = 3 at V = 32,000 (7 tiles) 7–17 %; the
-    /// small resample (84 KB → 51 KB), one request and 16 at V = 32,000
-    /// (1–2 tiles) 2–8 %. At 30 tiles both lost: pass 1 of 16 requests of
+    /// faster, 16 requests of K = 3 at V = 32,000 (7 tiles) 8–17 %, and of
+    /// K = 7 (11 tiles) 13 % greedy, within 2 % sampling; the small resample
+    /// (84 KB → 51 KB), one request and 16 at V = 32,000 (1–2 tiles) 2–8 %,
+    /// 16 at V = 151,936 (9 tiles) −3 to +2 %. At 30 tiles both lost: pass 1 of
     /// K = 3 at V = 151,936 by 8 %, the resample of 64 requests by 3–8 %.
     pub(crate) fn small(&self, rows: usize, split: Split, blocks_per_sm: u32) -> bool {
         small(self.sm_count, rows, split, blocks_per_sm)
@@ -150,7 +151,7 @@ fn target_blocks(sm_count: u32) -> usize {
 }
 
 /// The longest chunk, in tiles, of a kernel's small variant ([`Workspace::small`]).
-const SMALL_CHUNK_TILES: u32 = 8;
+const SMALL_CHUNK_TILES: u32 = 16;
 
 /// The shortest chunk, in tiles, that a split makes by choice.
 const MIN_CHUNK_TILES: usize = 24;
@@ -274,6 +275,7 @@ mod tests {
             assert!(takes(k1, 151_936, 4) && takes(k1, 32_000, 4), "pass 1 of one request of {k1} rows");
         }
         assert!(takes(16 * 4, 32_000, 4), "pass 1 of 16 requests of K = 3 at V = 32,000: 7 tiles");
+        assert!(takes(16 * 8, 32_000, 4), "pass 1 of 16 requests of K = 7 at V = 32,000: 11 tiles");
         assert!(takes(1, 151_936, 3) && takes(16, 32_000, 3), "the resample of 1 request, and of 16 at V = 32,000");
         assert!(!takes(16 * 4, 151_936, 4), "pass 1 of 16 requests of K = 3: chunks of 30 tiles");
         assert!(!takes(64, 151_936, 3), "the resample of 64 requests: chunks of 30 tiles");
