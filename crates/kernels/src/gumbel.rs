@@ -17,7 +17,9 @@
 //! Calls without a cache may take `gumbel_sample_lean_{logits}_{logits}`
 //! instead: the same in 64 registers, whose noise loop loads a batch's quads
 //! two at a time, and which writes no cache (the host takes it for grids of
-//! more than one wave).
+//! more than one wave). Calls of one wave of short chunks take
+//! `gumbel_sample_small_{logits}_{cache}`, whose greedy loop reads one quad a
+//! batch: less code, which a small call waits for, fetched cold.
 
 use crate::block::{Partial, block_reduce, block_state};
 use crate::fold::{block_floor, fold_greedy};
@@ -69,10 +71,12 @@ unsafe fn logits_row<L>(p: &GumbelParams, row: u32) -> *const L {
     unsafe { (p.logits as *const L).add(row as usize * p.row_stride as usize) }
 }
 
+/// `Q`: the quads a batch of the greedy loop.
+///
 /// # Safety
 /// Launched as described in the module docs, with a validated `p`.
 #[inline(always)]
-unsafe fn gumbel_sample<L: Load, C: Element, const LEAN: bool>(p: &GumbelParams) {
+unsafe fn gumbel_sample<L: Load, C: Element, const LEAN: bool, const Q: u32>(p: &GumbelParams) {
     let (row, chunk_idx, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
     if row >= p.rows || chunk_idx >= p.chunks {
         return; // whole block: no barrier is skipped by part of it
@@ -88,7 +92,7 @@ unsafe fn gumbel_sample<L: Load, C: Element, const LEAN: bool>(p: &GumbelParams)
     let (state, pos, column) = unsafe { row_state(p, row) };
     let partial = if state.is_valid() {
         // SAFETY: forwarded (valid state and column, block-uniform call).
-        unsafe { fold_chunk::<L, C, LEAN>(p, row, chunk_idx, state, pos, column) }
+        unsafe { fold_chunk::<L, C, LEAN, Q>(p, row, chunk_idx, state, pos, column) }
     } else {
         Partial::new(ArgMax::IDENTITY, state.flags) // block-uniform
     };
@@ -99,12 +103,13 @@ unsafe fn gumbel_sample<L: Load, C: Element, const LEAN: bool>(p: &GumbelParams)
     }
 }
 
-/// This block's chunk of the row, reduced over the block (valid in warp 0).
+/// This block's chunk of the row, reduced over the block (valid in warp 0);
+/// greedy rows `Q` quads a batch.
 ///
 /// # Safety
 /// Called by every thread of the block; `state` is valid and `column` checked.
 #[inline(always)]
-unsafe fn fold_chunk<L: Load, C: Element, const LEAN: bool>(
+unsafe fn fold_chunk<L: Load, C: Element, const LEAN: bool, const Q: u32>(
     p: &GumbelParams,
     row: u32,
     chunk_idx: u32,
@@ -153,7 +158,7 @@ unsafe fn fold_chunk<L: Load, C: Element, const LEAN: bool>(
     // SAFETY (both): the row holds `end <= vocab` elements; start % 4 == 0.
     if sampler.greedy {
         unsafe {
-            for_each_quad::<true, 4, _, _>(
+            for_each_quad::<true, Q, _, _>(
                 logits,
                 none,
                 start,
@@ -251,7 +256,7 @@ unsafe fn complete(p: &GumbelParams, row: u32, chunk_idx: u32, partial: Partial)
 }
 
 macro_rules! gumbel_kernels {
-    ($($name:ident: $l:ty => $c:ty;)*) => {$(
+    ($($name:ident, $small:ident: $l:ty => $c:ty;)*) => {$(
         /// `gumbel_sample` for these logits and cache dtypes (see module docs).
         ///
         /// # Safety
@@ -259,7 +264,17 @@ macro_rules! gumbel_kernels {
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(p: GumbelParams) {
             // SAFETY: the launcher validated `p` and the launch shape.
-            unsafe { gumbel_sample::<$l, $c, false>(&p) }
+            unsafe { gumbel_sample::<$l, $c, false, 4>(&p) }
+        }
+        /// The same, its greedy loop one quad a batch: the host's pick for
+        /// chunks of a few tiles (see module docs).
+        ///
+        /// # Safety
+        /// Launched by the host's validated launcher.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $small(p: GumbelParams) {
+            // SAFETY: the launcher validated `p` and the launch shape.
+            unsafe { gumbel_sample::<$l, $c, false, 1>(&p) }
         }
     )*};
 }
@@ -277,21 +292,21 @@ macro_rules! gumbel_lean_kernels {
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(p: GumbelParams) {
             // SAFETY: the launcher validated `p` and the launch shape.
-            unsafe { gumbel_sample::<$l, $l, true>(&p) }
+            unsafe { gumbel_sample::<$l, $l, true, 4>(&p) }
         }
     )*};
 }
 
 gumbel_kernels! {
-    gumbel_sample_f32_f32: f32 => f32;
-    gumbel_sample_f32_bf16: f32 => Bf16;
-    gumbel_sample_f32_f16: f32 => F16;
-    gumbel_sample_bf16_f32: Bf16 => f32;
-    gumbel_sample_bf16_bf16: Bf16 => Bf16;
-    gumbel_sample_bf16_f16: Bf16 => F16;
-    gumbel_sample_f16_f32: F16 => f32;
-    gumbel_sample_f16_bf16: F16 => Bf16;
-    gumbel_sample_f16_f16: F16 => F16;
+    gumbel_sample_f32_f32, gumbel_sample_small_f32_f32: f32 => f32;
+    gumbel_sample_f32_bf16, gumbel_sample_small_f32_bf16: f32 => Bf16;
+    gumbel_sample_f32_f16, gumbel_sample_small_f32_f16: f32 => F16;
+    gumbel_sample_bf16_f32, gumbel_sample_small_bf16_f32: Bf16 => f32;
+    gumbel_sample_bf16_bf16, gumbel_sample_small_bf16_bf16: Bf16 => Bf16;
+    gumbel_sample_bf16_f16, gumbel_sample_small_bf16_f16: Bf16 => F16;
+    gumbel_sample_f16_f32, gumbel_sample_small_f16_f32: F16 => f32;
+    gumbel_sample_f16_bf16, gumbel_sample_small_f16_bf16: F16 => Bf16;
+    gumbel_sample_f16_f16, gumbel_sample_small_f16_f16: F16 => F16;
 }
 
 gumbel_lean_kernels! {

@@ -32,7 +32,7 @@ impl Cuda {
         let lean = if args.cache.is_none() { Some("gumbel_sample_lean") } else { None };
         let Launch { kernel, split } = self.launch_for(
             ws,
-            Variants { op: "gumbel_sample", lean, small: None },
+            Variants { op: "gumbel_sample", lean, small: Some("gumbel_sample_small") },
             (logits_dtype, cache_dtype),
             (shape.rows, args.logits.vocab),
         )?;

@@ -97,18 +97,23 @@ impl Workspace {
 
     /// Whether a call over `rows` rows split as `split`, by a kernel that
     /// keeps `blocks_per_sm` blocks on each SM, should rather take that
-    /// kernel's small variant, which reads one quad a batch where the other
-    /// reads up to four: where its blocks fit one wave and its chunks are at
-    /// most [`SMALL_CHUNK_TILES`] tiles, a few batches of four quads a
+    /// kernel's small variant, whose loops read one quad a batch where the
+    /// other's read up to four: where its blocks fit one wave and its chunks
+    /// are at most [`SMALL_CHUNK_TILES`] tiles, a few batches of four quads a
     /// thread, so that the unrolled batch buys little in flight, while its
-    /// code (about twice the size) is what a small call waits for, fetched
-    /// cold. On an H200, the small pass 1 (sm_90 code 126 KB → 55 KB)
-    /// verified one request (2 to 8 rows, chunks of 1 to 5 tiles) 13–51 %
-    /// faster, 16 requests of K = 3 at V = 32,000 (7 tiles) 8–17 %, and of
-    /// K = 7 (11 tiles) 13 % greedy, within 2 % sampling; the small resample
-    /// (84 KB → 51 KB), one request and 16 at V = 32,000 (1–2 tiles) 2–8 %,
-    /// 16 at V = 151,936 (9 tiles) −3 to +2 %. At 30 tiles both lost: pass 1 of
-    /// K = 3 at V = 151,936 by 8 %, the resample of 64 requests by 3–8 %.
+    /// code (up to twice the size) is what a small call waits for, fetched
+    /// cold. On an H200:
+    /// - the small pass 1 of the verifier (sm_90 code 126 KB → 55 KB)
+    ///   verified one request (2 to 8 rows, chunks of 1 to 5 tiles) 13–51 %
+    ///   faster, 16 requests of K = 3 at V = 32,000 (7 tiles) 8–17 %, and of
+    ///   K = 7 (11 tiles) 13 % greedy, within 2 % sampling;
+    /// - the small resample (84 KB → 51 KB): one request, and 16 at
+    ///   V = 32,000 (1–2 tiles), 2–8 %; 16 at V = 151,936 (9 tiles) −3 to +2 %;
+    /// - `gumbel_sample`'s (its greedy loop only, 69 KB → 61 KB): the greedy
+    ///   calls it takes (one to 8 rows of 151,936, one to 64 of 32,000) 2–6 %,
+    ///   sampling unchanged (within 2 %);
+    /// - at 30 tiles, both of the verifier's lost: pass 1 of 16 requests of
+    ///   K = 3 at V = 151,936 by 8 %, the resample of 64 requests by 3–8 %.
     pub(crate) fn small(&self, rows: usize, split: Split, blocks_per_sm: u32) -> bool {
         small(self.sm_count, rows, split, blocks_per_sm)
     }
