@@ -1,5 +1,6 @@
-//! `rejection_sample` on the GPU: checks, then the four-pass launch of
-//! `crates/kernels/src/rejection.rs`.
+//! `rejection_sample` on the GPU: checks, then the two launches of
+//! `crates/kernels/src/rejection.rs` (each kernel or its lean or small
+//! variant, as the workspace's rules pick).
 
 use super::{Cuda, Launch, Variants, Workspace, launch};
 use crate::error::{Error, Result};
