@@ -1,15 +1,18 @@
 //! `cargo xtask bench-ab DIR [--min-change PCT]`: the A/B table of a run of
 //! `ab.sh`, which `cargo xtask bench-gpu --bundle DIR --against REV` writes
-//! beside the working tree's benchmark and REV's (`gpu-bench-base`).
+//! beside the working tree's benchmark and REV's (`gpu-bench-base`); variants
+//! (other trees' `gpu-bench`, copied into the bundle as `gpu-bench-<LABEL>`)
+//! join the run and the table as further sides.
 //!
-//! `ab.sh` runs the two binaries alternately on one GPU, round after round, so
+//! `ab.sh` runs the binaries alternately on one GPU, round after round, so
 //! that clocks, temperature and the other tenants of the machine weigh on
-//! both alike; each run writes `ab/{base,new}-<round>/bench.json`. A case's
-//! time here is its best over the rounds: the median of a run is already
-//! robust to outliers within it, and the best run is the one least disturbed
-//! from outside. Writes `DIR/ab.md` and prints it.
+//! all alike; each run writes `ab/<side>-<round>/bench.json` (sides `base`,
+//! `new`, then the labels). A case's time here is its best over the rounds:
+//! the median of a run is already robust to outliers within it, and the best
+//! run is the one least disturbed from outside. Every side is compared with
+//! `base`. Writes `DIR/ab.md` and prints it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use crate::Result;
@@ -104,10 +107,30 @@ fn read_side(dir: &Path, side: &str) -> Result<Side> {
     Ok(result)
 }
 
+/// The variants' labels under `dir/ab` (`<label>-<round>`, other than
+/// `base` and `new`), in name order.
+fn variants(dir: &Path) -> Result<Vec<String>> {
+    let ab = dir.join("ab");
+    let entries = std::fs::read_dir(&ab).map_err(|e| format!("read {}: {e}", ab.display()))?;
+    let labels: BTreeSet<String> = entries
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            let (label, round) = name.rsplit_once('-')?;
+            (round.parse::<u32>().is_ok() && label != "base" && label != "new").then(|| label.to_string())
+        })
+        .collect();
+    Ok(labels.into_iter().collect())
+}
+
 pub fn ab(dir: &Path, min_change: f64) -> Result<()> {
-    let (base, new) = (read_side(dir, "base")?, read_side(dir, "new")?);
+    let base = read_side(dir, "base")?;
+    let mut sides = vec![("new".to_string(), read_side(dir, "new")?)];
+    for label in variants(dir)? {
+        let side = read_side(dir, &label)?;
+        sides.push((label, side));
+    }
     let against = std::fs::read_to_string(dir.join(BASE_FILE)).unwrap_or_else(|_| "the baseline".into());
-    let md = table(&base, &new, against.trim(), min_change);
+    let md = table(&base, &sides, against.trim(), min_change);
     let path = dir.join("ab.md");
     std::fs::write(&path, &md).map_err(|e| format!("write {}: {e}", path.display()))?;
     print!("{md}");
@@ -116,55 +139,78 @@ pub fn ab(dir: &Path, min_change: f64) -> Result<()> {
 }
 
 /// The Markdown report: cases in the order the baseline ran them (then the
-/// new side's own), each side's best time, and the change.
-fn table(base: &Side, new: &Side, against: &str, min_change: f64) -> String {
+/// other sides' own), each side's best time and its change against the
+/// base; a summary per side. `sides` starts with `new`.
+fn table(base: &Side, sides: &[(String, Side)], against: &str, min_change: f64) -> String {
     let ceilings = |s: &Side| s.copy_gbs.iter().map(|g| format!("{g:.0}")).collect::<Vec<_>>().join(", ");
+    let labels: Vec<&str> = sides.iter().map(|(l, _)| l.as_str()).collect();
+    let variants = if labels.len() > 1 { format!(" and variants {}", labels[1..].join(", ")) } else { String::new() };
+    let mut runs: Vec<String> = std::iter::once(format!("{} base", base.rounds))
+        .chain(sides.iter().map(|(l, s)| format!("{} {l}", s.rounds)))
+        .collect();
+    let last = runs.pop().unwrap_or_default();
+    let side_ceilings: Vec<String> = sides.iter().map(|(l, s)| format!("{l} {}", ceilings(s))).collect();
     let mut md = format!(
-        "# A/B on {}: {against} (base) against the working tree (new)\n\n\
-         Best of {} base and {} new runs per case, run alternately by `ab.sh` (CUDA-graph replay, L2 flushed, \
-         median of each run's replays); copy ceilings of the runs: base {} GB/s, new {} GB/s.\n\n",
-        new.device,
-        base.rounds,
-        new.rounds,
+        "# A/B on {}: {against} (base) against the working tree (new){variants}\n\n\
+         Best of {} and {last} runs per case, run alternately by `ab.sh` (CUDA-graph replay, L2 flushed, \
+         median of each run's replays); copy ceilings of the runs: base {} GB/s, {} GB/s.\n\n",
+        sides[0].1.device,
+        runs.join(", "),
         ceilings(base),
-        ceilings(new)
+        side_ceilings.join(" GB/s, ")
     );
-    let mut changes = Vec::new();
+    let mut changes = vec![Vec::new(); sides.len()];
     let mut rows = String::new();
-    let names = base.order.iter().chain(new.order.iter().filter(|n| !base.best.contains_key(*n)));
-    for name in names {
-        let (b, n) = (base.best.get(name), new.best.get(name));
-        let change = match (b, n) {
-            (Some(b), Some(n)) => {
-                let change = 100.0 * (n / b - 1.0);
-                changes.push(change);
-                Some(change)
+    let mut names: Vec<&String> = base.order.iter().collect();
+    for (_, side) in sides {
+        for name in &side.order {
+            if !names.contains(&name) {
+                names.push(name);
             }
-            _ => None,
-        };
-        if change.is_some_and(|c| c.abs() < min_change) {
-            continue;
         }
-        let us = |t: Option<&f64>| t.map_or("–".to_string(), |t| format!("{t:.1}"));
-        let change = change.map_or("–".to_string(), |c| format!("{c:+.1} %"));
-        rows.push_str(&format!("| {name} | {} | {} | {change} |\n", us(b), us(n)));
+    }
+    let us = |t: Option<&f64>| t.map_or("–".to_string(), |t| format!("{t:.1}"));
+    for name in names {
+        let b = base.best.get(name);
+        let mut cells = String::new();
+        let mut listed = false;
+        for ((_, side), changes) in sides.iter().zip(&mut changes) {
+            let n = side.best.get(name);
+            let change = b.zip(n).map(|(b, n)| 100.0 * (n / b - 1.0));
+            if let Some(c) = change {
+                changes.push(c);
+            }
+            listed |= change.is_none_or(|c| c.abs() >= min_change);
+            let change = change.map_or("–".to_string(), |c| format!("{c:+.1} %"));
+            cells.push_str(&format!(" {} | {change} |", us(n)));
+        }
+        if listed {
+            rows.push_str(&format!("| {name} | {} |{cells}\n", us(b)));
+        }
     }
     if min_change > 0.0 {
         md.push_str(&format!("Cases whose time changed by {min_change} % or more:\n\n"));
     }
-    md.push_str("| case | base µs | new µs | change |\n| --- | ---: | ---: | ---: |\n");
+    let heads: String = labels
+        .iter()
+        .map(|&l| if l == "new" { " new µs | change |".to_string() } else { format!(" {l} µs | {l} change |") })
+        .collect();
+    md.push_str(&format!("| case | base µs |{heads}\n| --- | ---: |{}\n", " ---: | ---: |".repeat(sides.len())));
     md.push_str(&rows);
-    changes.sort_by(f64::total_cmp);
-    if let (Some(first), Some(last)) = (changes.first(), changes.last()) {
-        let faster = changes.iter().filter(|&&c| c <= -2.0).count();
-        let slower = changes.iter().filter(|&&c| c >= 2.0).count();
-        md.push_str(&format!(
-            "\n{} case{} in both: {faster} faster by 2 % or more, {slower} slower by 2 % or more; \
-             median change {:+.1} %, range {first:+.1} % to {last:+.1} %.\n",
-            changes.len(),
-            if changes.len() == 1 { "" } else { "s" },
-            changes[changes.len() / 2]
-        ));
+    for (label, mut changes) in labels.iter().zip(changes) {
+        changes.sort_by(f64::total_cmp);
+        if let (Some(first), Some(last)) = (changes.first(), changes.last()) {
+            let faster = changes.iter().filter(|&&c| c <= -2.0).count();
+            let slower = changes.iter().filter(|&&c| c >= 2.0).count();
+            let who = if *label == "new" { String::new() } else { format!("{label}: ") };
+            md.push_str(&format!(
+                "\n{who}{} case{} in both: {faster} faster by 2 % or more, {slower} slower by 2 % or more; \
+                 median change {:+.1} %, range {first:+.1} % to {last:+.1} %.\n",
+                changes.len(),
+                if changes.len() == 1 { "" } else { "s" },
+                changes[changes.len() / 2]
+            ));
+        }
     }
     md
 }
@@ -192,7 +238,8 @@ mod tests {
         std::fs::write(dir.join(BASE_FILE), "abc1234\n").unwrap();
         let (base, new) = (read_side(&dir, "base").unwrap(), read_side(&dir, "new").unwrap());
         assert_eq!((base.rounds, new.rounds), (2, 2));
-        let md = table(&base, &new, "abc1234", 0.0);
+        let sides = vec![("new".to_string(), new)];
+        let md = table(&base, &sides, "abc1234", 0.0);
         assert!(md.contains("abc1234 (base)"), "{md}");
         assert!(md.contains("base 4200, 4210 GB/s, new 4205, 4190 GB/s"), "{md}");
         assert!(md.contains("| a | 9.0 | 9.4 | +5.0 % |"), "{md}");
@@ -201,12 +248,41 @@ mod tests {
         assert!(md.contains("| only new | – | 2.0 | – |"), "{md}");
         assert!(md.contains("2 cases in both: 1 faster by 2 % or more, 1 slower by 2 % or more"), "{md}");
         // Only the large changes listed; the summary still counts all.
-        let md = table(&base, &new, "abc1234", 6.0);
+        let md = table(&base, &sides, "abc1234", 6.0);
         assert!(!md.contains("| a |") && md.contains("| b |") && md.contains("2 cases in both"), "{md}");
         ab(&dir, 0.0).unwrap();
         assert!(std::fs::read_to_string(dir.join("ab.md")).unwrap().contains("| b | 100.0 | 90.0 |"));
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(read_side(&dir, "base").is_err());
+    }
+
+    /// A variant copied into the bundle (`gpu-bench-v1`) is a third side, compared with the base.
+    #[test]
+    fn variants_are_further_sides() {
+        let dir = std::env::temp_dir().join(format!("specdec-ab-variants-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        run(&dir, "base", 1, 4200.0, &[("a", 10.0), ("b", 100.0)]);
+        run(&dir, "new", 1, 4205.0, &[("a", 11.0), ("b", 100.0)]);
+        for (round, a) in [(1, 8.5), (2, 8.0)] {
+            run(&dir, "v1", round, 4201.0, &[("a", a), ("b", 101.0), ("only v1", 3.0)]);
+        }
+        std::fs::create_dir_all(dir.join("ab").join("not-a-round")).unwrap();
+        assert_eq!(variants(&dir).unwrap(), ["v1"]);
+        ab(&dir, 0.0).unwrap();
+        let md = std::fs::read_to_string(dir.join("ab.md")).unwrap();
+        assert!(md.contains("(new) and variants v1"), "{md}");
+        assert!(md.contains("Best of 1 base, 1 new and 2 v1 runs per case"), "{md}");
+        assert!(md.contains("| case | base µs | new µs | change | v1 µs | v1 change |"), "{md}");
+        assert!(md.contains("| a | 10.0 | 11.0 | +10.0 % | 8.0 | -20.0 % |"), "{md}");
+        assert!(md.contains("| only v1 | – | – | – | 3.0 | – |"), "{md}");
+        assert!(md.contains("\n2 cases in both: 0 faster by 2 % or more, 1 slower"), "{md}");
+        assert!(md.contains("\nv1: 2 cases in both: 1 faster by 2 % or more, 0 slower"), "{md}");
+        // A row stays while any side changed by the threshold.
+        let sides =
+            vec![("new".to_string(), read_side(&dir, "new").unwrap()), ("v1".into(), read_side(&dir, "v1").unwrap())];
+        let md = table(&read_side(&dir, "base").unwrap(), &sides, "x", 5.0);
+        assert!(md.contains("| a |") && !md.contains("| b |"), "{md}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

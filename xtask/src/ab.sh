@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# A/B of two builds of the specdec GPU benchmark on one GPU: gpu-bench-base (the
-# revision named in base.txt) and gpu-bench (the working tree it was bundled from),
-# run alternately, ROUNDS times (default 2), with the same inputs. Written by
-# `cargo xtask bench-gpu --bundle DIR --against REV`; needs no Rust toolchain.
+# A/B of builds of the specdec GPU benchmark on one GPU: gpu-bench-base (the
+# revision named in base.txt), gpu-bench (the working tree it was bundled from) and
+# any other gpu-bench-<LABEL> put beside them (variants: another tree's gpu-bench,
+# copied in), run alternately, ROUNDS times (default 2), with the same inputs.
+# Written by `cargo xtask bench-gpu --bundle DIR --against REV`; needs no Rust toolchain.
 #
 #   ./ab.sh [ROUNDS] [-- GPU-BENCH ARGS...]      e.g.  ./ab.sh 2 -- --only "rows=1"
 #
-# Writes ab/{base,new}-<round>/bench.json and bench.log to ${OUT:-<this directory>}.
+# Writes ab/<side>-<round>/bench.json and bench.log (sides: base, new, then the
+# labels in name order) to ${OUT:-<this directory>}.
 # Then, where the workspace is:
 #   cargo xtask bench-ab <the directory holding ab/ and base.txt> [--min-change PCT]
 # Exits non-zero if any run failed.
@@ -32,11 +34,21 @@ fi
 mkdir -p "$out"
 [ -f "$here/base.txt" ] && [ "$out" != "$here" ] && cp "$here/base.txt" "$out/"
 
+sides=(base new)
+for exe in "$here"/gpu-bench-*; do
+  label="${exe##*/gpu-bench-}"
+  case "$label" in
+    base|new|'*') ;;
+    *[!A-Za-z0-9_.]*) echo "ab.sh: $exe: a label takes letters, digits, '_' and '.' only" >&2; exit 2 ;;
+    *) sides+=("$label") ;;
+  esac
+done
+
 failed=0
 for round in $(seq 1 "$rounds"); do
-  for side in base new; do
-    exe="$here/gpu-bench"
-    [ "$side" = base ] && exe="$here/gpu-bench-base"
+  for side in "${sides[@]}"; do
+    exe="$here/gpu-bench-$side"
+    [ "$side" = new ] && exe="$here/gpu-bench"
     dir="$out/ab/$side-$round"
     rm -rf "$dir" && mkdir -p "$dir"
     echo "\$ OUT=$dir $exe $*"

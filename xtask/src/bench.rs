@@ -3,7 +3,8 @@
 //! (`benches/torch_baseline.py`), then write the report; or bundle both, with a
 //! `bench.sh` that runs them, for a GPU machine without a Rust toolchain. With
 //! `--against REV`, the bundle also holds the benchmark of revision REV (built in a
-//! git worktree) and `ab.sh`, which runs the two alternately (see [`crate::ab`]).
+//! git worktree) and `ab.sh`, which runs the two alternately, with any variant
+//! copied in beside them (see [`crate::ab`]).
 //!
 //! ```text
 //! DIR/gpu-bench               the benchmark binary (PTX embedded, stripped)
@@ -11,6 +12,7 @@
 //! DIR/bench.sh                runs both (see src/bench.sh), writing to ${OUT:-DIR}
 //! DIR/gpu-bench-base          with --against: REV's benchmark binary
 //! DIR/ab.sh, DIR/base.txt     with --against: the A/B runner (src/ab.sh), REV's commit
+//! DIR/gpu-bench-<LABEL>       copied in by hand: a variant (another tree's gpu-bench), a further side
 //! DIR/.specdec-bench-bundle   marks DIR as ours (so it may be deleted next time)
 //! ```
 

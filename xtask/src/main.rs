@@ -52,11 +52,13 @@ Commands:
   bench-gpu --bundle DIR --against REV
         The same bundle, plus REV's benchmark (built in a git worktree under target/ab) and
         ab.sh, which runs the two alternately on the GPU machine
-        (`OUT=<dir> DIR/ab.sh [ROUNDS] [-- GPU-BENCH ARGS...]`, e.g. `-- --only rows=1`).
+        (`OUT=<dir> DIR/ab.sh [ROUNDS] [-- GPU-BENCH ARGS...]`, e.g. `-- --only rows=1`),
+        and with them any variant copied in as DIR/gpu-bench-<LABEL> (another tree's
+        gpu-bench; a label of letters, digits, '_' and '.').
   bench-ab DIR [--min-change PCT]
         The A/B table of an ab.sh run (DIR holds the fetched ab/ and base.txt): each case's best
-        time over the rounds, base and new, and the change; into DIR/ab.md and printed.
-        --min-change lists only cases that changed by at least PCT percent.
+        time over the rounds, base, new and each variant, and their change against base; into
+        DIR/ab.md and printed. --min-change lists only cases that changed by at least PCT percent.
   bench-report DIR [--results DIR]
         Join DIR/bench.json and DIR/torch.json into benches/results/<date>-<gpu>.md (table) and
         .svg (bandwidth against batch), and copy the JSON beside them (--results: elsewhere).
