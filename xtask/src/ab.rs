@@ -219,6 +219,13 @@ fn table(base: &Side, sides: &[(String, Side)], against: &str, min_change: f64) 
 mod tests {
     use super::*;
 
+    /// Asserts that `md` holds each of `parts`.
+    fn assert_holds(md: &str, parts: &[&str]) {
+        for part in parts {
+            assert!(md.contains(part), "no {part:?} in:\n{md}");
+        }
+    }
+
     fn run(dir: &Path, side: &str, round: u32, copy: f64, cases: &[(&str, f64)]) {
         let cases: Vec<_> = cases.iter().map(|(name, us)| serde_json::json!({"case": name, "us": us})).collect();
         let json = serde_json::json!({"device": "GPU X", "copy": {"gbs": copy}, "cases": cases});
@@ -240,13 +247,18 @@ mod tests {
         assert_eq!((base.rounds, new.rounds), (2, 2));
         let sides = vec![("new".to_string(), new)];
         let md = table(&base, &sides, "abc1234", 0.0);
-        assert!(md.contains("abc1234 (base)"), "{md}");
-        assert!(md.contains("base 4200, 4210 GB/s, new 4205, 4190 GB/s"), "{md}");
-        assert!(md.contains("| a | 9.0 | 9.4 | +5.0 % |"), "{md}");
-        assert!(md.contains("| b | 100.0 | 90.0 | -10.0 % |"), "{md}");
-        assert!(md.contains("| only base | 1.0 | – | – |"), "{md}");
-        assert!(md.contains("| only new | – | 2.0 | – |"), "{md}");
-        assert!(md.contains("2 cases in both: 1 faster by 2 % or more, 1 slower by 2 % or more"), "{md}");
+        assert_holds(
+            &md,
+            &[
+                "abc1234 (base)",
+                "base 4200, 4210 GB/s, new 4205, 4190 GB/s",
+                "| a | 9.0 | 9.4 | +5.0 % |",
+                "| b | 100.0 | 90.0 | -10.0 % |",
+                "| only base | 1.0 | – | – |",
+                "| only new | – | 2.0 | – |",
+                "2 cases in both: 1 faster by 2 % or more, 1 slower by 2 % or more",
+            ],
+        );
         // Only the large changes listed; the summary still counts all.
         let md = table(&base, &sides, "abc1234", 6.0);
         assert!(!md.contains("| a |") && md.contains("| b |") && md.contains("2 cases in both"), "{md}");
@@ -270,13 +282,18 @@ mod tests {
         assert_eq!(variants(&dir).unwrap(), ["v1"]);
         ab(&dir, 0.0).unwrap();
         let md = std::fs::read_to_string(dir.join("ab.md")).unwrap();
-        assert!(md.contains("(new) and variants v1"), "{md}");
-        assert!(md.contains("Best of 1 base, 1 new and 2 v1 runs per case"), "{md}");
-        assert!(md.contains("| case | base µs | new µs | change | v1 µs | v1 change |"), "{md}");
-        assert!(md.contains("| a | 10.0 | 11.0 | +10.0 % | 8.0 | -20.0 % |"), "{md}");
-        assert!(md.contains("| only v1 | – | – | – | 3.0 | – |"), "{md}");
-        assert!(md.contains("\n2 cases in both: 0 faster by 2 % or more, 1 slower"), "{md}");
-        assert!(md.contains("\nv1: 2 cases in both: 1 faster by 2 % or more, 0 slower"), "{md}");
+        assert_holds(
+            &md,
+            &[
+                "(new) and variants v1",
+                "Best of 1 base, 1 new and 2 v1 runs per case",
+                "| case | base µs | new µs | change | v1 µs | v1 change |",
+                "| a | 10.0 | 11.0 | +10.0 % | 8.0 | -20.0 % |",
+                "| only v1 | – | – | – | 3.0 | – |",
+                "\n2 cases in both: 0 faster by 2 % or more, 1 slower",
+                "\nv1: 2 cases in both: 1 faster by 2 % or more, 0 slower",
+            ],
+        );
         // A row stays while any side changed by the threshold.
         let sides =
             vec![("new".to_string(), read_side(&dir, "new").unwrap()), ("v1".into(), read_side(&dir, "v1").unwrap())];
