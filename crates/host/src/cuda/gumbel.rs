@@ -1,5 +1,6 @@
-//! `gumbel_sample` on the GPU: checks, then the two-pass launch of
-//! `crates/kernels/src/gumbel.rs`.
+//! `gumbel_sample` on the GPU: checks, then the one launch of
+//! `crates/kernels/src/gumbel.rs` (the kernel or its lean or small variant,
+//! as the workspace's rules pick).
 
 use super::{Cuda, Launch, Variants, Workspace, launch};
 use crate::error::{Error, Result};
