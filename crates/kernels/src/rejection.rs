@@ -628,11 +628,11 @@ unsafe fn stops<T: Load, C: Load>(p: &RejectionParams, req: &Request, row: &mut 
     }
     let sampler = req.sampler(0);
     // SAFETY: row0 + row < rows, 0 <= d < vocab.
-    let t = unsafe { (*target_row::<T>(p, req.row0 + row.row).add(d as usize)).to_f32() };
+    let t = unsafe { (*target_row::<T>(p, req.row0 + row.row).add(d as usize)).as_f32() };
     let log_p = sampler.scaled(t) - row.lse_t;
     let log_q = if p.cache != 0 {
         // SAFETY: valid slot, row.row < n_r <= max_drafts, d < vocab.
-        let q = unsafe { (*cache_row::<C>(p, req.slot.slot, row.row).add(d as usize)).to_f32() };
+        let q = unsafe { (*cache_row::<C>(p, req.slot.slot, row.row).add(d as usize)).as_f32() };
         sampler.scaled(q) - row.lse_q
     } else {
         0.0
@@ -762,7 +762,7 @@ unsafe fn resample_range<T: Load, C: Load, const Q: u32>(
                         // no draft registers live through the loop.
                         let res = |i: usize, tgt: f32| {
                             // SAFETY: x + i < end <= vocab: an id of the draft row.
-                            let q = unsafe { (*draft.add(x as usize + i)).to_f32() };
+                            let q = unsafe { (*draft.add(x as usize + i)).as_f32() };
                             ln_residual(tgt - job.lse_t, sampler.scaled(q) - job.lse_q)
                         };
                         sampler.fold_resample_logits(b, x, t, job.lse_t, res, n)
