@@ -9,7 +9,7 @@
 use crate::gpu;
 use crate::load::any_nan;
 use specdec_core::argmax::{ArgMax, Floored, floor_key, floor_value};
-use specdec_core::logspace::Lse;
+use specdec_core::logspace::{Lse, recentre};
 use specdec_core::sample::Sampler;
 
 /// Folds the `n` lanes of `v` (ids `x ..`) into `best` by the argmax rule of
@@ -60,6 +60,36 @@ pub fn push_scaled(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> (Lse, bo
     }
     let s = |i: usize| sampler.scaled(v[i]);
     (lse.push_quad([s(0), s(1), s(2), s(3)], n, gpu::fast_exp), any_nan(v, n))
+}
+
+/// The maximum [`push_scaled`] gives `lse` with the first `n` lanes of `v`
+/// wherever its fast path runs (elsewhere its saturation and `+inf` cases
+/// may differ: callers that need it to agree check).
+#[inline(always)]
+pub fn pushed_max(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> f32 {
+    let lane = |i: usize| if (i as u32) < n { v[i] } else { f32::NEG_INFINITY };
+    let m = lane(0).max(lane(1)).max(lane(2).max(lane(3))) * sampler.scale;
+    if m > lse.max { m } else { lse.max }
+}
+
+/// Adds the overlap terms `e^((t + d)·(1/T)/2 − after)` of the `n` lanes of
+/// a quad of target and draft logits `t`, `d` to `sum`, an overlap kept
+/// relative to centre `before` ([`specdec_core::logspace::centre`]), now
+/// relative to `after`: the centre of the rows' statistics with this quad
+/// pushed. A lane with a `-inf` logit adds 0; a NaN or `+inf` one makes the
+/// sum NaN (no bound, never a wrong one). Nothing is added while one row
+/// holds nothing finite (its centre `-inf`): no pair can overlap yet.
+#[inline(always)]
+pub fn push_overlap(sum: f32, before: f32, after: f32, t: [f32; 4], d: [f32; 4], n: u32, sampler: &Sampler) -> f32 {
+    if after == f32::NEG_INFINITY {
+        return sum;
+    }
+    let half = 0.5 * sampler.scale;
+    let term = |i: usize| {
+        let x = gpu::fast_exp(core::intrinsics::fmaf32(t[i] + d[i], half, -after));
+        if (i as u32) < n { x } else { 0.0 }
+    };
+    recentre(sum, before, after, gpu::fast_exp) + ((term(0) + term(1)) + (term(2) + term(3)))
 }
 
 /// Raises `f`'s floor to the best value its block has reached: its warp's

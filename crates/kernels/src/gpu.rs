@@ -15,6 +15,8 @@ unsafe extern "C" {
     fn ex2_approx_ftz(x: f32) -> f32;
     #[link_name = "llvm.nvvm.lg2.approx.ftz.f"]
     fn lg2_approx_ftz(x: f32) -> f32;
+    #[link_name = "llvm.nvvm.rsqrt.approx.ftz.f"]
+    fn rsqrt_approx_ftz(x: f32) -> f32;
     #[link_name = "llvm.nvvm.redux.sync.max"]
     fn redux_sync_max(value: i32, mask: i32) -> i32;
     #[link_name = "llvm.nvvm.barrier0.or"]
@@ -192,6 +194,14 @@ pub fn fast_exp(x: f32) -> f32 {
 pub fn fast_ln(x: f32) -> f32 {
     // SAFETY: a pure arithmetic instruction.
     unsafe { lg2_approx_ftz(x) * core::f32::consts::LN_2 }
+}
+
+/// `1/√x` by the hardware's `rsqrt.approx` (`inf` at 0, NaN below). For
+/// estimates that need not match the CPU's bits.
+#[inline(always)]
+pub fn fast_rsqrt(x: f32) -> f32 {
+    // SAFETY: a pure arithmetic instruction.
+    unsafe { rsqrt_approx_ftz(x) }
 }
 
 /// `x`, hidden from the optimisers (LLVM's and `ptxas`'s): a loop bounded
