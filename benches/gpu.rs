@@ -32,6 +32,16 @@
 //! `[2048, V]` bf16 buffer (`stride0 = (K+1)·V`, `stride1 = V`), the row beside
 //! its target row.
 //!
+//! Host time per call (`host time` cases, last; `--only host` alone): the
+//! CPU time of one `Cuda::gumbel_sample` (random, one row of V = 151936) and
+//! `Cuda::rejection_sample` (bf16 draft logits, B = 1, K = 4 and B = 256,
+//! K = 7) call, validation and launches, no graph: `HOST_CALLS` calls back
+//! to back between synchronisations, the median over `HOST_ROUNDS` batches;
+//! once on this benchmark's one stream without cudarc's event tracking, once
+//! with it (cudarc's default for a context with a stream of its own, as
+//! `Cuda::on_device` makes, where every view a call takes waits for its last
+//! writer and records an event), on copies of the inputs made with it on.
+//!
 //! Minimal bytes: one read of every target row and of every draft row used;
 //! sampling with a cache adds the cache write; verification (not greedy) adds
 //! one re-read of one row per request (its target row, and its draft row with
@@ -54,6 +64,12 @@ const REPS: usize = 50;
 const REPS_LONG: usize = 20;
 const LONG_US: f64 = 5000.0;
 const FLUSH_BYTES: usize = 512 << 20;
+/// Calls per batch of a host-time case. Their GPU work outlasts their host
+/// work, so they are few enough that their launches and events never fill
+/// the stream's queue (which would make the host wait).
+const HOST_CALLS: usize = 8;
+/// Batches of a host-time case (the median is reported).
+const HOST_ROUNDS: usize = 25;
 
 const SAMPLE_VOCABS: [usize; 4] = [32_000, 128_256, 151_936, 262_144];
 const SAMPLE_ROWS: [usize; 5] = [1, 8, 64, 256, 1024];
@@ -116,6 +132,27 @@ impl Timer {
     /// Median GPU time of enqueueing directly (no graph).
     fn time_direct(&mut self, enqueue: impl FnMut(&Arc<CudaStream>)) -> Timing {
         self.median(enqueue)
+    }
+
+    /// Median host time of one call of `enqueue` (the CPU's clock, no graph),
+    /// over `HOST_ROUNDS` batches of `HOST_CALLS` calls, each batch after a
+    /// synchronisation; after one untimed call.
+    fn host(&mut self, case: &str, mut enqueue: impl FnMut(&Arc<CudaStream>)) -> Timing {
+        let s = self.stream.clone();
+        enqueue(&s);
+        let mut times: Vec<f64> = (0..HOST_ROUNDS)
+            .map(|_| {
+                s.synchronize().unwrap_or_else(|e| fail(case, e));
+                let t = Instant::now();
+                for _ in 0..HOST_CALLS {
+                    enqueue(&s);
+                }
+                t.elapsed().as_secs_f64() * 1e6 / HOST_CALLS as f64
+            })
+            .collect();
+        s.synchronize().unwrap_or_else(|e| fail(case, e));
+        times.sort_by(f64::total_cmp);
+        Timing { us: times[HOST_ROUNDS / 2], reps: HOST_ROUNDS }
     }
 
     /// Median GPU time of replaying what `enqueue` enqueues, captured once in a CUDA graph.
@@ -247,6 +284,39 @@ impl VerifyMode {
         }
     }
 }
+
+/// What a case's time is: the GPU time of the call under graph replay, or
+/// the host time of a call ([`Timer::host`]).
+#[derive(Clone, Copy, PartialEq)]
+enum Clock {
+    Gpu,
+    Host,
+}
+
+/// The host time of one call, with or without cudarc's event tracking.
+struct HostCase {
+    name: String,
+    event_tracking: bool,
+    us: f64,
+}
+
+impl HostCase {
+    fn json(&self) -> String {
+        format!(
+            "{{\"case\":{},\"event_tracking\":{},\"us\":{:.2}}}",
+            json_str(&self.name),
+            self.event_tracking,
+            self.us
+        )
+    }
+}
+
+/// The host-time cases (see the module docs).
+const HOST_SPECS: [Spec; 3] = [
+    Spec::Gumbel { mode: SampleMode::Random, zipf: false, vocab: V_MAIN, rows: 1 },
+    Spec::Rejection { mode: VerifyMode::Bf16Draft, bf16_target: false, b: 1, k: 4, vocab: V_MAIN },
+    Spec::Rejection { mode: VerifyMode::Bf16Draft, bf16_target: false, b: 256, k: 7, vocab: V_MAIN },
+];
 
 /// One case of the grid.
 #[derive(Clone, Copy)]
@@ -440,6 +510,26 @@ struct Buffers {
     tokens: CudaSlice<i32>,
 }
 
+impl Buffers {
+    /// A copy of every buffer, allocated now: with cudarc's event tracking
+    /// on, each then carries its events (buffers made with it off never do).
+    fn copied(&self, s: &Arc<CudaStream>) -> Buffers {
+        Buffers {
+            logits: s.clone_dtod(&self.logits).unwrap_or_else(setup),
+            zipf: s.clone_dtod(&self.zipf).unwrap_or_else(setup),
+            draft: s.clone_dtod(&self.draft).unwrap_or_else(setup),
+            target_bf16: s.clone_dtod(&self.target_bf16).unwrap_or_else(setup),
+            cache: s.clone_dtod(&self.cache).unwrap_or_else(setup),
+            slots: s.clone_dtod(&self.slots).unwrap_or_else(setup),
+            pos: s.clone_dtod(&self.pos).unwrap_or_else(setup),
+            seeds: s.clone_dtod(&self.seeds).unwrap_or_else(setup),
+            greedy: s.clone_dtod(&self.greedy).unwrap_or_else(setup),
+            random: s.clone_dtod(&self.random).unwrap_or_else(setup),
+            tokens: s.clone_dtod(&self.tokens).unwrap_or_else(setup),
+        }
+    }
+}
+
 struct Bench {
     cuda: Cuda,
     stream: Arc<CudaStream>,
@@ -447,6 +537,9 @@ struct Bench {
     ws: Workspace,
     buf: Buffers,
     cases: Vec<Case>,
+    host: Vec<HostCase>,
+    /// Whether the buffers (and cudarc) track their uses by events.
+    event_tracking: bool,
     copy_gbs: f64,
 }
 
@@ -460,7 +553,14 @@ impl Bench {
         }
     }
 
-    fn push(&mut self, case: Case) {
+    /// Records `case`, timed by `clock`.
+    fn push(&mut self, clock: Clock, case: Case) {
+        if clock == Clock::Host {
+            let tracking = if self.event_tracking { "with" } else { "without" };
+            println!("host time {:<48} {:>9.1} µs per call, {tracking} event tracking", case.name, case.timing.us);
+            self.host.push(HostCase { name: case.name, event_tracking: self.event_tracking, us: case.timing.us });
+            return;
+        }
         println!(
             "{:<58} {:>9.1} µs {:>6.0} GB/s {:>5.1} % of copy  ({} reps{})",
             case.name,
@@ -473,13 +573,13 @@ impl Bench {
         self.cases.push(case);
     }
 
-    fn gumbel(&mut self, mode: SampleMode, zipf: bool, vocab: usize, rows: usize) {
+    fn gumbel(&mut self, clock: Clock, mode: SampleMode, zipf: bool, vocab: usize, rows: usize) {
         let name = Spec::Gumbel { mode, zipf, vocab, rows }.name();
         let Bench { cuda, timer, ws, buf, .. } = self;
         let Buffers { logits, zipf: zipf_logits, cache, slots, pos, seeds, greedy, random, tokens, .. } = buf;
         let logits = if zipf { &*zipf_logits } else { &*logits };
         let temps = if mode == SampleMode::Greedy { &*greedy } else { &*random };
-        let timing = timer.time(&name, |_| {
+        let call = |_: &Arc<CudaStream>| {
             let mut args = GumbelSample {
                 logits: Logits { data: LogitsData::F32(logits.slice(..rows * vocab)), rows, vocab, row_stride: vocab },
                 slots: slots.slice(..rows),
@@ -504,13 +604,17 @@ impl Bench {
             };
             let out = GumbelOutput { tokens: Tokens::I32(tokens.slice_mut(..rows)), row_status: None };
             cuda.gumbel_sample(ws, &mut args, out).unwrap_or_else(|e| fail(&name, e));
-        });
+        };
+        let timing = match clock {
+            Clock::Gpu => timer.time(&name, call),
+            Clock::Host => timer.host(&name, call),
+        };
         self.check_status(&name);
         let out = self.stream.clone_dtoh(&self.buf.tokens.slice(..rows)).unwrap_or_else(|e| fail(&name, e));
         if let Some(t) = out.iter().find(|&&t| t < 0 || t as usize >= vocab) {
             fail(&name, format!("token {t} is out of range 0..{vocab}"));
         }
-        self.push(Spec::Gumbel { mode, zipf, vocab, rows }.case(timing, None));
+        self.push(clock, Spec::Gumbel { mode, zipf, vocab, rows }.case(timing, None));
     }
 
     /// Draft tokens for every row of the `[2048, vocab]` view of the draft
@@ -544,7 +648,17 @@ impl Bench {
     }
 
     /// Verification of `b` requests of `k` drafts each (rows = b·(k + 1)).
-    fn rejection(&mut self, mode: VerifyMode, bf16_target: bool, b: usize, k: usize, vocab: usize, drafts: &[i32]) {
+    #[allow(clippy::too_many_arguments)]
+    fn rejection(
+        &mut self,
+        clock: Clock,
+        mode: VerifyMode,
+        bf16_target: bool,
+        b: usize,
+        k: usize,
+        vocab: usize,
+        drafts: &[i32],
+    ) {
         let name = Spec::Rejection { mode, bf16_target, b, k, vocab }.name();
         let rows = b * (k + 1);
         let s = self.stream.clone();
@@ -556,7 +670,7 @@ impl Bench {
         let mut vtokens = s.alloc_zeros::<i32>(b * (k + 1)).unwrap_or_else(|e| fail(&name, e));
         let Bench { cuda, timer, ws, buf, .. } = self;
         let temps = if mode == VerifyMode::Greedy { &buf.greedy } else { &buf.random };
-        let timing = timer.time(&name, |_| {
+        let call = |_: &Arc<CudaStream>| {
             let target = match bf16_target {
                 false => LogitsData::F32(buf.logits.slice(..rows * vocab)),
                 true => LogitsData::BF16(buf.target_bf16.slice(..rows * vocab)),
@@ -587,7 +701,11 @@ impl Bench {
                 row_status: None,
             };
             cuda.rejection_sample(ws, &args, out).unwrap_or_else(|e| fail(&name, e));
-        });
+        };
+        let timing = match clock {
+            Clock::Gpu => timer.time(&name, call),
+            Clock::Host => timer.host(&name, call),
+        };
         self.check_status(&name);
         let emitted = s.clone_dtoh(&num_emitted).unwrap_or_else(|e| fail(&name, e));
         let acc = s.clone_dtoh(&accepted).unwrap_or_else(|e| fail(&name, e));
@@ -605,7 +723,7 @@ impl Bench {
         }
         let mean_accepted = acc.iter().map(|&a| a as f64).sum::<f64>() / b as f64;
 
-        self.push(Spec::Rejection { mode, bf16_target, b, k, vocab }.case(timing, Some(mean_accepted)));
+        self.push(clock, Spec::Rejection { mode, bf16_target, b, k, vocab }.case(timing, Some(mean_accepted)));
     }
 }
 
@@ -657,11 +775,19 @@ impl Options {
         options
     }
 
+    fn wants(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| name.contains(o.as_str()))
+    }
+
+    /// The host-time cases `--only` keeps (named `host time <case>`).
+    fn host_specs(&self) -> Vec<Spec> {
+        HOST_SPECS.into_iter().filter(|spec| self.wants(&format!("host time {}", spec.name()))).collect()
+    }
+
     /// The grid, less the cases `--only` leaves out.
     fn grid(&self) -> Vec<Spec> {
-        let wanted = |spec: &Spec| self.only.is_empty() || self.only.iter().any(|o| spec.name().contains(o.as_str()));
-        let grid: Vec<Spec> = grid().into_iter().filter(wanted).collect();
-        if grid.is_empty() {
+        let grid: Vec<Spec> = grid().into_iter().filter(|spec| self.wants(&spec.name())).collect();
+        if grid.is_empty() && self.host_specs().is_empty() {
             fail("arguments", format!("no case name contains any of {:?}", self.only));
         }
         grid
@@ -725,12 +851,22 @@ fn main() {
 
     let ws = cuda.workspace(MAX_ROWS).unwrap_or_else(setup);
     let copy_gbs = copy.gbs();
-    let mut bench = Bench { cuda, stream: s, timer, ws, buf, cases: Vec::new(), copy_gbs };
+    let mut bench = Bench {
+        cuda,
+        stream: s.clone(),
+        timer,
+        ws,
+        buf,
+        cases: Vec::new(),
+        host: Vec::new(),
+        event_tracking: false,
+        copy_gbs,
+    };
     // Draft tokens of the current verification vocabulary: (vocab, sampled, argmax).
     let mut drafts: Option<(usize, Vec<i32>, Vec<i32>)> = None;
     for spec in options.grid() {
         match spec {
-            Spec::Gumbel { mode, zipf, vocab, rows } => bench.gumbel(mode, zipf, vocab, rows),
+            Spec::Gumbel { mode, zipf, vocab, rows } => bench.gumbel(Clock::Gpu, mode, zipf, vocab, rows),
             Spec::Rejection { mode, bf16_target, b, k, vocab } => {
                 if drafts.as_ref().is_none_or(|(v, ..)| *v != vocab) {
                     let (sampled, greedy) = bench.draft_tokens(vocab);
@@ -738,11 +874,33 @@ fn main() {
                 }
                 let (_, sampled, greedy) = drafts.as_ref().unwrap();
                 let drafts = if mode == VerifyMode::Greedy { greedy } else { sampled };
-                bench.rejection(mode, bf16_target, b, k, vocab, drafts);
+                bench.rejection(Clock::Gpu, mode, bf16_target, b, k, vocab, drafts);
             }
         }
     }
-    write_outputs(&device, &copy, &bench.cases, options.reps, started.elapsed().as_secs_f64());
+    let host_specs = options.host_specs();
+    if !host_specs.is_empty() {
+        let (sampled, _) = bench.draft_tokens(V_MAIN);
+        for event_tracking in [false, true] {
+            if event_tracking {
+                // SAFETY: the buffers made without tracking are used on this one stream only.
+                unsafe { s.context().enable_event_tracking() };
+                bench.buf = bench.buf.copied(&s);
+                bench.ws = bench.cuda.workspace(MAX_ROWS).unwrap_or_else(setup);
+                s.synchronize().unwrap_or_else(setup);
+            }
+            bench.event_tracking = event_tracking;
+            for &spec in &host_specs {
+                match spec {
+                    Spec::Gumbel { mode, zipf, vocab, rows } => bench.gumbel(Clock::Host, mode, zipf, vocab, rows),
+                    Spec::Rejection { mode, bf16_target, b, k, vocab } => {
+                        bench.rejection(Clock::Host, mode, bf16_target, b, k, vocab, &sampled)
+                    }
+                }
+            }
+        }
+    }
+    write_outputs(&device, &copy, &bench.cases, &bench.host, options.reps, started.elapsed().as_secs_f64());
 }
 
 /// `--dry-run`: no GPU; every case gets a made-up time, so the outputs (and
@@ -765,11 +923,22 @@ fn dry_run(options: &Options) {
             spec.case(Timing { us, reps: if us > LONG_US { reps.min(REPS_LONG) } else { reps } }, accepted)
         })
         .collect();
-    write_outputs("dry run (made-up numbers)", &copy, &cases, reps, 0.0);
+    let host_specs = options.host_specs();
+    let host: Vec<HostCase> = [false, true]
+        .into_iter()
+        .flat_map(|event_tracking| {
+            host_specs.iter().map(move |spec| HostCase {
+                name: spec.name(),
+                event_tracking,
+                us: if event_tracking { 20.0 } else { 5.0 },
+            })
+        })
+        .collect();
+    write_outputs("dry run (made-up numbers)", &copy, &cases, &host, reps, 0.0);
 }
 
 /// Prints the table and, when `$OUT` is set, writes `$OUT/bench.md` and `$OUT/bench.json`.
-fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], reps: usize, wall_s: f64) {
+fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], host: &[HostCase], reps: usize, wall_s: f64) {
     let copy_gbs = copy.gbs();
     let long: Vec<&str> = cases.iter().filter(|c| c.timing.reps != reps).map(|c| c.name.as_str()).collect();
     let reps_note = if long.is_empty() {
@@ -794,22 +963,30 @@ fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], reps: usize, 
         let (us, gbs) = (c.timing.us, c.gbs());
         writeln!(md, "| {} | {us:.1} | {gbs:.0} | {:.0} | {accepted} |", c.name, 100.0 * gbs / copy_gbs).unwrap();
     }
+    if !host.is_empty() {
+        md.push_str("\n| host time per call | µs | cudarc event tracking |\n| --- | ---: | --- |\n");
+        for h in host {
+            writeln!(md, "| {} | {:.1} | {} |", h.name, h.us, if h.event_tracking { "on" } else { "off" }).unwrap();
+        }
+    }
     println!("\n{md}");
 
     let unix_time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let cases: Vec<String> = cases.iter().map(|c| format!("  {}", c.json(copy_gbs))).collect();
+    let host: Vec<String> = host.iter().map(|h| format!("  {}", h.json())).collect();
     let json = format!(
         "{{\"device\":{},\"unix_time\":{unix_time},\"wall_s\":{wall_s:.1},\"reps\":{reps},\"reps_long\":{},\
          \"long_us\":{LONG_US},\"flush_bytes\":{FLUSH_BYTES},\"temperature\":{T},\
          \"copy\":{{\"us\":{:.2},\"bytes\":{},\"gbs\":{copy_gbs:.1},\"graph_us\":{:.2},\"stream_us\":{:.2}}},\
-         \n\"cases\":[\n{}\n]}}\n",
+         \n\"cases\":[\n{}\n],\n\"host\":[\n{}\n]}}\n",
         json_str(device),
         reps.min(REPS_LONG),
         copy.best().us,
         copy.bytes,
         copy.graph.us,
         copy.direct.us,
-        cases.join(",\n")
+        cases.join(",\n"),
+        host.join(",\n")
     );
     if let Ok(out) = std::env::var("OUT") {
         let write = |name: &str, text: &str| {

@@ -53,6 +53,9 @@ struct Bench {
     temperature: f64,
     copy_gbs: f64,
     cases: Vec<Case>,
+    /// Host time per call (µs) of the `host` cases by name: without and with
+    /// cudarc's event tracking (`bench.json`s before them have none).
+    host: BTreeMap<String, (Option<f64>, Option<f64>)>,
 }
 
 struct TorchCase {
@@ -174,6 +177,16 @@ fn read_bench(path: &Path) -> Result<Bench> {
             reps: num(c, "reps", path)? as u64,
         });
     }
+    let mut host: BTreeMap<String, (Option<f64>, Option<f64>)> = BTreeMap::new();
+    if let Some(h) = v.get("host") {
+        for c in h.as_array().ok_or_else(|| format!("{}: `host` is not a list", path.display()))? {
+            let tracking = field(c, "event_tracking", path)?
+                .as_bool()
+                .ok_or_else(|| format!("{}: `event_tracking` is not a boolean in {}", path.display(), short(c)))?;
+            let entry = host.entry(text(c, "case", path)?).or_default();
+            *if tracking { &mut entry.1 } else { &mut entry.0 } = Some(num(c, "us", path)?);
+        }
+    }
     Ok(Bench {
         device: text(&v, "device", path)?,
         unix_time: num(&v, "unix_time", path)? as u64,
@@ -184,6 +197,7 @@ fn read_bench(path: &Path) -> Result<Bench> {
         temperature: num(&v, "temperature", path)?,
         copy_gbs: num(field(&v, "copy", path)?, "gbs", path)?,
         cases,
+        host,
     })
 }
 
@@ -339,6 +353,10 @@ fn markdown(bench: &Bench, torch: Option<&Torch>, svg: &str) -> String {
         table(&mut md, &latency);
     }
 
+    if !bench.host.is_empty() {
+        md.push_str(&host_section(&bench.host));
+    }
+
     if let Some(t) = torch {
         md.push_str("## Summary\n\nGeometric-mean speed-up over the cases both runs measured.\n\n");
         md.push_str("| operation | path | cases | speed-up (geomean) | min | max |\n");
@@ -369,6 +387,24 @@ fn markdown(bench: &Bench, torch: Option<&Torch>, svg: &str) -> String {
         let long: Vec<&str> = bench.cases.iter().filter(|c| c.reps != bench.reps).map(|c| c.name.as_str()).collect();
         writeln!(md, "\nspecdec cases timed with {} replays: {}.", bench.reps_long, long.join("; ")).unwrap();
     }
+    md
+}
+
+/// The report's section on the host time of a call.
+fn host_section(host: &BTreeMap<String, (Option<f64>, Option<f64>)>) -> String {
+    let mut md = String::from(
+        "## Host time per call\n\n\
+         CPU time of one call on the CUDA backend (validation, stride bookkeeping and launches; no graph), \
+         calls back to back between synchronisations, median over batches: on one stream without cudarc's \
+         event tracking, and with it (cudarc's default once a context has a stream of its own, as \
+         `Cuda::on_device` makes: each view a call takes waits for its last writer and records an event).\n\n\
+         | case | µs, no event tracking | µs, event tracking |\n| --- | ---: | ---: |\n",
+    );
+    let us = |t: Option<f64>| t.map_or("–".to_string(), |t| format!("{t:.1}"));
+    for (name, (off, on)) in host {
+        writeln!(md, "| {name} | {} | {} |", us(*off), us(*on)).unwrap();
+    }
+    md.push('\n');
     md
 }
 
@@ -533,6 +569,34 @@ mod tests {
         assert_eq!(read_torch(&path).unwrap().floor, None);
         std::fs::write(&path, json(r#""floor": {"one_kernel_us": 3.23},"#)).unwrap();
         assert!(read_torch(&path).is_err(), "a floor without its second number is an error");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Host times are read by case and tracking mode when present (older
+    /// bench.json files have none) and tabulated side by side.
+    #[test]
+    fn host_times() {
+        let dir = std::env::temp_dir().join(format!("specdec-report-host-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bench.json");
+        let json = |host: &str| {
+            format!(
+                r#"{{"device": "GPU X", "unix_time": 0, "wall_s": 1, "reps": 50, "reps_long": 20, "long_us": 5000,
+                "temperature": 0.8, "copy": {{"gbs": 4000}}, "cases": [] {host}}}"#
+            )
+        };
+        std::fs::write(&path, json("")).unwrap();
+        assert!(read_bench(&path).unwrap().host.is_empty());
+        let entries = r#", "host": [{"case": "a", "event_tracking": false, "us": 4.25},
+            {"case": "a", "event_tracking": true, "us": 31.0}, {"case": "b", "event_tracking": true, "us": 9.0}]"#;
+        std::fs::write(&path, json(entries)).unwrap();
+        let host = read_bench(&path).unwrap().host;
+        assert_eq!(host.get("a"), Some(&(Some(4.25), Some(31.0))));
+        assert_eq!(host.get("b"), Some(&(None, Some(9.0))));
+        let md = host_section(&host);
+        assert!(md.contains("| a | 4.2 | 31.0 |") && md.contains("| b | – | 9.0 |"), "{md}");
+        std::fs::write(&path, json(r#", "host": [{"case": "a", "event_tracking": 1, "us": 4.0}]"#)).unwrap();
+        assert!(read_bench(&path).is_err(), "a tracking mode that is not a boolean is an error");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
