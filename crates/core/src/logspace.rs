@@ -201,8 +201,8 @@ const OVERLAP_RESOLUTION: f32 = 1.0e-4;
 /// A lower bound on the mass of the residual `Σ max(p − q, 0)` of a target
 /// row and its draft row from their statistics and overlap ([`centre`]): the
 /// squared Hellinger distance `1 − BC`, at most the total variation (which
-/// is the residual's mass). `0` (no bound) where `1 − BC` is below
-/// [`OVERLAP_RESOLUTION`], NaN where the statistics give none (empty rows,
+/// is the residual's mass). `0` (no bound) where `1 − BC` is below 10⁻⁴,
+/// within the sums' rounding, NaN where the statistics give none (empty rows,
 /// `+inf` logits); `rsqrt` is `1/√x`. Unlike one id's excess `q − p`, it
 /// does not shrink with the vocabulary: a resample's floors start near
 /// the residual's true log-mass.
