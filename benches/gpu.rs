@@ -155,6 +155,14 @@ impl Timer {
         Timing { us: times[HOST_ROUNDS / 2], reps: HOST_ROUNDS }
     }
 
+    /// `enqueue`'s time by `clock`: [`Timer::time`] or [`Timer::host`].
+    fn measure(&mut self, clock: Clock, case: &str, enqueue: impl FnMut(&Arc<CudaStream>)) -> Timing {
+        match clock {
+            Clock::Gpu => self.time(case, enqueue),
+            Clock::Host => self.host(case, enqueue),
+        }
+    }
+
     /// Median GPU time of replaying what `enqueue` enqueues, captured once in a CUDA graph.
     fn time(&mut self, case: &str, mut enqueue: impl FnMut(&Arc<CudaStream>)) -> Timing {
         let s = self.stream.clone();
@@ -605,16 +613,23 @@ impl Bench {
             let out = GumbelOutput { tokens: Tokens::I32(tokens.slice_mut(..rows)), row_status: None };
             cuda.gumbel_sample(ws, &mut args, out).unwrap_or_else(|e| fail(&name, e));
         };
-        let timing = match clock {
-            Clock::Gpu => timer.time(&name, call),
-            Clock::Host => timer.host(&name, call),
-        };
+        let timing = timer.measure(clock, &name, call);
         self.check_status(&name);
         let out = self.stream.clone_dtoh(&self.buf.tokens.slice(..rows)).unwrap_or_else(|e| fail(&name, e));
         if let Some(t) = out.iter().find(|&&t| t < 0 || t as usize >= vocab) {
             fail(&name, format!("token {t} is out of range 0..{vocab}"));
         }
         self.push(clock, Spec::Gumbel { mode, zipf, vocab, rows }.case(timing, None));
+    }
+
+    /// Measures `spec` by `clock`, verification with draft ids `drafts`.
+    fn run(&mut self, clock: Clock, spec: Spec, drafts: &[i32]) {
+        match spec {
+            Spec::Gumbel { mode, zipf, vocab, rows } => self.gumbel(clock, mode, zipf, vocab, rows),
+            Spec::Rejection { mode, bf16_target, b, k, vocab } => {
+                self.rejection(clock, mode, bf16_target, b, k, vocab, drafts)
+            }
+        }
     }
 
     /// Draft tokens for every row of the `[2048, vocab]` view of the draft
@@ -702,10 +717,7 @@ impl Bench {
             };
             cuda.rejection_sample(ws, &args, out).unwrap_or_else(|e| fail(&name, e));
         };
-        let timing = match clock {
-            Clock::Gpu => timer.time(&name, call),
-            Clock::Host => timer.host(&name, call),
-        };
+        let timing = timer.measure(clock, &name, call);
         self.check_status(&name);
         let emitted = s.clone_dtoh(&num_emitted).unwrap_or_else(|e| fail(&name, e));
         let acc = s.clone_dtoh(&accepted).unwrap_or_else(|e| fail(&name, e));
@@ -865,18 +877,18 @@ fn main() {
     // Draft tokens of the current verification vocabulary: (vocab, sampled, argmax).
     let mut drafts: Option<(usize, Vec<i32>, Vec<i32>)> = None;
     for spec in options.grid() {
-        match spec {
-            Spec::Gumbel { mode, zipf, vocab, rows } => bench.gumbel(Clock::Gpu, mode, zipf, vocab, rows),
-            Spec::Rejection { mode, bf16_target, b, k, vocab } => {
+        let ids: &[i32] = match spec {
+            Spec::Gumbel { .. } => &[],
+            Spec::Rejection { mode, vocab, .. } => {
                 if drafts.as_ref().is_none_or(|(v, ..)| *v != vocab) {
                     let (sampled, greedy) = bench.draft_tokens(vocab);
                     drafts = Some((vocab, sampled, greedy));
                 }
                 let (_, sampled, greedy) = drafts.as_ref().unwrap();
-                let drafts = if mode == VerifyMode::Greedy { greedy } else { sampled };
-                bench.rejection(Clock::Gpu, mode, bf16_target, b, k, vocab, drafts);
+                if mode == VerifyMode::Greedy { greedy } else { sampled }
             }
-        }
+        };
+        bench.run(Clock::Gpu, spec, ids);
     }
     let host_specs = options.host_specs();
     if !host_specs.is_empty() {
@@ -891,12 +903,7 @@ fn main() {
             }
             bench.event_tracking = event_tracking;
             for &spec in &host_specs {
-                match spec {
-                    Spec::Gumbel { mode, zipf, vocab, rows } => bench.gumbel(Clock::Host, mode, zipf, vocab, rows),
-                    Spec::Rejection { mode, bf16_target, b, k, vocab } => {
-                        bench.rejection(Clock::Host, mode, bf16_target, b, k, vocab, &sampled)
-                    }
-                }
+                bench.run(Clock::Host, spec, &sampled);
             }
         }
     }
