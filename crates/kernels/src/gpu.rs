@@ -216,6 +216,35 @@ pub fn opaque(x: u32) -> u32 {
     y
 }
 
+/// The `T` at `ptr`, read from L2 by `ld.relaxed.gpu.v4.u32`, 16 bytes a
+/// load: a device-scope strong load, which after [`fence_device`] sees what
+/// other blocks published before theirs. Not `read_volatile`, which sm_90
+/// compiles to system-scope loads of at most 8 bytes (`LD.E.STRONG.SYS`).
+///
+/// # Safety
+/// `ptr` is valid and 16-byte aligned; `T` is plain data (any bits valid).
+#[inline(always)]
+pub unsafe fn load_relaxed<T: Copy>(ptr: *const T) -> T {
+    const { assert!(core::mem::size_of::<T>() % 16 == 0) };
+    let mut out = core::mem::MaybeUninit::<T>::uninit();
+    let words = out.as_mut_ptr() as *mut [u32; 4];
+    for i in 0..core::mem::size_of::<T>() / 16 {
+        let (a, b, c, d): (u32, u32, u32, u32);
+        // SAFETY: guaranteed by the caller; word i lies inside *ptr.
+        unsafe {
+            core::arch::asm!(
+                "ld.relaxed.gpu.v4.u32 {{{0}, {1}, {2}, {3}}}, [{4}];",
+                out(reg32) a, out(reg32) b, out(reg32) c, out(reg32) d,
+                in(reg64) (ptr as *const [u32; 4]).add(i),
+                options(nostack, readonly, preserves_flags)
+            );
+            words.add(i).write([a, b, c, d]);
+        }
+    }
+    // SAFETY: every word was written; T is plain data (caller).
+    unsafe { out.assume_init() }
+}
+
 /// Starts moving the line holding `ptr` into L2 (`prefetch.L2`; inline
 /// assembly, as LLVM's intrinsic wants an address-space pointer Rust cannot name),
 /// without waiting: a load issued later, after a chain of dependent loads,

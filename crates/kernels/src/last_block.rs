@@ -78,8 +78,9 @@ pub unsafe fn combine<T: Reduce>(partials: *mut T, c: u32, blocks: u32, counter:
 /// (one row's 149 chunks, at V = 151,936).
 ///
 /// # Safety
-/// All 32 lanes call this together; `partials` holds `n` entries, each
-/// published before (fenced, as [`arrive`] does).
+/// All 32 lanes call this together; `partials` is 16-byte aligned and holds
+/// `n` entries of plain data, a multiple of 16 bytes each, each published
+/// before (fenced, as [`arrive`] does).
 #[inline(always)]
 pub unsafe fn gather<T: Reduce>(partials: *const T, n: u32) -> T {
     let small = const { core::mem::size_of::<T>() <= 16 };
@@ -89,8 +90,9 @@ pub unsafe fn gather<T: Reduce>(partials: *const T, n: u32) -> T {
     while base < n {
         let get = |k: u32| {
             let j = base + k * WARP + lane;
-            // SAFETY: j < n. Volatile: read from L2, never from a stale L1 line.
-            if j < n { unsafe { partials.add(j as usize).read_volatile() } } else { T::IDENTITY }
+            // SAFETY: j < n (caller: aligned plain data). Relaxed at device
+            // scope: read from L2, never from a stale L1 line.
+            if j < n { unsafe { gpu::load_relaxed(partials.add(j as usize)) } } else { T::IDENTITY }
         };
         if small {
             let (a, b, c, d) = (get(0), get(1), get(2), get(3));

@@ -118,10 +118,13 @@ impl Workspace {
         small(self.sm_count, rows, split, blocks_per_sm)
     }
 
-    /// Byte offsets of the rejection regions (stats, jobs, partials) in `scratch`.
+    /// Byte offsets of the rejection regions (stats, jobs, partials) in
+    /// `scratch`. The jobs come last: the kernels gather stats and partials 16
+    /// bytes a load, so both start 16-byte aligned, which 56-byte jobs
+    /// before them would not leave for an odd `max_rows`.
     pub(crate) fn rejection_regions(&self) -> (u64, u64, u64) {
-        let jobs = self.entries * STATS_BYTES;
-        let partials = jobs + self.max_rows * JOB_BYTES;
+        let partials = self.entries * STATS_BYTES;
+        let jobs = partials + self.entries * PARTIAL_BYTES;
         (0, jobs as u64, partials as u64)
     }
 }
