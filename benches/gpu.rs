@@ -41,6 +41,8 @@
 //! with it (cudarc's default for a context with a stream of its own, as
 //! `Cuda::on_device` makes, where every view a call takes waits for its last
 //! writer and records an event), on copies of the inputs made with it on.
+//! Beside them, the floor: the host time of one launch of an empty kernel
+//! with a parameter block of the same size ([`EmptyKernel`]).
 //!
 //! Minimal bytes: one read of every target row and of every draft row used;
 //! sampling with a cache adds the cache write; verification (not greedy) adds
@@ -48,12 +50,14 @@
 //! draft logits). Token, slot and position arrays are negligible.
 
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, result};
 use half::bf16;
 use specdec::{
     CacheData, CacheShape, Column, Cuda, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Logits, LogitsData,
     RejectionOutput, RejectionSample, SlotTable, Tokens, Workspace,
 };
+use specdec_core::layout::{BLOCK_THREADS, RejectionParams};
+use std::ffi::c_void;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
@@ -326,6 +330,35 @@ const HOST_SPECS: [Spec; 3] = [
     Spec::Rejection { mode: VerifyMode::Bf16Draft, bf16_target: false, b: 256, k: 7, vocab: V_MAIN },
 ];
 
+/// A kernel that does nothing, taking a parameter block of
+/// `RejectionParams`' size: the host time of one launch of it is the
+/// driver's floor under each launch of a call (`rejection_sample` makes two,
+/// `gumbel_sample` one), launched as the crate launches (`cuLaunchKernel`).
+struct EmptyKernel(CudaFunction);
+
+impl EmptyKernel {
+    const CASE: &str = "a launch of an empty kernel (the driver's floor)";
+
+    fn load(s: &Arc<CudaStream>) -> EmptyKernel {
+        let bytes = std::mem::size_of::<RejectionParams>();
+        let ptx = format!(
+            ".version 7.0\n.target sm_80\n.address_size 64\n\
+             .visible .entry empty(.param .align 8 .b8 params[{bytes}])\n{{\n\tret;\n}}\n"
+        );
+        let module = s.context().load_module(cudarc::nvrtc::Ptx::from_src(ptx)).unwrap_or_else(setup);
+        EmptyKernel(module.load_function("empty").unwrap_or_else(setup))
+    }
+
+    fn launch(&self, s: &CudaStream) {
+        let params = RejectionParams::default();
+        let mut args = [&params as *const RejectionParams as *mut c_void];
+        s.context().bind_to_thread().unwrap_or_else(|e| fail(Self::CASE, e));
+        // SAFETY: the kernel takes one parameter block of this size and reads nothing.
+        unsafe { result::launch_kernel(self.0.cu_function(), (1, 1, 1), (BLOCK_THREADS, 1, 1), 0, s.cu_stream(), &mut args) }
+            .unwrap_or_else(|e| fail(Self::CASE, e));
+    }
+}
+
 /// One case of the grid.
 #[derive(Clone, Copy)]
 enum Spec {
@@ -561,12 +594,23 @@ impl Bench {
         }
     }
 
+    /// Records the host time of one call of `case`.
+    fn push_host(&mut self, case: String, timing: Timing) {
+        let tracking = if self.event_tracking { "with" } else { "without" };
+        println!("host time {case:<48} {:>9.1} µs per call, {tracking} event tracking", timing.us);
+        self.host.push(HostCase { name: case, event_tracking: self.event_tracking, us: timing.us });
+    }
+
+    /// The host time of one launch of `empty` ([`EmptyKernel`]).
+    fn launch_floor(&mut self, empty: &EmptyKernel) {
+        let timing = self.timer.host(EmptyKernel::CASE, |s| empty.launch(s));
+        self.push_host(EmptyKernel::CASE.to_string(), timing);
+    }
+
     /// Records `case`, timed by `clock`.
     fn push(&mut self, clock: Clock, case: Case) {
         if clock == Clock::Host {
-            let tracking = if self.event_tracking { "with" } else { "without" };
-            println!("host time {:<48} {:>9.1} µs per call, {tracking} event tracking", case.name, case.timing.us);
-            self.host.push(HostCase { name: case.name, event_tracking: self.event_tracking, us: case.timing.us });
+            self.push_host(case.name, case.timing);
             return;
         }
         println!(
@@ -816,7 +860,8 @@ fn main() {
     let device = cuda.device_name().unwrap_or_else(setup);
     println!("device: {device}");
     let s = cuda.stream().clone();
-    // Graph capture of cudarc's cross-stream events is not needed on one stream.
+    // Off for the graph cases: with it on, capture fails (each view waits on an
+    // event recorded before the capture: CUDA_ERROR_STREAM_CAPTURE_ISOLATION).
     // SAFETY: everything below runs on this one stream.
     unsafe { s.context().disable_event_tracking() };
     let mut timer =
@@ -893,6 +938,7 @@ fn main() {
     let host_specs = options.host_specs();
     if !host_specs.is_empty() {
         let (sampled, _) = bench.draft_tokens(V_MAIN);
+        let empty = EmptyKernel::load(&s);
         for event_tracking in [false, true] {
             if event_tracking {
                 // SAFETY: the buffers made without tracking are used on this one stream only.
@@ -902,6 +948,7 @@ fn main() {
                 s.synchronize().unwrap_or_else(setup);
             }
             bench.event_tracking = event_tracking;
+            bench.launch_floor(&empty);
             for &spec in &host_specs {
                 bench.run(Clock::Host, spec, &sampled);
             }
@@ -931,11 +978,15 @@ fn dry_run(options: &Options) {
         })
         .collect();
     let host_specs = options.host_specs();
+    let host_cases: Vec<String> = match host_specs.is_empty() {
+        true => Vec::new(),
+        false => std::iter::once(EmptyKernel::CASE.to_string()).chain(host_specs.iter().map(Spec::name)).collect(),
+    };
     let host: Vec<HostCase> = [false, true]
         .into_iter()
         .flat_map(|event_tracking| {
-            host_specs.iter().map(move |spec| HostCase {
-                name: spec.name(),
+            host_cases.iter().map(move |name| HostCase {
+                name: name.clone(),
                 event_tracking,
                 us: if event_tracking { 20.0 } else { 5.0 },
             })

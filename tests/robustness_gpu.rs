@@ -7,10 +7,11 @@
 //!   inputs were written into the same device buffers give what eager
 //!   launches (and, for `gumbel_sample`, the CPU backend) give on those inputs;
 //! - the launch path allocates nothing (free device memory unchanged over 100
-//!   calls), never synchronises (capture would fail), and enqueues kernels
-//!   only (every node of a captured call is a kernel node);
+//!   calls, and no heap allocation on the calling thread), never synchronises
+//!   (capture would fail), and enqueues kernels only (every node of a
+//!   captured call is a kernel node);
 //! - fault paths: no such device, a workspace too small, one from another
-//!   context, one too large to exist: typed errors, no panic;
+//!   context or another stream, one too large to exist: typed errors, no panic;
 //! - NaN and ±inf logits: their rows are flagged and sampled in range, and the
 //!   other rows come out bitwise as in a run without them.
 //!
@@ -29,7 +30,56 @@ use specdec::{
 use specdec_suite::batch::{ColumnSpec, Sampled, Values};
 use specdec_suite::inputs::{PAST_VOCAB, Rng, TEMPERATURES, first_argmax, mixed_logits, random_batch, random_cache};
 use specdec_suite::{Batch, Verified, Verify};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The system allocator, counting each thread's allocations
+/// ([`allocations`]).
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count_one() {
+    // try_with: nothing to count once the thread's locals are gone.
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
+
+// SAFETY: every method forwards to `System`, which upholds the contract.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: forwarded as given.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: forwarded as given.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_one();
+        // SAFETY: forwarded as given.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded as given.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Heap allocations made by this thread so far.
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
 
 /// Serialises the tests of this file.
 fn gpu() -> MutexGuard<'static, ()> {
@@ -38,8 +88,9 @@ fn gpu() -> MutexGuard<'static, ()> {
 }
 
 /// CUDA device 0 on a stream of its own, with cudarc's cross-stream event
-/// tracking off (everything here runs on that one stream; events recorded
-/// or waited on inside a capture would break it, see benches/gpu.rs).
+/// tracking off: everything here runs on that one stream, and with it on a
+/// capture fails (each view waits on an event recorded before the capture:
+/// `CUDA_ERROR_STREAM_CAPTURE_ISOLATION`, seen on an H200).
 fn cuda() -> Cuda {
     let cuda = Cuda::on_device(0).unwrap_or_else(|e| panic!("the GPU suite needs a CUDA device: {e}"));
     // SAFETY: the buffers of these tests are used on this one stream only.
@@ -617,15 +668,18 @@ fn launches_allocate_nothing() {
     ok(g.launch(&cuda, &mut ws), "gumbel_sample");
     ok(d.launch(&cuda, &mut ws), "rejection_sample");
     let before = settled_free_memory(&ctx);
+    let allocated = allocations();
     for _ in 0..CALLS {
         ok(g.launch(&cuda, &mut ws), "gumbel_sample");
         ok(d.launch(&cuda, &mut ws), "rejection_sample");
     }
+    let host_allocations = allocations() - allocated;
     let (in_flight, _) = ok(ctx.mem_get_info(), "mem_get_info");
     ok(cuda.stream().synchronize(), "synchronize");
     let (after, _) = ok(ctx.mem_get_info(), "mem_get_info");
     assert_eq!(in_flight, before, "free device memory changed while {CALLS} calls of each were queued");
     assert_eq!(after, before, "free device memory changed over {CALLS} calls of each");
+    assert_eq!(host_allocations, 0, "heap allocations on the host by {CALLS} calls of each");
     // And they still compute the right thing.
     let mut on_cpu = b.clone();
     assert_eq!(g.read().0, ok(on_cpu.run(&Backend::cpu()), "cpu"), "gumbel_sample after {CALLS} calls");
@@ -685,6 +739,30 @@ fn a_workspace_of_another_context_is_a_typed_error() {
     let mut ws = ok(cuda.workspace(64), "workspace");
     ok(g.launch(&cuda, &mut ws), "gumbel_sample on its own workspace");
     ok(d.launch(&cuda, &mut ws), "rejection_sample on its own workspace");
+    ok(cuda.stream().synchronize(), "synchronize");
+}
+
+/// A workspace is used on the stream it was made on: the calls take its
+/// buffers' addresses without cudarc's events, which only that stream's order
+/// makes safe.
+#[test]
+fn a_workspace_of_another_stream_is_a_typed_error() {
+    let _gpu = gpu();
+    let cuda = cuda();
+    let other = ok(cuda.stream().context().new_stream().map_err(Error::from).and_then(Cuda::new), "second stream");
+    let mut foreign = ok(other.workspace(64), "workspace on the second stream");
+    let mut rng = Rng::new(0x57E4);
+    let mut g = GumbelDev::new(&cuda, &gumbel_batch(&mut rng, 8, 100));
+    let r = g.launch(&cuda, &mut foreign);
+    assert!(matches!(r, Err(Error::WorkspaceStream)), "gumbel_sample: {r:?}");
+    let mut d = VerifyDev::new(&cuda, &verify_batch(&mut rng, 4, 2, 100, false));
+    let r = d.launch(&cuda, &mut foreign);
+    assert!(matches!(r, Err(Error::WorkspaceStream)), "rejection_sample: {r:?}");
+    assert!(d.read().num_emitted.iter().all(|&n| n == TOKEN_FILL), "nothing was launched");
+    // A clone of the backend is on the same stream: its workspace serves both.
+    let mut ws = ok(cuda.workspace(64), "workspace");
+    ok(g.launch(&cuda.clone(), &mut ws), "gumbel_sample by a clone of the backend");
+    ok(d.launch(&cuda, &mut ws), "rejection_sample");
     ok(cuda.stream().synchronize(), "synchronize");
 }
 

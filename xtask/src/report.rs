@@ -397,7 +397,9 @@ fn host_section(host: &BTreeMap<String, (Option<f64>, Option<f64>)>) -> String {
          CPU time of one call on the CUDA backend (validation, stride bookkeeping and launches; no graph), \
          calls back to back between synchronisations, median over batches: on one stream without cudarc's \
          event tracking, and with it (cudarc's default once a context has a stream of its own, as \
-         `Cuda::on_device` makes: each view a call takes waits for its last writer and records an event).\n\n\
+         `Cuda::on_device` makes: each view a call takes waits for its last writer and records an event). \
+         The driver's floor beside them: one launch of an empty kernel (a call of `rejection_sample` makes two \
+         launches, one of `gumbel_sample` one).\n\n\
          | case | µs, no event tracking | µs, event tracking |\n| --- | ---: | ---: |\n",
     );
     let us = |t: Option<f64>| t.map_or("–".to_string(), |t| format!("{t:.1}"));

@@ -33,7 +33,7 @@ impl Failure {
         let message = format!("{doing}: {e}");
         match e {
             E::NoDriver | E::NoDevice(_) | E::PtxLoad { .. } | E::Driver(_) => Failure::Run(message),
-            E::WorkspaceTooSmall { .. } | E::WorkspaceContext => Failure::Run(message),
+            E::WorkspaceTooSmall { .. } | E::WorkspaceContext | E::WorkspaceStream => Failure::Run(message),
             _ => Failure::Input(message),
         }
     }

@@ -50,6 +50,8 @@ pub enum Error {
     OutOfMemory { bytes: usize, max_rows: usize },
     #[error("the workspace belongs to another CUDA context")]
     WorkspaceContext,
+    #[error("the workspace belongs to another stream: make one per stream (Cuda::workspace)")]
+    WorkspaceStream,
 }
 
 fn row_suffix(row: Option<usize>) -> String {

@@ -148,11 +148,11 @@ impl CacheShape {
     /// so their row starts are sorted and compared (up to
     /// [`MAX_LISTED_ROWS`] rows; larger interleaved layouts count as overlapping).
     fn overlaps(&self) -> bool {
-        let mut dims: Vec<(usize, usize)> =
-            [(self.stride1, self.k), (self.stride0, self.slots.max(1))].into_iter().filter(|&(_, n)| n > 1).collect();
+        // An array, not a Vec: a call on the GPU allocates nothing on the host either.
+        let mut dims = [(self.stride1, self.k), (self.stride0, self.slots.max(1))];
         dims.sort();
         let mut span = self.width;
-        let nested = dims.iter().all(|&(stride, n)| {
+        let nested = dims.iter().filter(|&&(_, n)| n > 1).all(|&(stride, n)| {
             let fits = stride >= span;
             span = (n - 1).checked_mul(stride).and_then(|s| s.checked_add(span)).unwrap_or(usize::MAX);
             fits && span != usize::MAX

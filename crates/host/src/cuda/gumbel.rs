@@ -3,7 +3,7 @@
 //! as the workspace's rules pick).
 
 use super::{Cuda, Launch, Variants, Workspace, launch};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Device;
 use crate::tensor::{CacheData, Column, LogitsData, Tokens};
@@ -18,7 +18,10 @@ impl Cuda {
     ///
     /// # Errors
     /// Shape, stride and length errors before anything is launched;
-    /// [`Error::WorkspaceTooSmall`]; driver errors.
+    /// [`Error::WorkspaceTooSmall`](crate::Error::WorkspaceTooSmall);
+    /// [`Error::WorkspaceContext`](crate::Error::WorkspaceContext) or
+    /// [`Error::WorkspaceStream`](crate::Error::WorkspaceStream) for a workspace made on
+    /// another stream; driver errors.
     pub fn gumbel_sample(
         &self,
         ws: &mut Workspace,
@@ -38,11 +41,10 @@ impl Cuda {
             (shape.rows, args.logits.vocab),
         )?;
         let stream = &*self.stream;
-        if ws.scratch.stream().context().cu_ctx() != stream.context().cu_ctx() {
-            return Err(Error::WorkspaceContext);
-        }
+        let workspace = ws.on(stream)?;
 
-        // Device pointers; the guards record cudarc's read/write events when dropped after the launch.
+        // The caller's views; their guards record cudarc's read/write events
+        // (where it tracks them) when dropped after the launch.
         let (logits, _g1) = match &args.logits.data {
             LogitsData::F32(b) => b.device_ptr(stream),
             LogitsData::BF16(b) => b.device_ptr(stream),
@@ -102,12 +104,9 @@ impl Cuda {
             _g9 = Some(g);
             p.row_status = ptr;
         }
-        let (partials, _g10) = ws.scratch.device_ptr_mut(stream);
-        let (status, _g11) = ws.status.device_ptr_mut(stream);
-        let (counters, _g12) = ws.counters.device_ptr_mut(stream);
-        p.partials = partials;
-        p.status = status;
-        p.counters = counters;
+        p.partials = workspace.scratch;
+        p.status = workspace.status;
+        p.counters = workspace.counters;
         // SAFETY: every pointer above comes from a view whose length `check`
         // matched against the shape; `split` sized chunks within the workspace
         // (capacity ≥ rows · chunks, counters ≥ rows) and chunk · chunks ≥ vocab.

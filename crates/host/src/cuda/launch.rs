@@ -1,24 +1,40 @@
 //! The only `unsafe` launches of the crate, one function per operation. Each
 //! is reached through a safe function that has validated every host-visible
 //! value.
+//!
+//! Launches go straight to `cuLaunchKernel` (cudarc's `result` layer), not
+//! through cudarc's `LaunchArgs`, which allocates its argument list on the
+//! heap for every launch and binds the context again for each: a call
+//! allocates nothing on the host either, and binds once.
 
 use super::Kernel;
 use crate::error::Result;
-use cudarc::driver::{CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaStream, result};
 use specdec_core::layout::{BLOCK_THREADS, GumbelParams, RejectionParams, SHARED_BYTES};
+use std::ffi::c_void;
 
-/// A `#[repr(C)]` parameter block passed to a kernel by value.
-#[repr(transparent)]
-struct Params<P>(P);
-
-// SAFETY: both parameter blocks are #[repr(C)], Copy, and made only of
-// integers: the layout the kernels declare for their single by-value parameter.
-unsafe impl DeviceRepr for Params<GumbelParams> {}
-// SAFETY: as above.
-unsafe impl DeviceRepr for Params<RejectionParams> {}
-
-fn blocks(grid: (u32, u32)) -> LaunchConfig {
-    LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (BLOCK_THREADS, 1, 1), shared_mem_bytes: SHARED_BYTES }
+/// Launches `kernel` over `grid` with `params`, a `#[repr(C)]` block of
+/// integers, as its one by-value parameter. The context must be current.
+///
+/// # Safety
+/// `params` is the parameter block `kernel` declares and every pointer in it
+/// is valid for what the kernel does over `grid`.
+unsafe fn launch<P>(kernel: &Kernel, stream: &CudaStream, grid: (u32, u32), params: &P) -> Result<()> {
+    let mut args = [params as *const P as *mut c_void];
+    // SAFETY: the caller guarantees `params`; block size and shared memory
+    // are what the kernels' reductions expect; the driver copies the
+    // parameter block before it returns.
+    unsafe {
+        result::launch_kernel(
+            kernel.function.cu_function(),
+            (grid.0, grid.1, 1),
+            (BLOCK_THREADS, 1, 1),
+            SHARED_BYTES,
+            stream.cu_stream(),
+            &mut args,
+        )
+    }?;
+    Ok(())
 }
 
 /// Launches `gumbel_sample` (one kernel).
@@ -32,11 +48,9 @@ pub(super) unsafe fn gumbel_sample(kernel: &Kernel, stream: &CudaStream, p: Gumb
     if p.rows == 0 {
         return Ok(());
     }
-    let params = Params(p);
-    // SAFETY: the caller guarantees `p`; the grid covers rows × chunks, block
-    // size and shared memory are what the kernel's reductions expect.
-    unsafe { stream.launch_builder(&kernel.function).arg(&params).launch(blocks((p.rows, p.chunks))) }?;
-    Ok(())
+    stream.context().bind_to_thread()?;
+    // SAFETY: the caller guarantees `p`; the grid covers rows × chunks.
+    unsafe { launch(kernel, stream, (p.rows, p.chunks), &p) }
 }
 
 /// Launches the two passes of `rejection_sample`.
@@ -55,13 +69,12 @@ pub(super) unsafe fn rejection_sample(
     if p.requests == 0 {
         return Ok(());
     }
-    let params = Params(p);
     let pairs = p.requests * (p.max_drafts + 1);
+    stream.context().bind_to_thread()?;
     // SAFETY: the caller guarantees `p`; each grid matches its pass (module
     // docs of kernels::rejection), and the passes run in order on one stream.
     unsafe {
-        stream.launch_builder(&stats.function).arg(&params).launch(blocks((pairs, p.chunks)))?;
-        stream.launch_builder(&resample.function).arg(&params).launch(blocks((p.requests, p.resample_chunks)))?;
+        launch(stats, stream, (pairs, p.chunks), &p)?;
+        launch(resample, stream, (p.requests, p.resample_chunks), &p)
     }
-    Ok(())
 }

@@ -199,7 +199,8 @@ impl Cuda {
         Ok(format!("{} (sm_{major}{minor})", ctx.name()?))
     }
 
-    /// A workspace for calls of up to `max_rows` rows.
+    /// A workspace for calls of up to `max_rows` rows on this backend's
+    /// stream (and its clones'): one per stream.
     pub fn workspace(&self, max_rows: usize) -> Result<Workspace> {
         Workspace::new(&self.stream, self.sm_count, max_rows)
     }

@@ -3,7 +3,7 @@
 //! variant, as the workspace's rules pick).
 
 use super::{Cuda, Launch, Variants, Workspace, launch};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::memory::Device;
 use crate::rejection::{RejectionOutput, RejectionSample};
 use crate::tensor::{LogitsData, Tokens};
@@ -20,8 +20,10 @@ impl Cuda {
     ///
     /// # Errors
     /// Shape, stride and length errors before anything is launched;
-    /// [`Error::WorkspaceTooSmall`] when `requests · (max_drafts + 1)`
-    /// exceeds the workspace; driver errors.
+    /// [`Error::WorkspaceTooSmall`](crate::Error::WorkspaceTooSmall) when `requests · (max_drafts + 1)`
+    /// exceeds the workspace; [`Error::WorkspaceContext`](crate::Error::WorkspaceContext)
+    /// or [`Error::WorkspaceStream`](crate::Error::WorkspaceStream) for a workspace made on
+    /// another stream; driver errors.
     pub fn rejection_sample(
         &self,
         ws: &mut Workspace,
@@ -51,11 +53,10 @@ impl Cuda {
             (shape.requests, args.target.vocab),
         )?;
         let stream = &*self.stream;
-        if ws.scratch.stream().context().cu_ctx() != stream.context().cu_ctx() {
-            return Err(Error::WorkspaceContext);
-        }
+        let workspace = ws.on(stream)?;
 
-        // Device pointers; the guards record cudarc's read/write events when dropped after the launch.
+        // The caller's views; their guards record cudarc's read/write events
+        // (where it tracks them) when dropped after the launch.
         let (target, _g1) = match &args.target.data {
             LogitsData::F32(b) => b.device_ptr(stream),
             LogitsData::BF16(b) => b.device_ptr(stream),
@@ -123,14 +124,11 @@ impl Cuda {
             p.row_status = ptr;
         }
         let (stats_at, jobs_at, partials_at) = ws.rejection_regions();
-        let (scratch, _g13) = ws.scratch.device_ptr_mut(stream);
-        let (status, _g14) = ws.status.device_ptr_mut(stream);
-        let (counters, _g15) = ws.counters.device_ptr_mut(stream);
-        p.stats = scratch + stats_at;
-        p.jobs = scratch + jobs_at;
-        p.partials = scratch + partials_at;
-        p.status = status;
-        p.counters = counters;
+        p.stats = workspace.scratch + stats_at;
+        p.jobs = workspace.scratch + jobs_at;
+        p.partials = workspace.scratch + partials_at;
+        p.status = workspace.status;
+        p.counters = workspace.counters;
         // SAFETY: every pointer comes from a view whose length `check` matched
         // against the shape; the splits bounded requests·(K+1)·chunks and
         // requests·resample_chunks by the workspace's regions (and requests <=

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use cudarc::driver::sys::CUresult;
-use cudarc::driver::{CudaSlice, CudaStream, DriverError};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, DriverError};
 use specdec_core::layout::TILE;
 use std::sync::Arc;
 
@@ -18,15 +18,28 @@ const JOB_BYTES: usize = 56;
 /// results, O(rows + SMs) entries, never rows × V; one arrival counter per row
 /// (zero between calls: the kernels reset what they count); and the status
 /// word the kernels OR their flags into. Create it once; calls then allocate
-/// nothing.
+/// nothing. It is used on the stream it was made on only
+/// ([`Error::WorkspaceStream`] otherwise): its calls run in that stream's
+/// order, which is all the ordering its buffers need.
 pub struct Workspace {
-    pub(crate) scratch: CudaSlice<u8>,
-    pub(crate) counters: CudaSlice<u32>,
-    pub(crate) status: CudaSlice<u32>,
+    scratch: CudaSlice<u8>,
+    /// Read through `addresses` only; held for its memory.
+    _counters: CudaSlice<u32>,
+    status: CudaSlice<u32>,
+    /// The three buffers' device addresses, taken once ([`Workspace::on`]).
+    addresses: Addresses,
     sm_count: u32,
     max_rows: usize,
     /// Stats and partials entries each ([`entries`]).
     entries: usize,
+}
+
+/// Device addresses of a workspace's buffers.
+#[derive(Clone, Copy)]
+pub(crate) struct Addresses {
+    pub scratch: u64,
+    pub counters: u64,
+    pub status: u64,
 }
 
 /// How a call's rows are split over blocks.
@@ -49,10 +62,38 @@ impl Workspace {
             CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory { bytes, max_rows },
             _ => Error::Driver(e),
         };
-        let scratch = stream.alloc_zeros::<u8>(bytes).map_err(out_of_memory)?;
-        let counters = stream.alloc_zeros::<u32>(max_rows.max(1)).map_err(out_of_memory)?;
-        let status = stream.alloc_zeros::<u32>(1).map_err(out_of_memory)?;
-        Ok(Workspace { scratch, counters, status, sm_count, max_rows, entries })
+        let mut scratch = stream.alloc_zeros::<u8>(bytes).map_err(out_of_memory)?;
+        let mut counters = stream.alloc_zeros::<u32>(max_rows.max(1)).map_err(out_of_memory)?;
+        let mut status = stream.alloc_zeros::<u32>(1).map_err(out_of_memory)?;
+        let addresses = Addresses {
+            scratch: scratch.device_ptr_mut(stream).0,
+            counters: counters.device_ptr_mut(stream).0,
+            status: status.device_ptr_mut(stream).0,
+        };
+        Ok(Workspace { scratch, _counters: counters, status, addresses, sm_count, max_rows, entries })
+    }
+
+    /// The buffers' device addresses, for a call enqueued on `stream`, which
+    /// must be the workspace's own. Taken once, not as a view per call: with
+    /// cudarc's event tracking on (its default once a context has a stream
+    /// of its own), each view costs two event waits and an event record, 9
+    /// driver calls a call for these three, which stream order makes moot.
+    /// The addresses stay valid while `self` lives; its buffers are freed in
+    /// their stream's order (cudarc's `cuMemFreeAsync` on that stream), so
+    /// after every call enqueued there.
+    ///
+    /// # Errors
+    /// [`Error::WorkspaceContext`] for a stream of another context,
+    /// [`Error::WorkspaceStream`] for another stream of the same one.
+    pub(crate) fn on(&self, stream: &CudaStream) -> Result<Addresses> {
+        let own = self.scratch.stream();
+        if own.context().cu_ctx() != stream.context().cu_ctx() {
+            return Err(Error::WorkspaceContext);
+        }
+        if own.cu_stream() != stream.cu_stream() {
+            return Err(Error::WorkspaceStream);
+        }
+        Ok(self.addresses)
     }
 
     pub fn max_rows(&self) -> usize {
