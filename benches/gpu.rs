@@ -978,9 +978,10 @@ fn dry_run(options: &Options) {
         })
         .collect();
     let host_specs = options.host_specs();
-    let host_cases: Vec<String> = match host_specs.is_empty() {
-        true => Vec::new(),
-        false => std::iter::once(EmptyKernel::CASE.to_string()).chain(host_specs.iter().map(Spec::name)).collect(),
+    let host_cases: Vec<String> = if host_specs.is_empty() {
+        Vec::new()
+    } else {
+        std::iter::once(EmptyKernel::CASE.to_string()).chain(host_specs.iter().map(Spec::name)).collect()
     };
     let host: Vec<HostCase> = [false, true]
         .into_iter()
