@@ -354,8 +354,10 @@ impl EmptyKernel {
         let mut args = [&params as *const RejectionParams as *mut c_void];
         s.context().bind_to_thread().unwrap_or_else(|e| fail(Self::CASE, e));
         // SAFETY: the kernel takes one parameter block of this size and reads nothing.
-        unsafe { result::launch_kernel(self.0.cu_function(), (1, 1, 1), (BLOCK_THREADS, 1, 1), 0, s.cu_stream(), &mut args) }
-            .unwrap_or_else(|e| fail(Self::CASE, e));
+        unsafe {
+            result::launch_kernel(self.0.cu_function(), (1, 1, 1), (BLOCK_THREADS, 1, 1), 0, s.cu_stream(), &mut args)
+        }
+        .unwrap_or_else(|e| fail(Self::CASE, e));
     }
 }
 
