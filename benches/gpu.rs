@@ -6,8 +6,8 @@
 //!
 //! Each call is captured once in a CUDA graph and replayed: a warm-up, then
 //! `REPS` timed replays (`--reps N`; CUDA events around the replay alone), with the L2
-//! flushed by a 512 MiB memset before each (`REPS_LONG` replays for a case
-//! whose first replay takes over `LONG_US`). The median is reported as µs, as
+//! flushed by a 512 MiB memset before each, unless `--warm` (`REPS_LONG`
+//! replays for a case whose first replay takes over `LONG_US`). The median is reported as µs, as
 //! GB/s over the fewest bytes the call must move, and as a fraction of the
 //! copy bandwidth. Results go to stdout and, when `$OUT` is set, to
 //! `$OUT/bench.json` (one object per case, with all its parameters) and
@@ -101,6 +101,8 @@ struct Timer {
     flush: CudaSlice<u8>,
     /// Timed replays per case (`REPS`, or `--reps`).
     reps: usize,
+    /// Whether the L2 is flushed before each replay (not under `--warm`).
+    cold: bool,
 }
 
 /// A median GPU time in µs and the number of timed repetitions it is the median of.
@@ -111,10 +113,12 @@ struct Timing {
 }
 
 impl Timer {
-    /// One timed run of `enqueue` after an L2 flush, in µs.
+    /// One timed run of `enqueue` after an L2 flush (unless `--warm`), in µs.
     fn once(&mut self, enqueue: &mut impl FnMut(&Arc<CudaStream>)) -> f64 {
         let s = self.stream.clone();
-        s.memset_zeros(&mut self.flush).expect("L2 flush");
+        if self.cold {
+            s.memset_zeros(&mut self.flush).expect("L2 flush");
+        }
         let start = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).expect("event");
         enqueue(&s);
         let end = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).expect("event");
@@ -804,22 +808,27 @@ impl CopyCeiling {
 
 /// Command-line options: `--dry-run`, `--only TEXT` (repeatable: run only the
 /// cases whose name contains one of them), `--reps N` (timed replays per case,
-/// e.g. 1 under a profiler). `cargo bench` adds `--bench`, which is ignored.
+/// e.g. 1 under a profiler), `--warm` (no L2 flush before a replay: the
+/// replays after the first find the call's code and data in the L2, so the
+/// difference from a flushed run is what a small call spends fetching them
+/// cold). `cargo bench` adds `--bench`, which is ignored.
 struct Options {
     dry_run: bool,
     only: Vec<String>,
     reps: usize,
+    warm: bool,
 }
 
 impl Options {
     fn parse() -> Options {
-        let mut options = Options { dry_run: false, only: Vec::new(), reps: REPS };
+        let mut options = Options { dry_run: false, only: Vec::new(), reps: REPS, warm: false };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             let mut value =
                 |name: &str| args.next().unwrap_or_else(|| fail("arguments", format!("{name} needs a value")));
             match arg.as_str() {
                 "--dry-run" => options.dry_run = true,
+                "--warm" => options.warm = true,
                 "--only" => options.only.push(value("--only")),
                 "--reps" => {
                     options.reps = match value("--reps").parse() {
@@ -866,8 +875,12 @@ fn main() {
     // event recorded before the capture: CUDA_ERROR_STREAM_CAPTURE_ISOLATION).
     // SAFETY: everything below runs on this one stream.
     unsafe { s.context().disable_event_tracking() };
-    let mut timer =
-        Timer { stream: s.clone(), flush: s.alloc_zeros(FLUSH_BYTES).unwrap_or_else(setup), reps: options.reps };
+    let mut timer = Timer {
+        stream: s.clone(),
+        flush: s.alloc_zeros(FLUSH_BYTES).unwrap_or_else(setup),
+        reps: options.reps,
+        cold: !options.warm,
+    };
 
     // Copy bandwidth: 2 GiB device to device, reads + writes.
     let copy_n = 512 << 20;
@@ -956,7 +969,7 @@ fn main() {
             }
         }
     }
-    write_outputs(&device, &copy, &bench.cases, &bench.host, options.reps, started.elapsed().as_secs_f64());
+    write_outputs(&device, &copy, &bench.cases, &bench.host, &options, started.elapsed().as_secs_f64());
 }
 
 /// `--dry-run`: no GPU; every case gets a made-up time, so the outputs (and
@@ -995,19 +1008,20 @@ fn dry_run(options: &Options) {
             })
         })
         .collect();
-    write_outputs("dry run (made-up numbers)", &copy, &cases, &host, reps, 0.0);
+    write_outputs("dry run (made-up numbers)", &copy, &cases, &host, options, 0.0);
 }
 
 /// Prints the table and, when `$OUT` is set, writes `$OUT/bench.md` and `$OUT/bench.json`.
-fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], host: &[HostCase], reps: usize, wall_s: f64) {
-    let copy_gbs = copy.gbs();
+fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], host: &[HostCase], options: &Options, wall_s: f64) {
+    let (copy_gbs, reps) = (copy.gbs(), options.reps);
+    let flushed = if options.warm { "L2 not flushed (--warm)" } else { "L2 flushed before each" };
     let long: Vec<&str> = cases.iter().filter(|c| c.timing.reps != reps).map(|c| c.name.as_str()).collect();
     let reps_note = if long.is_empty() {
-        format!("median of {reps} CUDA-graph replays per case, L2 flushed before each")
+        format!("median of {reps} CUDA-graph replays per case, {flushed}")
     } else {
         format!(
             "median of {reps} CUDA-graph replays per case ({REPS_LONG} for the {} cases over {LONG_US:.0} µs: {}), \
-             L2 flushed before each",
+             {flushed}",
             long.len(),
             long.join("; ")
         )
@@ -1037,11 +1051,12 @@ fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], host: &[HostC
     let host: Vec<String> = host.iter().map(|h| format!("  {}", h.json())).collect();
     let json = format!(
         "{{\"device\":{},\"unix_time\":{unix_time},\"wall_s\":{wall_s:.1},\"reps\":{reps},\"reps_long\":{},\
-         \"long_us\":{LONG_US},\"flush_bytes\":{FLUSH_BYTES},\"temperature\":{T},\
+         \"long_us\":{LONG_US},\"flush_bytes\":{},\"temperature\":{T},\
          \"copy\":{{\"us\":{:.2},\"bytes\":{},\"gbs\":{copy_gbs:.1},\"graph_us\":{:.2},\"stream_us\":{:.2}}},\
          \n\"cases\":[\n{}\n],\n\"host\":[\n{}\n]}}\n",
         json_str(device),
         reps.min(REPS_LONG),
+        if options.warm { 0 } else { FLUSH_BYTES },
         copy.best().us,
         copy.bytes,
         copy.graph.us,

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use crate::Result;
-use crate::report::{field, num, read_json, text};
+use crate::report::{field, l2_note, num, read_json, text};
 
 /// The shell script of the bundle.
 pub const AB_SH: &str = include_str!("ab.sh");
@@ -61,6 +61,8 @@ struct Side {
     rounds: usize,
     device: String,
     copy_gbs: Vec<f64>,
+    /// Each run's L2 flush (`flush_bytes`; 0 under `--warm`).
+    flush_bytes: Vec<f64>,
 }
 
 impl Side {
@@ -68,6 +70,7 @@ impl Side {
         let v = read_json(path)?;
         self.device = text(&v, "device", path)?;
         self.copy_gbs.push(num(field(&v, "copy", path)?, "gbs", path)?);
+        self.flush_bytes.push(num(&v, "flush_bytes", path)?);
         let cases =
             field(&v, "cases", path)?.as_array().ok_or_else(|| format!("{}: `cases` is not a list", path.display()))?;
         for c in cases {
@@ -150,9 +153,16 @@ fn table(base: &Side, sides: &[(String, Side)], against: &str, min_change: f64) 
         .collect();
     let last = runs.pop().unwrap_or_default();
     let side_ceilings: Vec<String> = sides.iter().map(|(l, s)| format!("{l} {}", ceilings(s))).collect();
+    let flushes: BTreeSet<String> = std::iter::once(base)
+        .chain(sides.iter().map(|(_, s)| s))
+        .flat_map(|s| &s.flush_bytes)
+        .map(|&b| l2_note(b))
+        .collect();
+    let l2 =
+        if flushes.len() == 1 { flushes.into_iter().collect() } else { "L2 flushed in some runs only".to_string() };
     let mut md = format!(
         "# A/B on {}: {against} (base) against the working tree (new){variants}\n\n\
-         Best of {} and {last} runs per case, run alternately by `ab.sh` (CUDA-graph replay, L2 flushed, \
+         Best of {} and {last} runs per case, run alternately by `ab.sh` (CUDA-graph replay, {l2}, \
          median of each run's replays); copy ceilings of the runs: base {} GB/s, {} GB/s.\n\n",
         sides[0].1.device,
         runs.join(", "),
@@ -228,10 +238,30 @@ mod tests {
 
     fn run(dir: &Path, side: &str, round: u32, copy: f64, cases: &[(&str, f64)]) {
         let cases: Vec<_> = cases.iter().map(|(name, us)| serde_json::json!({"case": name, "us": us})).collect();
-        let json = serde_json::json!({"device": "GPU X", "copy": {"gbs": copy}, "cases": cases});
+        let json =
+            serde_json::json!({"device": "GPU X", "copy": {"gbs": copy}, "flush_bytes": 536870912, "cases": cases});
         let run = dir.join("ab").join(format!("{side}-{round}"));
         std::fs::create_dir_all(&run).unwrap();
         std::fs::write(run.join("bench.json"), json.to_string()).unwrap();
+    }
+
+    /// The header says how the runs treated the L2: all flushed, all warm
+    /// (`--warm`), or mixed.
+    #[test]
+    fn the_header_says_how_the_runs_treated_the_l2() {
+        let side = |flush: &[f64]| Side {
+            best: BTreeMap::from([("a".to_string(), 1.0)]),
+            order: vec!["a".to_string()],
+            rounds: flush.len(),
+            device: "GPU X".into(),
+            copy_gbs: vec![4000.0; flush.len()],
+            flush_bytes: flush.to_vec(),
+        };
+        let header = |base: &[f64], new: &[f64]| table(&side(base), &[("new".to_string(), side(new))], "x", 0.0);
+        let flushed = 536_870_912.0;
+        assert_holds(&header(&[flushed], &[flushed]), &["L2 flushed (512 MiB memset) before each replay"]);
+        assert_holds(&header(&[0.0, 0.0], &[0.0]), &["L2 left warm between replays (`--warm`)"]);
+        assert_holds(&header(&[flushed], &[0.0]), &["L2 flushed in some runs only"]);
     }
 
     #[test]

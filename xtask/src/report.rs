@@ -50,6 +50,8 @@ struct Bench {
     reps: u64,
     reps_long: u64,
     long_us: f64,
+    /// Bytes of the L2 flush before each replay; 0 for a `--warm` run.
+    flush_bytes: f64,
     temperature: f64,
     copy_gbs: f64,
     cases: Vec<Case>,
@@ -128,6 +130,17 @@ pub fn report(dir: &Path, results: &Path) -> Result<()> {
     Ok(())
 }
 
+/// How a benchmark run treated the L2 between replays, from its
+/// `flush_bytes` (0: a `--warm` run, whose small calls find their code and
+/// data in the L2).
+pub(crate) fn l2_note(flush_bytes: f64) -> String {
+    if flush_bytes > 0.0 {
+        format!("L2 flushed ({:.0} MiB memset) before each replay", flush_bytes / f64::from(1 << 20))
+    } else {
+        "L2 left warm between replays (`--warm`)".to_string()
+    }
+}
+
 pub(crate) fn read_json(path: &Path) -> Result<Value> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))
@@ -194,6 +207,7 @@ fn read_bench(path: &Path) -> Result<Bench> {
         reps: num(&v, "reps", path)? as u64,
         reps_long: num(&v, "reps_long", path)? as u64,
         long_us: num(&v, "long_us", path)?,
+        flush_bytes: num(&v, "flush_bytes", path)?,
         temperature: num(&v, "temperature", path)?,
         copy_gbs: num(field(&v, "copy", path)?, "gbs", path)?,
         cases,
@@ -272,10 +286,13 @@ fn markdown(bench: &Bench, torch: Option<&Torch>, svg: &str) -> String {
     .unwrap();
     writeln!(
         md,
-        "- specdec (`benches/gpu.rs`): GPU time of one call under CUDA-graph replay, L2 flushed (512 MiB memset) \
-         before each replay, median of {} replays ({} for a case whose first replay took over {:.0} µs); \
-         the run took {:.0} s.",
-        bench.reps, bench.reps_long, bench.long_us, bench.wall_s
+        "- specdec (`benches/gpu.rs`): GPU time of one call under CUDA-graph replay, {}, median of {} replays \
+         ({} for a case whose first replay took over {:.0} µs); the run took {:.0} s.",
+        l2_note(bench.flush_bytes),
+        bench.reps,
+        bench.reps_long,
+        bench.long_us,
+        bench.wall_s
     )
     .unwrap();
     match torch {
@@ -574,6 +591,27 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// The report says how the run treated the L2: flushed, or left warm
+    /// by `--warm` (whose small calls find their code and data there).
+    #[test]
+    fn the_report_says_how_the_run_treated_the_l2() {
+        let dir = std::env::temp_dir().join(format!("specdec-report-l2-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bench.json");
+        for (flush, note) in
+            [(536_870_912, "L2 flushed (512 MiB memset) before each replay"), (0, "L2 left warm between replays")]
+        {
+            let json = format!(
+                r#"{{"device": "GPU X", "unix_time": 0, "wall_s": 1, "reps": 50, "reps_long": 20, "long_us": 5000,
+                "flush_bytes": {flush}, "temperature": 0.8, "copy": {{"gbs": 4000}}, "cases": []}}"#
+            );
+            std::fs::write(&path, json).unwrap();
+            let md = markdown(&read_bench(&path).unwrap(), None, "x.svg");
+            assert!(md.contains(note), "no {note:?} in:\n{md}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// Host times are read by case and tracking mode when present (older
     /// bench.json files have none) and tabulated side by side.
     #[test]
@@ -584,7 +622,7 @@ mod tests {
         let json = |host: &str| {
             format!(
                 r#"{{"device": "GPU X", "unix_time": 0, "wall_s": 1, "reps": 50, "reps_long": 20, "long_us": 5000,
-                "temperature": 0.8, "copy": {{"gbs": 4000}}, "cases": [] {host}}}"#
+                "flush_bytes": 0, "temperature": 0.8, "copy": {{"gbs": 4000}}, "cases": [] {host}}}"#
             )
         };
         std::fs::write(&path, json("")).unwrap();

@@ -142,8 +142,9 @@ impl Workspace {
     /// other's read up to four: where its blocks fit one wave and its chunks
     /// are at most [`SMALL_CHUNK_TILES`] tiles, a few batches of four quads a
     /// thread, so that the unrolled batch buys little in flight, while its
-    /// code (up to twice the size) is what a small call waits for, fetched
-    /// cold. On an H200:
+    /// code is up to twice the size (fetched cold after a flushed L2, which
+    /// cost small calls more then than the 0–2 µs it costs them now:
+    /// benches/results/2026-12-02-nvidia-h200-latency.md). On an H200:
     /// - the small pass 1 of the verifier (sm_90 code 126 KB → 55 KB)
     ///   verified one request (2 to 8 rows, chunks of 1 to 5 tiles) 13–51 %
     ///   faster, 16 requests of K = 3 at V = 32,000 (7 tiles) 8–17 %, and of
