@@ -11,7 +11,7 @@
 //! GB/s over the fewest bytes the call must move, and as a fraction of the
 //! copy bandwidth. Results go to stdout and, when `$OUT` is set, to
 //! `$OUT/bench.json` (one object per case, with all its parameters) and
-//! `$OUT/bench.md`. Any failed call, device-side status flag or out-of-range
+//! `$OUT/bench.md` (the folder is made if need be). Any failed call, device-side status flag or out-of-range
 //! output ends the run with a non-zero status. `--dry-run` writes the same
 //! outputs with made-up numbers and no GPU (to try the report step anywhere).
 //!
@@ -1065,6 +1065,8 @@ fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], host: &[HostC
         host.join(",\n")
     );
     if let Ok(out) = std::env::var("OUT") {
+        // A folder not made yet is made, rather than the run's results lost at its end.
+        std::fs::create_dir_all(&out).unwrap_or_else(|e| fail("output", format!("mkdir {out}: {e}")));
         let write = |name: &str, text: &str| {
             let path = std::path::Path::new(&out).join(name);
             std::fs::write(&path, text).unwrap_or_else(|e| fail("output", format!("write {}: {e}", path.display())));
