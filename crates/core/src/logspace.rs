@@ -164,6 +164,23 @@ impl Lse {
         Lse { max, sum: self.sum * exp(self.max - max) + other.sum * exp(other.max - max) }
     }
 
+    /// This set's part of a combined sum `Σ e^(x − max)`, `max` being the
+    /// largest maximum of the sets combined: `sum·e^(self.max − max)`, nothing
+    /// for an empty combination, and for a point mass at `+inf` the count of
+    /// `+inf` values this set holds. The combined statistics are `(max, Σ
+    /// shares)`: [`Lse::combine_with`]'s result, summed in any order (a GPU
+    /// warp takes the maximum first, then adds the shares).
+    #[inline(always)]
+    pub fn share(self, max: f32, exp: impl Fn(f32) -> f32) -> f32 {
+        if max == f32::NEG_INFINITY {
+            0.0
+        } else if max == f32::INFINITY {
+            if self.max == f32::INFINITY { self.sum } else { 0.0 }
+        } else {
+            self.sum * exp(self.max - max)
+        }
+    }
+
     /// `log Σ e^x` (`-inf` for the empty set).
     #[inline(always)]
     pub fn value(self) -> f32 {
@@ -215,6 +232,39 @@ pub fn residual_mass_bound(target: Lse, draft: Lse, overlap: f32, rsqrt: impl Fn
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Statistics combined by their largest maximum and the sum of their
+    /// shares equal those combined two at a time: the same maximum, sums
+    /// within rounding, and exactly the same for empty sets and `+inf` point
+    /// masses.
+    #[test]
+    fn shares_combine_as_pairs_do() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for trial in 0..20_000 {
+            let n = 1 + (next() % 32) as usize;
+            let all: [Lse; 32] = core::array::from_fn(|_| match next() % 10 {
+                0 => Lse::EMPTY,
+                1 if trial % 3 == 0 => Lse { max: f32::INFINITY, sum: (1 + next() % 4) as f32 },
+                _ => Lse { max: (next() % 4000) as f32 / 100.0 - 20.0, sum: 1.0 + (next() % 1000) as f32 / 10.0 },
+            });
+            let sets = &all[..n];
+            let paired = sets.iter().fold(Lse::EMPTY, |a, &b| a.combine(b));
+            let max = sets.iter().fold(f32::NEG_INFINITY, |m, s| m.max(s.max));
+            let sum: f32 = sets.iter().map(|s| s.share(max, exp)).sum();
+            assert_eq!(max, paired.max, "trial {trial}: {sets:?}");
+            if max.is_finite() {
+                assert!(((sum - paired.sum) / paired.sum).abs() < 1e-5, "trial {trial}: {sum} vs {paired:?}");
+            } else {
+                assert_eq!(sum, paired.sum, "trial {trial}: {sets:?}");
+            }
+        }
+    }
 
     fn rel(a: f32, b: f64) -> f64 {
         if b == 0.0 { a.abs() as f64 } else { ((a as f64 - b) / b).abs() }

@@ -18,6 +18,18 @@ pub trait Reduce: Copy {
     /// # Safety
     /// All 32 lanes of the warp must be active and call this together.
     unsafe fn shfl_bfly(self, lane_mask: u32) -> Self;
+
+    /// The values of the warp's 32 lanes reduced, in every lane: by default
+    /// [`warp_combine`], a butterfly of `combine`; a type whose `combine` is
+    /// a long chain may reduce in fewer dependent steps.
+    ///
+    /// # Safety
+    /// All 32 lanes of the warp must be active and call this together.
+    #[inline(always)]
+    unsafe fn warp_all(self) -> Self {
+        // SAFETY: forwarded.
+        unsafe { warp_combine(self) }
+    }
 }
 
 /// A best candidate and the flags seen along the way.
@@ -85,7 +97,19 @@ unsafe fn fold_from<T: Copy>(mut lane_mask: u32, mut v: T, shfl: unsafe fn(T, u3
     v
 }
 
-/// Reduces across the 32 lanes of a warp; every lane gets the result.
+/// Reduces across the 32 lanes of a warp ([`Reduce::warp_all`]); every lane
+/// gets the result.
+///
+/// # Safety
+/// All 32 lanes of the warp must be active and call this together.
+#[inline(always)]
+pub unsafe fn warp_reduce<T: Reduce>(v: T) -> T {
+    // SAFETY: forwarded.
+    unsafe { v.warp_all() }
+}
+
+/// The default [`Reduce::warp_all`]: a butterfly of `combine` across the 32
+/// lanes of a warp; every lane gets the result.
 ///
 /// A loop the compilers cannot unroll (its bound is [`gpu::opaque`]): these
 /// reductions run once per block, cold at a small batch, where each line
@@ -100,7 +124,7 @@ unsafe fn fold_from<T: Copy>(mut lane_mask: u32, mut v: T, shfl: unsafe fn(T, u3
 /// # Safety
 /// All 32 lanes of the warp must be active and call this together.
 #[inline(always)]
-pub unsafe fn warp_reduce<T: Reduce>(v: T) -> T {
+pub unsafe fn warp_combine<T: Reduce>(v: T) -> T {
     // SAFETY: forwarded.
     unsafe { fold_from(gpu::opaque(WARP / 2), v, T::shfl_bfly, T::combine) }
 }

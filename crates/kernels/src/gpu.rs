@@ -19,6 +19,8 @@ unsafe extern "C" {
     fn rsqrt_approx_ftz(x: f32) -> f32;
     #[link_name = "llvm.nvvm.redux.sync.max"]
     fn redux_sync_max(value: i32, mask: i32) -> i32;
+    #[link_name = "llvm.nvvm.redux.sync.or"]
+    fn redux_sync_or(value: i32, mask: i32) -> i32;
     #[link_name = "llvm.nvvm.barrier0.or"]
     fn barrier0_or(predicate: i32) -> i32;
     #[link_name = "llvm.trap"]
@@ -120,6 +122,17 @@ pub unsafe fn shfl_idx_u32(value: u32, lane: u32) -> u32 {
 pub unsafe fn warp_max_i32(value: i32) -> i32 {
     // SAFETY: the caller guarantees a converged, full warp.
     unsafe { redux_sync_max(value, FULL_MASK as i32) }
+}
+
+/// The OR of `value` over the warp's 32 lanes, in every lane: one
+/// `redux.sync` (sm_80 and later).
+///
+/// # Safety
+/// All 32 lanes of the warp must be active and execute this call together.
+#[inline(always)]
+pub unsafe fn warp_or_u32(value: u32) -> u32 {
+    // SAFETY: the caller guarantees a converged, full warp.
+    unsafe { redux_sync_or(value as i32, FULL_MASK as i32) as u32 }
 }
 
 /// Atomically adds 1 to the `u32` at `ptr` (device scope, no ordering: see

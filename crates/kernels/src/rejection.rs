@@ -40,14 +40,14 @@
 //! Resampled and bonus tokens use the target stream of their row, so a request
 //! with no drafts gets exactly `gumbel_sample`'s token for its bonus row.
 
-use crate::block::{Reduce, block_reduce, block_state, warp_fold, warp_reduce};
+use crate::block::{Reduce, block_reduce, block_state, warp_combine, warp_fold};
 use crate::fold::{block_floor, fold_greedy, push_overlap, push_scaled, pushed_max};
 use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, Walk, for_each_quad, for_each_quad_shared, widen};
 use crate::row::SlotState;
 use core::cell::Cell;
-use specdec_core::argmax::{ArgMax, Floored};
+use specdec_core::argmax::{ArgMax, Floored, floor_key, floor_value};
 use specdec_core::dtype::{Bf16, F16};
 use specdec_core::layout::RejectionParams;
 use specdec_core::layout::{REDUCE_SHARED_BYTES, WARPS};
@@ -132,7 +132,48 @@ impl<const KIND: u32> Reduce for Row<KIND> {
         }
         Row(out)
     }
+
+    /// A sampling row's statistics in two phases: the warp's maxima first
+    /// (one `redux.sync` each, on their order keys), then each lane's sums
+    /// rescaled to them once and added by a butterfly, where a butterfly of
+    /// `combine` spends two to four exponentials on every level, one after
+    /// another (pass 1's block reductions and the decision's gathers, at a
+    /// small batch a chain the call waits on). The same sums in another
+    /// order, and the same special cases as `Lse::combine_with` (an empty
+    /// warp, a point mass at `+inf`: `Lse::share`).
+    #[inline(always)]
+    unsafe fn warp_all(self) -> Row<KIND> {
+        if KIND == GREEDY_ROW {
+            // SAFETY: forwarded.
+            return unsafe { warp_combine(self) };
+        }
+        let s = self.0;
+        // SAFETY (all): the caller guarantees a full, converged warp. Maxima
+        // are never NaN (the pushes skip NaN), as `floor_key` needs.
+        let max = |m: f32| floor_value(unsafe { gpu::warp_max_i32(floor_key(m)) });
+        let (mt, md) = (max(s.target.max), max(s.draft.max));
+        let to = 0.5 * mt + 0.5 * md; // `centre` of the combined statistics
+        let overlap = if KIND == OVERLAP_ROW { recentre(s.overlap, centre(s.target, s.draft), to, gpu::fast_exp) } else { 0.0 };
+        // The three sums in one butterfly, rolled as `warp_combine` is (code
+        // run once per block, cold at a small batch).
+        let mut sums = (s.target.share(mt, gpu::fast_exp), s.draft.share(md, gpu::fast_exp), overlap);
+        let mut lane_mask = gpu::opaque(WARP / 2);
+        while lane_mask > 0 {
+            let f = |x: f32| unsafe { x + gpu::shfl_bfly_f32(x, lane_mask) };
+            sums = (f(sums.0), f(sums.1), if KIND == OVERLAP_ROW { f(sums.2) } else { sums.2 });
+            lane_mask /= 2;
+        }
+        let flags = unsafe { gpu::warp_or_u32(s.flags) };
+        Row(Stats {
+            target: Lse { max: mt, sum: sums.0 },
+            draft: Lse { max: md, sum: sums.1 },
+            best: s.best,
+            flags,
+            overlap: if KIND == OVERLAP_ROW { sums.2 } else { s.overlap },
+        })
+    }
 }
+
 
 /// What the final token of a request is sampled from.
 pub const JOB_NONE: u32 = 0;
