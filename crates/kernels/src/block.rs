@@ -6,7 +6,7 @@
 //! result does not depend on which thread held which element.
 
 use crate::gpu::{self, WARP};
-use specdec_core::argmax::ArgMax;
+use specdec_core::argmax::{ArgMax, floor_key, floor_value};
 use specdec_core::layout::{REDUCE_SHARED_BYTES, SHARED_BYTES, WARPS};
 
 /// A value that warps and blocks can reduce.
@@ -69,6 +69,29 @@ impl Reduce for Partial {
             )
         }
     }
+
+    #[inline(always)]
+    unsafe fn warp_all(self) -> Self {
+        // SAFETY (both): the caller guarantees a full, converged warp.
+        unsafe { Partial::new(warp_best(self.best), gpu::warp_or_u32(self.flags)) }
+    }
+}
+
+/// The best of the warp's 32 candidates by [`ArgMax::combine`]'s order, in
+/// every lane: the largest value by one `redux.sync` on its order key
+/// ([`floor_key`]; values are never NaN), then the smallest index among the
+/// lanes whose value equals it, by another. Where a butterfly of `combine`
+/// takes five rounds of two shuffles and a compare. (Of equal values `-0`
+/// and `+0` the result keeps `+0`; an index that ties both is the same.)
+///
+/// # Safety
+/// All 32 lanes of the warp must be active and call this together.
+#[inline(always)]
+pub unsafe fn warp_best(a: ArgMax) -> ArgMax {
+    // SAFETY (both): the caller guarantees a full, converged warp.
+    let value = floor_value(unsafe { gpu::warp_max_i32(floor_key(a.value)) });
+    let index = unsafe { gpu::warp_min_u32(if a.value == value { a.index } else { u32::MAX }) };
+    ArgMax { value, index }
 }
 
 /// `op` (associative and commutative) of `v` across the 32 lanes of a warp,

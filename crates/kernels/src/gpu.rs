@@ -21,6 +21,8 @@ unsafe extern "C" {
     fn redux_sync_max(value: i32, mask: i32) -> i32;
     #[link_name = "llvm.nvvm.redux.sync.or"]
     fn redux_sync_or(value: i32, mask: i32) -> i32;
+    #[link_name = "llvm.nvvm.redux.sync.umin"]
+    fn redux_sync_umin(value: i32, mask: i32) -> i32;
     #[link_name = "llvm.nvvm.barrier0.or"]
     fn barrier0_or(predicate: i32) -> i32;
     #[link_name = "llvm.trap"]
@@ -122,6 +124,17 @@ pub unsafe fn shfl_idx_u32(value: u32, lane: u32) -> u32 {
 pub unsafe fn warp_max_i32(value: i32) -> i32 {
     // SAFETY: the caller guarantees a converged, full warp.
     unsafe { redux_sync_max(value, FULL_MASK as i32) }
+}
+
+/// The smallest `value` of the warp's 32 lanes, in every lane: one
+/// `redux.sync` (sm_80 and later).
+///
+/// # Safety
+/// All 32 lanes of the warp must be active and execute this call together.
+#[inline(always)]
+pub unsafe fn warp_min_u32(value: u32) -> u32 {
+    // SAFETY: the caller guarantees a converged, full warp.
+    unsafe { redux_sync_umin(value as i32, FULL_MASK as i32) as u32 }
 }
 
 /// The OR of `value` over the warp's 32 lanes, in every lane: one

@@ -40,7 +40,7 @@
 //! Resampled and bonus tokens use the target stream of their row, so a request
 //! with no drafts gets exactly `gumbel_sample`'s token for its bonus row.
 
-use crate::block::{Reduce, block_reduce, block_state, warp_combine, warp_fold};
+use crate::block::{Reduce, block_reduce, block_state, warp_best, warp_fold};
 use crate::fold::{block_floor, fold_greedy, push_overlap, push_scaled, pushed_max};
 use crate::gpu::{self, WARP};
 use crate::last_block;
@@ -144,8 +144,9 @@ impl<const KIND: u32> Reduce for Row<KIND> {
     #[inline(always)]
     unsafe fn warp_all(self) -> Row<KIND> {
         if KIND == GREEDY_ROW {
-            // SAFETY: forwarded.
-            return unsafe { warp_combine(self) };
+            // SAFETY (both): the caller guarantees a full, converged warp.
+            let (best, flags) = unsafe { (warp_best(self.0.best), gpu::warp_or_u32(self.0.flags)) };
+            return Row(Stats { best, flags, ..self.0 });
         }
         let s = self.0;
         // SAFETY (all): the caller guarantees a full, converged warp. Maxima
@@ -976,6 +977,12 @@ impl Reduce for Candidates {
             unsafe { ArgMax { value: gpu::shfl_bfly_f32(a.value, m), index: gpu::shfl_bfly_u32(a.index, m) } }
         };
         Candidates(Resampled { residual: shfl(self.0.residual), target: shfl(self.0.target) })
+    }
+
+    #[inline(always)]
+    unsafe fn warp_all(self) -> Candidates {
+        // SAFETY (both): the caller guarantees a full, converged warp.
+        unsafe { Candidates(Resampled { residual: warp_best(self.0.residual), target: warp_best(self.0.target) }) }
     }
 }
 
