@@ -105,16 +105,7 @@ fn flip_negative(i: i32) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A xorshift64 generator of test inputs from `seed` (non-zero).
-    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
-        move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        }
-    }
+    use crate::xorshift;
 
     /// Members folding against floors raised to the group's best value
     /// between batches give the group the candidate of folding every score

@@ -185,13 +185,8 @@ mod tests {
     /// around `COARSE_BOUND` and for words in and out of the top bucket.
     #[test]
     fn quad_ruled_out_answers_as_quad_bound() {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u32
-        };
+        let mut words = crate::xorshift(0x9E37_79B9_7F4A_7C15);
+        let mut next = || words() as u32;
         for k in 0..200_000 {
             let mut words = [next(), next(), next(), next()];
             if k % 3 == 0 {

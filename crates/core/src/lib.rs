@@ -16,3 +16,14 @@ pub mod logspace;
 pub mod rng;
 pub mod sample;
 pub mod status;
+
+/// A xorshift64 generator of test inputs from `seed` (non-zero).
+#[cfg(test)]
+pub(crate) fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}

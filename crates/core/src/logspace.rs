@@ -239,13 +239,7 @@ mod tests {
     /// masses.
     #[test]
     fn shares_combine_as_pairs_do() {
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::xorshift(0x2545_F491_4F6C_DD1D);
         for trial in 0..20_000 {
             let n = 1 + (next() % 32) as usize;
             let all: [Lse; 32] = core::array::from_fn(|_| match next() % 10 {
