@@ -120,17 +120,6 @@ unsafe fn fold_from<T: Copy>(mut lane_mask: u32, mut v: T, shfl: unsafe fn(T, u3
     v
 }
 
-/// Reduces across the 32 lanes of a warp ([`Reduce::warp_all`]); every lane
-/// gets the result.
-///
-/// # Safety
-/// All 32 lanes of the warp must be active and call this together.
-#[inline(always)]
-pub unsafe fn warp_reduce<T: Reduce>(v: T) -> T {
-    // SAFETY: forwarded.
-    unsafe { v.warp_all() }
-}
-
 /// The default [`Reduce::warp_all`]: a butterfly of `combine` across the 32
 /// lanes of a warp; every lane gets the result.
 ///
@@ -170,7 +159,7 @@ pub unsafe fn block_reduce<T: Reduce>(v: T) -> T {
     let tid = gpu::thread_idx_x();
     let (warp, lane) = (tid / WARP, tid % WARP);
     // SAFETY: all threads of the block are here (caller), so every warp is full.
-    let v = unsafe { warp_reduce(v) };
+    let v = unsafe { v.warp_all() };
     // SAFETY: the launch requested enough shared memory (caller).
     let shared = unsafe { gpu::dynamic_shared::<T>() };
     if lane == 0 {
@@ -184,7 +173,7 @@ pub unsafe fn block_reduce<T: Reduce>(v: T) -> T {
         // SAFETY: lane < WARPS reads a slot written before the barrier.
         let mine = if lane < WARPS { unsafe { shared.add(lane as usize).read() } } else { T::IDENTITY };
         // SAFETY: warp 0 is full and converged here.
-        out = unsafe { warp_reduce(mine) };
+        out = unsafe { mine.warp_all() };
     }
     // Keep the slots until warp 0 has read them, so the next reduction in the
     // same kernel may reuse the memory.

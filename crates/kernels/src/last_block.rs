@@ -7,7 +7,7 @@
 //! Each group has a `u32` counter in the workspace, zero between launches: the
 //! last block resets it, so graph replays and later calls start from zero.
 
-use crate::block::{Reduce, warp_reduce};
+use crate::block::Reduce;
 use crate::gpu::{self, WARP};
 
 /// Counts this block's arrival at `counter` and says, in every lane of warp
@@ -106,5 +106,5 @@ pub unsafe fn gather<T: Reduce>(partials: *const T, n: u32) -> T {
         }
     }
     // SAFETY: the whole warp is here (uniform loop bounds).
-    unsafe { warp_reduce(acc) }
+    unsafe { acc.warp_all() }
 }

@@ -153,7 +153,8 @@ impl<const KIND: u32> Reduce for Row<KIND> {
         // are never NaN (the pushes skip NaN), as `floor_key` needs.
         let max = |m: f32| floor_value(unsafe { gpu::warp_max_i32(floor_key(m)) });
         let (mt, md) = (max(s.target.max), max(s.draft.max));
-        let to = 0.5 * mt + 0.5 * md; // `centre` of the combined statistics
+        // The combined statistics' centre: only their maxima count.
+        let to = centre(Lse { max: mt, ..Lse::EMPTY }, Lse { max: md, ..Lse::EMPTY });
         let overlap = if KIND == OVERLAP_ROW { recentre(s.overlap, centre(s.target, s.draft), to, gpu::fast_exp) } else { 0.0 };
         // The three sums in one butterfly, rolled as `warp_combine` is (code
         // run once per block, cold at a small batch).
@@ -174,7 +175,6 @@ impl<const KIND: u32> Reduce for Row<KIND> {
         })
     }
 }
-
 
 /// What the final token of a request is sampled from.
 pub const JOB_NONE: u32 = 0;
