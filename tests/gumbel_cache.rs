@@ -6,7 +6,7 @@
 
 use specdec::{Backend, DType, Error};
 use specdec_suite::batch::{ColumnSpec, Values};
-use specdec_suite::inputs::{PAST_VOCAB, Rng, first_bit_difference};
+use specdec_suite::inputs::{PAST_VOCAB, Rng, assert_same_tokens, first_bit_difference};
 use specdec_suite::{Batch, CacheSpec, test_device};
 
 /// An odd vocabulary: the last quad of every row is partial.
@@ -174,4 +174,159 @@ test_device!(narrower_cache_is_rejected_and_untouched, |backend, scale| {
             assert_eq!(first_bit_difference(&b.cache.expect("cache").data, &before), None, "{ctx}: cache written");
         }
     }
+});
+
+// --- A rounding cache is sampled as stored (SPEC §3.3) -----------------------
+
+/// The sampling temperatures SPEC §6 names, one slot each.
+const SAMPLING_T: [f32; 3] = [0.6, 1.0, 1.5];
+
+/// Adjacent values of `dtype` around `x` (round `x` into it, then step one
+/// ulp away from zero): their midpoint is where rounding into `dtype` ties.
+fn neighbours(dtype: DType, x: f32) -> (f32, f32) {
+    let v = Values::from_f32(dtype, &[x]);
+    let mut next = v.clone();
+    next.set_bits(0, v.bits(0) + 1);
+    (v.get(0), next.get(0))
+}
+
+/// `rows × vocab` logits for drafting into a `cache` cache: in `[-8, 8]`,
+/// half of them exactly halfway between two adjacent values of the cache's
+/// dtype (where rounding ties to even), 1 in 50 each `-inf`, `-7e4` (past
+/// f16's range) and `±3e-6` (below f16's normal range).
+fn tie_heavy_logits(rng: &mut Rng, cache: DType, rows: usize, vocab: usize) -> Vec<f32> {
+    (0..rows * vocab)
+        .map(|_| match rng.below(50) {
+            0 => f32::NEG_INFINITY,
+            1 => -7e4,
+            2 => rng.pick(&[3e-6, -3e-6]),
+            3..25 => rng.uniform(-8.0, 8.0),
+            _ => {
+                let (a, b) = neighbours(cache, rng.uniform(-8.0, 8.0));
+                a + (b - a) / 2.0 // exact in f32: one bit more than the 16-bit formats
+            }
+        })
+        .collect()
+}
+
+/// `rows` drafting rows of `logits` (dtype `dtype`) on slots `r % 3` (one
+/// temperature of [`SAMPLING_T`] each) at random positions, row `r` writing
+/// column `r / 3` of a `cache`-dtype cache when `cache` is given.
+fn drafting_rows(rng: &mut Rng, logits: Values, rows: usize, vocab: usize, cache: Option<DType>) -> Batch {
+    let mut b = Batch::new(logits, rows, vocab, 1.0, 0);
+    b.drafting = true;
+    b.slots = (0..rows as i32).map(|r| r % 3).collect();
+    b.pos = (0..rows).map(|_| rng.next_u64()).collect();
+    b.temperature = SAMPLING_T.to_vec();
+    b.seed = (0..3).map(|_| rng.next_u64()).collect();
+    let columns = rows.div_ceil(3);
+    b.cache = cache
+        .map(|c| CacheSpec::dense(c, 3, columns, vocab, ColumnSpec::PerRow((0..rows as i32).map(|r| r / 3).collect())));
+    b
+}
+
+/// Each row of `b` as its cache stores it, in the cache's dtype, as logits
+/// of a batch that is otherwise `b` without a cache.
+fn as_stored(b: &Batch) -> Batch {
+    let c = b.cache.as_ref().expect("a drafting batch with a cache");
+    let ColumnSpec::PerRow(cols) = &c.column else { unreachable!("drafting_rows writes per-row columns") };
+    let elems = (0..b.rows).flat_map(|r| {
+        let at = b.slots[r] as usize * c.stride0 + cols[r] as usize * c.stride1;
+        at..at + b.vocab
+    });
+    let mut stored = b.clone();
+    stored.logits = c.data.gather(elems);
+    stored.cache = None;
+    stored
+}
+
+test_device!(a_rounding_cache_is_sampled_as_stored, |backend, scale| {
+    // Rows per vocabulary: many short rows, where a rounded logit moves a
+    // token most often, and a few of a real LM's width.
+    let shapes = [(2, 100_000), (999, 60 * scale), (151_936, 6)];
+    let mut rng = Rng::new(0x5704ED);
+    for logits in DType::ALL {
+        for cache in DType::ALL {
+            for (vocab, rows) in shapes {
+                let ctx = format!("logits {logits:?} into a {cache:?} cache, V {vocab}, {rows} rows");
+                let xs = Values::from_f32(logits, &tie_heavy_logits(&mut rng, cache, rows, vocab));
+                let mut drafted = drafting_rows(&mut rng, xs, rows, vocab, Some(cache));
+                let got = drafted.run(&backend).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                let want = as_stored(&drafted).run(&backend).unwrap_or_else(|e| panic!("{ctx}: stored: {e}"));
+                assert_same_tokens(&got.tokens, &want.tokens, &ctx);
+                let mut unrounded = drafted.clone();
+                unrounded.cache = None;
+                let raw = unrounded.run(&backend).unwrap_or_else(|e| panic!("{ctx}: no cache: {e}"));
+                let moved = (0..rows).filter(|&r| raw.tokens[r] != want.tokens[r]).count();
+                // Non-vacuous where rounding moves mantissas: the stored values'
+                // tokens differ from the logits' in some rows (bf16 -> f16 rounds
+                // only out of f16's range, which these logits do not reach).
+                if logits.rounds_into(cache) && !(logits == DType::BF16 && cache == DType::F16) && vocab == 2 {
+                    assert!(moved > 0, "{ctx}: no row samples differently from its rounded values");
+                }
+                if !logits.rounds_into(cache) {
+                    assert_eq!(moved, 0, "{ctx}: a cache that stores exactly changed a token");
+                }
+            }
+        }
+    }
+});
+
+/// `P(emit = x)`, `x ∈ {0, 1}`, of one verified position with drafts drawn
+/// from `drafter`, verified (SPEC §4) against the target `p` with the draft
+/// law `verifier`: accept `d` with probability `min(1, p_d / v_d)`, else emit
+/// from the residual `max(p − v, 0)`, normalised.
+fn emitted_law(p: [f64; 2], drafter: [f64; 2], verifier: [f64; 2]) -> [f64; 2] {
+    let residual = [(p[0] - verifier[0]).max(0.0), (p[1] - verifier[1]).max(0.0)];
+    let mass = residual[0] + residual[1];
+    let mut law = [0.0; 2];
+    for d in 0..2 {
+        let accept = (p[d] / verifier[d]).min(1.0);
+        law[d] += drafter[d] * accept;
+        if mass > 0.0 {
+            for (x, r) in residual.iter().enumerate() {
+                law[x] += drafter[d] * (1.0 - accept) * r / mass;
+            }
+        }
+    }
+    law
+}
+
+fn softmax2(a: f32, b: f32) -> [f64; 2] {
+    let p1 = 1.0 / (1.0 + (f64::from(a) - f64::from(b)).exp());
+    [1.0 - p1, p1]
+}
+
+test_device!(a_bf16_cache_keeps_verification_exact, |backend, scale| {
+    // Issue 24's case: f32 draft logits [0, 2 + 2^-7] into a bf16 cache,
+    // which stores [0, 2] (2 + 2^-7 ties between 2 and 2 + 2^-6, to even);
+    // T = 1 and a uniform target.
+    let (hi, stored_hi) = (2.0 + 2f32.powi(-7), 2.0);
+    assert_eq!(half::bf16::from_f32(hi).to_f32(), stored_hi);
+    let rows = 30_000 * scale;
+    let mut rng = Rng::new(0x24);
+    let row = |x: f32| Values::from_f32(DType::F32, &[0.0, x].repeat(rows));
+    let mut drafted = drafting_rows(&mut rng, row(hi), rows, 2, Some(DType::BF16));
+    drafted.temperature = vec![1.0; 3];
+    let got = drafted.run(&backend).expect("drafting into the cache");
+    let from = |x: f32| {
+        let mut b = drafted.clone();
+        b.logits = row(x);
+        b.cache = None;
+        b.run(&backend).expect("drafting without a cache").tokens
+    };
+    let (stored, unrounded) = (from(stored_hi), from(hi));
+    // The drafter's law is the stored row's: its every draw is the Gumbel-max
+    // over the stored values, including draws where the f32 row's differs.
+    assert_same_tokens(&got.tokens, &stored, "drafting into a bf16 cache vs drafting the stored row");
+    let telling = (0..rows).filter(|&r| stored[r] != unrounded[r]).count();
+    assert!(telling > 0, "no draw tells the stored row from the f32 row; draw more");
+
+    let (p, q_stored, q_f32) = ([0.5, 0.5], softmax2(0.0, stored_hi), softmax2(0.0, hi));
+    let law = emitted_law(p, q_stored, q_stored);
+    assert!((law[1] - 0.5).abs() < 1e-12 && (law[0] - 0.5).abs() < 1e-12, "emitted {law:?}, target {p:?}");
+    // What sampling the f32 row while storing the bf16 one would emit: a bias
+    // of about the two draft laws' total variation.
+    let biased = emitted_law(p, q_f32, q_stored);
+    assert!((biased[1] - 0.5).abs() > 4e-4, "the f32 drafter's bias {biased:?}");
 });

@@ -750,9 +750,15 @@ impl GumbelCall {
             return Err(variant(e));
         }
         for r in 0..b.rows {
-            let row = b.row(r);
             let slot = b.slots[r];
             let greedy = slot == -1 || b.temperature[slot as usize] == 0.0;
+            // A random row writing a cache that rounds its logits samples the
+            // values as stored (SPEC §3.3).
+            let rounds = b.cache.as_ref().is_some_and(|c| b.logits.dtype().rounds_into(c.data.dtype()));
+            let row = match (&b.cache, rounds && !greedy) {
+                (Some(c), true) => Values::from_f32(c.data.dtype(), &b.row(r)).f32s(0..b.vocab),
+                _ => b.row(r),
+            };
             let draw = if greedy { Draw::Greedy } else { Draw::Sample };
             assert_row_token(&row, first.tokens[r], draw, &format!("row {r} (slot {slot}): {ctx}"));
             if let Some(s) = &first.row_status {

@@ -24,6 +24,16 @@ impl DType {
         }
     }
 
+    /// Whether storing a value of this dtype as `to` can change it: a
+    /// narrower mantissa or range. A 16-bit value widened to f32, or any
+    /// value kept in its own dtype, stores exactly; bf16 and f16 round into
+    /// each other (f16 has fewer exponent bits, bf16 fewer mantissa bits).
+    /// Where it can, `gumbel_sample` samples the values as stored (SPEC §3.3).
+    pub const fn rounds_into(self, to: DType) -> bool {
+        !matches!((self, to), (DType::F32, DType::F32) | (DType::BF16, DType::BF16) | (DType::F16, DType::F16))
+            && !matches!(to, DType::F32)
+    }
+
     /// The suffix of kernel symbols (`gumbel_sample_bf16_f32`).
     pub const fn name(self) -> &'static str {
         match self {
@@ -230,6 +240,33 @@ mod tests {
                 assert_eq!(f32_to_f16(s * x), half::f16::from_f32(s * x).to_bits(), "{x:e}");
             }
         }
+    }
+
+    /// `rounds_into` is true exactly where some value changes when stored:
+    /// checked over every 16-bit pattern and every 61st f32 pattern.
+    #[test]
+    fn rounds_into_is_whether_a_store_can_change_a_value() {
+        fn changes<S: Element, C: Element>(x: S) -> bool {
+            let back = C::convert_from(x).to_f32();
+            let x = x.to_f32();
+            !(back.to_bits() == x.to_bits() || (back.is_nan() && x.is_nan()))
+        }
+        fn any_change<S: Element, C: Element>(values: impl Iterator<Item = S>) -> bool {
+            values.map(|x| changes::<S, C>(x)).fold(false, |a, b| a | b)
+        }
+        fn check<S: Element>(values: impl Iterator<Item = S> + Clone) {
+            assert_eq!(any_change::<S, f32>(values.clone()), S::DTYPE.rounds_into(DType::F32), "{:?} -> f32", S::DTYPE);
+            assert_eq!(
+                any_change::<S, Bf16>(values.clone()),
+                S::DTYPE.rounds_into(DType::BF16),
+                "{:?} -> bf16",
+                S::DTYPE
+            );
+            assert_eq!(any_change::<S, F16>(values), S::DTYPE.rounds_into(DType::F16), "{:?} -> f16", S::DTYPE);
+        }
+        check((0..=u32::MAX).step_by(61).map(f32::from_bits));
+        check((0..=u16::MAX).map(Bf16));
+        check((0..=u16::MAX).map(F16));
     }
 
     #[test]

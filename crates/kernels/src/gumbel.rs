@@ -13,6 +13,8 @@
 //! call's status word.
 //!
 //! The winner is the same for any chunking (total order, noise keyed by id).
+//! A random row writing a cache whose dtype rounds the logits samples them as
+//! the cache stores them (SPEC §3.3), so the verifier's `q` is the law drawn.
 //!
 //! Calls without a cache may take `gumbel_sample_lean_{logits}_{logits}`
 //! instead: the same in 64 registers, whose noise loop loads a batch's quads
@@ -76,7 +78,7 @@ unsafe fn logits_row<L>(p: &GumbelParams, row: u32) -> *const L {
 /// # Safety
 /// Launched as described in the module docs, with a validated `p`.
 #[inline(always)]
-unsafe fn gumbel_sample<L: Load, C: Element, const LEAN: bool, const Q: u32>(p: &GumbelParams) {
+unsafe fn gumbel_sample<L: Load, C: Load, const LEAN: bool, const Q: u32>(p: &GumbelParams) {
     let (row, chunk_idx, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
     if row >= p.rows || chunk_idx >= p.chunks {
         return; // whole block: no barrier is skipped by part of it
@@ -109,7 +111,7 @@ unsafe fn gumbel_sample<L: Load, C: Element, const LEAN: bool, const Q: u32>(p: 
 /// # Safety
 /// Called by every thread of the block; `state` is valid and `column` checked.
 #[inline(always)]
-unsafe fn fold_chunk<L: Load, C: Element, const LEAN: bool, const Q: u32>(
+unsafe fn fold_chunk<L: Load, C: Load, const LEAN: bool, const Q: u32>(
     p: &GumbelParams,
     row: u32,
     chunk_idx: u32,
@@ -131,6 +133,17 @@ unsafe fn fold_chunk<L: Load, C: Element, const LEAN: bool, const Q: u32>(
     };
     let stream = if p.drafting != 0 { Stream::Draft } else { Stream::Target };
     let sampler = Sampler::new(state.temperature, state.seed, pos, stream);
+
+    // The values a random row samples: the logits as the cache stores them
+    // where its dtype rounds them (SPEC §3.3: the verifier's `q` is then the
+    // law sampled). A padding row (no cache row) is greedy, and the host
+    // launches a rounding pair only with a cache.
+    let stored = L::DTYPE.rounds_into(C::DTYPE) && !cache.is_null();
+    let sampled = #[inline(always)]
+    |raw: [L; 4]| {
+        let v = widen(raw);
+        if stored { v.map(C::rounded) } else { v }
+    };
 
     let mut best = ArgMax::IDENTITY;
     let mut nan = false;
@@ -188,13 +201,13 @@ unsafe fn fold_chunk<L: Load, C: Element, const LEAN: bool, const Q: u32>(
                 walk,
                 |x, raw, n| {
                     let c = cell.get();
-                    let (folded, lead) = sampler.fold_quad_lead(c.probe(), x, widen(raw), n);
+                    let (folded, lead) = sampler.fold_quad_lead(c.probe(), x, sampled(raw), n);
                     cell.set(c.settle(folded));
                     led.set(lead);
                 },
                 |x, raw, n| {
                     store(x, raw, n);
-                    let vals = widen(raw);
+                    let vals = sampled(raw);
                     nan |= any_nan(vals, n);
                     let c = cell.get();
                     let skip = led.replace(NO_LANE);

@@ -18,6 +18,14 @@ pub trait Load: Element + Default {
     fn as_f32(self) -> f32 {
         self.to_f32()
     }
+
+    /// `x` rounded to this dtype (to nearest, ties to even) and widened back:
+    /// the value [`Element::convert_from`] stores, by the hardware's
+    /// conversion (NaN stays NaN, payloads aside, which no fold reads).
+    #[inline(always)]
+    fn rounded(x: f32) -> f32 {
+        x
+    }
 }
 
 #[repr(C, align(16))]
@@ -39,6 +47,18 @@ impl Load for Bf16 {
         // SAFETY: valid and 8-byte aligned (caller).
         unsafe { (*(p as *const Align8<Bf16>)).0 }
     }
+
+    /// One `cvt.rn.bf16.f32` (sm_80) where `f32_to_bf16`'s bit operations
+    /// take several instructions and a NaN test.
+    #[inline(always)]
+    fn rounded(x: f32) -> f32 {
+        let h: u16;
+        // SAFETY: a pure conversion instruction.
+        unsafe {
+            core::arch::asm!("cvt.rn.bf16.f32 {0}, {1};", out(reg16) h, in(reg32) x, options(pure, nomem, nostack, preserves_flags))
+        };
+        f32::from_bits((h as u32) << 16)
+    }
 }
 
 impl Load for F16 {
@@ -59,6 +79,17 @@ impl Load for F16 {
             core::arch::asm!("cvt.f32.f16 {0}, {1};", out(reg32) x, in(reg16) self.0, options(pure, nomem, nostack, preserves_flags))
         };
         x
+    }
+
+    /// `cvt.rn.f16.f32` then `cvt.f32.f16`.
+    #[inline(always)]
+    fn rounded(x: f32) -> f32 {
+        let h: u16;
+        // SAFETY: a pure conversion instruction.
+        unsafe {
+            core::arch::asm!("cvt.rn.f16.f32 {0}, {1};", out(reg16) h, in(reg32) x, options(pure, nomem, nostack, preserves_flags))
+        };
+        F16(h).as_f32()
     }
 }
 

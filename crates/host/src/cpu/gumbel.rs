@@ -85,7 +85,7 @@ fn with_cache<L: Logit>(
     }
 }
 
-fn sample_rows<L: Logit, C: Element>(
+fn sample_rows<L: Logit, C: Logit>(
     rows: &Rows<'_>,
     logits: &[L],
     mut cache: Option<CacheRows<'_, '_, C>>,
@@ -133,8 +133,11 @@ fn sample_rows<L: Logit, C: Element>(
 const STEP: usize = 4096;
 
 /// A random row, folded exactly as a kernel thread folds it, four ids at a
-/// time (see [`simd`]), writing the cache as it goes.
-fn sample_row<L: Logit, C: Element>(
+/// time (see [`simd`]), writing the cache as it goes. Where the cache's dtype
+/// rounds the logits
+/// ([`DType::rounds_into`](specdec_core::dtype::DType::rounds_into)), the values folded are the
+/// stored ones (SPEC §3.3: the verifier's `q` is the distribution sampled).
+fn sample_row<L: Logit, C: Logit>(
     level: Level,
     sampler: &Sampler,
     values: &[L],
@@ -143,10 +146,16 @@ fn sample_row<L: Logit, C: Element>(
     let Some(cache) = cache else {
         return simd::fold(level, sampler, ArgMax::IDENTITY, 0, values);
     };
+    let stored = L::DTYPE.rounds_into(C::DTYPE);
     let (mut best, mut nan) = (ArgMax::IDENTITY, false);
     for (step, (values, cache)) in values.chunks(STEP).zip(cache.chunks_mut(STEP)).enumerate() {
         copy(values, cache);
-        let (b, n) = simd::fold(level, sampler, best, (step * STEP) as u32, values);
+        let base = (step * STEP) as u32;
+        let (b, n) = if stored {
+            simd::fold(level, sampler, best, base, cache)
+        } else {
+            simd::fold(level, sampler, best, base, values)
+        };
         (best, nan) = (b, nan | n);
     }
     (best, nan)
