@@ -1,5 +1,7 @@
 //! Compiles `crates/kernels` to PTX (see `specdec-ptx-builder`) and leaves it in
-//! `OUT_DIR/specdec.ptx`, which `src/cuda/mod.rs` embeds.
+//! `OUT_DIR/specdec.ptx`, which `src/cuda/mod.rs` embeds. The kernels build
+//! with the toolchain the repository pins, whatever toolchain builds this
+//! crate (`specdec_ptx_builder::Toolchain`).
 
 use std::path::PathBuf;
 
@@ -17,7 +19,11 @@ fn main() {
     let arch = builder.arch.clone();
     let ptx = match builder.build() {
         Ok(ptx) => ptx,
-        Err(e) => panic!("building the specdec kernels to PTX failed:\n{e}"),
+        Err(e) => {
+            // One line a user can act on (the error names its fix), not a panic's backtrace.
+            eprintln!("error: building the specdec kernels to PTX failed: {e}");
+            std::process::exit(1);
+        }
     };
     for source in &ptx.sources {
         println!("cargo::rerun-if-changed={}", source.display());

@@ -9,12 +9,19 @@
 //! `--temperature`. The emitted tokens are checked: greedy ones must be the
 //! target's argmax, random ones must follow the target distribution
 //! (chi-square over the tokens' ranks, see `model.rs`).
+//!
+//! Progress goes to stderr, never stdout: on a terminal a bar, shown once the
+//! run has taken a second (not with `--json`); off a terminal a plain line
+//! (`demo: 30% (30/100 verify calls, 4.1 s)`) at each tenth of the run, once
+//! the run has taken [`PROGRESS_AFTER`], or the milliseconds in the
+//! environment variable `SPECDEC_PROGRESS_AFTER_MS` (`0`: from the start).
 
 use crate::backend::{BackendArg, Chosen};
 use crate::error::{Failure, Result};
 use crate::model::{Model, PROFILES, mix};
 use crate::report::{Greedy, Position, Report, Sizes};
 use crate::stats::{chi_square, softmax};
+use crate::text::{count, float};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use specdec::{
     Backend, CacheData, CacheShape, Column, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Logits, LogitsData,
@@ -23,6 +30,11 @@ use specdec::{
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
+/// How long a run goes before progress lines appear when stderr is not a terminal.
+const PROGRESS_AFTER: Duration = Duration::from_secs(2);
+/// The environment variable that overrides [`PROGRESS_AFTER`], in milliseconds.
+const PROGRESS_AFTER_VAR: &str = "SPECDEC_PROGRESS_AFTER_MS";
+
 /// A synthetic speculative-decoding loop: acceptance, speed and exactness
 ///
 /// Each step drafts K tokens per request with `gumbel_sample` (drafting mode,
@@ -30,67 +42,115 @@ use std::time::{Duration, Instant};
 /// Prints the acceptance rate per draft position, tokens per verify, time per
 /// call, and checks the emitted tokens against the target (chi-square for
 /// sampled requests, the argmax chain for greedy ones).
+///
+/// Progress goes to stderr: a bar on a terminal (not with --json); otherwise a
+/// line at each tenth of the run once it has lasted 2 s, or the milliseconds in
+/// the environment variable SPECDEC_PROGRESS_AFTER_MS.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
     #[command(flatten)]
     backend: BackendArg,
+    // The numbers are parsed wide and signed, negative ones too (a float flag
+    // takes any value that follows it, `-1e-40` or `-inf` included), so that
+    // `check` can say what is wrong with them, naming the flag.
     /// Requests per batch (B); requests 3, 7, 11, ... are greedy.
-    #[arg(long, default_value_t = 8)]
-    batch: usize,
-    /// Drafts per request per step (K).
-    #[arg(long, default_value_t = 4)]
-    drafts: usize,
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
+    batch: i64,
+    /// Drafts per request per step (K, 1 ..= 64).
+    #[arg(long, default_value_t = 4, allow_negative_numbers = true)]
+    drafts: i64,
     /// Vocabulary size (V).
-    #[arg(long, default_value_t = 128_256)]
-    vocab: usize,
+    #[arg(long, default_value_t = 128_256, allow_negative_numbers = true)]
+    vocab: i64,
     /// Speculative steps (each: K drafting calls and one verification).
-    #[arg(long, default_value_t = 100)]
-    steps: usize,
+    #[arg(long, default_value_t = 100, allow_negative_numbers = true)]
+    steps: i64,
     /// Temperature of the non-greedy requests (0: every request is greedy).
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, allow_hyphen_values = true)]
     temperature: f32,
-    /// Seed of the synthetic models and of the requests' sampling seeds.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    /// Seed of the synthetic models and of the requests' sampling seeds (0 ..= 2^64 - 1).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    seed: i128,
     /// Standard deviation of the noise the draft model adds to the target's
     /// logits (0: the draft equals the target and every draft is accepted).
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, allow_hyphen_values = true)]
     draft_noise: f32,
     /// Verify one-hot drafts (no draft logits, like EAGLE/MTP/n-gram drafters).
     #[arg(long)]
     one_hot: bool,
-    /// Print the results as JSON (no progress bar).
+    /// Print the results as JSON on stdout (no progress bar).
     #[arg(long)]
     json: bool,
 }
 
+/// The demo's parameters, checked (`DemoArgs::check`).
+#[derive(Debug)]
+struct Config {
+    batch: usize,
+    drafts: usize,
+    vocab: usize,
+    steps: usize,
+    temperature: f32,
+    seed: u64,
+    draft_noise: f32,
+    one_hot: bool,
+}
+
 impl DemoArgs {
-    fn check(&self) -> Result<()> {
-        let bad = |what: &str| Err(Failure::input(what.to_string()));
-        if self.batch == 0 {
-            return bad("--batch must be at least 1");
-        }
-        if self.drafts == 0 || self.drafts > 64 {
-            return bad("--drafts must be in 1 ..= 64");
-        }
-        if self.vocab == 0 || self.vocab > specdec::MAX_VOCAB {
-            return bad(&format!("--vocab must be in 1 ..= {}", specdec::MAX_VOCAB));
-        }
-        if self.steps == 0 {
-            return bad("--steps must be at least 1");
-        }
-        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return bad("--temperature must be a finite value >= 0");
+    fn check(&self) -> Result<Config> {
+        let bad = |what: String| Err(Failure::input(what));
+        let batch = whole("--batch", self.batch, 1, usize::MAX)?;
+        let drafts = whole("--drafts", self.drafts, 1, 64)?;
+        let vocab = whole("--vocab", self.vocab, 1, specdec::MAX_VOCAB)?;
+        let steps = whole("--steps", self.steps, 1, usize::MAX)?;
+        let Ok(seed) = u64::try_from(self.seed) else {
+            return bad(format!("--seed must be in 0 ..= {} (2^64 - 1), got {}", u64::MAX, self.seed));
+        };
+        if !specdec::status::temperature_is_valid(self.temperature) {
+            return bad(format!(
+                "--temperature must be 0 (all greedy) or a positive, finite, normal value (at least {:e}), got {}",
+                f32::MIN_POSITIVE,
+                float(self.temperature)
+            ));
         }
         if !(self.draft_noise.is_finite() && self.draft_noise >= 0.0) {
-            return bad("--draft-noise must be a finite value >= 0");
+            return bad(format!("--draft-noise must be a finite value >= 0, got {}", float(self.draft_noise)));
         }
         // The target, cache and draft buffers: B·(2K + 2)·V floats (this also bounds B).
-        let elements = (self.batch as u128) * (2 * self.drafts as u128 + 2) * self.vocab as u128;
+        let elements = (batch as u128) * (2 * drafts as u128 + 2) * vocab as u128;
         if elements > 1 << 32 {
-            return bad("--batch × --drafts × --vocab is too large for the demo's buffers (over 16 GiB)");
+            return bad("--batch × --drafts × --vocab is too large for the demo's buffers (over 16 GiB)".into());
         }
-        Ok(())
+        Ok(Config {
+            batch,
+            drafts,
+            vocab,
+            steps,
+            temperature: self.temperature,
+            seed,
+            draft_noise: self.draft_noise,
+            one_hot: self.one_hot,
+        })
+    }
+}
+
+/// `value`, given for `flag`, as a count in `min ..= max` (`usize::MAX`: no upper bound).
+fn whole(flag: &str, value: i64, min: usize, max: usize) -> Result<usize> {
+    match usize::try_from(value) {
+        Ok(v) if (min..=max).contains(&v) => Ok(v),
+        _ if max == usize::MAX => Err(Failure::input(format!("{flag} must be at least {min}, got {value}"))),
+        _ => Err(Failure::input(format!("{flag} must be in {min} ..= {max}, got {value}"))),
+    }
+}
+
+/// The progress threshold off a terminal: `SPECDEC_PROGRESS_AFTER_MS` when set, else [`PROGRESS_AFTER`].
+fn progress_after() -> Result<Duration> {
+    let Some(value) = std::env::var_os(PROGRESS_AFTER_VAR) else { return Ok(PROGRESS_AFTER) };
+    match value.to_str().and_then(|v| v.trim().parse::<u64>().ok()) {
+        Some(ms) => Ok(Duration::from_millis(ms)),
+        None => {
+            Err(Failure::input(format!("{PROGRESS_AFTER_VAR} must be a whole number of milliseconds, got {value:?}")))
+        }
     }
 }
 
@@ -115,18 +175,23 @@ struct Tally {
 }
 
 pub fn run(args: &DemoArgs) -> Result<()> {
-    args.check()?;
+    let config = args.check()?;
+    let after = progress_after()?;
     let chosen = args.backend.open()?;
-    let mut demo = Demo::new(args, &chosen.backend);
-    let progress = Progress::new(args.steps as u64, !args.json && std::io::stderr().is_terminal());
+    let mut demo = Demo::new(&config, &chosen.backend);
     let start = Instant::now();
-    for _ in 0..args.steps {
-        for i in 0..args.drafts {
+    let mut progress = if std::io::stderr().is_terminal() {
+        Progress::bar(config.steps as u64, !args.json, start)
+    } else {
+        Progress::lines(config.steps as u64, after, start)
+    };
+    for _ in 0..config.steps {
+        for i in 0..config.drafts {
             demo.draft(i)?;
         }
         demo.verify()?;
         demo.record()?;
-        progress.step(start);
+        progress.step();
     }
     progress.finish();
     let report = demo.report(&chosen, start.elapsed());
@@ -146,7 +211,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
 /// buffers every call reuses, and the tally.
 struct Demo<'a> {
     backend: &'a Backend,
-    args: &'a DemoArgs,
+    args: &'a Config,
     model: Model,
     greedy: Vec<bool>,
     temperature: Vec<f32>,
@@ -173,7 +238,7 @@ struct Demo<'a> {
 }
 
 impl<'a> Demo<'a> {
-    fn new(args: &'a DemoArgs, backend: &'a Backend) -> Self {
+    fn new(args: &'a Config, backend: &'a Backend) -> Self {
         let (b, k, v) = (args.batch, args.drafts, args.vocab);
         let greedy: Vec<bool> = (0..b).map(|r| r % 4 == 3 || args.temperature == 0.0).collect();
         Demo {
@@ -376,6 +441,7 @@ impl<'a> Demo<'a> {
             acceptance,
             acceptance_rate: accepted as f64 / (t.verifies * args.drafts as u64).max(1) as f64,
             tokens: t.tokens,
+            random_tokens: t.ranks.iter().flatten().sum(),
             verifies: t.verifies,
             tokens_per_verify: t.tokens as f64 / t.verifies.max(1) as f64,
             sample_calls: t.sample_calls,
@@ -391,31 +457,69 @@ impl<'a> Demo<'a> {
     }
 }
 
-/// A progress bar on stderr, shown once the run has taken a second (never
-/// with `--json` or when stderr is not a terminal).
+/// Progress on stderr, one call of `step` per step of the run.
 struct Progress {
-    bar: ProgressBar,
-    enabled: bool,
+    steps: u64,
+    done: u64,
+    start: Instant,
+    shown: Shown,
+}
+
+enum Shown {
+    /// A bar, drawn once the run has taken a second (`None`: never, with `--json`).
+    Bar(Option<ProgressBar>),
+    /// A plain line at each tenth of the run reached once the run has taken `after`.
+    Lines { after: Duration },
 }
 
 impl Progress {
-    fn new(steps: u64, enabled: bool) -> Self {
-        let bar = ProgressBar::hidden();
-        bar.set_length(steps);
-        if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} steps, {eta} left") {
-            bar.set_style(style);
-        }
-        Progress { bar, enabled }
+    /// For a terminal: a bar, when `enabled`.
+    fn bar(steps: u64, enabled: bool, start: Instant) -> Self {
+        let bar = enabled.then(|| {
+            let bar = ProgressBar::hidden();
+            bar.set_length(steps);
+            if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} steps, {eta} left") {
+                bar.set_style(style);
+            }
+            bar
+        });
+        Progress { steps, done: 0, start, shown: Shown::Bar(bar) }
     }
 
-    fn step(&self, start: Instant) {
-        self.bar.inc(1);
-        if self.enabled && self.bar.is_hidden() && start.elapsed() > Duration::from_secs(1) {
-            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+    /// Off a terminal: lines, once the run has taken `after`.
+    fn lines(steps: u64, after: Duration, start: Instant) -> Self {
+        Progress { steps, done: 0, start, shown: Shown::Lines { after } }
+    }
+
+    fn step(&mut self) {
+        self.done += 1;
+        let elapsed = self.start.elapsed();
+        match &self.shown {
+            Shown::Bar(None) => {}
+            Shown::Bar(Some(bar)) => {
+                bar.inc(1);
+                if bar.is_hidden() && elapsed > Duration::from_secs(1) {
+                    bar.set_draw_target(ProgressDrawTarget::stderr());
+                }
+            }
+            Shown::Lines { after } => {
+                let tenth = |done: u64| done * 10 / self.steps;
+                if tenth(self.done) > tenth(self.done - 1) && elapsed >= *after {
+                    eprintln!(
+                        "demo: {}% ({}/{}, {:.1} s)",
+                        self.done * 100 / self.steps,
+                        self.done,
+                        count(self.steps, "verify call"),
+                        elapsed.as_secs_f64()
+                    );
+                }
+            }
         }
     }
 
     fn finish(&self) {
-        self.bar.finish_and_clear();
+        if let Shown::Bar(Some(bar)) = &self.shown {
+            bar.finish_and_clear();
+        }
     }
 }

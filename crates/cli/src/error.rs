@@ -3,6 +3,7 @@
 //! `1` for a failure while running (the GPU, writing the output, a failed
 //! exactness check).
 
+use crate::text::{count, float};
 use std::process::ExitCode;
 
 /// Why a command failed; its message is printed as one line after `Error: `.
@@ -38,12 +39,73 @@ impl Failure {
         }
     }
 
+    /// A library error of the call `sample` or `verify` made on an input
+    /// file's tensors, as a message naming the tensor at fault (by its name in
+    /// the file, `names`) and what it had to be. Errors the commands rule out
+    /// before the call (lengths, extents, `vocab`, `max_drafts`, offsets) keep
+    /// the library's wording after the call's name, as do failures while running.
+    pub fn call(e: specdec::Error, names: &CallNames) -> Self {
+        use specdec::Error as E;
+        let cache = names.cache;
+        let message = match e {
+            E::InvalidSlot { row, slot, num_slots } => format!(
+                "tensor `slots`: entry {row} is {slot}, expected -1 (padding) or a slot in 0..{num_slots} \
+                 (`temperature` and `seed` have {})",
+                count(num_slots as u64, "slot")
+            ),
+            E::InvalidTemperature { slot, value } => format!(
+                "tensor `temperature`: entry {slot} is {}, expected 0 (greedy) or a positive, finite, normal value \
+                 (at least {:e})",
+                float(value),
+                f32::MIN_POSITIVE
+            ),
+            E::ColumnOutOfRange { k: 0, .. } => {
+                format!("tensor `{cache}`: K = 0 columns per slot, expected a shape [slots, K, width] with K >= 1")
+            }
+            E::ColumnOutOfRange { row: Some(row), column, k } => format!(
+                "tensor `cache_column`: entry {row} is {column}, expected a column in 0..{k} (`{cache}` has {})",
+                count(k as u64, "column")
+            ),
+            E::ColumnOutOfRange { row: None, column, k } => format!(
+                "tensor `cache_column`: value {column}, expected a column in 0..{k} (`{cache}` has {})",
+                count(k as u64, "column")
+            ),
+            E::CacheTooNarrow { cache_width, vocab } => format!(
+                "tensor `{cache}`: width {cache_width} is narrower than the vocabulary ({vocab}), \
+                 expected a shape [slots, K, width] with width >= {vocab}"
+            ),
+            E::CacheSlots { cache_slots, num_slots } => format!(
+                "tensor `{cache}`: {}, fewer than the {num_slots} of `temperature` and `seed`, \
+                 expected a shape [slots, K, width] with slots >= {num_slots}",
+                count(cache_slots as u64, "slot")
+            ),
+            E::DraftColumns { k, max_drafts } => format!(
+                "tensor `{cache}`: {} per slot, fewer than `max_drafts` = {max_drafts}, \
+                 expected a shape [slots, K, width] with K >= {max_drafts}",
+                count(k as u64, "column")
+            ),
+            E::InvalidDraft { row, token, vocab } => format!(
+                "tensor `drafts`: entry {row} is {token}, expected -1 (placeholder) or a token id in 0..{vocab}"
+            ),
+            e => return Failure::library(names.call, e),
+        };
+        Failure::Input(message)
+    }
+
     pub fn exit_code(&self) -> ExitCode {
         match self {
             Failure::Input(_) => ExitCode::from(2),
             Failure::Run(_) => ExitCode::from(1),
         }
     }
+}
+
+/// The names, in an input file, of a library call's arguments.
+pub struct CallNames {
+    /// The call: `"gumbel_sample"` or `"rejection_sample"`.
+    pub call: &'static str,
+    /// The draft-logits tensor: `"cache"` (`sample`) or `"draft_logits"` (`verify`).
+    pub cache: &'static str,
 }
 
 pub type Result<T, E = Failure> = std::result::Result<T, E>;

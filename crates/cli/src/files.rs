@@ -30,6 +30,56 @@ impl InputFile {
     }
 }
 
+/// Checks `--output` before anything is computed: it must name a file, not a
+/// directory, in a directory that exists, and not be the input file, by the
+/// same path or another (`./in.st`, `dir/../in.st`, a symbolic or hard link
+/// to it): writing the output would replace the input. Call it once the input
+/// has been read (so that it exists).
+pub fn check_output(input: &Path, output: &Path) -> Result<()> {
+    let bad = |what: String| Err(Failure::input(format!("--output {}: {what}", output.display())));
+    if output.file_name().is_none() {
+        return bad("names no file, expected the path of a file to write".into());
+    }
+    let dir = match output.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return bad(format!("directory {} does not exist, expected the path of a file to write", dir.display()));
+    }
+    if output.is_dir() {
+        return bad("is a directory, expected the path of a file to write".into());
+    }
+    if same_file(input, output) {
+        return bad(format!(
+            "is the input file (--input {}), which writing it would replace; expected another path",
+            input.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Whether two paths name the same existing file (same device and inode,
+/// following symbolic links). A path that names no file is not the same as any.
+#[cfg(unix)]
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Whether two paths name the same existing file (the same canonical path;
+/// hard links are not detected). A path that names no file is not the same as any.
+#[cfg(not(unix))]
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
 /// The tensors of an input file, looked up by name with their expected dtype and shape.
 pub struct Tensors<'a> {
     path: &'a Path,
@@ -104,29 +154,30 @@ impl<'a> Tensors<'a> {
         let &[slots, k, width] = t.view.shape() else {
             return Err(t.bad(format!("expected a 3-D shape [slots, K, width], found {:?}", t.view.shape())));
         };
+        if k == 0 {
+            return Err(t.bad(format!("expected a shape [slots, K, width] with K >= 1, found {:?}", t.view.shape())));
+        }
         Ok(Some((t.floats(), [slots, k, width])))
     }
 
-    /// An integer scalar (shape `[]` or `[1]`; I32, I64, U32 or U64), if present.
-    pub fn int_scalar(&self, name: &'static str) -> Result<Option<i64>> {
+    /// An integer scalar (shape `[]` or `[1]`; I32, I64, U32 or U64), if
+    /// present, widened so that every value of these dtypes is exact.
+    pub fn int_scalar(&self, name: &'static str) -> Result<Option<i128>> {
         let Some(t) = self.find(name) else { return Ok(None) };
         t.dtype_in(INT_SCALAR)?;
         t.scalar_shape()?;
         let data = t.view.data();
         let value = match t.view.dtype() {
-            Dtype::I32 => i32::from_le_bytes(data.try_into().expect("4 bytes")) as i64,
-            Dtype::U32 => u32::from_le_bytes(data.try_into().expect("4 bytes")) as i64,
-            Dtype::I64 => i64::from_le_bytes(data.try_into().expect("8 bytes")),
-            _ => {
-                let v = u64::from_le_bytes(data.try_into().expect("8 bytes"));
-                i64::try_from(v).map_err(|_| t.bad(format!("value {v} is out of range")))?
-            }
+            Dtype::I32 => i32::from_le_bytes(data.try_into().expect("4 bytes")).into(),
+            Dtype::U32 => u32::from_le_bytes(data.try_into().expect("4 bytes")).into(),
+            Dtype::I64 => i64::from_le_bytes(data.try_into().expect("8 bytes")).into(),
+            _ => u64::from_le_bytes(data.try_into().expect("8 bytes")).into(),
         };
         Ok(Some(value))
     }
 
     /// A required integer scalar.
-    pub fn required_int_scalar(&self, name: &'static str) -> Result<i64> {
+    pub fn required_int_scalar(&self, name: &'static str) -> Result<i128> {
         self.get(name, "an integer scalar: I32, I64, U32 or U64, shape [] or [1]")?;
         Ok(self.int_scalar(name)?.expect("present"))
     }
@@ -168,11 +219,25 @@ impl<'a> Tensors<'a> {
         Ok((temperature, seed))
     }
 
-    /// The vocabulary: the optional `vocab` scalar (`1 ..= width`), else the logits width.
+    /// The vocabulary: the optional `vocab` scalar (`1 ..= width`), else the
+    /// width of the logits (tensor `logits`); at most `specdec::MAX_VOCAB`.
     pub fn vocab(&self, width: usize, logits: &str) -> Result<usize> {
+        if width == 0 {
+            return Err(Failure::input(format!(
+                "tensor `{logits}`: width 0, expected a shape [rows, width] with width >= 1 (one column per token id)"
+            )));
+        }
+        let max = width.min(specdec::MAX_VOCAB);
         match self.int_scalar("vocab")? {
-            None => Ok(width),
-            Some(v) if v >= 1 && v as u64 <= width as u64 => Ok(v as usize),
+            None if width <= max => Ok(width),
+            None => Err(Failure::input(format!(
+                "tensor `{logits}`: width {width} is more than the largest vocabulary, {max}; \
+                 give the vocabulary in a `vocab` scalar"
+            ))),
+            Some(v) if v >= 1 && v <= max as i128 => Ok(v as usize),
+            Some(v) if width > max => {
+                Err(Failure::input(format!("tensor `vocab`: value {v}, expected 1 ..= {max} (the largest vocabulary)")))
+            }
             Some(v) => Err(Failure::input(format!(
                 "tensor `vocab`: value {v}, expected 1 ..= {width} (the width of `{logits}`)"
             ))),

@@ -19,6 +19,7 @@ mod model;
 mod report;
 mod sample;
 mod stats;
+mod text;
 mod verify;
 
 use clap::{Parser, Subcommand};

@@ -1,6 +1,7 @@
 //! What `specdec demo` reports, as text or JSON (`--json`).
 
 use crate::stats::ChiSquare;
+use crate::text::{count, float};
 use serde::Serialize;
 
 #[derive(Debug, Serialize)]
@@ -17,6 +18,8 @@ pub struct Report {
     pub acceptance_rate: f64,
     /// Tokens emitted, over all requests and steps.
     pub tokens: u64,
+    /// Tokens emitted by the random (non-greedy) requests.
+    pub random_tokens: u64,
     /// Request-verifications (`batch × steps`).
     pub verifies: u64,
     pub tokens_per_verify: f64,
@@ -87,16 +90,19 @@ impl Report {
         }
         let drafts = if s.one_hot { "one-hot drafts" } else { "draft logits cached in f32" };
         let greedy: Vec<String> = self.greedy_requests.iter().map(|r| r.to_string()).collect();
+        let requests = match greedy.len() {
+            0 => format!("all at T = {}", float(s.temperature)),
+            n if n == s.batch => "all greedy".into(),
+            _ => format!("greedy: {}; others at T = {}", greedy.join(", "), float(s.temperature)),
+        };
         println!(
-            "sizes:   batch {} (greedy: {}; others at T = {}), K = {} drafts per step, vocab {}, {} steps",
+            "sizes:   batch {} ({requests}), K = {} per step, vocab {}, {}",
             s.batch,
-            if greedy.is_empty() { "none".into() } else { greedy.join(", ") },
-            s.temperature,
-            s.drafts,
+            count(s.drafts as u64, "draft"),
             s.vocab,
-            s.steps
+            count(s.steps as u64, "step")
         );
-        println!("         draft noise {}, {drafts}, seed {}", s.draft_noise, s.seed);
+        println!("         draft noise {}, {drafts}, seed {}", float(s.draft_noise), s.seed);
         println!();
         println!("acceptance per draft position (accepted / reached):");
         println!("  draft   all     random  greedy   reached");
@@ -112,48 +118,59 @@ impl Report {
         }
         println!("  overall {:.3} of proposed drafts accepted", self.acceptance_rate);
         println!(
-            "tokens per verify: {:.3} ({} tokens in {} request-verifications)",
-            self.tokens_per_verify, self.tokens, self.verifies
+            "tokens per verify: {:.3} ({} in {})",
+            self.tokens_per_verify,
+            count(self.tokens, "token"),
+            count(self.verifies, "request-verification")
         );
         println!();
         println!(
-            "gumbel_sample (drafting, {} rows):     {:>10.1} µs per call ({} calls)",
-            s.batch, self.us_per_sample_call, self.sample_calls
+            "gumbel_sample (drafting, {}):     {:>10.1} µs per call ({})",
+            count(s.batch as u64, "row"),
+            self.us_per_sample_call,
+            count(self.sample_calls, "call")
         );
         println!(
-            "rejection_sample ({} req, {} rows):  {:>10.1} µs per call ({} calls)",
+            "rejection_sample ({} req, {}):  {:>10.1} µs per call ({})",
             s.batch,
-            s.batch * (s.drafts + 1),
+            count((s.batch * (s.drafts + 1)) as u64, "row"),
             self.us_per_verify_call,
-            self.verify_calls
+            count(self.verify_calls, "call")
         );
         println!(
             "synthetic logits: {:.2} s; total {:.2} s (wall clock, host-data API)",
             self.model_seconds, self.total_seconds
         );
         println!();
-        match &self.chi_square {
-            Some(c) => println!(
-                "exactness, random requests: chi-square over token ranks, {} tokens: chi2 = {:.1}, df = {}, threshold {:.1}, p = {:.3} → {}",
-                c.draws,
+        let random = match &self.chi_square {
+            Some(c) => format!(
+                "chi-square over token ranks, {}: chi2 = {:.1}, df = {}, threshold {:.1}, p = {:.3} → {}",
+                count(c.draws, "token"),
                 c.chi2,
                 c.df,
                 c.threshold,
                 c.p_value,
                 verdict(c.passed)
             ),
-            None => println!("exactness, random requests: no chi-square (no random requests, or too few tokens)"),
-        }
-        let g = &self.greedy;
-        match &g.first_mismatch {
-            None => println!(
-                "exactness, greedy requests: {} tokens, all the target argmax → {}",
-                g.tokens,
-                verdict(g.passed)
+            None if self.greedy_requests.len() == s.batch => "none (every request is greedy)".into(),
+            None if s.vocab == 1 => format!(
+                "{}, each the only token of a vocabulary of 1 (nothing for a chi-square to test)",
+                count(self.random_tokens, "token")
             ),
-            Some(m) => {
-                println!("exactness, greedy requests: {} of {} tokens wrong ({m}) → FAIL", g.mismatches, g.tokens)
+            None => format!(
+                "{}, no chi-square: no degree of freedom (no target profile has two ranks expecting 5 or more tokens)",
+                count(self.random_tokens, "token")
+            ),
+        };
+        println!("exactness, random requests: {random}");
+        let g = &self.greedy;
+        let greedy = match &g.first_mismatch {
+            _ if self.greedy_requests.is_empty() => {
+                format!("none (every request samples at T = {})", float(s.temperature))
             }
-        }
+            None => format!("{}, all the target argmax → {}", count(g.tokens, "token"), verdict(g.passed)),
+            Some(m) => format!("{} of {} wrong ({m}) → FAIL", g.mismatches, count(g.tokens, "token")),
+        };
+        println!("exactness, greedy requests: {greedy}");
     }
 }

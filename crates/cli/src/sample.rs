@@ -1,8 +1,9 @@
 //! `specdec sample`: `gumbel_sample` on the tensors of a safetensors file.
 
 use crate::backend::BackendArg;
-use crate::error::{Failure, Result};
-use crate::files::{InputFile, Output, ScalarOrRows};
+use crate::error::{CallNames, Failure, Result};
+use crate::files::{InputFile, Output, ScalarOrRows, check_output};
+use crate::text::count;
 use specdec::{CacheShape, Column, DraftCache, GumbelOutput, GumbelSample, Logits, SlotTable, Tokens};
 use std::path::PathBuf;
 
@@ -23,21 +24,28 @@ pub struct SampleArgs {
     backend: BackendArg,
 }
 
+/// The shape of the per-row tensors, as errors name it.
+const ROWS: &str = "[rows] (the rows of `logits`)";
+
 pub fn run(args: &SampleArgs) -> Result<()> {
     let file = InputFile::read(&args.input)?;
+    check_output(&args.input, &args.output)?;
     let t = file.tensors()?;
     let (logits, rows, width) = t.float_matrix("logits")?;
     let vocab = t.vocab(width, "logits")?;
-    let slots = t.i32s("slots", "[rows]", &[rows])?;
-    let positions = t.u64s("positions", "[rows]", &[rows], false)?;
+    let slots = t.i32s("slots", ROWS, &[rows])?;
+    let positions = t.u64s("positions", ROWS, &[rows], false)?;
     let (temperature, seed) = t.slot_table()?;
     let drafting = t.flag("drafting")?;
     let mut cache = t.float_cube("cache")?;
     let column = t.i32_scalar_or_rows("cache_column", rows)?;
     let column = match (&cache, column) {
         (None, None) => None,
-        (Some(_), Some(ScalarOrRows::Scalar(c))) if c < 0 => {
-            return Err(Failure::input(format!("tensor `cache_column`: column {c} is negative, expected 0..K")));
+        (Some((_, [_, k, _])), Some(ScalarOrRows::Scalar(c))) if c < 0 => {
+            return Err(Failure::input(format!(
+                "tensor `cache_column`: value {c}, expected a column in 0..{k} (`cache` has {})",
+                count(*k as u64, "column")
+            )));
         }
         (Some(_), Some(c)) => Some(c),
         (Some(_), None) => {
@@ -70,13 +78,14 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         },
     };
     let out = GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: Some(&mut row_status[..]) };
-    backend.gumbel_sample(&mut call, out).map_err(|e| Failure::library("gumbel_sample", e))?;
+    let names = CallNames { call: "gumbel_sample", cache: "cache" };
+    backend.gumbel_sample(&mut call, out).map_err(|e| Failure::call(e, &names))?;
 
     let mut output = Output::default().i32s("tokens", &[rows], &tokens).u32s("row_status", &[rows], &row_status);
     if let Some((data, dims)) = &cache {
         output = output.floats("cache", dims, data);
     }
     output.write(&args.output)?;
-    println!("sampled {rows} rows on {}: wrote {}", backend.describe(), args.output.display());
+    println!("sampled {} on {}: wrote {}", count(rows as u64, "row"), backend.describe(), args.output.display());
     Ok(())
 }

@@ -2,14 +2,30 @@
 
 mod common;
 
-use common::specdec;
+use common::{assert_refused, specdec, specdec_command};
 use serde_json::Value;
+use std::process::Output;
+
+/// How long a run may go before progress lines appear on a piped stderr.
+const PROGRESS_AFTER_MS: &str = "SPECDEC_PROGRESS_AFTER_MS";
+
+/// Runs `specdec demo --backend cpu` with `args`, stderr piped, and
+/// `SPECDEC_PROGRESS_AFTER_MS` set to `after_ms` (unset when `None`).
+fn run_demo(args: &[&str], after_ms: Option<&str>) -> Output {
+    let mut command = specdec_command();
+    command.args(["demo", "--backend", "cpu"]).args(args).env_remove(PROGRESS_AFTER_MS);
+    if let Some(ms) = after_ms {
+        command.env(PROGRESS_AFTER_MS, ms);
+    }
+    command.output().expect("the specdec binary runs")
+}
 
 /// Runs the demo with `extra` arguments and returns its JSON report.
 fn demo(extra: &[&str]) -> Value {
-    let mut args = vec!["demo", "--backend", "cpu", "--json", "--vocab", "4096", "--batch", "8", "--drafts", "3"];
+    let mut args = vec!["--json", "--vocab", "4096", "--batch", "8", "--drafts", "3"];
     args.extend_from_slice(extra);
-    let out = specdec(&args);
+    // No progress lines however long the run takes: stderr stays empty.
+    let out = run_demo(&args, Some("3600000"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "demo {extra:?} failed: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stderr.is_empty(), "no progress bar with --json: {}", String::from_utf8_lossy(&out.stderr));
@@ -83,15 +99,131 @@ fn demo_edge_cases() {
 #[test]
 fn demo_rejects_bad_sizes() {
     for (args, message) in [
-        (&["--drafts", "0"][..], "--drafts must be in"),
+        (&["--drafts", "0"][..], "--drafts must be in 1 ..= 64, got 0"),
         (&["--temperature=-1"][..], "--temperature must be"),
         (&["--vocab", "0"][..], "--vocab must be in"),
+        (&["--batch", "0"][..], "--batch must be at least 1, got 0"),
     ] {
-        let out = specdec(&[&["demo", "--backend", "cpu"][..], args].concat());
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.starts_with("Error: ") && stderr.contains(message), "{args:?}: {stderr}");
+        assert_refused(&format!("{args:?}"), &run_demo(args, None), message);
     }
+}
+
+/// Negative numbers after a flag reach the demo's own checks (clap once
+/// took them for unknown arguments), and every message names the flag.
+#[test]
+fn demo_rejects_negative_numbers_naming_the_flag() {
+    for (args, message) in [
+        (&["--seed", "-1"][..], "--seed must be in 0 ..= 18446744073709551615 (2^64 - 1), got -1"),
+        (&["--seed", "18446744073709551616"][..], "--seed must be in 0 ..= 18446744073709551615"),
+        (&["--temperature", "-1"][..], "--temperature must be 0 (all greedy) or a positive, finite, normal value"),
+        (&["--temperature", "-1e-40"][..], "--temperature must be"),
+        (&["--temperature", "-inf"][..], "--temperature must be"),
+        (&["--draft-noise", "-0.5"][..], "--draft-noise must be a finite value >= 0, got -0.5"),
+        (&["--batch", "-2"][..], "--batch must be at least 1, got -2"),
+        (&["--drafts", "-1"][..], "--drafts must be in 1 ..= 64, got -1"),
+        (&["--vocab", "-5"][..], "--vocab must be in 1 ..= 1073741824, got -5"),
+        (&["--steps", "-1"][..], "--steps must be at least 1, got -1"),
+    ] {
+        assert_refused(&format!("{args:?}"), &run_demo(args, None), message);
+    }
+}
+
+/// A temperature too small to divide by is refused by the demo, naming
+/// `--temperature`, and printed short (it once reached the library, which
+/// printed 40 digits and no flag).
+#[test]
+fn demo_rejects_a_subnormal_temperature() {
+    let out = run_demo(&["--temperature", "1e-40", "--vocab", "64", "--steps", "1"], None);
+    assert_refused("1e-40", &out, "--temperature must be 0 (all greedy) or a positive, finite, normal value");
+    assert_refused("1e-40", &out, "got 1e-40");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("00000"), "{:?}", out.stderr);
+}
+
+/// The largest seed is accepted.
+#[test]
+fn demo_takes_the_largest_seed() {
+    let out = run_demo(&["--json", "--steps", "2", "--vocab", "64", "--seed", "18446744073709551615"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("the demo prints JSON");
+    assert_eq!(report["sizes"]["seed"], u64::MAX);
+}
+
+/// Off a terminal a run that takes longer than the threshold prints a line
+/// on stderr at each tenth; stdout holds the report only (pure JSON with `--json`).
+#[test]
+fn progress_lines_off_a_terminal() {
+    let args = ["--vocab", "64", "--batch", "2", "--drafts", "1", "--steps", "20"];
+    let want: Vec<String> = (1..=10).map(|t| format!("demo: {}% ({}/20 verify calls, ", 10 * t, 2 * t)).collect();
+    let lines_of = |out: &Output| -> Vec<String> {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).lines().map(str::to_owned).collect()
+    };
+    for json in [true, false] {
+        let args = [&args[..], if json { &["--json"][..] } else { &[][..] }].concat();
+        let out = run_demo(&args, Some("0"));
+        let lines = lines_of(&out);
+        assert_eq!(lines.len(), want.len(), "{lines:?}");
+        for (line, want) in lines.iter().zip(&want) {
+            assert!(line.starts_with(want.as_str()) && line.ends_with(" s)"), "{line:?}, expected {want:?}...");
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!stdout.contains("demo: "), "progress on stdout: {stdout}");
+        if json {
+            let report: Value = serde_json::from_str(&stdout).expect("stdout is the JSON report alone");
+            assert_eq!(report["passed"], true);
+        } else {
+            assert!(stdout.starts_with("backend: cpu"), "{stdout}");
+        }
+    }
+    // A short run under the default threshold prints nothing on stderr.
+    let out = run_demo(&["--vocab", "64", "--batch", "1", "--drafts", "1", "--steps", "3", "--json"], None);
+    assert!(lines_of(&out).is_empty(), "{:?}", String::from_utf8_lossy(&out.stderr));
+    // A threshold that is not a number of milliseconds is named.
+    let out = run_demo(&["--steps", "1"], Some("2s"));
+    assert_refused("2s", &out, "SPECDEC_PROGRESS_AFTER_MS must be a whole number of milliseconds, got \"2s\"");
+}
+
+/// Runs the demo with `args` as text and returns its report.
+fn report_text(args: &[&str]) -> String {
+    let out = run_demo(args, None);
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One of anything is singular; a run without greedy requests says so
+/// instead of passing on no tokens; temperatures print short.
+#[test]
+fn report_wording_for_single_things_and_no_greedy_requests() {
+    let text =
+        report_text(&["--batch", "1", "--drafts", "1", "--steps", "1", "--vocab", "64", "--temperature", "1e-30"]);
+    for want in [
+        "batch 1 (all at T = 1e-30), K = 1 draft per step, vocab 64, 1 step",
+        " in 1 request-verification)",
+        "gumbel_sample (drafting, 1 row):",
+        "rejection_sample (1 req, 2 rows):",
+        "µs per call (1 call)",
+        "exactness, random requests: ",
+        " no chi-square: no degree of freedom",
+        "exactness, greedy requests: none (every request samples at T = 1e-30)",
+    ] {
+        assert!(text.contains(want), "expected {want:?} in\n{text}");
+    }
+    for plural in [" 1 rows", " 1 calls", " 1 steps", " 1 drafts", " 1 tokens", "-verifications", "000000"] {
+        assert!(!text.contains(plural), "{plural:?} in\n{text}");
+    }
+}
+
+/// A vocabulary of 1 has random requests (they are counted, not called
+/// missing); an all-greedy run says that there are no random requests.
+#[test]
+fn report_wording_for_one_token_and_all_greedy() {
+    let text = report_text(&["--batch", "4", "--drafts", "2", "--steps", "3", "--vocab", "1"]);
+    assert!(text.contains("exactness, random requests: 27 tokens, each the only token of a vocabulary of 1"), "{text}");
+    assert!(!text.contains("no random requests"), "{text}");
+    assert!(text.contains("exactness, greedy requests: 9 tokens, all the target argmax → pass"), "{text}");
+    let text = report_text(&["--batch", "4", "--drafts", "2", "--steps", "3", "--vocab", "64", "--temperature", "0"]);
+    assert!(text.contains("batch 4 (all greedy), K = 2 drafts per step, vocab 64, 3 steps"), "{text}");
+    assert!(text.contains("exactness, random requests: none (every request is greedy)"), "{text}");
 }
 
 #[test]

@@ -265,3 +265,43 @@ fn verify_one_hot_f16_matches_the_library() {
     assert_verify_output(&run("verify", "cpu", &input), want.clone());
     assert_verify_output(&run("verify", "auto", &input), want);
 }
+
+/// One row, one request: the summary lines are singular.
+#[test]
+fn one_row_and_one_request_are_singular() {
+    let dir = scratch("singular");
+    let (input, output) = (dir.join("sample.safetensors"), dir.join("out.safetensors"));
+    write(
+        &input,
+        BTreeMap::from([
+            ("logits", f32s(&[1, 10], &common::logits(10, 7))),
+            ("slots", i32s(&[1], &[0])),
+            ("positions", u64s(&[1], &[3])),
+            ("temperature", f32s(&[1], &[1.0])),
+            ("seed", u64s(&[1], &[9])),
+        ]),
+    );
+    let out = specdec(&["sample", "--input", path_str(&input), "--output", path_str(&output), "--backend", "cpu"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("sampled 1 row on cpu: wrote "), "{stdout}");
+
+    let input = dir.join("verify.safetensors");
+    write(
+        &input,
+        BTreeMap::from([
+            ("target", f32s(&[1, 10], &common::logits(10, 8))),
+            ("offsets", i32s(&[2], &[0, 1])),
+            ("drafts", i32s(&[1], &[-1])),
+            ("slots", i32s(&[1], &[0])),
+            ("positions", u64s(&[1], &[3])),
+            ("temperature", f32s(&[1], &[1.0])),
+            ("seed", u64s(&[1], &[9])),
+            ("max_drafts", i32s(&[], &[0])),
+        ]),
+    );
+    let out = specdec(&["verify", "--input", path_str(&input), "--output", path_str(&output), "--backend", "cpu"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("verified 1 request (1 row, one-hot drafts) on cpu: wrote "), "{stdout}");
+}

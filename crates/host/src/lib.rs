@@ -12,7 +12,8 @@
 //!   `max(p − q, 0)` sampled by Gumbel-max; greedy and random requests mixed,
 //!   ragged drafts, placeholders, one-hot drafts.
 //!
-//! The normative definition of every operation is `shared/SPEC.md`.
+//! The normative definition of every operation is `docs/REFERENCE.md` in the
+//! repository (semantics, randomness, validation, statistical acceptance).
 //!
 //! ```
 //! use specdec::{Backend, GumbelOutput, GumbelSample, Logits, LogitsData, SlotTable, Tokens};

@@ -21,6 +21,10 @@
 //! launch-bounds = [{ kernels = "gumbel_sample_*", max-threads = 256, min-blocks = 3 }]
 //! ```
 //!
+//! The nested tools run with the toolchain the `rust-toolchain.toml` above the
+//! kernels crate pins, through `rustup run`, whatever toolchain runs the build
+//! that asked (a dependent on stable Rust, say): see [`Toolchain`].
+//!
 //! Floating-point contraction stays off everywhere (rustc never emits `contract`
 //! flags, and llc is told `--fp-contract=off`), so device arithmetic rounds exactly
 //! like the same Rust code on the CPU. The nested cargo gets its own target
@@ -32,9 +36,14 @@
 //! # Ok::<(), specdec_ptx_builder::BuildError>(())
 //! ```
 
+mod toolchain;
+
+pub use toolchain::Toolchain;
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use toolchain::Runner;
 
 /// The architecture built when neither [`PtxBuilder::arch`] nor `SPECDEC_PTX_ARCH` says otherwise.
 /// PTX for sm_80 runs on Ampere, Hopper and later through the driver's JIT.
@@ -56,10 +65,12 @@ pub enum BuildError {
     #[error("`rustc --print sysroot` failed: {0}; install the pinned toolchain with `rustup toolchain install`")]
     NoSysroot(String),
     #[error(
-        "{tool} not found at {path}; the pinned toolchain needs the `llvm-tools` component \
-         (`rustup toolchain install` installs what rust-toolchain.toml names)"
+        "the specdec kernels build with the toolchain {channel} (pinned by {}), which is not installed; \
+         install it with: {install}", file.display()
     )]
-    MissingTool { tool: &'static str, path: PathBuf },
+    ToolchainMissing { channel: String, file: PathBuf, install: String },
+    #[error("{tool} not found at {path}; the kernels' toolchain needs the `llvm-tools` component: {fix}")]
+    MissingTool { tool: &'static str, path: PathBuf, fix: String },
     #[error("could not run {what}: {source}")]
     Io { what: String, source: std::io::Error },
     #[error("nested cargo build of the kernels failed:\n{stderr}")]
@@ -95,7 +106,8 @@ impl LaunchBounds {
 pub struct Ptx {
     /// The PTX file.
     pub ptx: PathBuf,
-    /// Every source file the PTX depends on (from cargo's dep-info), for `rerun-if-changed`.
+    /// Every source file the PTX depends on (from cargo's dep-info, and the
+    /// toolchain file that pinned the build), for `rerun-if-changed`.
     pub sources: Vec<PathBuf>,
 }
 
@@ -135,7 +147,8 @@ impl PtxBuilder {
             return Err(BuildError::NoCrate(self.crate_path.clone()));
         }
         let sm = sm_number(&self.arch)?;
-        let tools = tool_dir()?;
+        let runner = Runner::for_crate(&self.crate_path)?;
+        let tools = tool_dir(&runner)?;
         let target_dir = match &self.target_dir {
             Some(d) => d.clone(),
             None => self.crate_path.join("target"),
@@ -146,7 +159,7 @@ impl PtxBuilder {
             .map_err(|source| BuildError::Io { what: format!("mkdir {}", target_dir.display()), source })?;
         let linker = write_linker(&target_dir, &tools, &self.arch, ptx_isa(sm))?;
 
-        let mut cmd = cargo_command();
+        let mut cmd = cargo_command(&runner);
         cmd.current_dir(&self.crate_path)
             .args(["build", "--release", "--lib", "--target", TARGET, "-Zbuild-std=core"])
             .arg("--manifest-path")
@@ -172,7 +185,10 @@ impl PtxBuilder {
         let ptx = release.join(format!("{lib}.bounded.ptx"));
         std::fs::write(&ptx, bounded)
             .map_err(|source| BuildError::Io { what: format!("write {}", ptx.display()), source })?;
-        let sources = read_dep_info(&release.join(format!("{lib}.d")));
+        let mut sources = read_dep_info(&release.join(format!("{lib}.d")));
+        if let Runner::Rustup(t) = &runner {
+            sources.push(t.file.clone());
+        }
         Ok(Ptx { ptx, sources })
     }
 }
@@ -202,12 +218,11 @@ fn encoded_rustflags(arch: &str, linker: &Path) -> OsString {
     flags
 }
 
-/// A `cargo` command with the variables an outer cargo (a build script's or
-/// xtask's) sets removed, so the nested build is a plain build of the kernels
-/// crate with the toolchain pinned by `rust-toolchain.toml`.
-fn cargo_command() -> Command {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
+/// A `cargo` command of the kernels' toolchain with the variables an outer
+/// cargo (a build script's or xtask's) sets removed, so the nested build is a
+/// plain build of the kernels crate.
+fn cargo_command(runner: &Runner) -> Command {
+    let mut cmd = runner.command("cargo");
     for (key, _) in std::env::vars_os() {
         let Some(key) = key.to_str() else { continue };
         let leaks = (key.starts_with("CARGO_") && key != "CARGO_HOME")
@@ -226,11 +241,13 @@ fn cargo_command() -> Command {
     cmd
 }
 
-/// The llvm-tools directory of the active (pinned) toolchain.
-fn tool_dir() -> Result<PathBuf, BuildError> {
-    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    let out =
-        Command::new(rustc).args(["--print", "sysroot"]).output().map_err(|e| BuildError::NoSysroot(e.to_string()))?;
+/// The llvm-tools directory of the kernels' toolchain.
+fn tool_dir(runner: &Runner) -> Result<PathBuf, BuildError> {
+    let out = runner
+        .command("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|e| BuildError::NoSysroot(e.to_string()))?;
     if !out.status.success() {
         return Err(BuildError::NoSysroot(String::from_utf8_lossy(&out.stderr).into_owned()));
     }
@@ -240,13 +257,13 @@ fn tool_dir() -> Result<PathBuf, BuildError> {
     for tool in ["llvm-link", "opt", "llc", "llvm-ar"] {
         let path = dir.join(tool);
         if !path.is_file() {
-            return Err(BuildError::MissingTool { tool, path });
+            return Err(BuildError::MissingTool { tool, path, fix: runner.llvm_tools_fix() });
         }
     }
     Ok(dir)
 }
 
-fn host_triple() -> &'static str {
+pub(crate) fn host_triple() -> &'static str {
     // The tools we need ship for the host; the only host these scripts target is Linux.
     if cfg!(target_arch = "aarch64") { "aarch64-unknown-linux-gnu" } else { "x86_64-unknown-linux-gnu" }
 }

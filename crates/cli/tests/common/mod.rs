@@ -8,9 +8,24 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The `specdec` binary, to run with a working directory or environment of its own.
+pub fn specdec_command() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_specdec"))
+}
+
 /// Runs the `specdec` binary with `args`.
 pub fn specdec(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_specdec")).args(args).output().expect("the specdec binary runs")
+    specdec_command().args(args).output().expect("the specdec binary runs")
+}
+
+/// Checks a refused command: exit code 2, one `Error: ` line on stderr
+/// containing `expected`, nothing on stdout.
+pub fn assert_refused(case: &str, out: &Output, expected: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{case}: exit code (stderr: {stderr})");
+    assert!(stderr.starts_with("Error: ") && stderr.lines().count() == 1, "{case}: one error line, got {stderr:?}");
+    assert!(stderr.contains(expected), "{case}: expected {expected:?} in {stderr:?}");
+    assert!(out.stdout.is_empty(), "{case}: nothing on stdout, got {:?}", String::from_utf8_lossy(&out.stdout));
 }
 
 /// A fresh, empty directory for one test.
