@@ -23,7 +23,9 @@
 //! - `rejection_sample` greedy / one-hot / bf16 draft logits at B ∈ {1, 16,
 //!   64, 256} × K ∈ {1, 3, 7} × V ∈ {32000, 151936}, every request with K
 //!   drafts; all three with bf16 target logits at B = 64, K = 3, V = 151936;
-//!   the latency case B = 1, K = 4, V = 151936 with bf16 draft logits.
+//!   the latency case B = 1, K = 4, V = 151936 with bf16 draft logits; and
+//!   the batches serving engines run: all three with f32 and with bf16 target
+//!   logits at B ∈ {2, 4, 8, 32} × K ∈ {2, 4, 5}, V = 151936.
 //!
 //! Draft logits are `0.8·target + 0.6·noise` (both N(0, 1)-like), which makes
 //! the expected acceptance at T = 0.8 about 0.69 per draft; drafts are sampled
@@ -80,7 +82,10 @@ const SAMPLE_ROWS: [usize; 5] = [1, 8, 64, 256, 1024];
 const VERIFY_REQUESTS: [usize; 4] = [1, 16, 64, 256];
 const VERIFY_DRAFTS: [usize; 3] = [1, 3, 7];
 const VERIFY_VOCABS: [usize; 2] = [32_000, 151_936];
-/// The vocabulary of the Zipf, bf16-target and latency cases.
+/// The batches serving engines run (verification at `V_MAIN`, f32 and bf16 targets).
+const ENGINE_REQUESTS: [usize; 4] = [2, 4, 8, 32];
+const ENGINE_DRAFTS: [usize; 3] = [2, 4, 5];
+/// The vocabulary of the Zipf, bf16-target, latency and engine-batch cases.
 const V_MAIN: usize = 151_936;
 /// The temperature of every non-greedy case.
 const T: f32 = 0.8;
@@ -95,6 +100,8 @@ const CACHE_K: usize = 8;
 const CACHE_COLUMN: usize = 3;
 /// Slots of the verification calls (request `r` has slot `r`).
 const VERIFY_SLOTS: usize = 256;
+/// Rows of the bf16 target logits (the first rows of the f32 ones, at `V_MAIN`).
+const BF16_TARGET_ROWS: usize = 256;
 
 struct Timer {
     stream: Arc<CudaStream>,
@@ -396,9 +403,37 @@ fn grid() -> Vec<Spec> {
         }
         if vocab == V_MAIN {
             grid.push(Spec::Rejection { mode: VerifyMode::Bf16Draft, bf16_target: false, b: 1, k: 4, vocab });
+            for bf16_target in [false, true] {
+                for mode in [VerifyMode::Greedy, VerifyMode::OneHot, VerifyMode::Bf16Draft] {
+                    for k in ENGINE_DRAFTS {
+                        for b in ENGINE_REQUESTS {
+                            grid.push(Spec::Rejection { mode, bf16_target, b, k, vocab });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for spec in &grid {
+        if let Spec::Rejection { bf16_target, b, k, vocab, .. } = *spec {
+            assert!(fits_buffers(bf16_target, b, k, vocab), "{} does not fit the buffers", spec.name());
         }
     }
     grid
+}
+
+/// Whether verification of `b` requests of `k` drafts at `vocab` fits the
+/// buffers: its rows (workspace, positions, f32 logits; the bf16 target
+/// logits, of `V_MAIN` only), its slots, and the `[VERIFY_SLOTS, k, vocab]`
+/// draft-logits view (stride `(k+1)·vocab`) of the draft buffer.
+fn fits_buffers(bf16_target: bool, b: usize, k: usize, vocab: usize) -> bool {
+    let rows = b * (k + 1);
+    let draft_view = (VERIFY_SLOTS * (k + 1) - 1) * vocab;
+    rows <= MAX_ROWS
+        && rows * vocab <= LOGITS_LEN
+        && (!bf16_target || (vocab == V_MAIN && rows <= BF16_TARGET_ROWS))
+        && b <= VERIFY_SLOTS
+        && draft_view <= LOGITS_LEN
 }
 
 impl Spec {
@@ -544,7 +579,7 @@ struct Buffers {
     zipf: CudaSlice<f32>,
     /// `[LOGITS_LEN]` bf16: `0.8·logits + 0.6·noise`, element for element.
     draft: CudaSlice<bf16>,
-    /// `[256 × 151936]` bf16: the first rows of `logits`.
+    /// `[BF16_TARGET_ROWS × 151936]` bf16: the first rows of `logits`.
     target_bf16: CudaSlice<bf16>,
     /// The drafting cache `[CACHE_SLOTS, CACHE_K, 262144]` bf16.
     cache: CudaSlice<bf16>,
@@ -902,7 +937,7 @@ fn main() {
     let mut host_draft = vec![bf16::ZERO; LOGITS_LEN];
     par_fill(&mut host_draft, |i| bf16::from_f32(0.8 * host[i] + 0.6 * normal(2, i)));
     let host_zipf = zipf_rows(1024, V_MAIN);
-    let host_target_bf16: Vec<bf16> = host[..VERIFY_SLOTS * V_MAIN].iter().map(|&x| bf16::from_f32(x)).collect();
+    let host_target_bf16: Vec<bf16> = host[..BF16_TARGET_ROWS * V_MAIN].iter().map(|&x| bf16::from_f32(x)).collect();
     let slots: Vec<i32> = (0..MAX_ROWS as i32).collect();
     let buf = Buffers {
         logits: s.clone_htod(&host).unwrap_or_else(setup),

@@ -57,6 +57,9 @@ SAMPLE_ROWS = [1, 8, 64, 256, 1024]
 VERIFY_REQUESTS = [1, 16, 64, 256]
 VERIFY_DRAFTS = [1, 3, 7]
 VERIFY_VOCABS = [32000, 151936]
+ENGINE_REQUESTS = [2, 4, 8, 32]  # the batches serving engines run (verification at V_MAIN, f32 and bf16 targets)
+ENGINE_DRAFTS = [2, 4, 5]
+QUICK_REQUESTS = [1, 64, 256]  # --quick
 V_MAIN = 151936
 T = 0.8
 MAX_ROWS = 2048  # B = 256 requests of K + 1 = 8 rows
@@ -74,6 +77,24 @@ def gumbel_name(mode, zipf, vocab, rows):
 
 def rejection_name(mode, target_dtype, b, k, vocab):
     return f"rejection_sample {mode} {target_dtype} B={b} K={k} V={vocab}"
+
+
+def verify_grid(vocab, quick):
+    """The verification cases at `vocab` as (mode, target dtype, B, K): those of benches/gpu.rs's grid."""
+    modes = ["greedy", "one-hot", "bf16-draft"]
+    grid = [(m, "f32", b, k) for m in modes for k in VERIFY_DRAFTS for b in VERIFY_REQUESTS]
+    if vocab == V_MAIN:
+        grid += [(m, "bf16", 64, 3) for m in modes] + [("bf16-draft", "f32", 1, 4)]
+        grid += [
+            (m, target_dtype, b, k)
+            for target_dtype in ["f32", "bf16"]
+            for m in modes
+            for k in ENGINE_DRAFTS
+            for b in ENGINE_REQUESTS
+        ]
+    if quick:
+        grid = [case for case in grid if case[2] in QUICK_REQUESTS]
+    return grid
 
 
 # ---------------------------------------------------------------------------
@@ -428,13 +449,7 @@ def run(out_dir, only, quick, dry_run):
         draft_rows = draft_flat[: MAX_ROWS * vocab].view(MAX_ROWS, vocab)
         sampled = sample_gumbel(draft_rows, temps_all[:, None])  # drafts ~ q
         greedy_drafts = torch.argmax(draft_rows, dim=-1)
-        modes = ["greedy", "one-hot", "bf16-draft"]
-        grid = [(m, "f32", b, k) for m in modes for k in VERIFY_DRAFTS for b in VERIFY_REQUESTS]
-        if vocab == V_MAIN:
-            grid += [(m, "bf16", 64, 3) for m in modes] + [("bf16-draft", "f32", 1, 4)]
-        for mode, target_dtype, b, k in grid:
-            if quick and b == 16:
-                continue
+        for mode, target_dtype, b, k in verify_grid(vocab, quick):
             name = rejection_name(mode, target_dtype, b, k, vocab)
             if not wanted(name):
                 continue

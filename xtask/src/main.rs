@@ -59,9 +59,15 @@ Commands:
         The A/B table of an ab.sh run (DIR holds the fetched ab/ and base.txt): each case's best
         time over the rounds, base, new and each variant, and their change against base; into
         DIR/ab.md and printed. --min-change lists only cases that changed by at least PCT percent.
-  bench-report DIR [--results DIR]
+  bench-report DIR [--results DIR] [--previous FILE]
         Join DIR/bench.json and DIR/torch.json into benches/results/<date>-<gpu>.md (table) and
         .svg (bandwidth against batch), and copy the JSON beside them (--results: elsewhere).
+        Each case is held to the memory-floor target, time <= max(bytes / (0.85 x copy bandwidth),
+        bytes / copy bandwidth + 10 us), with the run's copy bandwidth; the report and this command
+        print how many cases meet it, the worst and the median time / target.
+        --previous FILE adds a column of each case's time over its time in FILE, an earlier run's
+        bench.json (e.g. benches/results/2026-12-02-nvidia-h200.bench.json), matched by case name;
+        none unless given.
   help  Print this message.
 
 Environment:
@@ -112,8 +118,9 @@ fn dispatch(args: &[String]) -> Result<()> {
         }
         "bench-report" => {
             no_extra(command, extra)?;
-            let (dir, results) = report::parse(options)?;
-            report::report(&dir, &results.unwrap_or_else(|| root.join(report::RESULTS)))
+            let options = report::parse(options)?;
+            let results = options.results.unwrap_or_else(|| root.join(report::RESULTS));
+            report::report_against(&options.dir, &results, options.previous.as_deref())
         }
         "help" | "-h" | "--help" => {
             println!("{HELP}");

@@ -1,9 +1,12 @@
-//! `cargo xtask bench-report DIR [--results DIR]`: join the GPU benchmark's
-//! `bench.json` and the PyTorch baseline's `torch.json` (both in DIR) into
-//! `benches/results/<date>-<gpu>.md` (a table per operation: case, specdec µs,
-//! % of copy, torch µs, speed-up) and `<date>-<gpu>.svg` (achieved bandwidth
-//! against batch per kernel path, with the copy bandwidth as the ceiling), and
-//! copy the two JSON files beside them (`<date>-<gpu>.bench.json`, `.torch.json`).
+//! `cargo xtask bench-report DIR [--results DIR] [--previous FILE]`: join the
+//! GPU benchmark's `bench.json` and the PyTorch baseline's `torch.json` (both
+//! in DIR) into `benches/results/<date>-<gpu>.md` (a table per operation:
+//! case, specdec µs, % of copy, the memory-floor target and the time over it,
+//! with `--previous` the time over the same case's time in an earlier run's
+//! `bench.json`, torch µs, speed-up) and `<date>-<gpu>.svg` (achieved
+//! bandwidth against batch per kernel path, with the copy bandwidth as the
+//! ceiling), and copy the two JSON files beside them
+//! (`<date>-<gpu>.bench.json`, `.torch.json`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -77,30 +80,56 @@ struct Torch {
     cases: HashMap<String, TorchCase>,
 }
 
-/// Options: `DIR` (holding bench.json, torch.json) and `--results DIR`.
-pub fn parse(options: &[String]) -> Result<(PathBuf, Option<PathBuf>)> {
+/// `bench-report` options.
+#[derive(Debug, PartialEq)]
+pub struct Options {
+    /// The directory holding bench.json (and torch.json).
+    pub dir: PathBuf,
+    /// Where the report goes (`--results DIR`; default [`RESULTS`]).
+    pub results: Option<PathBuf>,
+    /// An earlier run's bench.json to compare each case's time with
+    /// (`--previous FILE`); none unless given.
+    pub previous: Option<PathBuf>,
+}
+
+/// Options: `DIR`, `--results DIR` and `--previous FILE` (each also as `--name=VALUE`).
+pub fn parse(options: &[String]) -> Result<Options> {
     let mut dir = None;
     let mut results = None;
+    let mut previous = None;
     let mut iter = options.iter();
     while let Some(arg) = iter.next() {
-        if arg == "--results" {
-            results = Some(PathBuf::from(iter.next().ok_or("`--results` needs a directory")?));
-        } else if let Some(value) = arg.strip_prefix("--results=") {
-            results = Some(PathBuf::from(value));
+        let mut value = |name: &str, what: &str| -> Result<Option<PathBuf>> {
+            if arg == name {
+                return iter.next().map(|v| Some(PathBuf::from(v))).ok_or_else(|| format!("`{name}` needs {what}"));
+            }
+            Ok(arg.strip_prefix(name).and_then(|v| v.strip_prefix('=')).map(PathBuf::from))
+        };
+        if let Some(path) = value("--results", "a directory")? {
+            results = Some(path);
+        } else if let Some(path) = value("--previous", "a bench.json file")? {
+            previous = Some(path);
         } else if arg.starts_with('-') {
-            return Err(format!("`bench-report` takes `DIR [--results DIR]`, not `{arg}`"));
+            return Err(format!("`bench-report` takes `DIR [--results DIR] [--previous FILE]`, not `{arg}`"));
         } else if dir.replace(PathBuf::from(arg)).is_some() {
             return Err(format!("`bench-report` takes one directory, got a second: `{arg}`"));
         }
     }
     let dir = dir.ok_or("`bench-report` needs the directory holding bench.json (and torch.json)")?;
-    Ok((dir, results))
+    Ok(Options { dir, results, previous })
 }
 
-/// Writes the report of the JSON files in `dir` into `results`.
+/// Writes the report of the JSON files in `dir` into `results`, with no previous run.
 pub fn report(dir: &Path, results: &Path) -> Result<()> {
+    report_against(dir, results, None)
+}
+
+/// Writes the report of the JSON files in `dir` into `results`; with
+/// `previous` (an earlier run's bench.json), each case's time over its time there.
+pub fn report_against(dir: &Path, results: &Path, previous: Option<&Path>) -> Result<()> {
     let bench_path = dir.join("bench.json");
     let bench = read_bench(&bench_path)?;
+    let previous = previous.map(read_previous).transpose()?;
     let torch_path = dir.join("torch.json");
     let torch = if torch_path.is_file() {
         Some(read_torch(&torch_path)?)
@@ -113,7 +142,7 @@ pub fn report(dir: &Path, results: &Path) -> Result<()> {
     std::fs::create_dir_all(results).map_err(|e| format!("mkdir {}: {e}", results.display()))?;
     let md_path = results.join(format!("{stem}.md"));
     let svg_path = results.join(format!("{stem}.svg"));
-    let md = markdown(&bench, torch.as_ref(), &format!("{stem}.svg"));
+    let md = markdown(&bench, torch.as_ref(), previous.as_ref(), &format!("{stem}.svg"));
     std::fs::write(&md_path, md).map_err(|e| format!("write {}: {e}", md_path.display()))?;
     plot(&bench, torch.as_ref(), &svg_path)?;
     let copy = |from: &Path, to: PathBuf| {
@@ -127,7 +156,121 @@ pub fn report(dir: &Path, results: &Path) -> Result<()> {
     }
     println!("wrote {}", md_path.display());
     println!("wrote {}", svg_path.display());
+    println!("{}", target_summary(&bench.cases, bench.copy_gbs).line());
     Ok(())
+}
+
+/// The memory-floor target (issue 26): a call moving `bytes` is within
+/// reach of the floor when its time is at most
+/// `max(bytes / (TARGET_FRACTION × copy), bytes / copy + TARGET_SLACK_US)`,
+/// with `copy` the copy bandwidth measured in the same run.
+const TARGET_FRACTION: f64 = 0.85;
+const TARGET_SLACK_US: f64 = 10.0;
+
+/// The rule, as the report states it.
+fn target_rule() -> String {
+    format!("time ≤ max(bytes / ({TARGET_FRACTION} × copy bandwidth), bytes / copy bandwidth + {TARGET_SLACK_US} µs)")
+}
+
+/// The target time (µs) of a call moving `bytes` at a copy bandwidth of `copy_gbs` GB/s.
+fn target_us(bytes: f64, copy_gbs: f64) -> f64 {
+    let copy_us = bytes / (copy_gbs * 1e3);
+    (copy_us / TARGET_FRACTION).max(copy_us + TARGET_SLACK_US)
+}
+
+/// A case's time over its target: at most 1 meets it.
+fn target_ratio(c: &Case, copy_gbs: f64) -> f64 {
+    c.us / target_us(c.bytes, copy_gbs)
+}
+
+/// ✓ for a ratio that meets the target (≤ 1), else ✗.
+fn mark(ratio: f64) -> &'static str {
+    if ratio <= 1.0 { "✓" } else { "✗" }
+}
+
+/// The median of `values` (the mean of the middle two for an even count); `None` for none.
+fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
+}
+
+/// How a run's cases stand against the memory-floor target.
+#[derive(Debug, PartialEq)]
+struct TargetSummary<'a> {
+    /// Cases whose ratio is at most 1.
+    met: usize,
+    total: usize,
+    /// The case with the largest ratio (the first of equals), and that ratio.
+    worst: Option<(&'a str, f64)>,
+    median: Option<f64>,
+}
+
+fn target_summary(cases: &[Case], copy_gbs: f64) -> TargetSummary<'_> {
+    let ratios: Vec<f64> = cases.iter().map(|c| target_ratio(c, copy_gbs)).collect();
+    let mut worst: Option<(&str, f64)> = None;
+    for (c, &r) in cases.iter().zip(&ratios) {
+        if worst.is_none_or(|(_, w)| r > w) {
+            worst = Some((c.name.as_str(), r));
+        }
+    }
+    TargetSummary {
+        met: ratios.iter().filter(|&&r| r <= 1.0).count(),
+        total: cases.len(),
+        worst,
+        median: median(&ratios),
+    }
+}
+
+impl TargetSummary<'_> {
+    /// The summary line of the report (and of the command's output).
+    fn line(&self) -> String {
+        let mut line = format!("Memory-floor target: {} / {} cases meet it", self.met, self.total);
+        if let (Some((case, worst)), Some(median)) = (self.worst, self.median) {
+            write!(line, "; worst time / target {worst:.2} ({case}); median {median:.2}").unwrap();
+        }
+        line.push('.');
+        line
+    }
+}
+
+/// The earlier run a report compares with (`--previous`).
+struct Previous {
+    /// The file's name, as the report cites it.
+    file: String,
+    device: String,
+    unix_time: u64,
+    /// Each case's time (µs) by name.
+    us: HashMap<String, f64>,
+}
+
+fn read_previous(path: &Path) -> Result<Previous> {
+    let bench = read_bench(path)?;
+    let file = path.file_name().map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());
+    Ok(Previous {
+        file,
+        device: bench.device,
+        unix_time: bench.unix_time,
+        us: bench.cases.into_iter().map(|c| (c.name, c.us)).collect(),
+    })
+}
+
+impl Previous {
+    /// A case's time over its time in the previous run, matched by case
+    /// name; `None` where that run has no such case.
+    fn ratio(&self, c: &Case) -> Option<f64> {
+        self.us.get(&c.name).map(|&before| c.us / before)
+    }
+
+    /// The table cell of [`Previous::ratio`]: "—" for a case the previous run lacks.
+    fn cell(&self, c: &Case) -> String {
+        self.ratio(c).map_or("—".to_string(), |r| format!("{r:.2}"))
+    }
 }
 
 /// How a benchmark run treated the L2 between replays, from its
@@ -276,7 +419,7 @@ fn slug(device: &str) -> String {
     if out.is_empty() { "gpu".to_string() } else { out }
 }
 
-fn markdown(bench: &Bench, torch: Option<&Torch>, svg: &str) -> String {
+fn markdown(bench: &Bench, torch: Option<&Torch>, previous: Option<&Previous>, svg: &str) -> String {
     let mut md = format!("# specdec vs PyTorch: {}, {}\n\n", bench.device, date(bench.unix_time));
     let copy = bench.copy_gbs;
     writeln!(
@@ -329,6 +472,35 @@ fn markdown(bench: &Bench, torch: Option<&Torch>, svg: &str) -> String {
     .unwrap();
     writeln!(
         md,
+        "- Memory-floor target (issue 26): {}, with a case's fewest bytes (as in % of copy) and the copy \
+         bandwidth above. µs / target: specdec µs over the target; met: ✓ where that is at most 1, ✗ where over.",
+        target_rule()
+    )
+    .unwrap();
+    writeln!(md, "- **{}**", target_summary(&bench.cases, copy).line()).unwrap();
+    if let Some(p) = previous {
+        let ratios: Vec<f64> = bench.cases.iter().filter_map(|c| p.ratio(c)).collect();
+        write!(
+            md,
+            "- µs / previous: specdec µs over the same case's µs in `{}` ({}, {}), matched by case name; \
+             — where that run has no such case ({} of {} cases matched",
+            p.file,
+            p.device,
+            date(p.unix_time),
+            ratios.len(),
+            bench.cases.len()
+        )
+        .unwrap();
+        if let Some(m) = median(&ratios) {
+            write!(md, ", median {m:.2}").unwrap();
+        }
+        md.push_str(").\n");
+        if slug(&p.device) != slug(&bench.device) {
+            writeln!(md, "- **Warning**: the previous run was on another GPU ({}).", p.device).unwrap();
+        }
+    }
+    writeln!(
+        md,
         "- Inputs: N(0, 1)-like f32 logits (and Zipf-like rows where named); draft logits 0.8·target + 0.6·noise \
          in bf16, drafts sampled from them; T = {} for every non-greedy case.",
         bench.temperature
@@ -345,7 +517,15 @@ fn markdown(bench: &Bench, torch: Option<&Torch>, svg: &str) -> String {
 
     let torch_us = |c: &Case| torch.and_then(|t| t.cases.get(&c.name));
     let table = |md: &mut String, cases: &[&Case]| {
-        md.push_str("| case | specdec µs | % of copy | torch µs | speed-up |\n| --- | ---: | ---: | ---: | ---: |\n");
+        md.push_str("| case | specdec µs | % of copy | target µs | µs / target | met |");
+        if previous.is_some() {
+            md.push_str(" µs / previous |");
+        }
+        md.push_str(" torch µs | speed-up |\n| --- | ---: | ---: | ---: | ---: | :-: |");
+        if previous.is_some() {
+            md.push_str(" ---: |");
+        }
+        md.push_str(" ---: | ---: |\n");
         for c in cases {
             let (t, speedup) = match torch_us(c) {
                 Some(t) => {
@@ -354,7 +534,21 @@ fn markdown(bench: &Bench, torch: Option<&Torch>, svg: &str) -> String {
                 }
                 None => ("–".to_string(), "–".to_string()),
             };
-            writeln!(md, "| {} | {:.1} | {:.0} | {t} | {speedup} |", c.name, c.us, 100.0 * c.gbs / copy).unwrap();
+            let ratio = target_ratio(c, copy);
+            write!(
+                md,
+                "| {} | {:.1} | {:.0} | {:.1} | {ratio:.2} | {} |",
+                c.name,
+                c.us,
+                100.0 * c.gbs / copy,
+                target_us(c.bytes, copy),
+                mark(ratio)
+            )
+            .unwrap();
+            if let Some(p) = previous {
+                write!(md, " {} |", p.cell(c)).unwrap();
+            }
+            writeln!(md, " {t} | {speedup} |").unwrap();
         }
         md.push('\n');
     };
@@ -606,7 +800,7 @@ mod tests {
                 "flush_bytes": {flush}, "temperature": 0.8, "copy": {{"gbs": 4000}}, "cases": []}}"#
             );
             std::fs::write(&path, json).unwrap();
-            let md = markdown(&read_bench(&path).unwrap(), None, "x.svg");
+            let md = markdown(&read_bench(&path).unwrap(), None, None, "x.svg");
             assert!(md.contains(note), "no {note:?} in:\n{md}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
@@ -643,13 +837,173 @@ mod tests {
     #[test]
     fn options() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        assert_eq!(parse(&s(&["out"])).unwrap(), (PathBuf::from("out"), None));
+        let options = |results: Option<&str>, previous: Option<&str>| Options {
+            dir: PathBuf::from("out"),
+            results: results.map(PathBuf::from),
+            previous: previous.map(PathBuf::from),
+        };
+        assert_eq!(parse(&s(&["out"])).unwrap(), options(None, None));
+        assert_eq!(parse(&s(&["--results", "/tmp/r", "out"])).unwrap(), options(Some("/tmp/r"), None));
+        assert_eq!(parse(&s(&["out", "--previous", "p.json"])).unwrap(), options(None, Some("p.json")));
         assert_eq!(
-            parse(&s(&["--results", "/tmp/r", "out"])).unwrap(),
-            (PathBuf::from("out"), Some(PathBuf::from("/tmp/r")))
+            parse(&s(&["--previous=p.json", "--results=/tmp/r", "out"])).unwrap(),
+            options(Some("/tmp/r"), Some("p.json"))
         );
         assert!(parse(&s(&[])).is_err());
         assert!(parse(&s(&["a", "b"])).is_err());
         assert!(parse(&s(&["--nope"])).is_err());
+        assert!(parse(&s(&["out", "--previous"])).is_err());
+    }
+
+    /// A case of `bytes` timed at `us`, every other field made up.
+    fn case(name: &str, us: f64, bytes: f64) -> Case {
+        Case {
+            name: name.to_string(),
+            op: "rejection_sample".to_string(),
+            mode: "greedy".to_string(),
+            logits_dtype: "f32".to_string(),
+            input: "normal".to_string(),
+            vocab: 151_936,
+            rows: 1,
+            requests: Some(1),
+            max_drafts: Some(1),
+            latency: false,
+            us,
+            bytes,
+            gbs: bytes / us / 1e3,
+            reps: 50,
+        }
+    }
+
+    /// A small call's target is its copy time + 10 µs, a large call's its
+    /// time at 85 % of the copy bandwidth; the two meet where the copy time
+    /// is 10 µs × 0.85 / 0.15.
+    #[test]
+    fn the_target_is_the_floor_plus_10_us_or_85_percent() {
+        let copy = 4000.0; // GB/s: 4 MB take 1 µs
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9 * b.max(1.0);
+        assert!(close(target_us(4e6, copy), 11.0), "a 1 µs copy: {}", target_us(4e6, copy));
+        assert!(close(target_us(0.0, copy), 10.0));
+        assert!(close(target_us(4e9, copy), 1000.0 / 0.85), "a 1000 µs copy: {}", target_us(4e9, copy));
+        let knee = 4e6 * 10.0 * 0.85 / 0.15;
+        assert!(close(target_us(knee, copy), 10.0 / 0.15));
+        assert!(close(target_us(knee * 0.9, copy), knee * 0.9 / 4e6 + 10.0));
+        assert!(close(target_us(knee * 1.1, copy), knee * 1.1 / 4e6 / 0.85));
+        // Twice the bandwidth halves a large call's target; a small one keeps its 10 µs.
+        assert!(close(target_us(4e9, 2.0 * copy), 500.0 / 0.85));
+        assert!(close(target_us(4e6, 2.0 * copy), 10.5));
+    }
+
+    #[test]
+    fn a_case_meets_the_target_at_a_ratio_of_at_most_1() {
+        let copy = 4000.0;
+        let at = |us: f64| target_ratio(&case("c", us, 4e6), copy);
+        assert_eq!(at(11.0), 1.0);
+        assert_eq!(mark(at(11.0)), "✓");
+        assert_eq!(mark(at(5.5)), "✓");
+        assert!((at(5.5) - 0.5).abs() < 1e-12);
+        assert_eq!(mark(at(11.01)), "✗");
+        assert_eq!(mark(target_ratio(&case("big", 1000.0 / 0.85, 4e9), copy)), "✓");
+        assert_eq!(mark(target_ratio(&case("big", 1200.0, 4e9), copy)), "✗");
+    }
+
+    #[test]
+    fn the_summary_counts_cases_names_the_worst_and_takes_the_median() {
+        let copy = 4000.0;
+        // Targets: 11 µs for 4 MB, 1000 / 0.85 µs for 4 GB.
+        let cases = [
+            case("a", 5.5, 4e6),
+            case("b", 22.0, 4e6),
+            case("c", 11.0, 4e6),
+            case("d", 1000.0 / 0.85 * 1.5, 4e9),
+            case("e", 1000.0, 4e9),
+        ];
+        let summary = target_summary(&cases, copy);
+        assert_eq!((summary.met, summary.total), (3, 5));
+        let (worst, ratio) = summary.worst.unwrap();
+        assert_eq!(worst, "b");
+        assert!((ratio - 2.0).abs() < 1e-12);
+        assert!((summary.median.unwrap() - 1.0).abs() < 1e-12, "ratios 0.5, 2, 1, 1.5, 0.85");
+        assert_eq!(
+            summary.line(),
+            "Memory-floor target: 3 / 5 cases meet it; worst time / target 2.00 (b); median 1.00."
+        );
+        // An even count: the mean of the middle two; equal worsts: the first.
+        let summary = target_summary(&cases[..2], copy);
+        assert!((summary.median.unwrap() - 1.25).abs() < 1e-12);
+        let twice = [case("x", 22.0, 4e6), case("y", 22.0, 4e6)];
+        assert_eq!(target_summary(&twice, copy).worst.map(|(name, _)| name), Some("x"));
+        let none = target_summary(&[], copy);
+        assert_eq!(none, TargetSummary { met: 0, total: 0, worst: None, median: None });
+        assert_eq!(none.line(), "Memory-floor target: 0 / 0 cases meet it.");
+    }
+
+    /// A bench.json of `cases` (name, µs, bytes) on `device` at copy 4000 GB/s.
+    fn bench_json(device: &str, cases: &[(&str, f64, f64)]) -> String {
+        let cases: Vec<String> = cases
+            .iter()
+            .map(|(name, us, bytes)| {
+                format!(
+                    r#"{{"case": "{name}", "op": "rejection_sample", "mode": "greedy", "logits_dtype": "f32",
+                    "input": "normal", "vocab": 151936, "rows": 2, "requests": 1, "max_drafts": 1,
+                    "us": {us}, "bytes": {bytes}, "gbs": {}, "reps": 50}}"#,
+                    bytes / us / 1e3
+                )
+            })
+            .collect();
+        format!(
+            r#"{{"device": "{device}", "unix_time": 1796180046, "wall_s": 1, "reps": 50, "reps_long": 20,
+            "long_us": 5000, "flush_bytes": 0, "temperature": 0.8, "copy": {{"gbs": 4000}},
+            "cases": [{}]}}"#,
+            cases.join(", ")
+        )
+    }
+
+    /// The previous run's times are matched by case name; a case it lacks
+    /// shows "—", and the report has the column only when given one.
+    #[test]
+    fn the_previous_column_matches_cases_by_name() {
+        let dir = std::env::temp_dir().join(format!("specdec-report-previous-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (now_path, before_path) = (dir.join("bench.json"), dir.join("before.bench.json"));
+        let now = [("a", 5.5, 4e6), ("b", 22.0, 4e6), ("new", 11.0, 4e6)];
+        std::fs::write(&now_path, bench_json("NVIDIA H200 (sm_90)", &now)).unwrap();
+        let before = [("b", 44.0, 4e6), ("a", 11.0, 4e6), ("gone", 1.0, 4e6)];
+        std::fs::write(&before_path, bench_json("NVIDIA H200 (sm_90)", &before)).unwrap();
+        let bench = read_bench(&now_path).unwrap();
+        let previous = read_previous(&before_path).unwrap();
+        assert_eq!(previous.file, "before.bench.json");
+        let by_name = |name: &str| bench.cases.iter().find(|c| c.name == name).unwrap();
+        assert_eq!(previous.ratio(by_name("a")), Some(0.5));
+        assert_eq!(previous.ratio(by_name("b")), Some(0.5));
+        assert_eq!(previous.ratio(by_name("new")), None);
+        assert_eq!(previous.cell(by_name("a")), "0.50");
+        assert_eq!(previous.cell(by_name("new")), "—");
+
+        let md = markdown(&bench, None, Some(&previous), "x.svg");
+        let header =
+            "| case | specdec µs | % of copy | target µs | µs / target | met | µs / previous | torch µs | speed-up |";
+        assert!(md.contains(header), "{md}");
+        assert!(md.contains("| a | 5.5 | 18 | 11.0 | 0.50 | ✓ | 0.50 | – | – |"), "{md}");
+        assert!(md.contains("| b | 22.0 | 5 | 11.0 | 2.00 | ✗ | 0.50 | – | – |"), "{md}");
+        assert!(md.contains("| new | 11.0 | 9 | 11.0 | 1.00 | ✓ | — | – | – |"), "{md}");
+        assert!(md.contains("`before.bench.json` (NVIDIA H200 (sm_90), 2026-12-02)"), "{md}");
+        assert!(md.contains("(2 of 3 cases matched, median 0.50)"), "{md}");
+        assert!(!md.contains("**Warning**"), "{md}");
+        let rule = "time ≤ max(bytes / (0.85 × copy bandwidth), bytes / copy bandwidth + 10 µs)";
+        assert_eq!(target_rule(), rule);
+        assert_eq!(md.matches(rule).count(), 1, "the rule is stated once:\n{md}");
+        assert!(
+            md.contains("**Memory-floor target: 2 / 3 cases meet it; worst time / target 2.00 (b); median 1.00.**")
+        );
+
+        let md = markdown(&bench, None, None, "x.svg");
+        assert!(!md.contains("previous"), "no --previous, no column:\n{md}");
+        assert!(md.contains("| a | 5.5 | 18 | 11.0 | 0.50 | ✓ | – | – |"), "{md}");
+
+        std::fs::write(&before_path, bench_json("GPU Y", &before)).unwrap();
+        let md = markdown(&bench, None, Some(&read_previous(&before_path).unwrap()), "x.svg");
+        assert!(md.contains("**Warning**: the previous run was on another GPU (GPU Y)."), "{md}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
