@@ -10,6 +10,12 @@
 //!   (128 rows of V = 151936 f32, 78 MB) beside one core's read bandwidth on
 //!   the same buffer (an integer XOR over its words, which the compiler
 //!   vectorises): the greedy path's fraction of what one core can read.
+//! - `cpu_threads`: random `gumbel_sample` (64 rows of V = 151936 f32) and
+//!   `rejection_sample` (B = 16, K = 4, V = 151936, f32 target, bf16 draft
+//!   logits) in a rayon pool of one thread and in one of every core
+//!   (`ThreadPool::install`); throughput in rows (target rows for
+//!   verification), so time ÷ rows is the per-row time and the two pools'
+//!   ratio the scaling.
 //! - `host_overhead`: a whole call on the smallest input (`Backend::cpu()`,
 //!   rows = 1, V = 1), and the argument validation alone: calls whose only
 //!   error is in the last value checked, so every check runs and nothing is
@@ -185,6 +191,105 @@ fn rejection(c: &mut Criterion) {
     group.finish();
 }
 
+/// A rayon pool of one thread, and one of every core of the machine (if more than one).
+fn pools() -> Vec<(usize, rayon::ThreadPool)> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let sizes = if cores > 1 { vec![1, cores] } else { vec![1] };
+    sizes.into_iter().map(|n| (n, rayon::ThreadPoolBuilder::new().num_threads(n).build().expect("pool"))).collect()
+}
+
+fn threads(c: &mut Criterion) {
+    let mut group = c.benchmark_group("cpu_threads");
+    let pools = pools();
+
+    // gumbel_sample, random rows.
+    let rows = 64;
+    let logits = normal(4, rows * V);
+    let slots: Vec<i32> = (0..rows as i32).collect();
+    let pos: Vec<u64> = (100..100 + rows as u64).collect();
+    let (temperature, seed) = (vec![T; rows], vec![7u64; rows]);
+    let mut args = GumbelSample {
+        logits: Logits { data: LogitsData::F32(&logits[..]), rows, vocab: V, row_stride: V },
+        slots: &slots[..],
+        pos: &pos[..],
+        table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
+        drafting: false,
+        cache: None,
+    };
+    let mut tokens = vec![0i32; rows];
+    group.throughput(Throughput::Elements(rows as u64));
+    for (n, pool) in &pools {
+        let id = BenchmarkId::new("gumbel_sample random T=0.8", format!("rows={rows}/V={V}/f32/threads={n}"));
+        group.bench_function(id, |b| {
+            pool.install(|| {
+                b.iter(|| {
+                    let out = GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: None };
+                    Cpu.gumbel_sample(black_box(&mut args), out).expect("gumbel_sample");
+                    black_box(tokens[0])
+                })
+            })
+        });
+    }
+    drop(logits);
+
+    // rejection_sample, bf16 draft logits 0.8·target + 0.6·noise laid out [B, K, V].
+    let (b, k) = (16usize, 4usize);
+    let rows = b * (k + 1);
+    let target = normal(5, rows * V);
+    let noise = normal(6, b * k * V);
+    let mut draft = vec![bf16::ZERO; b * k * V];
+    let mut drafts = vec![0i32; rows];
+    for r in 0..b {
+        for i in 0..k {
+            let (row, at) = (r * (k + 1) + i, (r * k + i) * V);
+            for x in 0..V {
+                draft[at + x] = bf16::from_f32(0.8 * target[row * V + x] + 0.6 * noise[at + x]);
+            }
+            // The draft row's argmax: a plausible proposal.
+            let d = &draft[at..at + V];
+            drafts[row] = (0..V).max_by(|&a, &c| d[a].total_cmp(&d[c]).then(c.cmp(&a))).unwrap() as i32;
+        }
+    }
+    let offsets: Vec<i32> = (0..=b as i32).map(|r| r * (k as i32 + 1)).collect();
+    let slots: Vec<i32> = (0..b as i32).collect();
+    let pos: Vec<u64> = (0..rows as u64).collect();
+    let (temperature, seed) = (vec![T; b], vec![7u64; b]);
+    let args = RejectionSample {
+        target: Logits { data: LogitsData::F32(&target[..]), rows, vocab: V, row_stride: V },
+        offsets: &offsets[..],
+        drafts: &drafts[..],
+        slots: &slots[..],
+        pos: &pos[..],
+        table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
+        max_drafts: k,
+        draft_logits: Some(DraftLogits {
+            data: LogitsData::BF16(&draft[..]),
+            shape: CacheShape { slots: b, k, width: V, stride0: k * V, stride1: V },
+        }),
+    };
+    let mut tokens = vec![0i32; rows];
+    let mut num_emitted = vec![0i32; b];
+    group.throughput(Throughput::Elements(rows as u64));
+    for (n, pool) in &pools {
+        let id = BenchmarkId::new("rejection_sample bf16-draft T=0.8", format!("B={b}/K={k}/V={V}/f32/threads={n}"));
+        group.bench_function(id, |bench| {
+            pool.install(|| {
+                bench.iter(|| {
+                    let out = RejectionOutput {
+                        tokens: Tokens::I32(&mut tokens[..]),
+                        num_emitted: &mut num_emitted[..],
+                        accepted: None,
+                        row_status: None,
+                    };
+                    Cpu.rejection_sample(black_box(&args), out).expect("rejection_sample");
+                    black_box(num_emitted[0])
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
 fn overhead(c: &mut Criterion) {
     let mut group = c.benchmark_group("host_overhead");
     group.sample_size(50);
@@ -300,6 +405,6 @@ criterion_group! {
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = gumbel, memory_bound, rejection, overhead
+    targets = gumbel, memory_bound, rejection, threads, overhead
 }
 criterion_main!(benches);

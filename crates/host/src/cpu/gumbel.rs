@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Host;
 use crate::tensor::{CacheData, Column, DraftCache, LogitsData, Tokens};
+use rayon::prelude::*;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
 use specdec_core::rng::Stream;
@@ -64,7 +65,18 @@ struct CacheRows<'c, 'd, C> {
     column: &'c Column<'d, Host>,
 }
 
-fn with_cache<L: Logit>(
+impl<C> CacheRows<'_, '_, C> {
+    /// Where row `row`, on slot `slot` (`>= 0`), writes its logits.
+    fn start(&self, row: usize, slot: i32) -> usize {
+        let col = match self.column {
+            Column::All(col) => *col,
+            Column::PerRow(cols) => cols[row] as usize,
+        };
+        slot as usize * self.stride0 + col * self.stride1
+    }
+}
+
+fn with_cache<L: Logit + Send + Sync>(
     rows: &Rows<'_>,
     logits: &[L],
     cache: Option<&mut (DraftCache<'_, Host>, Column<'_, Host>)>,
@@ -85,46 +97,103 @@ fn with_cache<L: Logit>(
     }
 }
 
-fn sample_rows<L: Logit, C: Logit>(
+/// Every row, in order on this thread, or spread over rayon's current pool
+/// when [`super::parallel`] says so. Rows are independent, so both give the
+/// same outputs. In parallel each row gets its own cache row, split off the
+/// cache; a call where two rows write the same cache row (a race on the GPU)
+/// runs in order instead, so the last of them lands, as it always has.
+fn sample_rows<L: Logit + Sync, C: Logit + Send>(
     rows: &Rows<'_>,
     logits: &[L],
     mut cache: Option<CacheRows<'_, '_, C>>,
     mut out: GumbelOutput<'_, Host>,
 ) {
+    if super::parallel(rows.rows, rows.rows * rows.vocab) {
+        let split = match &mut cache {
+            None => Some((0..rows.rows).map(|_| None).collect()),
+            Some(c) => split_cache(rows, c),
+        };
+        if let Some(split) = split {
+            let mut sampled = Vec::with_capacity(rows.rows);
+            split
+                .into_par_iter()
+                .enumerate()
+                .map(|(row, cache_row)| sample_one(rows, logits, row, cache_row))
+                .collect_into_vec(&mut sampled);
+            for (row, (token, nan)) in sampled.into_iter().enumerate() {
+                write_row(&mut out, row, token, nan);
+            }
+            return;
+        }
+    }
     for row in 0..rows.rows {
         let slot = rows.slots[row];
-        let (t, seed) = if slot >= 0 { (rows.temperature[slot as usize], rows.seed[slot as usize]) } else { (0.0, 0) };
-        let sampler = Sampler::new(t, seed, rows.pos[row], rows.stream);
-        let start = row * rows.row_stride;
-        let values = &logits[start..start + rows.vocab];
         let cache_row = match &mut cache {
             Some(c) if slot >= 0 => {
-                let col = match c.column {
-                    Column::All(col) => *col,
-                    Column::PerRow(cols) => cols[row] as usize,
-                };
-                let offset = slot as usize * c.stride0 + col * c.stride1;
-                Some(&mut c.data[offset..offset + rows.vocab])
+                let start = c.start(row, slot);
+                Some(&mut c.data[start..start + rows.vocab])
             }
             _ => None,
         };
-        let (token, nan) = if sampler.greedy {
-            if let Some(c) = cache_row {
-                copy(values, c);
-            }
-            first_argmax(rows.level, values)
-        } else {
-            let (best, nan) = sample_row(rows.level, &sampler, values, cache_row);
-            (best.index, nan)
-        };
-        let token = token as i64;
-        match &mut out.tokens {
-            Tokens::I32(t) => t[row] = token as i32,
-            Tokens::I64(t) => t[row] = token,
+        let (token, nan) = sample_one(rows, logits, row, cache_row);
+        write_row(&mut out, row, token, nan);
+    }
+}
+
+/// Each row's cache row (`None` for a padding row), split off `cache` in
+/// address order; `None` if two rows write the same cache row. The cache's
+/// `(slot, column)` rows are validated disjoint, so distinct ones start at
+/// least `vocab` apart.
+fn split_cache<'s, C>(rows: &Rows<'_>, cache: &'s mut CacheRows<'_, '_, C>) -> Option<Vec<Option<&'s mut [C]>>> {
+    let mut starts: Vec<(usize, usize)> =
+        (0..rows.rows).filter(|&r| rows.slots[r] >= 0).map(|r| (cache.start(r, rows.slots[r]), r)).collect();
+    starts.sort_unstable();
+    let mut split: Vec<Option<&mut [C]>> = (0..rows.rows).map(|_| None).collect();
+    let (mut rest, mut at) = (&mut *cache.data, 0);
+    for (start, row) in starts {
+        if start < at {
+            return None;
         }
-        if let Some(s) = &mut out.row_status {
-            s[row] = if nan { NAN_LOGITS } else { 0 };
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(start - at);
+        let (mine, tail) = tail.split_at_mut(rows.vocab);
+        split[row] = Some(mine);
+        (rest, at) = (tail, start + rows.vocab);
+    }
+    Some(split)
+}
+
+/// Row `row`'s token and whether it holds a NaN; its raw logits go to
+/// `cache_row`, the row's own cache row (`None`: no cache or a padding row).
+fn sample_one<L: Logit, C: Logit>(
+    rows: &Rows<'_>,
+    logits: &[L],
+    row: usize,
+    cache_row: Option<&mut [C]>,
+) -> (u32, bool) {
+    let slot = rows.slots[row];
+    let (t, seed) = if slot >= 0 { (rows.temperature[slot as usize], rows.seed[slot as usize]) } else { (0.0, 0) };
+    let sampler = Sampler::new(t, seed, rows.pos[row], rows.stream);
+    let start = row * rows.row_stride;
+    let values = &logits[start..start + rows.vocab];
+    if sampler.greedy {
+        if let Some(c) = cache_row {
+            copy(values, c);
         }
+        first_argmax(rows.level, values)
+    } else {
+        let (best, nan) = sample_row(rows.level, &sampler, values, cache_row);
+        (best.index, nan)
+    }
+}
+
+fn write_row(out: &mut GumbelOutput<'_, Host>, row: usize, token: u32, nan: bool) {
+    let token = token as i64;
+    match &mut out.tokens {
+        Tokens::I32(t) => t[row] = token as i32,
+        Tokens::I64(t) => t[row] = token,
+    }
+    if let Some(s) = &mut out.row_status {
+        s[row] = if nan { NAN_LOGITS } else { 0 };
     }
 }
 

@@ -14,8 +14,38 @@ use simd::{Level, Logit};
 use specdec_core::dtype::{Bf16, F16};
 
 /// The CPU backend.
+///
+/// # Threads
+///
+/// A call spreads its independent units (`gumbel_sample`'s rows,
+/// `rejection_sample`'s requests) over rayon's current thread pool when it
+/// has at least two of them and reads at least [`PARALLEL_MIN_LOGITS`] logits
+/// (`rows × V`, counting every target row); smaller calls run on the calling
+/// thread, where waking the pool would cost more than it saves. The outputs
+/// (tokens, row status, caches, counts) are bit-identical for any thread
+/// count: each unit's noise is keyed by its own seed, position and id, and
+/// each writes only its own outputs.
+///
+/// The pool is rayon's usual one: the global pool (as many threads as cores,
+/// or `RAYON_NUM_THREADS`, or what `rayon::ThreadPoolBuilder::build_global`
+/// set), or the pool a call runs in through `ThreadPool::install`; a pool of
+/// one thread runs every call in order on it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Cpu;
+
+/// The fewest logits (`rows × V`) a call reads for it to go parallel. Below
+/// it, the time several threads save is small beside what handing rows to
+/// the pool costs (more again when its threads sleep and must be woken);
+/// from it on, calls of every mode run faster spread out (`cpu_threads` in
+/// `benches/cpu.rs` shows the scaling).
+pub const PARALLEL_MIN_LOGITS: usize = 1 << 18;
+
+/// Whether a call of `units` independent rows or requests reading `logits`
+/// logits in all runs them on rayon's current pool. The pool is asked last:
+/// a small call never starts the global pool.
+fn parallel(units: usize, logits: usize) -> bool {
+    units > 1 && logits >= PARALLEL_MIN_LOGITS && rayon::current_num_threads() > 1
+}
 
 /// Views `half` slices as the bit containers `specdec-core` computes on.
 trait AsCore {

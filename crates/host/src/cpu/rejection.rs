@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::memory::Host;
 use crate::rejection::{RejectionOutput, RejectionSample};
 use crate::tensor::{LogitsData, Tokens};
+use rayon::prelude::*;
 use specdec_core::argmax::ArgMax;
 use specdec_core::gumbel::{COARSE_BOUND, TOP_BUCKET};
 use specdec_core::logspace::ln_residual;
@@ -35,7 +36,7 @@ impl Cpu {
     }
 }
 
-fn with_draft<T: Logit>(args: &RejectionSample<'_, Host>, target: &[T], out: RejectionOutput<'_, Host>) {
+fn with_draft<T: Logit + Sync>(args: &RejectionSample<'_, Host>, target: &[T], out: RejectionOutput<'_, Host>) {
     match args.draft_logits.as_ref().map(|d| &d.data) {
         None => verify::<T, T>(args, target, None, out),
         Some(LogitsData::F32(d)) => verify(args, target, Some(*d), out),
@@ -214,68 +215,117 @@ fn resample_one_hot<T: Logit>(level: Level, sampler: &Sampler, row: &[T], reject
     Resampled { residual: rest.combine(quad.residual), target: rest.combine(quad.target) }.token()
 }
 
-fn verify<T: Logit, C: Logit>(
+/// Every request, in order on this thread, or spread over rayon's current
+/// pool when [`super::parallel`] says so. Requests are independent, so both
+/// give the same outputs; in parallel each request gets its own rows of the
+/// row status, split off in order (the offsets increase).
+fn verify<T: Logit + Sync, C: Logit + Sync>(
     args: &RejectionSample<'_, Host>,
     target: &[T],
     draft: Option<&[C]>,
     mut out: RejectionOutput<'_, Host>,
 ) {
-    let k1 = args.max_drafts + 1;
     let level = Level::detect();
-    for r in 0..args.slots.len() {
-        let (o0, o1) = (args.offsets[r] as usize, args.offsets[r + 1] as usize);
-        let n = o1 - o0 - 1;
-        let slot = args.slots[r];
-        let (t, seed) =
-            if slot >= 0 { (args.table.temperature[slot as usize], args.table.seed[slot as usize]) } else { (0.0, 0) };
-        let sampler = Sampler::new(t, seed, 0, Stream::Target);
-        let req = Request { args, target, draft, row0: o0, slot, sampler, level };
-        let greedy = req.sampler.greedy;
-
-        if let Some(status) = out.row_status.as_mut() {
-            for i in 0..=n {
-                let nan = req.target_row(i).iter().any(|x| x.to_f32().is_nan());
-                status[o0 + i] = if nan { NAN_LOGITS } else { 0 };
-            }
+    let requests = args.slots.len();
+    let rows_of = |r: usize| args.offsets[r] as usize..args.offsets[r + 1] as usize;
+    let verdict = |r: usize, status: Option<&mut [u32]>| verify_request(args, target, draft, level, r, status);
+    if super::parallel(requests, args.target.rows * args.target.vocab) {
+        let mut rest = out.row_status.as_deref_mut();
+        let statuses: Vec<Option<&mut [u32]>> = (0..requests)
+            .map(|r| {
+                let (mine, tail) = rest.take()?.split_at_mut(rows_of(r).len());
+                rest = Some(tail);
+                Some(mine)
+            })
+            .collect();
+        let mut verdicts = Vec::with_capacity(requests);
+        statuses.into_par_iter().enumerate().map(|(r, status)| verdict(r, status)).collect_into_vec(&mut verdicts);
+        for (r, v) in verdicts.into_iter().enumerate() {
+            write_request(args, &mut out, r, v);
         }
-
-        // Walk the drafts; stop at the first placeholder or rejection.
-        let mut j = n;
-        let mut rejected = None;
-        for i in 0..n {
-            let d = args.drafts[o0 + i];
-            if d == -1 {
-                j = i;
-                break;
-            }
-            // A random row's log-sum-exps, kept for the resample if it rejects.
-            let lse = (!greedy).then(|| req.lse(i));
-            let ok = match lse {
-                None => d as u32 == req.argmax(i),
-                Some(lse) => req.accepts(i, d as usize, lse),
-            };
-            if !ok {
-                (j, rejected) = (i, lse.map(|lse| Rejected { id: d as usize, lse }));
-                break;
-            }
+    } else {
+        for r in 0..requests {
+            let status = out.row_status.as_deref_mut().map(|s| &mut s[rows_of(r)]);
+            let v = verdict(r, status);
+            write_request(args, &mut out, r, v);
         }
-        let last = if greedy { req.argmax(j) } else { req.resample(j, rejected) };
+    }
+}
 
-        let row = |i: usize| -> i64 {
-            match i {
-                i if i < j => args.drafts[o0 + i] as i64,
-                i if i == j => last as i64,
-                _ => -1,
-            }
+/// What request `r` emits: its accepted drafts `j` and the token after them.
+#[derive(Clone, Copy, Debug)]
+struct Verdict {
+    j: usize,
+    last: u32,
+}
+
+/// Verifies request `r`, writing its rows' statuses to `status` (the
+/// request's own rows of the row status, if the call has one).
+fn verify_request<T: Logit, C: Logit>(
+    args: &RejectionSample<'_, Host>,
+    target: &[T],
+    draft: Option<&[C]>,
+    level: Level,
+    r: usize,
+    status: Option<&mut [u32]>,
+) -> Verdict {
+    let (o0, o1) = (args.offsets[r] as usize, args.offsets[r + 1] as usize);
+    let n = o1 - o0 - 1;
+    let slot = args.slots[r];
+    let (t, seed) =
+        if slot >= 0 { (args.table.temperature[slot as usize], args.table.seed[slot as usize]) } else { (0.0, 0) };
+    let sampler = Sampler::new(t, seed, 0, Stream::Target);
+    let req = Request { args, target, draft, row0: o0, slot, sampler, level };
+    let greedy = req.sampler.greedy;
+
+    if let Some(status) = status {
+        for (i, s) in status.iter_mut().enumerate() {
+            let nan = req.target_row(i).iter().any(|x| x.to_f32().is_nan());
+            *s = if nan { NAN_LOGITS } else { 0 };
+        }
+    }
+
+    // Walk the drafts; stop at the first placeholder or rejection.
+    let mut j = n;
+    let mut rejected = None;
+    for i in 0..n {
+        let d = args.drafts[o0 + i];
+        if d == -1 {
+            j = i;
+            break;
+        }
+        // A random row's log-sum-exps, kept for the resample if it rejects.
+        let lse = (!greedy).then(|| req.lse(i));
+        let ok = match lse {
+            None => d as u32 == req.argmax(i),
+            Some(lse) => req.accepts(i, d as usize, lse),
         };
-        match &mut out.tokens {
-            Tokens::I32(tok) => (0..k1).for_each(|i| tok[r * k1 + i] = row(i) as i32),
-            Tokens::I64(tok) => (0..k1).for_each(|i| tok[r * k1 + i] = row(i)),
+        if !ok {
+            (j, rejected) = (i, lse.map(|lse| Rejected { id: d as usize, lse }));
+            break;
         }
-        out.num_emitted[r] = j as i32 + 1;
-        if let Some(a) = out.accepted.as_mut() {
-            a[r] = j as i32;
+    }
+    let last = if greedy { req.argmax(j) } else { req.resample(j, rejected) };
+    Verdict { j, last }
+}
+
+/// Request `r`'s tokens, emitted count and accepted count.
+fn write_request(args: &RejectionSample<'_, Host>, out: &mut RejectionOutput<'_, Host>, r: usize, v: Verdict) {
+    let (k1, o0, Verdict { j, last }) = (args.max_drafts + 1, args.offsets[r] as usize, v);
+    let row = |i: usize| -> i64 {
+        match i {
+            i if i < j => args.drafts[o0 + i] as i64,
+            i if i == j => last as i64,
+            _ => -1,
         }
+    };
+    match &mut out.tokens {
+        Tokens::I32(tok) => (0..k1).for_each(|i| tok[r * k1 + i] = row(i) as i32),
+        Tokens::I64(tok) => (0..k1).for_each(|i| tok[r * k1 + i] = row(i)),
+    }
+    out.num_emitted[r] = j as i32 + 1;
+    if let Some(a) = out.accepted.as_mut() {
+        a[r] = j as i32;
     }
 }
 
