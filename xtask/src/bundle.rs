@@ -16,8 +16,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use crate::test::GPU_FEATURE;
-use crate::{Result, cmd};
+use crate::{GPU_FEATURE, Result, cmd};
 
 const RUN_SH: &str = include_str!("run.sh");
 /// Packages whose tests stay out of a bundle: they run the CLI binary or read

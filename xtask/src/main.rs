@@ -20,6 +20,9 @@ use std::process::ExitCode;
 /// Errors are messages for a person: each says what failed and what to do.
 pub type Result<T, E = String> = std::result::Result<T, E>;
 
+/// The feature that builds the GPU tests (`test-gpu`, and its bundles).
+pub const GPU_FEATURE: &str = "specdec-suite/gpu";
+
 const HELP: &str = "\
 Usage: cargo xtask <COMMAND> [OPTIONS] [-- EXTRA...]
 

@@ -4,10 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::{Result, cmd, ptx};
-
-/// The feature that builds the GPU tests.
-pub const GPU_FEATURE: &str = "specdec-suite/gpu";
+use crate::{GPU_FEATURE, Result, cmd, ptx};
 
 /// `cargo test --workspace EXTRA...`, then `ptx --deny-spills` for both archs.
 /// Both steps run even if the first fails; the last line sums them up.

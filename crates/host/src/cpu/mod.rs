@@ -1,5 +1,7 @@
 //! The CPU backend: the same semantics as the kernels, computed with the same
-//! `specdec-core` code, so its tokens and noise equal the GPU's bit for bit.
+//! `specdec-core` code, so its noise and `gumbel_sample`'s tokens equal the
+//! GPU's bit for bit; `rejection_sample`'s too, but for a decision within about
+//! 1e-5 of its threshold (its log-sum-exps are summed in another order).
 //! It is the test oracle and the fallback when no GPU is present.
 //!
 //! Values the kernels check on the device (slots, temperatures, columns) are
