@@ -145,8 +145,9 @@ pub const COARSE_BOUND: f32 = {
 /// their largest word (the bounds grow with the word). One table load a
 /// quad; samplers test it through [`quad_ruled_out`], which spares the load
 /// where [`COARSE_BOUND`] decides. (As the bound itself, `COARSE_BOUND` for
-/// every quad below the top bucket ruled out about a third as many: on an
-/// H200, the GPU sampler's noise loops ran 2–9 % faster with the table.)
+/// every quad below the top bucket rules out far fewer quads, each of them
+/// then evaluated: the table measured faster,
+/// benches/results/2026-12-02-design-measurements.md.)
 #[inline(always)]
 pub fn quad_bound(words: [u32; 4]) -> f32 {
     let m = words[0].max(words[1]).max(words[2].max(words[3]));
@@ -159,9 +160,9 @@ pub fn quad_bound(words: [u32; 4]) -> f32 {
 /// bucket, then for [`quad_bound`]: the same answer as `below(quad_bound(words))`
 /// (`COARSE_BOUND` is at least every bucket's bound below the top one), but
 /// the first test needs no table load, and once a sampler's running best is
-/// far ahead (as with a GPU block's floors) it decides nearly every quad. On
-/// an H200, random sampling at 256 to 1024 rows ran 2.5–3 % faster (a warp's
-/// table loads gather from 32 addresses).
+/// far ahead (as with a GPU block's floors) it decides nearly every quad,
+/// sparing a warp's table loads, which gather from 32 addresses (measured:
+/// benches/results/2026-12-02-design-measurements.md).
 #[inline(always)]
 pub fn quad_ruled_out(words: [u32; 4], below: impl Fn(f32) -> bool) -> bool {
     let m = words[0].max(words[1]).max(words[2].max(words[3]));

@@ -125,11 +125,10 @@ unsafe fn fold_from<T: Copy>(mut lane_mask: u32, mut v: T, shfl: unsafe fn(T, u3
 ///
 /// A loop the compilers cannot unroll (its bound is [`gpu::opaque`]): these
 /// reductions run once per block, cold at a small batch, where each line
-/// of code is fetched from memory; the five unrolled steps of a [`Stats`]
-/// reduction were about 4 KB, three copies per pass-1 kernel. Rolled, a
-/// greedy verify at one request ran 27 % faster on an H200 (the whole call,
-/// 23.3 → 17.0 µs), one-hot 7 %. The noise loops' per-batch [`warp_fold`]
-/// stays unrolled.
+/// of code is fetched from memory, and the unrolled steps of a [`Stats`]
+/// reduction were copied three times per pass-1 kernel (rolled, small
+/// verifies measured faster: benches/results/2026-12-02-design-measurements.md).
+/// The noise loops' per-batch [`warp_fold`] stays unrolled.
 ///
 /// [`Stats`]: crate::rejection::Stats
 ///

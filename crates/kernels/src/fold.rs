@@ -97,10 +97,9 @@ pub fn push_overlap(sum: f32, before: f32, after: f32, t: [f32; 4], d: [f32; 4],
 /// shared memory, which the other warps read at their next batch. A warp
 /// sees an eighth of the block's ids, so its own best lags the block's by
 /// about `ln 8` (more early in the walk), and a warp evaluates the noise
-/// whenever one lane's id might beat its floor: against the block's, an
-/// H200 sampled 4–14 % faster with random noise (a model of the resample
-/// at 256 requests: noise evaluated in 38 % of a warp's quads, not 85 %),
-/// and verified 4–8 % faster with bf16 draft logits. Exact for the
+/// whenever one lane's id might beat its floor, so against the block's
+/// floor it evaluates far fewer quads (measured:
+/// benches/results/2026-12-02-design-measurements.md). Exact for the
 /// block's result: every floor is a value some lane of the block holds (or
 /// a seed, which `Floored` accounts for), and lanes only ever improve.
 ///

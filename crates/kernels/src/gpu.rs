@@ -115,8 +115,8 @@ pub unsafe fn shfl_idx_u32(value: u32, lane: u32) -> u32 {
 
 /// The largest `value` of the warp's 32 lanes, in every lane: one
 /// `redux.sync` (sm_80 and later), where a butterfly takes five shuffles
-/// and five compares (the noise loops' floors, once a batch: random
-/// sampling 2–3 % faster on an H200).
+/// and five compares (the noise loops' floors take it once a batch:
+/// benches/results/2026-12-02-design-measurements.md).
 ///
 /// # Safety
 /// All 32 lanes of the warp must be active and execute this call together.

@@ -156,11 +156,10 @@ unsafe fn load_pair<A: Load, B: Load>(
 /// use: enough bytes in flight to approach the memory bandwidth, for `Q`
 /// quads' registers); with `PIPELINED`, the
 /// next batch loads while the current one is folded (twice the bytes in
-/// flight for more registers: it pays where occupancy was not the limit, as
-/// measured on an H200, see benches/results); a batch of whole quads of
-/// aligned rows loads each with one vector load (an H200: greedy sampling
-/// 4–5 % faster at 64 rows and more, verify at B = 256 3 %, verify at one
-/// request 0–3 % slower); calls `f(x, qa, qb, n)`
+/// flight for more registers: it pays where occupancy was not the limit); a
+/// batch of whole quads of aligned rows loads each with one vector load
+/// (fewer instructions a batch, which pays at large batch: measured in
+/// benches/results/2026-12-02-design-measurements.md); calls `f(x, qa, qb, n)`
 /// per quad (`n` valid lanes; `qb` is all default when `b` is null), and
 /// `after_batch()` after each batch. Every lane of a warp runs the same
 /// number of batches (lanes past `end` fold nothing), so `after_batch` may
@@ -249,33 +248,33 @@ pub struct Walk {
 /// consecutive ids from the walk's shared counter (lane `l` folds quads
 /// `4·l + 128·k`, `k < q`, loads coalesced) until `start .. end` is done, so
 /// all warps finish within about one batch of each other rather than
-/// waiting at the block's reduction for the slowest (on an H200, 12–15 % of
-/// the warps' time in `gumbel_sample` and the resample was spent there).
+/// waiting at the block's reduction for the slowest.
 /// `q` is `Q`, or fewer for a short range, so that every warp still gets
 /// two batches (a one-tile chunk, at small batch, is one quad per lane).
 /// With `WHOLE`, batches of whole quads get their own copy of the loop body,
-/// with `n = 4` known to `f` (an H200 ran random sampling 7–9 % faster at
-/// 256 rows and more; the resample, whose blocks at small batch walk a
-/// batch or two, lost 8–13 % at one request: twice the code). The batch's
+/// with `n = 4` known to `f`: faster where blocks walk many batches, but
+/// twice the code, a loss for callers whose blocks at small batch walk a
+/// batch or two (the resample). The batch's
 /// loads issue together, or with `HALVES` two at a time (registers for half
 /// of them, for a kernel capped at 64), the second half's lines prefetched
-/// to L1 as the first half loads (an H200 sampled 1024 rows 2 % faster with
-/// it). `after_batch()` also runs after the first quad of a warp's first
-/// batch: its best candidate so far then prunes the rest of that batch.
+/// to L1 as the first half loads. `after_batch()` also runs after the first
+/// quad of a warp's first batch: its best candidate so far then prunes the
+/// rest of that batch.
 /// With `LEAD`, where a lane walks one quad a batch (a one-tile chunk, at
 /// small batch), each quad is folded in two halves: `lead(x, quad, n)` folds
 /// the lane most likely to win (the caller's `f` then skips it),
 /// `after_batch()` raises the floor to the best of the warp's leads (and of
 /// the block so far), and `f` folds the rest, which that floor mostly rules
 /// out. A warp evaluates one lane's noise at a time, so against the cold
-/// floor of a warp's first quad it would evaluate all four: an H200 sampled
-/// a row of 32,000 to 262,144 ids 6–10 % faster with leads. (Not in
+/// floor of a warp's first quad it would evaluate all four, where the
+/// lead's floor spares most. (Not in
 /// `HALVES` mode: its kernels run grids of more than one wave, whose chunks
 /// are longer, and the path spilled their registers. The resample, whose
-/// floors start seeded, verified 2–5 % slower with one-hot drafts and 3–8 %
-/// faster with draft logits with leads, and takes none.) The walk resets
+/// floors start seeded, measured mixed with leads (faster with draft
+/// logits, slower with one-hot drafts) and takes none.) The walk resets
 /// `walk` (its counter, and the words the folds share between warps:
-/// [`Walk::best`]) before its first batch.
+/// [`Walk::best`]) before its first batch. Each mode's measurements:
+/// benches/results/2026-12-02-design-measurements.md.
 ///
 /// # Safety
 /// As for [`for_each_quad`]; called by every thread of the block together

@@ -86,10 +86,9 @@ const OVERLAP_ROW: u32 = 2;
 /// [`Stats`] of rows of kind `KIND` as a reduction value: each kind combines
 /// and shuffles only its own fields (the others keep the first operand's).
 /// Pass 1's block reductions and the decision's gathers run once, cold, at
-/// a small batch: with every field combined, the overlap's made a greedy
-/// verify of one request 5 % slower (V = 151,936: 12.6 → 13.2 µs on an
-/// H200); by kind, it took 11.8 µs, and no case of the benchmark got slower
-/// by 2 % or more.
+/// a small batch, where the call waits on each combine: a row kind must not
+/// pay for fields it never reads, such as the overlap's exponentials in a
+/// greedy row (benches/results/2026-12-01-nvidia-h200-overlap-ab.md).
 #[derive(Clone, Copy)]
 #[repr(transparent)]
 struct Row<const KIND: u32>(Stats);
@@ -989,9 +988,10 @@ impl Reduce for Candidates {
 macro_rules! rejection_kernels {
     ($($stats:ident, $small:ident, $resample:ident, $lean:ident, $resample_small:ident: $t:ty => $c:ty;)*) => {$(
         /// Pass 1 of `rejection_sample` for these target and cache dtypes.
-        /// It keeps no overlaps: a third exponential per pair made it 22 %
-        /// slower at B = 256, K = 7 (H200), and the residual floors they
-        /// seed pay only where a resample block's chunk is short.
+        /// It keeps no overlaps: a third exponential per pair makes its loop
+        /// compute-bound at large batch (benches/results/2026-12-01-nvidia-h200-overlap-ab.md),
+        /// and the residual floors they seed pay only where a resample
+        /// block's chunk is short.
         ///
         /// # Safety
         /// Launched by the host's checked launcher.

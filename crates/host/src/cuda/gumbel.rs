@@ -32,7 +32,8 @@ impl Cuda {
         let logits_dtype = args.logits.data.dtype();
         let cache_dtype = args.cache.as_ref().map_or(logits_dtype, |(cache, _)| cache.data.dtype());
         // The lean kernels write no cache: a draft model's call keeps the
-        // registers for its stores (an H200 drafted 1024 rows 3 % slower lean).
+        // registers for its stores (lean measured slower there:
+        // benches/results/2026-12-02-design-measurements.md).
         let lean = if args.cache.is_none() { Some("gumbel_sample_lean") } else { None };
         let Launch { kernel, split } = self.launch_for(
             ws,

@@ -128,10 +128,9 @@ impl Workspace {
     /// keeps `blocks_per_sm` blocks on each SM, should rather take that
     /// kernel's lean variant (64 registers, 4 blocks per SM): where its
     /// blocks take more than one wave. The lean variants lose at small
-    /// batch, where blocks are few and each one's speed counts (an H200: one
-    /// to 64 rows 3–10 % slower), and gain where more blocks in flight hide
-    /// memory latency (greedy sampling of 256 to 1024 rows 7–10 % faster,
-    /// random 0–5 %, the resample of 256 requests 2–3 %).
+    /// batch, where blocks are few and each one's speed counts, and gain
+    /// where more blocks in flight hide memory latency (measured:
+    /// benches/results/2026-12-02-design-measurements.md).
     pub(crate) fn lean(&self, rows: usize, split: Split, blocks_per_sm: u32) -> bool {
         !one_wave(self.sm_count, rows, split, blocks_per_sm)
     }
@@ -142,20 +141,12 @@ impl Workspace {
     /// other's read up to four: where its blocks fit one wave and its chunks
     /// are at most [`SMALL_CHUNK_TILES`] tiles, a few batches of four quads a
     /// thread, so that the unrolled batch buys little in flight, while its
-    /// code is up to twice the size (fetched cold after a flushed L2, which
-    /// cost small calls more then than the 0–2 µs it costs them now:
-    /// benches/results/2026-12-02-nvidia-h200-latency.md). On an H200:
-    /// - the small pass 1 of the verifier (sm_90 code 126 KB → 55 KB)
-    ///   verified one request (2 to 8 rows, chunks of 1 to 5 tiles) 13–51 %
-    ///   faster, 16 requests of K = 3 at V = 32,000 (7 tiles) 8–17 %, and of
-    ///   K = 7 (11 tiles) 13 % greedy, within 2 % sampling;
-    /// - the small resample (84 KB → 51 KB): one request, and 16 at
-    ///   V = 32,000 (1–2 tiles), 2–8 %; 16 at V = 151,936 (9 tiles) −3 to +2 %;
-    /// - `gumbel_sample`'s (its greedy loop only, 69 KB → 61 KB): the greedy
-    ///   calls it takes (one to 8 rows of 151,936, one to 64 of 32,000) 2–6 %,
-    ///   sampling unchanged (within 2 %);
-    /// - at 30 tiles, both of the verifier's lost: pass 1 of 16 requests of
-    ///   K = 3 at V = 151,936 by 8 %, the resample of 64 requests by 3–8 %.
+    /// code is up to twice the size (fetched cold after a flushed L2:
+    /// benches/results/2026-12-02-nvidia-h200-latency.md). The bound keeps
+    /// the calls each small variant measured faster with and leaves those of
+    /// longer chunks, which it measured slower with
+    /// (benches/results/2026-11-30-nvidia-h200-small-kernels-ab.md; figures
+    /// by variant: benches/results/2026-12-02-design-measurements.md).
     pub(crate) fn small(&self, rows: usize, split: Split, blocks_per_sm: u32) -> bool {
         small(self.sm_count, rows, split, blocks_per_sm)
     }
@@ -193,9 +184,9 @@ fn small(sm_count: u32, rows: usize, split: Split, blocks_per_sm: u32) -> bool {
 
 /// Blocks that keep every SM busy at small batch. Two per SM, not more: each
 /// block pays a fixed cost (its row's chain of dependent loads, a reduction,
-/// an arrival), and larger chunks prune more noise. Measured on an H200
-/// against four per SM: 8 to 64 rows and 16 requests 10–20 % faster, one
-/// row or request and large batches unchanged.
+/// an arrival), and larger chunks prune more noise; four per SM measured
+/// slower at small batch and no faster elsewhere
+/// (benches/results/2026-12-02-design-measurements.md).
 fn target_blocks(sm_count: u32) -> usize {
     2 * sm_count.max(1) as usize
 }
@@ -217,19 +208,15 @@ fn entries(sm_count: u32, max_rows: usize) -> Option<usize> {
 /// The chunks per row for a call whose `wanted` chunks per row would take
 /// between one and two waves of `slots` resident blocks; otherwise `wanted`.
 /// Blocks of one call take about the same time, so 1.3 waves of them take
-/// as long as 2 full ones: on an H200, the resample of 256 requests (512
-/// blocks, 396 resident) ran with most SMs idle in its second wave. So the
+/// as long as 2 full ones, most SMs idle in the second. So the
 /// blocks either fit one wave, if it stays at least `ONE_WAVE_FILL` full,
-/// or fill two better with up to [`EXTRA_CHUNKS`] more chunks (256 rows: 768
-/// blocks, 11–20 % faster, sampling and resample alike), each added only for
-/// a fill better by `MIN_GAIN`, and none shorter than `MIN_CHUNK_TILES`;
-/// where no chunk can be added, they fit one wave however empty (256 rows
-/// of V = 32,000 whole, not halves: sampling 24 % faster on an H200, the
-/// resample of 256 requests 5–10 %). Past two waves the gain is small and
-/// more chunks cost more: each block has fixed work, and a shorter chunk
-/// prunes less noise (1024 rows in 3 chunks were 19–47 % slower than in
-/// one; V = 32,000 verifications in chunks of 11 tiles 3–8 % slower than
-/// in one).
+/// or fill two better with up to [`EXTRA_CHUNKS`] more chunks, each added
+/// only for a fill better by `MIN_GAIN`, and none shorter than
+/// `MIN_CHUNK_TILES`; where no chunk can be added, they fit one wave
+/// however empty (256 rows of V = 32,000 whole, not halves). Past two waves
+/// the gain is small and more chunks cost more: each block has fixed work,
+/// and a shorter chunk prunes less noise. Each choice measured faster than
+/// its alternative: benches/results/2026-12-02-design-measurements.md.
 fn balance_waves(rows: usize, wanted: usize, tiles: usize, slots: usize) -> usize {
     const ONE_WAVE_FILL: f64 = 0.8;
     const MIN_GAIN: f64 = 0.05;

@@ -1,6 +1,7 @@
 //! The fold of a random (`T > 0`) row, vectorised: the same winner, ties and
 //! NaN flag as folding it four ids at a time with [`Sampler::fold_quad`],
-//! bit for bit, about ten times faster.
+//! bit for bit, and faster (its speed-up:
+//! benches/results/2026-12-02-design-measurements.md).
 //!
 //! The scalar fold spends nearly all its time in Philox: the bucket bound
 //! ([`GUMBEL_BOUND`]) already rules out almost every id without a logarithm,
