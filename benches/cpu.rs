@@ -24,7 +24,7 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use half::bf16;
 use specdec::{
-    Backend, CacheData, CacheShape, Column, Cpu, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Logits,
+    Backend, CacheData, CacheShape, Column, Cpu, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Host, Logits,
     LogitsData, RejectionOutput, RejectionSample, SlotTable, Tokens,
 };
 use std::hint::black_box;
@@ -174,21 +174,22 @@ fn rejection(c: &mut Criterion) {
             };
             let mut tokens = vec![0i32; b * (k + 1)];
             let mut num_emitted = vec![0i32; b];
-            group.bench_function(id, |bench| {
-                bench.iter(|| {
-                    let out = RejectionOutput {
-                        tokens: Tokens::I32(&mut tokens[..]),
-                        num_emitted: &mut num_emitted[..],
-                        accepted: None,
-                        row_status: None,
-                    };
-                    Cpu.rejection_sample(black_box(&args), out).expect("rejection_sample");
-                    black_box(num_emitted[0])
-                })
-            });
+            group.bench_function(id, |bench| bench.iter(|| verify(&args, &mut tokens, &mut num_emitted)));
         }
     }
     group.finish();
+}
+
+/// One `Cpu::rejection_sample` call of `args` into `tokens` and `num_emitted`.
+fn verify(args: &RejectionSample<'_, Host>, tokens: &mut [i32], num_emitted: &mut [i32]) -> i32 {
+    let out = RejectionOutput {
+        tokens: Tokens::I32(tokens),
+        num_emitted: &mut *num_emitted,
+        accepted: None,
+        row_status: None,
+    };
+    Cpu.rejection_sample(black_box(args), out).expect("rejection_sample");
+    black_box(num_emitted[0])
 }
 
 /// A rayon pool of one thread, and one of every core of the machine (if more than one).
@@ -272,20 +273,7 @@ fn threads(c: &mut Criterion) {
     group.throughput(Throughput::Elements(rows as u64));
     for (n, pool) in &pools {
         let id = BenchmarkId::new("rejection_sample bf16-draft T=0.8", format!("B={b}/K={k}/V={V}/f32/threads={n}"));
-        group.bench_function(id, |bench| {
-            pool.install(|| {
-                bench.iter(|| {
-                    let out = RejectionOutput {
-                        tokens: Tokens::I32(&mut tokens[..]),
-                        num_emitted: &mut num_emitted[..],
-                        accepted: None,
-                        row_status: None,
-                    };
-                    Cpu.rejection_sample(black_box(&args), out).expect("rejection_sample");
-                    black_box(num_emitted[0])
-                })
-            })
-        });
+        group.bench_function(id, |bench| pool.install(|| bench.iter(|| verify(&args, &mut tokens, &mut num_emitted))));
     }
     group.finish();
 }
