@@ -21,11 +21,28 @@ fn readme_example(readme: &str) -> String {
     block.split_once("```").expect("README: the example's closing fence").0.to_string()
 }
 
-/// `rustup run stable TOOL ARGS` in `dir`, with nothing of the outer cargo's
+/// An installed stable toolchain: `stable-<host>`, else a release such as
+/// `1.95.0-<host>` (a machine may have its one toolchain under its version).
+fn stable_toolchain() -> String {
+    let list = Command::new("rustup").args(["toolchain", "list"]).output().expect("rustup toolchain list");
+    let list = String::from_utf8_lossy(&list.stdout).into_owned();
+    let names: Vec<&str> = list.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    let found = names
+        .iter()
+        .find(|n| n.starts_with("stable-"))
+        .or_else(|| names.iter().find(|n| n.starts_with(|c: char| c.is_ascii_digit())));
+    found
+        .unwrap_or_else(|| {
+            panic!("no stable toolchain installed (`rustup toolchain install stable`); rustup lists {names:?}")
+        })
+        .to_string()
+}
+
+/// `rustup run <stable> TOOL ARGS` in `dir`, with nothing of the outer cargo's
 /// or rustup's environment that would pick another toolchain or target.
 fn stable(dir: &Path, tool: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new("rustup");
-    cmd.args(["run", "stable", tool]).args(args).current_dir(dir);
+    cmd.args(["run", &stable_toolchain(), tool]).args(args).current_dir(dir);
     for (key, _) in std::env::vars_os() {
         let Some(key) = key.to_str() else { continue };
         let leaks = (key.starts_with("CARGO") && key != "CARGO_HOME")
@@ -48,7 +65,7 @@ fn a_stable_project_builds_the_kernels_and_runs_the_readme_example() {
     let version = String::from_utf8_lossy(&version.stdout).into_owned();
     assert!(
         !version.is_empty() && !version.contains("nightly"),
-        "the stable toolchain is needed (`rustup toolchain install stable`); `rustup run stable rustc --version` said {version:?}"
+        "a stable toolchain is needed (`rustup toolchain install stable`); its rustc said {version:?}"
     );
 
     let host = root.join("crates/host");
