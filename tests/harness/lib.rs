@@ -4,7 +4,7 @@
 //!   `gpu` feature is on, on CUDA device 0 (failing, not skipping, without one).
 //! - [`Batch`]: owned host buffers for a `gumbel_sample` call.
 //! - [`Verify`]: owned host buffers for a `rejection_sample` call.
-//! - [`chi_square`]: the SPEC §6 goodness-of-fit rule.
+//! - [`chi_square`]: the SPEC §6 goodness-of-fit rule (crate `specdec-stats`, shared with the CLI).
 //! - [`inputs`]: fixed-seed inputs and reference results (first argmax).
 //! - [`robust`]: hostile calls in guarded buffers, checked against a model of
 //!   the validation rules (property tests and the fuzz target).
@@ -13,11 +13,12 @@ pub mod batch;
 pub mod drafting;
 pub mod inputs;
 pub mod robust;
-pub mod stats;
 pub mod verify;
 
 pub use batch::{Batch, CacheSpec};
-pub use stats::{ChiSquare, chi_square, tail_z};
+/// The statistical acceptance rule and reference softmax (crate `specdec-stats`).
+pub use specdec_stats as stats;
+pub use specdec_stats::{ChiSquare, chi_square, tail_z};
 pub use verify::{Verified, Verify};
 
 use specdec::Backend;

@@ -20,13 +20,13 @@ use crate::backend::{BackendArg, Chosen};
 use crate::error::{Failure, Result};
 use crate::model::{Model, PROFILES, mix};
 use crate::report::{Greedy, Position, Report, Sizes};
-use crate::stats::{chi_square, softmax};
 use crate::text::{count, float};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use specdec::{
     Backend, CacheData, CacheShape, Column, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Logits, LogitsData,
     RejectionOutput, RejectionSample, SlotTable, Tokens,
 };
+use specdec_stats::{chi_square_groups, softmax};
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
@@ -413,8 +413,9 @@ impl<'a> Demo<'a> {
         let accepted: u64 = t.random.iter().chain(&t.greedy).map(|p| p.1).sum();
         let chi_square = (args.temperature > 0.0)
             .then(|| {
-                let probs = (0..PROFILES.len()).map(|p| softmax(self.model.profile(p), args.temperature));
-                chi_square(t.ranks.iter().map(|c| &c[..]).zip(probs))
+                let probs: Vec<Vec<f64>> =
+                    (0..PROFILES.len()).map(|p| softmax(self.model.profile(p), f64::from(args.temperature))).collect();
+                chi_square_groups(t.ranks.iter().map(|c| &c[..]).zip(probs.iter().map(|p| &p[..])))
             })
             .flatten();
         let greedy = Greedy {

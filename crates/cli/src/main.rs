@@ -18,7 +18,6 @@ mod info;
 mod model;
 mod report;
 mod sample;
-mod stats;
 mod text;
 mod verify;
 

@@ -1,8 +1,8 @@
 //! What `specdec demo` reports, as text or JSON (`--json`).
 
-use crate::stats::ChiSquare;
 use crate::text::{count, float};
 use serde::Serialize;
+use specdec_stats::ChiSquare;
 
 #[derive(Debug, Serialize)]
 pub struct Report {
