@@ -101,10 +101,10 @@ fn draft_then_verify() {
     assert_eq!(out["tokens"].1, vec![2, K + 1]);
 
     // The values FORMAT.md shows (the Python snippet prints the same).
-    assert_eq!(d, [898, 148, 433, 446], "drafts");
+    assert_eq!(d, [628, 819, 433, 446], "drafts");
     // Request 0 (T = 0.8) accepts both drafts and adds a bonus token; greedy
     // request 1's first draft is not the target's argmax: it emits the argmax.
-    assert_eq!(tokens, [898, 148, 363, 45, -1, -1], "tokens");
+    assert_eq!(tokens, [628, 819, 845, 45, -1, -1], "tokens");
     assert_eq!(num_emitted, [3, 1], "num_emitted");
     assert_eq!(i32s(&out["accepted"].2), [2, 0], "accepted");
 }

@@ -1,13 +1,14 @@
 //! The random streams (SPEC §2): stateless, keyed, counter-based.
 //!
-//! The generator is Philox4x32-10 (Salmon et al., "Parallel random numbers: as
-//! easy as 1, 2, 3", SC 2011). Every random word is a pure function of
+//! The generator is Philox4x32-7 (Salmon et al., "Parallel random numbers: as
+//! easy as 1, 2, 3", SC 2011: [`PHILOX_ROUNDS`] rounds of the Random123
+//! definition). Every random word is a pure function of
 //! `(seed, pos, stream, index)`:
 //!
 //! ```text
 //! key     = [seed as u32, (seed >> 32) as u32]
 //! counter = [index >> 2, stream, pos as u32, (pos >> 32) as u32]
-//! word    = philox4x32_10(counter, key)[index & 3]
+//! word    = philox4x32_7(counter, key)[index & 3]
 //! ```
 //!
 //! so one Philox call yields the words of four consecutive token ids, and
@@ -28,7 +29,13 @@ pub enum Stream {
     Accept = 0x4143_4350,
 }
 
-// Public for the CPU backend's SIMD twin of `philox4x32_10` (its tests pin it to this one).
+/// Rounds of Philox4x32 in the streams. Seven is the fewest its authors found
+/// to pass TestU01's BigCrush (ten, their default, adds a margin); the
+/// streams pass the battery of benches/results/2026-12-02-philox-rounds.md at
+/// seven, and the noise loops spend 30 % less on the generator.
+pub const PHILOX_ROUNDS: u32 = 7;
+
+// Public for the CPU backend's SIMD twin of `philox4x32` (its tests pin it to this one).
 /// Philox4x32 multiplier of `ctr[0]`.
 pub const M0: u32 = 0xD251_1F53;
 /// Philox4x32 multiplier of `ctr[2]`.
@@ -47,12 +54,12 @@ const fn mulhilo(a: u32, b: u32) -> (u32, u32) {
     (((a as u64 * b as u64) >> 32) as u32, a.wrapping_mul(b))
 }
 
-/// Philox4x32 with 10 rounds, as specified by Random123.
+/// Philox4x32 with `ROUNDS` rounds, as specified by Random123.
 #[inline(always)]
-pub const fn philox4x32_10(mut ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
+pub const fn philox4x32<const ROUNDS: u32>(mut ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
     let (mut k0, mut k1) = (key[0], key[1]);
     let mut round = 0;
-    while round < 10 {
+    while round < ROUNDS {
         let (hi0, lo0) = mulhilo(M0, ctr[0]);
         let (hi1, lo1) = mulhilo(M1, ctr[2]);
         ctr = [hi1 ^ ctr[1] ^ k0, lo1, hi0 ^ ctr[3] ^ k1, lo0];
@@ -66,7 +73,10 @@ pub const fn philox4x32_10(mut ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
 /// The four random words of token ids `4*quad .. 4*quad + 4`.
 #[inline(always)]
 pub const fn random_quad(seed: u64, pos: u64, stream: Stream, quad: u32) -> [u32; 4] {
-    philox4x32_10([quad, stream as u32, pos as u32, (pos >> 32) as u32], [seed as u32, (seed >> 32) as u32])
+    philox4x32::<PHILOX_ROUNDS>(
+        [quad, stream as u32, pos as u32, (pos >> 32) as u32],
+        [seed as u32, (seed >> 32) as u32],
+    )
 }
 
 /// The random word of token id (or draw index) `index`.
@@ -79,22 +89,29 @@ pub const fn random_u32(seed: u64, pos: u64, stream: Stream, index: u32) -> u32 
 mod tests {
     use super::*;
 
-    /// Known answers from Random123's `kat_vectors` for philox4x32_10.
+    /// Known answers from Random123's `kat_vectors` for philox4x32 at 7
+    /// rounds (the streams') and at 10 (the same round function, further).
     #[test]
     fn philox_known_answers() {
-        assert_eq!(philox4x32_10([0; 4], [0; 2]), [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]);
-        assert_eq!(philox4x32_10([u32::MAX; 4], [u32::MAX; 2]), [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]);
-        assert_eq!(
-            philox4x32_10([0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344], [0xa4093822, 0x299f31d0]),
-            [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]
-        );
+        const PI_CTR: [u32; 4] = [0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344];
+        const PI_KEY: [u32; 2] = [0xa4093822, 0x299f31d0];
+        assert_eq!(PHILOX_ROUNDS, 7);
+        assert_eq!(philox4x32::<7>([0; 4], [0; 2]), [0x5f6fb709, 0x0d893f64, 0x4f121f81, 0x4f730a48]);
+        assert_eq!(philox4x32::<7>([u32::MAX; 4], [u32::MAX; 2]), [0x5207ddc2, 0x45165e59, 0x4d8ee751, 0x8c52f662]);
+        assert_eq!(philox4x32::<7>(PI_CTR, PI_KEY), [0x4dfccaba, 0x190a87f0, 0xc47362ba, 0xb6b5242a]);
+        assert_eq!(philox4x32::<10>([0; 4], [0; 2]), [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]);
+        assert_eq!(philox4x32::<10>([u32::MAX; 4], [u32::MAX; 2]), [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]);
+        assert_eq!(philox4x32::<10>(PI_CTR, PI_KEY), [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]);
     }
 
     #[test]
     fn key_layout() {
         let seed = 0x0123_4567_89ab_cdef;
         let pos = 0xfedc_ba98_7654_3210;
-        let words = philox4x32_10([2, Stream::Draft as u32, 0x7654_3210, 0xfedc_ba98], [0x89ab_cdef, 0x0123_4567]);
+        let words = philox4x32::<PHILOX_ROUNDS>(
+            [2, Stream::Draft as u32, 0x7654_3210, 0xfedc_ba98],
+            [0x89ab_cdef, 0x0123_4567],
+        );
         for lane in 0..4 {
             assert_eq!(random_u32(seed, pos, Stream::Draft, 8 + lane), words[lane as usize]);
         }

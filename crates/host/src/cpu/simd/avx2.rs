@@ -4,8 +4,8 @@
 //! lanes; the high halves carry garbage that is never read.
 
 use super::{
-    COARSE_BOUND, EXP_LO, EXP_P, LN2_HI, LN2_LO, LOG2E, LSE_LANES, Logit, ROUND, RowKey, TOP_BUCKET, fold_scalar,
-    fold_survivors, padded_tail,
+    COARSE_BOUND, EXP_LO, EXP_P, LATER_ROUNDS, LN2_HI, LN2_LO, LOG2E, LSE_LANES, Logit, ROUND, RowKey, TOP_BUCKET,
+    fold_scalar, fold_survivors, padded_tail,
 };
 use core::arch::x86_64::*;
 use core::mem::transmute;
@@ -232,15 +232,15 @@ struct Key {
     r2_c0: __m256i,
     r2_c2: __m256i,
     r2_c3: __m256i,
-    k0: [__m256i; 8],
-    k1: [__m256i; 8],
+    k0: [__m256i; LATER_ROUNDS],
+    k1: [__m256i; LATER_ROUNDS],
 }
 
 impl Key {
     #[target_feature(enable = "avx2")]
     fn new(key: &RowKey) -> Key {
         let splat = |x: u32| _mm256_set1_epi32(x as i32);
-        let (mut k0, mut k1) = ([_mm256_setzero_si256(); 8], [_mm256_setzero_si256(); 8]);
+        let (mut k0, mut k1) = ([_mm256_setzero_si256(); LATER_ROUNDS], [_mm256_setzero_si256(); LATER_ROUNDS]);
         for (r, (k0, k1)) in k0.iter_mut().zip(&mut k1).enumerate() {
             (*k0, *k1) = (splat(key.k0[r]), splat(key.k1[r]));
         }
@@ -270,14 +270,12 @@ impl Key {
             *ctr = [_mm256_xor_si256(high(p1), self.r2_c0), p1, _mm256_xor_si256(p0, self.r2_c2), self.r2_c3];
         }
         // Spelled out: LLVM keeps a loop over the round keys, with moves.
+        const { assert!(LATER_ROUNDS == 5, "one call per later round") };
         round(&mut ctr, self.k0[0], self.k1[0]);
         round(&mut ctr, self.k0[1], self.k1[1]);
         round(&mut ctr, self.k0[2], self.k1[2]);
         round(&mut ctr, self.k0[3], self.k1[3]);
         round(&mut ctr, self.k0[4], self.k1[4]);
-        round(&mut ctr, self.k0[5], self.k1[5]);
-        round(&mut ctr, self.k0[6], self.k1[6]);
-        round(&mut ctr, self.k0[7], self.k1[7]);
         let mut out = [_mm256_setzero_si256(); VECS];
         for (c, ctr) in ctr.iter().enumerate() {
             // Low halves of words 0 and 1 (2 and 3) side by side: one quad's pair per 64-bit lane.

@@ -4,8 +4,8 @@
 //! lanes; the high halves carry garbage that is never read.
 
 use super::{
-    COARSE_BOUND, EXP_LO, EXP_P, LN2_HI, LN2_LO, LOG2E, LSE_LANES, Logit, ROUND, RowKey, TOP_BUCKET, fold_scalar,
-    fold_survivors, padded_tail,
+    COARSE_BOUND, EXP_LO, EXP_P, LATER_ROUNDS, LN2_HI, LN2_LO, LOG2E, LSE_LANES, Logit, ROUND, RowKey, TOP_BUCKET,
+    fold_scalar, fold_survivors, padded_tail,
 };
 use core::arch::x86_64::*;
 use core::mem::transmute;
@@ -221,15 +221,15 @@ struct Key {
     r2_c0: __m512i,
     r2_c2: __m512i,
     r2_c3: __m512i,
-    k0: [__m512i; 8],
-    k1: [__m512i; 8],
+    k0: [__m512i; LATER_ROUNDS],
+    k1: [__m512i; LATER_ROUNDS],
 }
 
 impl Key {
     #[target_feature(enable = "avx512f")]
     fn new(key: &RowKey) -> Key {
         let splat = |x: u32| _mm512_set1_epi32(x as i32);
-        let (mut k0, mut k1) = ([_mm512_setzero_si512(); 8], [_mm512_setzero_si512(); 8]);
+        let (mut k0, mut k1) = ([_mm512_setzero_si512(); LATER_ROUNDS], [_mm512_setzero_si512(); LATER_ROUNDS]);
         for (r, (k0, k1)) in k0.iter_mut().zip(&mut k1).enumerate() {
             (*k0, *k1) = (splat(key.k0[r]), splat(key.k1[r]));
         }
@@ -259,14 +259,12 @@ impl Key {
             *ctr = [_mm512_xor_si512(high(p1), self.r2_c0), p1, _mm512_xor_si512(p0, self.r2_c2), self.r2_c3];
         }
         // Spelled out: LLVM keeps a loop over the round keys, with moves.
+        const { assert!(LATER_ROUNDS == 5, "one call per later round") };
         round(&mut ctr, self.k0[0], self.k1[0]);
         round(&mut ctr, self.k0[1], self.k1[1]);
         round(&mut ctr, self.k0[2], self.k1[2]);
         round(&mut ctr, self.k0[3], self.k1[3]);
         round(&mut ctr, self.k0[4], self.k1[4]);
-        round(&mut ctr, self.k0[5], self.k1[5]);
-        round(&mut ctr, self.k0[6], self.k1[6]);
-        round(&mut ctr, self.k0[7], self.k1[7]);
         // Low halves of words 0 and 1 (2 and 3) side by side: one quad's pair per 64-bit lane.
         let pairs = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
         let mut out = [_mm512_setzero_si512(); VECS];

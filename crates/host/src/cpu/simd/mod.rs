@@ -40,7 +40,7 @@ use super::quads;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
 use specdec_core::gumbel::{COARSE_BOUND, TOP_BUCKET, gumbel_bound, ln};
-use specdec_core::rng::{Stream, random_quad};
+use specdec_core::rng::{PHILOX_ROUNDS, Stream, random_quad};
 use specdec_core::sample::Sampler;
 
 /// The widest instruction set the fold may use.
@@ -384,12 +384,15 @@ pub(super) fn words(level: Level, key: &RowKey, first_quad: u32, out: &mut [u32]
     }
 }
 
-/// The part of Philox4x32-10 that is the same for every quad of a row.
+/// The part of Philox4x32 that is the same for every quad of a row.
 ///
 /// A row's counters `[quad, stream, pos, pos >> 32]` differ only in `ctr[0]`,
 /// so besides the key schedule, the first two rounds' products of the other
 /// words are per-row constants: the vector code does one multiply per
 /// counter in rounds 1 and 2 instead of two.
+/// The rounds after the two [`RowKey`] folds into per-row constants.
+pub(super) const LATER_ROUNDS: usize = PHILOX_ROUNDS as usize - 2;
+
 #[derive(Clone, Copy, Debug)]
 pub(super) struct RowKey {
     /// The row's key and counter words, for the scalar level.
@@ -404,9 +407,9 @@ pub(super) struct RowKey {
     r2_c0: u32,
     r2_c2: u32,
     r2_c3: u32,
-    /// The keys of rounds 3 ..= 10.
-    k0: [u32; 8],
-    k1: [u32; 8],
+    /// The keys of rounds 3 ..= [`PHILOX_ROUNDS`].
+    k0: [u32; LATER_ROUNDS],
+    k1: [u32; LATER_ROUNDS],
 }
 
 impl RowKey {
