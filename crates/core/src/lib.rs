@@ -6,6 +6,21 @@
 //!
 //! Everything here uses only IEEE-rounded `+ - * /` and integer operations, so
 //! the CPU and the GPU round identically (the PTX builder disables contraction).
+//!
+//! # Where the SPEC's steps live
+//!
+//! - §2 randomness: [`rng`] (Philox4x32-7 streams), [`gumbel`] (a word's noise).
+//! - §3 sampling: [`sample`]'s `Sampler` (the per-quad Gumbel-max fold and its
+//!   bounds), [`argmax`] (the tie rule, floors).
+//! - §4 verification: the row statistics' log-sum-exps in [`logspace`]
+//!   (`Lse`), **the accept rule** `sample::accepts`, **the residual**
+//!   `logspace::ln_residual` folded by `Sampler::fold_resample_logits`.
+//! - §5 flags: [`status`]; parameter blocks of the kernels: [`layout`];
+//!   dtypes: [`dtype`].
+//!
+//! The kernels that run these steps are in `specdec-kernels` (its
+//! `rejection/` files are named by step), the CPU twin in the host crate's
+//! `cpu` module.
 #![no_std]
 
 pub mod argmax;

@@ -1,7 +1,7 @@
 //! Block- and warp-level reductions, reusable by every kernel.
 //!
 //! A reduction value implements [`Reduce`]: an identity, an associative and
-//! commutative combine, and a warp shuffle. [`Partial`] (best candidate plus
+//! commutative combine, and its warp-wide reduction. [`Partial`] (best candidate plus
 //! status flags) is the one the samplers use; its order is total, so the
 //! result does not depend on which thread held which element.
 
@@ -13,23 +13,15 @@ use specdec_core::layout::{REDUCE_SHARED_BYTES, SHARED_BYTES, WARPS};
 pub trait Reduce: Copy {
     const IDENTITY: Self;
     fn combine(self, other: Self) -> Self;
-    /// The value of lane `lane ^ lane_mask`.
-    ///
-    /// # Safety
-    /// All 32 lanes of the warp must be active and call this together.
-    unsafe fn shfl_bfly(self, lane_mask: u32) -> Self;
 
-    /// The values of the warp's 32 lanes reduced, in every lane: by default
-    /// [`warp_combine`], a butterfly of `combine`; a type whose `combine` is
-    /// a long chain may reduce in fewer dependent steps.
+    /// The values of the warp's 32 lanes reduced by `combine`, in every
+    /// lane. Each type reduces its own fields in the fewest dependent steps
+    /// it can (`redux.sync` for maxima and flags, where a butterfly of
+    /// `combine` takes five rounds of shuffles and compares).
     ///
     /// # Safety
     /// All 32 lanes of the warp must be active and call this together.
-    #[inline(always)]
-    unsafe fn warp_all(self) -> Self {
-        // SAFETY: forwarded.
-        unsafe { warp_combine(self) }
-    }
+    unsafe fn warp_all(self) -> Self;
 }
 
 /// A best candidate and the flags seen along the way.
@@ -54,20 +46,6 @@ impl Reduce for Partial {
     #[inline(always)]
     fn combine(self, other: Partial) -> Partial {
         Partial::new(self.best.combine(other.best), self.flags | other.flags)
-    }
-
-    #[inline(always)]
-    unsafe fn shfl_bfly(self, lane_mask: u32) -> Self {
-        // SAFETY: the caller guarantees a full, converged warp.
-        unsafe {
-            Partial::new(
-                ArgMax {
-                    value: gpu::shfl_bfly_f32(self.best.value, lane_mask),
-                    index: gpu::shfl_bfly_u32(self.best.index, lane_mask),
-                },
-                gpu::shfl_bfly_u32(self.flags, lane_mask),
-            )
-        }
     }
 
     #[inline(always)]
@@ -100,44 +78,14 @@ pub unsafe fn warp_best(a: ArgMax) -> ArgMax {
 /// # Safety
 /// All 32 lanes of the warp must be active and call this together.
 #[inline(always)]
-pub unsafe fn warp_fold<T: Copy>(v: T, shfl: unsafe fn(T, u32) -> T, op: impl Fn(T, T) -> T) -> T {
-    // SAFETY: forwarded.
-    unsafe { fold_from(WARP / 2, v, shfl, op) }
-}
-
-/// [`warp_fold`] from butterfly distance `lane_mask` (a power of two, at
-/// most 16) down to 1.
-///
-/// # Safety
-/// As for [`warp_fold`].
-#[inline(always)]
-unsafe fn fold_from<T: Copy>(mut lane_mask: u32, mut v: T, shfl: unsafe fn(T, u32) -> T, op: impl Fn(T, T) -> T) -> T {
+pub unsafe fn warp_fold<T: Copy>(mut v: T, shfl: unsafe fn(T, u32) -> T, op: impl Fn(T, T) -> T) -> T {
+    let mut lane_mask = WARP / 2;
     while lane_mask > 0 {
         // SAFETY: the caller guarantees a full, converged warp.
         v = op(v, unsafe { shfl(v, lane_mask) });
         lane_mask /= 2;
     }
     v
-}
-
-/// The default [`Reduce::warp_all`]: a butterfly of `combine` across the 32
-/// lanes of a warp; every lane gets the result.
-///
-/// A loop the compilers cannot unroll (its bound is [`gpu::opaque`]): these
-/// reductions run once per block, cold at a small batch, where each line
-/// of code is fetched from memory, and the unrolled steps of a [`Stats`]
-/// reduction were copied three times per pass-1 kernel (rolled, small
-/// verifies measured faster: benches/results/2026-12-02-design-measurements.md).
-/// The noise loops' per-batch [`warp_fold`] stays unrolled.
-///
-/// [`Stats`]: crate::rejection::Stats
-///
-/// # Safety
-/// All 32 lanes of the warp must be active and call this together.
-#[inline(always)]
-pub unsafe fn warp_combine<T: Reduce>(v: T) -> T {
-    // SAFETY: forwarded.
-    unsafe { fold_from(gpu::opaque(WARP / 2), v, T::shfl_bfly, T::combine) }
 }
 
 /// Shared memory [`block_reduce`] needs for `T`, in bytes (the launcher requests

@@ -31,7 +31,7 @@ use crate::load::{Load, Walk, any_nan, for_each_quad, for_each_quad_shared, wide
 use crate::row::SlotState;
 use core::cell::Cell;
 use specdec_core::argmax::{ArgMax, Floored};
-use specdec_core::dtype::{Bf16, Element, F16};
+use specdec_core::dtype::{Bf16, F16};
 use specdec_core::layout::GumbelParams;
 use specdec_core::rng::Stream;
 use specdec_core::sample::{NO_LANE, Sampler};
@@ -181,7 +181,6 @@ unsafe fn fold_chunk<L: Load, C: Load, const LEAN: bool, const Q: u32>(
                     store(x, raw, n);
                     best = fold_greedy(&sampler, best, x, widen(raw), n, &mut nan);
                 },
-                || {},
             )
         };
     } else {
@@ -192,7 +191,8 @@ unsafe fn fold_chunk<L: Load, C: Load, const LEAN: bool, const Q: u32>(
         let cell = Cell::new(Floored::EMPTY);
         // The lane a quad's lead folded (for_each_quad_shared), which its fold skips.
         let led = Cell::new(NO_LANE);
-        let walk = block_state::<Walk>();
+        // SAFETY: the launch has layout::SHARED_BYTES, the walk below its one user.
+        let walk = unsafe { block_state::<Walk>() };
         unsafe {
             for_each_quad_shared::<4, LEAN, true, true, _>(
                 logits,

@@ -160,10 +160,9 @@ unsafe fn load_pair<A: Load, B: Load>(
 /// batch of whole quads of aligned rows loads each with one vector load
 /// (fewer instructions a batch, which pays at large batch: measured in
 /// benches/results/2026-12-02-design-measurements.md); calls `f(x, qa, qb, n)`
-/// per quad (`n` valid lanes; `qb` is all default when `b` is null), and
-/// `after_batch()` after each batch. Every lane of a warp runs the same
-/// number of batches (lanes past `end` fold nothing), so `after_batch` may
-/// use warp-wide operations.
+/// per quad (`n` valid lanes; `qb` is all default when `b` is null). Every
+/// lane of a warp runs the same number of batches (lanes past `end` fold
+/// nothing).
 ///
 /// # Safety
 /// `a` (and `b` if not null) are valid for `end` elements; `start % 4 == 0`.
@@ -175,7 +174,6 @@ pub unsafe fn for_each_quad<const PIPELINED: bool, const Q: u32, A: Load, B: Loa
     end: u32,
     tid: u32,
     mut f: impl FnMut(u32, [A; 4], [B; 4], u32),
-    mut after_batch: impl FnMut(),
 ) {
     const { assert!(Q >= 1 && Q <= 4) };
     let aligned = (quad_aligned(a), quad_aligned(b));
@@ -225,7 +223,6 @@ pub unsafe fn for_each_quad<const PIPELINED: bool, const Q: u32, A: Load, B: Loa
         step(1, q1);
         step(2, q2);
         step(3, q3);
-        after_batch();
         cur = if PIPELINED { next } else { batch(next_x) };
         x = next_x;
         warp_x += Q * TILE;

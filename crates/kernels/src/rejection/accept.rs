@@ -1,0 +1,315 @@
+//! The decision of `rejection_sample` (SPEC §4, accept): run by the last
+//! block of pass 1 to finish a request. Its warps walk the request's rows,
+//! test each draft ([`Request::accepts`]: the argmax for greedy requests,
+//! `u < p/q` in log space otherwise), take the first row that stops the walk
+//! as `j`, write the accepted tokens and counts, and hand pass 2 the
+//! [`ResampleJob`] for token `j` with the floors its candidates start from.
+
+use crate::block::warp_fold;
+use crate::gpu::{self, WARP};
+use crate::load::Load;
+use specdec_core::layout::RejectionParams;
+use specdec_core::layout::{REDUCE_SHARED_BYTES, WARPS};
+use specdec_core::logspace::residual_mass_bound;
+use specdec_core::rng::{Stream, random_u32};
+use specdec_core::sample::accepts;
+use specdec_core::status::{INVALID, INVALID_DRAFT};
+use super::{JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, ResampleJob, Request, cache_row, target_row, write_token};
+use super::stats::{OVERLAP_ROW, Stats, row_flags, row_kind, row_stats, shared_request};
+
+/// One warp's part of a request's decision: the first of its rows that stops
+/// the walk (a rejection, a placeholder, or the bonus row), and the flags of
+/// all its rows. Passed through shared memory to warp 0.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct RowDecision {
+    /// The row, or `u32::MAX` if none of the warp's rows stops.
+    row: u32,
+    /// Its draft id (`-1` for a placeholder or the bonus row).
+    draft: i32,
+    best: u32,
+    lse_t: f32,
+    lse_q: f32,
+    /// The log of a lower bound on a rejected draft's residual mass (see [`Request::accepts`]).
+    log_excess: f32,
+    flags: u32,
+    pos: u64,
+}
+
+impl RowDecision {
+    /// A warp's decision when none of its rows stops.
+    const NONE: RowDecision =
+        RowDecision { row: u32::MAX, draft: -1, best: 0, lse_t: 0.0, lse_q: 0.0, log_excess: 0.0, flags: 0, pos: 0 };
+}
+
+// Decisions live in the reduction slots of the launch's dynamic shared memory.
+const _: () = assert!(core::mem::size_of::<RowDecision>() as u32 * WARPS <= REDUCE_SHARED_BYTES);
+const _: () = assert!(crate::block::block_reduce_shared_bytes::<Stats>() <= REDUCE_SHARED_BYTES);
+
+/// The decision of request `r` (see module docs), by the request's last
+/// block. Every row's acceptance depends on that row alone, so warp `w`
+/// decides rows `w, w + WARPS, …` and keeps the first that stops; warp 0
+/// then takes the first over all warps as `j`. Control flow is uniform
+/// within each warp (every lane computes the same decisions), so the
+/// warp-wide reductions inside are safe.
+///
+/// At a small batch this is the tail of the call, every dependent round trip
+/// to memory in it a visible part of the time: the request comes from shared
+/// memory, and a row's statistics, draft id and position are read together,
+/// its draft id checked there (rows are only written once the whole request
+/// is known to be valid).
+///
+/// # Safety
+/// Every thread of the block calls this together (it contains a barrier),
+/// after every block of request `r < requests` published its statistics and
+/// thread 0 wrote the request to [`shared_request`] before a barrier.
+#[inline(always)]
+pub(super) unsafe fn decide<T: Load, C: Load, const OVERLAP: bool>(p: &RejectionParams, r: u32) {
+    // SAFETY: written by thread 0 before the barrier (caller).
+    let req = &unsafe { shared_request().read() };
+    let (warp, lane) = (gpu::thread_idx_x() / WARP, gpu::thread_idx_x() % WARP);
+    let k1 = p.max_drafts + 1;
+    let n = req.drafts;
+    let greedy = req.slot.greedy();
+
+    // This warp's rows, in order: their flags (NaN logits, bad draft ids) and the first that stops.
+    let mut mine = RowDecision::NONE;
+    let mut i = warp;
+    while req.slot.is_valid() && i <= n {
+        let at = (req.row0 + i) as usize;
+        // SAFETY: at < rows; drafts and pos hold rows elements.
+        let (d, pos) =
+            unsafe { (if i < n { *(p.drafts as *const i32).add(at) } else { -1 }, *(p.pos as *const u64).add(at)) };
+        let kind = row_kind::<OVERLAP>(p, req, i);
+        // SAFETY: i <= n_r of a valid request; the warp is converged (uniform loop).
+        let st = unsafe { row_stats(p, r, i, kind) };
+        let bad = d < -1 || (d >= 0 && d as u32 >= p.vocab);
+        mine.flags |= st.flags | if bad { INVALID_DRAFT } else { 0 };
+        if mine.row == u32::MAX && !bad {
+            // What the row's decision needs of its statistics, and nothing more kept live.
+            let mut row = RowDecision {
+                row: i,
+                draft: d,
+                best: st.best.index,
+                lse_t: st.target.value(),
+                lse_q: st.draft.value(),
+                log_excess: f32::NEG_INFINITY,
+                flags: 0,
+                pos,
+            };
+            let mass = if kind == OVERLAP_ROW {
+                residual_mass_bound(st.target, st.draft, st.overlap, gpu::fast_rsqrt)
+            } else {
+                f32::NAN
+            };
+            // SAFETY: i <= n_r of a valid request; d is -1 or in 0..V.
+            if i == n || !unsafe { req.accepts::<T, C>(p, &mut row, mass) } {
+                mine = RowDecision { flags: mine.flags, ..row };
+            }
+        }
+        i += WARPS;
+    }
+    // SAFETY: the decisions fit the launch's dynamic shared memory (asserted
+    // above); the barrier before `decide` ended the block's earlier use of it.
+    let shared = unsafe { gpu::dynamic_shared::<RowDecision>() };
+    if lane == 0 {
+        // SAFETY: warp < WARPS.
+        unsafe { shared.add(warp as usize).write(mine) };
+    }
+    // SAFETY: every thread of the block is here (caller).
+    unsafe { gpu::sync_threads() };
+    // Every warp learns `j` and the request's flags.
+    // SAFETY: lane < WARPS reads a decision written before the barrier.
+    let own = if lane < WARPS { unsafe { shared.add(lane as usize).read() } } else { RowDecision::NONE };
+    // SAFETY: the warp is full and converged here.
+    let (j, rows_flags) = unsafe {
+        (warp_fold(own.row, gpu::shfl_bfly_u32, u32::min), warp_fold(own.flags, gpu::shfl_bfly_u32, |a, b| a | b))
+    };
+    let flags = req.slot.flags | rows_flags;
+    if flags & INVALID != 0 {
+        if warp == 0 {
+            // SAFETY: warp 0, converged; r < requests.
+            unsafe { write_invalid(p, r, flags) };
+        }
+        return; // block-uniform: every warp saw the same flags
+    }
+    if p.row_status != 0 {
+        // The rows' statuses, now that the request is known to be valid.
+        let mut i = warp;
+        while i <= n {
+            // SAFETY: as in the walk above.
+            let flags = unsafe { row_flags(p, r, i) };
+            if lane == 0 {
+                // SAFETY: row0 + i < rows; row_status holds rows elements.
+                unsafe { (p.row_status as *mut u32).add((req.row0 + i) as usize).write(flags) };
+            }
+            i += WARPS;
+        }
+    }
+    if warp != 0 {
+        return;
+    }
+    // SAFETY: the bonus row n stops, so j <= n and its warp's decision is j's.
+    let dec = unsafe { shared.add((j % WARPS) as usize).read() };
+    let drafts = p.drafts as *const i32;
+
+    let last = if greedy {
+        dec.best as i64
+    } else {
+        let mode = if j == n || dec.draft == -1 {
+            JOB_TARGET
+        } else if p.cache == 0 {
+            JOB_ONE_HOT
+        } else {
+            JOB_RESIDUAL
+        };
+        if lane == 0 {
+            // The request again from shared memory: registers kept through the
+            // walk spilled (its seed, live around the reciprocal's slow-path call).
+            // SAFETY: written by thread 0 before the barrier (caller). Volatile: a new read.
+            let req = unsafe { shared_request().read_volatile() };
+            let job = ResampleJob {
+                mode,
+                row: req.row0 + j,
+                column: j,
+                draft: dec.draft as u32,
+                slot: req.slot.slot,
+                temperature: req.slot.temperature,
+                lse_t: dec.lse_t,
+                lse_q: dec.lse_q,
+                floors: floors(mode, &dec, p.floor_margin),
+                seed: req.slot.seed,
+                pos: dec.pos,
+            };
+            // SAFETY: jobs holds `requests` entries.
+            unsafe { (p.jobs as *mut ResampleJob).add(r as usize).write(job) };
+        }
+        -1 // pass 2 writes the sampled token
+    };
+    if greedy && lane == 0 {
+        // SAFETY: jobs holds `requests` entries.
+        unsafe { (p.jobs as *mut ResampleJob).add(r as usize).write(ResampleJob::NONE) };
+    }
+    let mut i = lane;
+    while i < k1 {
+        let token = if i < j {
+            // SAFETY: row0 + i < rows; accepted drafts are in range.
+            unsafe { *drafts.add((req.row0 + i) as usize) as i64 }
+        } else if i == j {
+            last
+        } else {
+            -1
+        };
+        // SAFETY: r < requests, i <= K.
+        unsafe { write_token(p, r, i, token) };
+        i += WARP;
+    }
+    if lane == 0 {
+        // SAFETY: per-request outputs hold `requests` elements.
+        unsafe {
+            (p.num_emitted as *mut i32).add(r as usize).write(j as i32 + 1);
+            if p.accepted != 0 {
+                (p.accepted as *mut i32).add(r as usize).write(j as i32);
+            }
+            if flags != 0 {
+                gpu::atomic_or(p.status as *mut u32, flags);
+            }
+        }
+    }
+}
+
+/// The outputs of invalid request `r`: tokens `-1`, no tokens emitted, no
+/// job; `flags` into the status word.
+///
+/// # Safety
+/// All 32 lanes of one warp call this together; `r < requests`.
+#[inline(always)]
+unsafe fn write_invalid(p: &RejectionParams, r: u32, flags: u32) {
+    let lane = gpu::thread_idx_x() % WARP;
+    let mut i = lane;
+    while i <= p.max_drafts {
+        // SAFETY: r < requests, i <= K.
+        unsafe { write_token(p, r, i, -1) };
+        i += WARP;
+    }
+    if lane == 0 {
+        // SAFETY: per-request outputs hold `requests` elements; jobs too.
+        unsafe {
+            (p.num_emitted as *mut i32).add(r as usize).write(0);
+            if p.accepted != 0 {
+                (p.accepted as *mut i32).add(r as usize).write(0);
+            }
+            (p.jobs as *mut ResampleJob).add(r as usize).write(ResampleJob::NONE);
+            gpu::atomic_or(p.status as *mut u32, flags);
+        }
+    }
+}
+
+impl Request {
+    /// The accept test of SPEC §4 (`specdec_core::sample::accepts`, the CPU
+    /// twin's `Request::accepts`): whether draft row `row.row`, with draft
+    /// id `row.draft` and position `row.pos`, accepts its draft: a greedy
+    /// request's if it is the target's argmax, a sampling request's if its
+    /// acceptance uniform is below `p/q` (log space); a placeholder (`-1`)
+    /// never. On a rejection it sets `row.log_excess`: the log of the larger
+    /// of two lower bounds on the residual's mass `Σ max(p − q, 0) =
+    /// Σ max(q − p, 0)`, the rejected id's excess `q − p` (for a one-hot
+    /// draft, the mass itself, `1 − p`) and, with draft logits, `mass` (the
+    /// rows' `residual_mass_bound`), which seeds pass 2's floors. The excess
+    /// alone is about `1/V` on flat rows, some 10 nats below the mass, and
+    /// would let nearly every id through to its logarithms in pass 2.
+    ///
+    /// # Safety
+    /// `row.row < n_r` of a valid request, `row.draft` is `-1` or in `0..V`;
+    /// `row` holds that row's argmax and log-sum-exps.
+    #[inline(always)]
+    unsafe fn accepts<T: Load, C: Load>(&self, p: &RejectionParams, row: &mut RowDecision, mass: f32) -> bool {
+        let d = row.draft;
+        if d == -1 {
+            return false;
+        }
+        if self.slot.greedy() {
+            return d as u32 == row.best;
+        }
+        let sampler = self.sampler(0);
+        // SAFETY: row0 + row < rows, 0 <= d < vocab.
+        let t = unsafe { (*target_row::<T>(p, self.row0 + row.row).add(d as usize)).as_f32() };
+        let log_p = sampler.scaled(t) - row.lse_t;
+        let log_q = if p.cache != 0 {
+            // SAFETY: valid slot, row.row < n_r <= max_drafts, d < vocab.
+            let q = unsafe { (*cache_row::<C>(p, self.slot.slot, row.row).add(d as usize)).as_f32() };
+            sampler.scaled(q) - row.lse_q
+        } else {
+            0.0
+        };
+        if accepts(random_u32(self.slot.seed, row.pos, Stream::Accept, 0), log_q, log_p) {
+            return true;
+        }
+        // Only a guess for the floors: the hardware's logarithm will do. `max`
+        // ignores a NaN bound.
+        let excess = gpu::fast_exp(log_q) - gpu::fast_exp(log_p);
+        row.log_excess = gpu::fast_ln(if p.cache != 0 { excess.max(mass) } else { excess });
+        false
+    }
+}
+
+/// The seeds of pass 2's floors (residual, target) for a job of `mode`
+/// decided by `dec`: each candidate's log-mass less `margin`
+/// ([`specdec_core::sample::FLOOR_MARGIN`]), the target's `lse_t` (its
+/// weights are the scaled logits), the residual's bounded below as
+/// [`Request::accepts`] says.
+/// Pass 2 checks its result against them ([`Resampled::certified`]), so
+/// they need not be exact.
+#[inline(always)]
+fn floors(mode: u32, dec: &RowDecision, margin: f32) -> (f32, f32) {
+    // NaN (from NaN logits) seeds nothing: `-inf` is a floor every result reaches.
+    let seed = |x: f32| if x.is_nan() { f32::NEG_INFINITY } else { x };
+    let target = seed(dec.lse_t - margin);
+    let residual = match mode {
+        JOB_RESIDUAL => seed(dec.log_excess - margin),
+        // The residual's weights are the target's, one id removed.
+        JOB_ONE_HOT => seed(dec.lse_t + dec.log_excess - margin),
+        _ => target,
+    };
+    (residual, target)
+}

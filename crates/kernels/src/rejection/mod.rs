@@ -1,0 +1,268 @@
+//! `rejection_sample` (SPEC §4): verify each request's drafts against the
+//! target, softmax-free, in two launches that never materialise a
+//! probability and write nothing of size rows × V.
+//!
+//! 1. `rejection_stats_{target}_{cache}` (or, for chunks of a few tiles,
+//!    its twin reading one quad a batch, `rejection_stats_small_…`, less
+//!    than half the code): grid `(requests·(K+1), chunks)`.
+//!    Block `(r·(K+1) + i, c)` reads chunk `c` of request `r`'s row `i` (if
+//!    `i <= n_r`): greedy requests reduce the target argmax; sampling requests
+//!    the target's (max, Σexp) of `t/T`, and for draft rows the draft's, from
+//!    cache column `i` of the request's slot (and, in the small twin, the
+//!    two rows' overlap, which bounds the residual's mass from below). One
+//!    [`Stats`] per block. The
+//!    request's last block ([`last_block`]) then decides: each warp takes
+//!    rows `w, w + 8, …` (each row's chunks combined by the warp into
+//!    log-sum-exps), checks their draft ids, reports their flags and finds
+//!    the first that stops the walk (a rejection, a placeholder, or the bonus
+//!    row), as rows decide independently; the first over all warps is `j`.
+//!    Warp 0 writes the accepted drafts, `-1` padding, the counts, and a
+//!    [`ResampleJob`] saying what token `j` must be sampled from (or `-1`s, for a
+//!    request with a bad draft id), with all pass 2 needs of the request.
+//! 2. `rejection_resample_{target}_{cache}`: grid `(requests,
+//!    resample_chunks)`, each block `resample_chunk` ids (split for `requests`
+//!    rows, so a small batch still spreads over the GPU); for a grid of more
+//!    than one wave, its twin in 64 registers, `rejection_resample_lean_…`,
+//!    and for chunks of a few tiles, one walking a quad a batch,
+//!    `rejection_resample_small_…`.
+//!    Gumbel-max over row `j` of the job's distribution: the target `p`
+//!    (bonus row, placeholder), `p` without the draft (one-hot drafts), or the
+//!    residual `log(p − q) = a + ln(1 − e^(c−a))` (draft logits), with `p`
+//!    itself folded beside it under the same noise as the fallback for a
+//!    residual that rounding left empty. Both candidates start from floors
+//!    the decision seeded below their log-mass ([`floors`]), so a block rules
+//!    ids out from its first quad (at one request, a block walks one quad a
+//!    thread, and cold floors let every id through to its logarithms). The
+//!    request's last block combines the chunks and writes token `j` if they
+//!    reached their floors (`Resampled::certified`); otherwise, with
+//!    probability `exp(−e^FLOOR_MARGIN)`, it folds the whole row again unseeded.
+//!
+//! Resampled and bonus tokens use the target stream of their row, so a request
+//! with no drafts gets exactly `gumbel_sample`'s token for its bonus row.
+//!
+//! # Where each step of SPEC §4 lives
+//!
+//! - `stats.rs`: pass 1's kernel body, the row statistics (a chunk's
+//!   log-sum-exps, argmax, overlap: [`Stats`]) and their combine.
+//! - `accept.rs`: the decision its last block runs: the walk over a request's
+//!   rows (`decide`), the accept test (`Request::accepts`, on
+//!   `specdec_core::sample::accepts`) and the floors it seeds for pass 2.
+//! - `resample.rs`: pass 2, the Gumbel-max over the job's row: the residual
+//!   `max(p − q, 0)` (draft logits), `p` without the draft (one-hot), or `p`
+//!   itself (the bonus row), all in `resample_range`; the chunks' combine and
+//!   its certification against the floors.
+//! - `mod.rs`: what the steps share (the request as loaded and checked, row
+//!   addressing, the token store, the [`ResampleJob`] handed from the decision
+//!   to pass 2) and the table of kernels.
+//!
+//! The CPU twin, `specdec::cpu::rejection` in the host crate, names the same
+//! steps `Request::lse`, `Request::accepts` and `Request::resample`.
+
+
+mod accept;
+mod resample;
+mod stats;
+
+pub use stats::Stats;
+
+use crate::row::SlotState;
+use specdec_core::dtype::{Bf16, F16};
+use specdec_core::layout::RejectionParams;
+use specdec_core::rng::Stream;
+use specdec_core::sample::Sampler;
+use specdec_core::status::INVALID_OFFSETS;
+
+/// What the final token of a request is sampled from.
+pub const JOB_NONE: u32 = 0;
+pub const JOB_TARGET: u32 = 1;
+pub const JOB_ONE_HOT: u32 = 2;
+pub const JOB_RESIDUAL: u32 = 3;
+
+/// The decision's result for pass 2: sample token `column` of the request
+/// from `row`, with everything pass 2 needs of the request (its slot,
+/// temperature, seed and the row's position), so that its blocks wait for
+/// one load before they stream, and the floors its two candidates start
+/// from (see [`floors`]).
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct ResampleJob {
+    pub mode: u32,
+    pub row: u32,
+    pub column: u32,
+    pub draft: u32,
+    pub slot: i32,
+    pub temperature: f32,
+    pub lse_t: f32,
+    pub lse_q: f32,
+    /// Seeds of the residual's and the target's floors.
+    pub floors: (f32, f32),
+    pub seed: u64,
+    pub pos: u64,
+}
+
+impl ResampleJob {
+        /// No resample: a greedy or invalid request.
+        const NONE: ResampleJob = ResampleJob {
+        mode: JOB_NONE,
+        row: 0,
+        column: 0,
+        draft: 0,
+        slot: 0,
+        temperature: 0.0,
+        lse_t: 0.0,
+        lse_q: 0.0,
+        floors: (0.0, 0.0),
+        seed: 0,
+        pos: 0,
+    };
+}
+
+/// A request's rows and slot, checked where they live.
+#[derive(Clone, Copy)]
+struct Request {
+    slot: SlotState,
+    row0: u32,
+    drafts: u32,
+}
+
+impl Request {
+    /// # Safety
+    /// `r < p.requests`; `p` was built from checked buffers.
+    #[inline(always)]
+    unsafe fn load(p: &RejectionParams, r: u32) -> Request {
+        // SAFETY: offsets holds requests + 1 elements, slots `requests` (host-checked).
+        let (o0, o1, slot) = unsafe {
+            let offsets = p.offsets as *const i32;
+            (*offsets.add(r as usize), *offsets.add(r as usize + 1), *(p.slots as *const i32).add(r as usize))
+        };
+        // SAFETY: the tables hold num_slots elements.
+        let mut slot = unsafe { SlotState::load(slot, p.temperature as *const f32, p.seed as *const u64, p.num_slots) };
+        let ok = o0 >= 0 && o1 > o0 && o1 as u32 <= p.rows && ((o1 - o0 - 1) as u32) <= p.max_drafts;
+        if !ok {
+            slot.flags |= INVALID_OFFSETS;
+            return Request { slot, row0: 0, drafts: 0 };
+        }
+        Request { slot, row0: o0 as u32, drafts: (o1 - o0 - 1) as u32 }
+    }
+
+    #[inline(always)]
+    fn sampler(&self, pos: u64) -> Sampler {
+        Sampler::new(self.slot.temperature, self.slot.seed, pos, Stream::Target)
+    }
+}
+
+/// Row `row` of the target logits.
+///
+/// # Safety
+/// `row < p.rows`.
+#[inline(always)]
+unsafe fn target_row<T>(p: &RejectionParams, row: u32) -> *const T {
+    // SAFETY: the host checked (rows − 1)·row_stride + vocab against the buffer.
+    unsafe { (p.target as *const T).add(row as usize * p.row_stride as usize) }
+}
+
+/// Cache column `column` of `slot` (the draft logits of draft `column`).
+///
+/// # Safety
+/// `p.cache != 0`, `0 <= slot < num_slots`, `column < max_drafts`.
+#[inline(always)]
+unsafe fn cache_row<C>(p: &RejectionParams, slot: i32, column: u32) -> *const C {
+    let offset = slot as usize * p.cache_stride0 as usize + column as usize * p.cache_stride1 as usize;
+    // SAFETY: the host checked the cache covers num_slots × max_drafts rows of >= vocab.
+    unsafe { (p.cache as *const C).add(offset) }
+}
+
+/// Chunk `c` of the vocabulary, chunks being `chunk` ids.
+#[inline(always)]
+fn chunk_range(p: &RejectionParams, chunk: u32, c: u32) -> (u32, u32) {
+    let start = c * chunk;
+    (start, if p.vocab - start < chunk { p.vocab } else { start + chunk })
+}
+
+/// Writes one token of request `r`.
+///
+/// # Safety
+/// `r < requests`, `i <= max_drafts`.
+#[inline(always)]
+unsafe fn write_token(p: &RejectionParams, r: u32, i: u32, token: i64) {
+    let at = r as usize * (p.max_drafts as usize + 1) + i as usize;
+    // SAFETY: tokens holds requests·(K+1) elements of the flagged width.
+    unsafe {
+        if p.tokens_i64 != 0 {
+            (p.tokens as *mut i64).add(at).write(token);
+        } else {
+            (p.tokens as *mut i32).add(at).write(token as i32);
+        }
+    }
+}
+
+macro_rules! rejection_kernels {
+    ($($stats:ident, $small:ident, $resample:ident, $lean:ident, $resample_small:ident: $t:ty => $c:ty;)*) => {$(
+        /// Pass 1 of `rejection_sample` for these target and cache dtypes.
+        /// It keeps no overlaps: a third exponential per pair makes its loop
+        /// compute-bound at large batch (benches/results/2026-12-01-nvidia-h200-overlap-ab.md),
+        /// and the residual floors they seed pay only where a resample
+        /// block's chunk is short.
+        ///
+        /// # Safety
+        /// Launched by the host's checked launcher.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $stats(p: RejectionParams) {
+            // SAFETY: forwarded.
+            unsafe { stats::stats::<$t, $c, 4, false>(&p) }
+        }
+        /// Pass 1 reading one quad a batch: the host's pick for chunks of a
+        /// few tiles (small batches), where its code, less than half the
+        /// size, is what the call waits for. It keeps the overlaps that
+        /// seed the residual's floors (see `Request::accepts`).
+        ///
+        /// # Safety
+        /// Launched by the host's checked launcher.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $small(p: RejectionParams) {
+            // SAFETY: forwarded.
+            unsafe { stats::stats::<$t, $c, 1, true>(&p) }
+        }
+        /// Pass 2 of `rejection_sample` for these target and cache dtypes.
+        ///
+        /// # Safety
+        /// Launched by the host's checked launcher.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $resample(p: RejectionParams) {
+            // SAFETY: forwarded.
+            unsafe { resample::resample::<$t, $c, 2>(&p) }
+        }
+        /// Pass 2 in 64 registers (4 blocks per SM; kernels' Cargo.toml):
+        /// the host's pick for a grid of more than one wave.
+        ///
+        /// # Safety
+        /// Launched by the host's checked launcher.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $lean(p: RejectionParams) {
+            // SAFETY: forwarded.
+            unsafe { resample::resample::<$t, $c, 2>(&p) }
+        }
+        /// Pass 2 walking one quad a batch: the host's pick for chunks of a
+        /// few tiles, as pass 1's small variant.
+        ///
+        /// # Safety
+        /// Launched by the host's checked launcher.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $resample_small(p: RejectionParams) {
+            // SAFETY: forwarded.
+            unsafe { resample::resample::<$t, $c, 1>(&p) }
+        }
+    )*};
+}
+
+rejection_kernels! {
+    rejection_stats_f32_f32, rejection_stats_small_f32_f32, rejection_resample_f32_f32, rejection_resample_lean_f32_f32, rejection_resample_small_f32_f32: f32 => f32;
+    rejection_stats_f32_bf16, rejection_stats_small_f32_bf16, rejection_resample_f32_bf16, rejection_resample_lean_f32_bf16, rejection_resample_small_f32_bf16: f32 => Bf16;
+    rejection_stats_f32_f16, rejection_stats_small_f32_f16, rejection_resample_f32_f16, rejection_resample_lean_f32_f16, rejection_resample_small_f32_f16: f32 => F16;
+    rejection_stats_bf16_f32, rejection_stats_small_bf16_f32, rejection_resample_bf16_f32, rejection_resample_lean_bf16_f32, rejection_resample_small_bf16_f32: Bf16 => f32;
+    rejection_stats_bf16_bf16, rejection_stats_small_bf16_bf16, rejection_resample_bf16_bf16, rejection_resample_lean_bf16_bf16, rejection_resample_small_bf16_bf16: Bf16 => Bf16;
+    rejection_stats_bf16_f16, rejection_stats_small_bf16_f16, rejection_resample_bf16_f16, rejection_resample_lean_bf16_f16, rejection_resample_small_bf16_f16: Bf16 => F16;
+    rejection_stats_f16_f32, rejection_stats_small_f16_f32, rejection_resample_f16_f32, rejection_resample_lean_f16_f32, rejection_resample_small_f16_f32: F16 => f32;
+    rejection_stats_f16_bf16, rejection_stats_small_f16_bf16, rejection_resample_f16_bf16, rejection_resample_lean_f16_bf16, rejection_resample_small_f16_bf16: F16 => Bf16;
+    rejection_stats_f16_f16, rejection_stats_small_f16_f16, rejection_resample_f16_f16, rejection_resample_lean_f16_f16, rejection_resample_small_f16_f16: F16 => F16;
+}

@@ -1,0 +1,200 @@
+//! Pass 2 of `rejection_sample` (SPEC §4, resample and bonus): the
+//! Gumbel-max over row `j` of each request's [`ResampleJob`]: the residual
+//! `log(p − q)` with draft logits, `p` less the rejected id with one-hot
+//! drafts, `p` itself for the bonus row or a placeholder (all in
+//! [`resample_range`]). Chunks combine in the request's last block, which
+//! writes token `j` once the result is certified against the job's floors,
+//! or folds the row again unseeded.
+
+use crate::block::{Reduce, block_reduce, block_state, warp_best};
+use crate::fold::block_floor;
+use crate::gpu::{self, WARP};
+use crate::last_block;
+use crate::load::{Load, Walk, for_each_quad_shared, widen};
+use core::cell::Cell;
+use specdec_core::argmax::Floored;
+use specdec_core::layout::RejectionParams;
+use specdec_core::logspace::ln_residual;
+use specdec_core::rng::Stream;
+use specdec_core::sample::{Resampled, Sampler};
+use super::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, ResampleJob, cache_row, chunk_range, target_row, write_token};
+
+/// Pass 2 (see module docs), its walks taking up to `Q` quads a batch.
+///
+/// # Safety
+/// Launched by the host's checked launcher after pass 1 on the same stream.
+#[inline(always)]
+pub(super) unsafe fn resample<T: Load, C: Load, const Q: u32>(p: &RejectionParams) {
+    let (r, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
+    if r >= p.requests || c >= p.resample_chunks {
+        return;
+    }
+    // SAFETY: pass 1's decision wrote jobs[r] for every request.
+    let job = unsafe { *(p.jobs as *const ResampleJob).add(r as usize) };
+    if job.mode == JOB_NONE {
+        return; // block-uniform
+    }
+    let (start, end) = chunk_range(p, p.resample_chunk, c);
+    // SAFETY: every thread of the block is here; start % 4 == 0, end <= vocab.
+    let best = unsafe { resample_range::<T, C, Q>(p, &job, start, end, job.floors) };
+    // SAFETY: all threads of the block reach this reduction.
+    let reduced = unsafe { block_reduce(Candidates(best)) };
+    // SAFETY: all of warp 0, once per block of an active request.
+    let refold = tid < WARP && unsafe { complete_resample(p, r, c, reduced) };
+    // SAFETY: every thread of the block is here (the returns above are block-uniform).
+    if !unsafe { gpu::sync_threads_or(refold) } {
+        return;
+    }
+    // The seeded floors were not reached: the request's last block folds the
+    // whole row again, unseeded (a second copy of the loop; a loop of two
+    // rounds kept more registers live through both and spilled).
+    // SAFETY: pass 1's decision wrote jobs[r].
+    let job = unsafe { (p.jobs as *const ResampleJob).add(r as usize).read_volatile() };
+    let ninf = f32::NEG_INFINITY;
+    // SAFETY: as above.
+    let best = unsafe { resample_range::<T, C, Q>(p, &job, 0, p.vocab, (ninf, ninf)) };
+    // SAFETY: as above.
+    let reduced = unsafe { block_reduce(Candidates(best)) };
+    if tid == 0 {
+        // Read again, not kept through the loop (which then spilled).
+        // SAFETY: as above; r < requests, column <= K.
+        unsafe {
+            let column = (p.jobs as *const ResampleJob).add(r as usize).read_volatile().column;
+            write_token(p, r, column, reduced.0.token() as i64)
+        };
+    }
+}
+
+/// Ids `start .. end` of the job's row folded by the block, up to `Q` quads a
+/// batch, each candidate floored first at its seed in `floors`, then by its
+/// block's best value after each batch (see [`Floored`]); valid in thread 0.
+///
+/// # Safety
+/// Every thread of the block calls this together; `job` is pass 1's for
+/// an active request; `start % 4 == 0`, `end <= vocab`.
+#[inline(always)]
+unsafe fn resample_range<T: Load, C: Load, const Q: u32>(
+    p: &RejectionParams,
+    job: &ResampleJob,
+    start: u32,
+    end: u32,
+    floors: (f32, f32),
+) -> Resampled {
+    let sampler = Sampler::new(job.temperature, job.seed, job.pos, Stream::Target);
+    // SAFETY: job.row < rows.
+    let target = unsafe { target_row::<T>(p, job.row) };
+    let draft = if job.mode == JOB_RESIDUAL {
+        // SAFETY: a residual job has a cache, a valid slot and column < n_r <= K.
+        unsafe { cache_row::<C>(p, job.slot, job.column) }
+    } else {
+        core::ptr::null()
+    };
+    // A warp evaluates the noise and the residual weight whenever one lane
+    // must, so pruning each lane against the block's ids so far rather than
+    // its own is what makes the floors pay; the seeds prune from the first quad.
+    let cell = Cell::new((Floored::seeded(floors.0), Floored::seeded(floors.1)));
+    // SAFETY: the launch has layout::SHARED_BYTES, the walk below its one user.
+    let walk = unsafe { block_state::<Walk>() };
+    // SAFETY: rows hold >= vocab >= end elements; start % 4 == 0.
+    unsafe {
+        // At most two quads a batch: registers for 3 blocks per SM (kernels' Cargo.toml).
+        for_each_quad_shared::<Q, false, false, false, _>(
+            target,
+            start,
+            end,
+            walk,
+            |_, _, _| {},
+            #[inline(always)]
+            |x, t, n| {
+                let (t, (res_floor, tgt_floor)) = (widen(t), cell.get());
+                let b = Resampled { residual: res_floor.probe(), target: tgt_floor.probe() };
+                let folded = match job.mode {
+                    JOB_RESIDUAL => {
+                        // log(p − q) <= log p = tgt − lse_t. The draft logit
+                        // is loaded only for an id the bounds cannot rule out:
+                        // no draft registers live through the loop.
+                        let res = |i: usize, tgt: f32| {
+                            // SAFETY (in the walk's unsafe block): x + i < end <= vocab: an id of the draft row.
+                            let q = (*draft.add(x as usize + i)).as_f32();
+                            ln_residual(tgt - job.lse_t, sampler.scaled(q) - job.lse_q)
+                        };
+                        sampler.fold_resample_logits(b, x, t, job.lse_t, res, n)
+                    }
+                    JOB_ONE_HOT => {
+                        let res = |i: usize, tgt: f32| if x + i as u32 == job.draft { f32::NEG_INFINITY } else { tgt };
+                        sampler.fold_resample_logits(b, x, t, 0.0, res, n)
+                    }
+                    _ => sampler.fold_resample_logits(b, x, t, 0.0, |_, tgt| tgt, n),
+                };
+                cell.set((res_floor.settle(folded.residual), tgt_floor.settle(folded.target)));
+            },
+            || {
+                let (res_floor, tgt_floor) = cell.get();
+                // SAFETY (in the walk's unsafe block): for_each_quad_shared calls
+                // this in all lanes of the warp together; the walk's shared
+                // words are the floors' alone.
+                let best = &raw mut (*walk).best;
+                cell.set((block_floor(res_floor, &raw mut (*best)[0]), block_floor(tgt_floor, &raw mut (*best)[1])));
+            },
+        )
+    };
+    let (res_floor, tgt_floor) = cell.get();
+    Resampled { residual: res_floor.own, target: tgt_floor.own }
+}
+
+/// Warp 0 of block `(r, c)` of pass 2 with the block's candidates: the
+/// request's last block (the only one, for a row of one chunk) combines all
+/// chunks and, if they reached the job's floors, writes the job's token;
+/// otherwise it returns `true` in every lane: the row must be refolded.
+///
+/// # Safety
+/// All 32 lanes of warp 0 call this together, once per block of request `r`
+/// (which has a job).
+#[inline(always)]
+unsafe fn complete_resample(p: &RejectionParams, r: u32, c: u32, mine: Candidates) -> bool {
+    let chunks = p.resample_chunks;
+    // SAFETY: partials holds requests·resample_chunks entries, counters
+    // `requests`; all `chunks` blocks of a request with a job arrive.
+    let Some(acc) = (unsafe {
+        last_block::combine(
+            (p.partials as *mut Candidates).add(r as usize * chunks as usize),
+            c,
+            chunks,
+            (p.counters as *mut u32).add(r as usize),
+            mine,
+        )
+    }) else {
+        return false;
+    };
+    // Read again rather than kept in registers through the loop. Volatile: as in `gather`.
+    // SAFETY: pass 1's decision wrote jobs[r].
+    let job = unsafe { (p.jobs as *const ResampleJob).add(r as usize).read_volatile() };
+    if !acc.0.certified(job.floors) {
+        return true;
+    }
+    if gpu::thread_idx_x() == 0 {
+        // SAFETY: r < requests, column <= K (the job's).
+        unsafe { write_token(p, r, job.column, acc.0.token() as i64) };
+    }
+    false
+}
+
+/// [`Resampled`] as a block reduction value.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+struct Candidates(Resampled);
+
+impl Reduce for Candidates {
+    const IDENTITY: Candidates = Candidates(Resampled::IDENTITY);
+
+    #[inline(always)]
+    fn combine(self, o: Candidates) -> Candidates {
+        Candidates(self.0.combine(o.0))
+    }
+
+    #[inline(always)]
+    unsafe fn warp_all(self) -> Candidates {
+        // SAFETY (both): the caller guarantees a full, converged warp.
+        unsafe { Candidates(Resampled { residual: warp_best(self.0.residual), target: warp_best(self.0.target) }) }
+    }
+}

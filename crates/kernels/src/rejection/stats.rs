@@ -1,0 +1,329 @@
+//! Pass 1 of `rejection_sample` (SPEC §4, the statistics): each block
+//! reduces one chunk of one row to a [`Stats`] (a greedy request's argmax;
+//! a sampling request's log-sum-exps of the scaled target and draft logits,
+//! and their overlap where the kernel keeps it), and the request's last
+//! block to arrive runs the decision (`super::accept::decide`) over the
+//! request's rows, their chunks combined here ([`row_stats`]).
+
+use crate::block::{Reduce, block_reduce, block_state, warp_best, warp_fold};
+use crate::fold::{fold_greedy, push_overlap, push_scaled, pushed_max};
+use crate::gpu::{self, WARP};
+use crate::last_block;
+use crate::load::{Load, for_each_quad, widen};
+use specdec_core::argmax::{ArgMax, floor_key, floor_value};
+use specdec_core::layout::RejectionParams;
+use specdec_core::logspace::{Lse, centre, recentre};
+use specdec_core::status::NAN_LOGITS;
+use super::{Request, cache_row, chunk_range, target_row};
+use super::accept::decide;
+
+/// Pass-1 result of one chunk of one row. Which fields a row uses depends on
+/// its kind ([`Row`]), and only those are combined.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct Stats {
+    pub target: Lse,
+    pub draft: Lse,
+    pub best: ArgMax,
+    pub flags: u32,
+    /// The target's and draft's overlap (`specdec_core::logspace::centre`),
+    /// for the resample's residual floor ([`floors`]).
+    pub overlap: f32,
+}
+
+impl Stats {
+    const IDENTITY: Stats =
+        Stats { target: Lse::EMPTY, draft: Lse::EMPTY, best: ArgMax::IDENTITY, flags: 0, overlap: 0.0 };
+}
+
+/// The kinds of row, by what their [`Stats`] hold: a greedy request's
+/// argmax; a sampling request's log-sum-exps (of the target, and of the
+/// draft where there is one); with the overlap too, a draft row with
+/// draft logits in a kernel that keeps it.
+pub(super) const GREEDY_ROW: u32 = 0;
+pub(super) const SAMPLED_ROW: u32 = 1;
+pub(super) const OVERLAP_ROW: u32 = 2;
+
+/// [`Stats`] of rows of kind `KIND` as a reduction value: each kind combines
+/// and shuffles only its own fields (the others keep the first operand's).
+/// Pass 1's block reductions and the decision's gathers run once, cold, at
+/// a small batch, where the call waits on each combine: a row kind must not
+/// pay for fields it never reads, such as the overlap's exponentials in a
+/// greedy row (benches/results/2026-12-01-nvidia-h200-overlap-ab.md).
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+struct Row<const KIND: u32>(Stats);
+
+impl<const KIND: u32> Reduce for Row<KIND> {
+    const IDENTITY: Row<KIND> = Row(Stats::IDENTITY);
+
+    #[inline(always)]
+    fn combine(self, o: Row<KIND>) -> Row<KIND> {
+        let (a, b) = (self.0, o.0);
+        let mut out = Stats { flags: a.flags | b.flags, ..a };
+        if KIND == GREEDY_ROW {
+            out.best = a.best.combine(b.best);
+            return Row(out);
+        }
+        out.target = a.target.combine_with(b.target, gpu::fast_exp);
+        out.draft = a.draft.combine_with(b.draft, gpu::fast_exp);
+        if KIND == OVERLAP_ROW {
+            let to = centre(out.target, out.draft);
+            let part = |s: Stats| recentre(s.overlap, centre(s.target, s.draft), to, gpu::fast_exp);
+            out.overlap = part(a) + part(b);
+        }
+        Row(out)
+    }
+
+    /// A sampling row's statistics in two phases: the warp's maxima first
+    /// (one `redux.sync` each, on their order keys), then each lane's sums
+    /// rescaled to them once and added by a butterfly, where a butterfly of
+    /// `combine` spends two to four exponentials on every level, one after
+    /// another (pass 1's block reductions and the decision's gathers, at a
+    /// small batch a chain the call waits on). The same sums in another
+    /// order, and the same special cases as `Lse::combine_with` (an empty
+    /// warp, a point mass at `+inf`: `Lse::share`).
+    #[inline(always)]
+    unsafe fn warp_all(self) -> Row<KIND> {
+        if KIND == GREEDY_ROW {
+            // SAFETY (both): the caller guarantees a full, converged warp.
+            let (best, flags) = unsafe { (warp_best(self.0.best), gpu::warp_or_u32(self.0.flags)) };
+            return Row(Stats { best, flags, ..self.0 });
+        }
+        let s = self.0;
+        // SAFETY (all): the caller guarantees a full, converged warp. Maxima
+        // are never NaN (the pushes skip NaN), as `floor_key` needs.
+        let max = |m: f32| floor_value(unsafe { gpu::warp_max_i32(floor_key(m)) });
+        let (mt, md) = (max(s.target.max), max(s.draft.max));
+        // The combined statistics' centre: only their maxima count.
+        let to = centre(Lse { max: mt, ..Lse::EMPTY }, Lse { max: md, ..Lse::EMPTY });
+        let overlap = if KIND == OVERLAP_ROW { recentre(s.overlap, centre(s.target, s.draft), to, gpu::fast_exp) } else { 0.0 };
+        // The three sums in one butterfly, a loop the compilers cannot unroll
+        // (its bound is `gpu::opaque`): code run once per block, cold at a
+        // small batch, where each unrolled line would be fetched from memory
+        // (benches/results/2026-12-02-design-measurements.md, `warp_combine`).
+        let mut sums = (s.target.share(mt, gpu::fast_exp), s.draft.share(md, gpu::fast_exp), overlap);
+        let mut lane_mask = gpu::opaque(WARP / 2);
+        while lane_mask > 0 {
+            let f = |x: f32| unsafe { x + gpu::shfl_bfly_f32(x, lane_mask) };
+            sums = (f(sums.0), f(sums.1), if KIND == OVERLAP_ROW { f(sums.2) } else { sums.2 });
+            lane_mask /= 2;
+        }
+        let flags = unsafe { gpu::warp_or_u32(s.flags) };
+        Row(Stats {
+            target: Lse { max: mt, sum: sums.0 },
+            draft: Lse { max: md, sum: sums.1 },
+            best: s.best,
+            flags,
+            overlap: if KIND == OVERLAP_ROW { sums.2 } else { s.overlap },
+        })
+    }
+}
+
+/// Pass 1 (see module docs), its loops reading `Q` quads a batch, keeping
+/// the overlap of draft rows with draft logits if `OVERLAP`.
+///
+/// # Safety
+/// Launched by the host's checked launcher.
+#[inline(always)]
+pub(super) unsafe fn stats<T: Load, C: Load, const Q: u32, const OVERLAP: bool>(p: &RejectionParams) {
+    let (pair, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
+    let k1 = p.max_drafts + 1;
+    let k1 = k1.max(1); // max_drafts < u32::MAX (host-checked); keeps the panic path out
+    let (r, i) = (pair / k1, pair % k1);
+    if r >= p.requests || c >= p.chunks {
+        return;
+    }
+    // SAFETY: r < requests.
+    let req = unsafe { Request::load(p, r) };
+    if tid == 0 {
+        // Kept for the decision, which would otherwise load it again, two
+        // round trips (it is not kept in registers through the streaming loop).
+        // SAFETY: the launch has layout::SHARED_BYTES; read after the barrier below.
+        unsafe { shared_request().write(req) };
+    }
+    // Block-uniform; the decision never reads the entries of other blocks.
+    if req.slot.is_valid() && i <= req.drafts {
+        // SAFETY: every thread of the block is here; i <= n_r of a valid request.
+        let acc = unsafe { row_chunk_stats::<T, C, Q, OVERLAP>(p, &req, i, c) };
+        if tid == 0 {
+            // SAFETY: stats holds requests·(K+1)·chunks entries (workspace, host-sized).
+            unsafe { (p.stats as *mut Stats).add(pair as usize * p.chunks as usize + c as usize).write(acc) };
+        }
+    }
+    // Warp 0 counts the block in; the request's last block decides with all its warps.
+    // SAFETY: all of warp 0, after thread 0 published; counters holds
+    // `requests` entries and the request's (K+1)·chunks blocks each arrive once.
+    let last = tid < WARP && unsafe { last_block::arrive((p.counters as *mut u32).add(r as usize), k1 * p.chunks) };
+    // SAFETY: every thread of the block is here (the early return above is block-uniform).
+    if unsafe { gpu::sync_threads_or(last) } {
+        // Warp 0 fenced after the count in `arrive`; the other warps read the
+        // request's statistics too.
+        gpu::fence_device();
+        // SAFETY: the whole block, after every block of request `r` published
+        // and thread 0 wrote the request (before the barrier above).
+        unsafe { decide::<T, C, OVERLAP>(p, r) };
+    }
+}
+
+/// The kind of row `i` of `req` ([`Row`]) in a kernel keeping overlaps if `OVERLAP`.
+#[inline(always)]
+pub(super) fn row_kind<const OVERLAP: bool>(p: &RejectionParams, req: &Request, i: u32) -> u32 {
+    if req.slot.greedy() {
+        GREEDY_ROW
+    } else if OVERLAP && p.cache != 0 && i < req.drafts {
+        OVERLAP_ROW
+    } else {
+        SAMPLED_ROW
+    }
+}
+
+/// Chunk `c` of row `i` of `req`, reduced over the block (valid in thread 0),
+/// `Q` quads a batch.
+///
+/// # Safety
+/// Called by every thread of the block; `req` is valid and `i <= n_r`.
+#[inline(always)]
+unsafe fn row_chunk_stats<T: Load, C: Load, const Q: u32, const OVERLAP: bool>(
+    p: &RejectionParams,
+    req: &Request,
+    i: u32,
+    c: u32,
+) -> Stats {
+    let (start, end) = chunk_range(p, p.chunk, c);
+    // SAFETY: row0 + i < offsets[r+1] <= rows.
+    let target = unsafe { target_row::<T>(p, req.row0 + i) };
+    let greedy = req.slot.greedy();
+    let draft = if !greedy && p.cache != 0 && i < req.drafts {
+        // SAFETY: valid non-padding slot (greedy covers -1), i < n_r <= max_drafts.
+        unsafe { cache_row::<C>(p, req.slot.slot, i) }
+    } else {
+        core::ptr::null()
+    };
+    let sampler = req.sampler(0);
+    let mut acc = Stats::IDENTITY;
+    let mut nan = false;
+    // Two loops, as in `gumbel_sample`: the greedy one keeps twice the loads
+    // in flight (pipelined), in the registers the other spends on its sums.
+    // SAFETY (both): the rows hold >= vocab >= end elements; start % 4 == 0.
+    if greedy {
+        let none: *const C = core::ptr::null();
+        unsafe {
+            for_each_quad::<true, Q, _, _>(
+                target,
+                none,
+                start,
+                end,
+                gpu::thread_idx_x(),
+                #[inline(always)]
+                |x, t, _, n| acc.best = fold_greedy(&sampler, acc.best, x, widen(t), n, &mut nan),
+            )
+        };
+    } else {
+        unsafe {
+            for_each_quad::<false, Q, _, _>(
+                target,
+                draft,
+                start,
+                end,
+                gpu::thread_idx_x(),
+                #[inline(always)]
+                |_x, t, q, n| {
+                    let (t, q) = (widen(t), widen(q));
+                    let (target, target_nan) = push_scaled(acc.target, t, n, &sampler);
+                    if !draft.is_null() && !OVERLAP {
+                        // NaN draft logits are skipped, not flagged: the row's flag is the target's.
+                        acc.draft = push_scaled(acc.draft, q, n, &sampler).0;
+                    } else if !draft.is_null() {
+                        // The overlap at the maxima the pushes reach (checked
+                        // after them), its terms computed while both quads are live.
+                        let before = centre(acc.target, acc.draft);
+                        let after =
+                            0.5 * pushed_max(acc.target, t, n, &sampler) + 0.5 * pushed_max(acc.draft, q, n, &sampler);
+                        let overlap = push_overlap(acc.overlap, before, after, t, q, n, &sampler);
+                        acc.draft = push_scaled(acc.draft, q, n, &sampler).0;
+                        acc.overlap = if centre(target, acc.draft) == after { overlap } else { f32::NAN };
+                    }
+                    acc.target = target;
+                    nan |= target_nan;
+                },
+            )
+        };
+    }
+    if nan {
+        acc.flags |= NAN_LOGITS;
+    }
+    // SAFETY (all): all threads of the block reach this reduction (caller),
+    // and the kind is block-uniform.
+    unsafe {
+        match row_kind::<OVERLAP>(p, req, i) {
+            GREEDY_ROW => block_reduce(Row::<GREEDY_ROW>(acc)).0,
+            OVERLAP_ROW => block_reduce(Row::<OVERLAP_ROW>(acc)).0,
+            _ => block_reduce(Row::<SAMPLED_ROW>(acc)).0,
+        }
+    }
+}
+
+/// Row `i` of request `r`, a row of `kind`, its chunks combined by the whole
+/// warp (lane `l` takes chunks `l, l+32, …`); every lane gets the result.
+///
+/// # Safety
+/// Pass 1 wrote these entries (`i <= n_r` of a valid request); all 32 lanes
+/// call this together.
+#[inline(always)]
+pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32) -> Stats {
+    // SAFETY: the row's `chunks` entries, published by pass 1's blocks before
+    // the request's last block was counted in; a full, converged warp
+    // (caller); `Row` is `Stats`, transparent.
+    unsafe {
+        let entries = row_entries(p, r, i);
+        match kind {
+            GREEDY_ROW => last_block::gather(entries as *const Row<GREEDY_ROW>, p.chunks).0,
+            OVERLAP_ROW => last_block::gather(entries as *const Row<OVERLAP_ROW>, p.chunks).0,
+            _ => last_block::gather(entries as *const Row<SAMPLED_ROW>, p.chunks).0,
+        }
+    }
+}
+
+/// The first of the `chunks` [`Stats`] entries of row `i` of request `r`.
+///
+/// # Safety
+/// `r < requests`, `i <= max_drafts`: inside the stats region.
+#[inline(always)]
+unsafe fn row_entries(p: &RejectionParams, r: u32, i: u32) -> *const Stats {
+    let first = (r as usize * (p.max_drafts as usize + 1) + i as usize) * p.chunks as usize;
+    // SAFETY: first < requests·(K+1)·chunks (caller).
+    unsafe { (p.stats as *const Stats).add(first) }
+}
+
+/// The flags of row `i` of request `r` alone (see [`row_stats`]): the
+/// decision's code runs in one block of the launch, fetched cold, so a
+/// second full combine of the row would cost it time.
+///
+/// # Safety
+/// As for [`row_stats`].
+#[inline(always)]
+pub(super) unsafe fn row_flags(p: &RejectionParams, r: u32, i: u32) -> u32 {
+    // SAFETY: as for `row_stats`.
+    let entries = unsafe { row_entries(p, r, i) };
+    let mut flags = 0;
+    let mut c = gpu::thread_idx_x() % WARP;
+    while c < p.chunks {
+        // SAFETY: c < chunks: the row's entry, published (caller). Volatile: as in `gather`.
+        flags |= unsafe { core::ptr::addr_of!((*entries.add(c as usize)).flags).read_volatile() };
+        c += WARP;
+    }
+    // SAFETY: a full, converged warp (caller).
+    unsafe { warp_fold(flags, gpu::shfl_bfly_u32, |a, b| a | b) }
+}
+
+/// Where pass 1 keeps its block's request for the decision.
+///
+/// # Safety
+/// A launch with `layout::SHARED_BYTES` of dynamic shared memory.
+#[inline(always)]
+pub(super) unsafe fn shared_request() -> *mut Request {
+    // SAFETY: forwarded; pass 1 uses the block state for nothing else.
+    unsafe { block_state::<Request>() }
+}
+
