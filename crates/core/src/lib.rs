@@ -16,7 +16,7 @@
 //!   (`Lse`), **the accept rule** `sample::accepts`, **the residual**
 //!   `logspace::ln_residual` folded by `Sampler::fold_resample_logits`.
 //! - §5 flags: [`status`]; parameter blocks of the kernels: [`layout`];
-//!   dtypes: [`dtype`].
+//!   the records they keep in scratch: [`scratch`]; dtypes: [`dtype`].
 //!
 //! The kernels that run these steps are in `specdec-kernels` (its
 //! `rejection/` files are named by step), the CPU twin in the host crate's
@@ -30,6 +30,7 @@ pub mod layout;
 pub mod logspace;
 pub mod rng;
 pub mod sample;
+pub mod scratch;
 pub mod status;
 
 /// A xorshift64 generator of test inputs from `seed` (non-zero).

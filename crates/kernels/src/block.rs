@@ -33,6 +33,9 @@ pub struct Partial {
     _pad: u32,
 }
 
+// One scratch region holds these and the resample's candidates (the host sizes it).
+const _: () = assert!(core::mem::size_of::<Partial>() == specdec_core::scratch::PARTIAL_BYTES);
+
 impl Partial {
     #[inline(always)]
     pub fn new(best: ArgMax, flags: u32) -> Self {

@@ -171,17 +171,10 @@ unsafe fn fold_chunk<L: Load, C: Load, const LEAN: bool, const Q: u32>(
     // SAFETY (both): the row holds `end <= vocab` elements; start % 4 == 0.
     if sampler.greedy {
         unsafe {
-            for_each_quad::<true, Q, _, _>(
-                logits,
-                none,
-                start,
-                end,
-                tid,
-                |x, raw, _, n| {
-                    store(x, raw, n);
-                    best = fold_greedy(&sampler, best, x, widen(raw), n, &mut nan);
-                },
-            )
+            for_each_quad::<true, Q, _, _>(logits, none, start, end, tid, |x, raw, _, n| {
+                store(x, raw, n);
+                best = fold_greedy(&sampler, best, x, widen(raw), n, &mut nan);
+            })
         };
     } else {
         // The block's best value after each batch floors every lane's (see

@@ -4,14 +4,14 @@ use crate::error::{Error, Result};
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, DriverError};
 use specdec_core::layout::TILE;
+use specdec_core::scratch::{PARTIAL_BYTES, ResampleJob, Stats};
+use std::mem::size_of;
 use std::sync::Arc;
 
-/// Bytes of one reduction partial (`kernels::block::Partial`).
-const PARTIAL_BYTES: usize = 16;
-/// Bytes of one row-chunk statistic (`kernels::rejection::Stats`).
-const STATS_BYTES: usize = 32;
-/// Bytes of one resample job (`kernels::rejection::Job`).
-const JOB_BYTES: usize = 56;
+/// Bytes of one row-chunk statistic of the verifier's pass 1.
+const STATS_BYTES: usize = size_of::<Stats>();
+/// Bytes of one resample job.
+const JOB_BYTES: usize = size_of::<ResampleJob>();
 
 /// Device scratch for calls of up to `max_rows` rows (`gumbel_sample`) or
 /// `requests · (max_drafts + 1)` rows (`rejection_sample`): per-block partial
@@ -153,8 +153,9 @@ impl Workspace {
 
     /// Byte offsets of the rejection regions (stats, jobs, partials) in
     /// `scratch`. The jobs come last: the kernels gather stats and partials 16
-    /// bytes a load, so both start 16-byte aligned, which 56-byte jobs
-    /// before them would not leave for an odd `max_rows`.
+    /// bytes a load, so both start 16-byte aligned, which jobs (a size that
+    /// is a multiple of 8, not of 16) before them would not leave for an odd
+    /// `max_rows`.
     pub(crate) fn rejection_regions(&self) -> (u64, u64, u64) {
         let partials = self.entries * STATS_BYTES;
         let jobs = partials + self.entries * PARTIAL_BYTES;

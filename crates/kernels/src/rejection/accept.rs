@@ -5,6 +5,9 @@
 //! as `j`, write the accepted tokens and counts, and hand pass 2 the
 //! [`ResampleJob`] for token `j` with the floors its candidates start from.
 
+use super::Stats;
+use super::stats::{OVERLAP_ROW, row_flags, row_kind, row_stats, shared_request};
+use super::{JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, Request, ResampleJob, cache_row, target_row, write_token};
 use crate::block::warp_fold;
 use crate::gpu::{self, WARP};
 use crate::load::Load;
@@ -14,8 +17,6 @@ use specdec_core::logspace::residual_mass_bound;
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::accepts;
 use specdec_core::status::{INVALID, INVALID_DRAFT};
-use super::{JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, ResampleJob, Request, cache_row, target_row, write_token};
-use super::stats::{OVERLAP_ROW, Stats, row_flags, row_kind, row_stats, shared_request};
 
 /// One warp's part of a request's decision: the first of its rows that stops
 /// the walk (a rejection, a placeholder, or the bonus row), and the flags of

@@ -58,12 +58,11 @@
 //! The CPU twin, `specdec::cpu::rejection` in the host crate, names the same
 //! steps `Request::lse`, `Request::accepts` and `Request::resample`.
 
-
 mod accept;
 mod resample;
 mod stats;
 
-pub use stats::Stats;
+pub use specdec_core::scratch::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, ResampleJob, Stats};
 
 use crate::row::SlotState;
 use specdec_core::dtype::{Bf16, F16};
@@ -71,51 +70,6 @@ use specdec_core::layout::RejectionParams;
 use specdec_core::rng::Stream;
 use specdec_core::sample::Sampler;
 use specdec_core::status::INVALID_OFFSETS;
-
-/// What the final token of a request is sampled from.
-pub const JOB_NONE: u32 = 0;
-pub const JOB_TARGET: u32 = 1;
-pub const JOB_ONE_HOT: u32 = 2;
-pub const JOB_RESIDUAL: u32 = 3;
-
-/// The decision's result for pass 2: sample token `column` of the request
-/// from `row`, with everything pass 2 needs of the request (its slot,
-/// temperature, seed and the row's position), so that its blocks wait for
-/// one load before they stream, and the floors its two candidates start
-/// from (see [`floors`]).
-#[derive(Clone, Copy)]
-#[repr(C)]
-pub struct ResampleJob {
-    pub mode: u32,
-    pub row: u32,
-    pub column: u32,
-    pub draft: u32,
-    pub slot: i32,
-    pub temperature: f32,
-    pub lse_t: f32,
-    pub lse_q: f32,
-    /// Seeds of the residual's and the target's floors.
-    pub floors: (f32, f32),
-    pub seed: u64,
-    pub pos: u64,
-}
-
-impl ResampleJob {
-        /// No resample: a greedy or invalid request.
-        const NONE: ResampleJob = ResampleJob {
-        mode: JOB_NONE,
-        row: 0,
-        column: 0,
-        draft: 0,
-        slot: 0,
-        temperature: 0.0,
-        lse_t: 0.0,
-        lse_q: 0.0,
-        floors: (0.0, 0.0),
-        seed: 0,
-        pos: 0,
-    };
-}
 
 /// A request's rows and slot, checked where they live.
 #[derive(Clone, Copy)]

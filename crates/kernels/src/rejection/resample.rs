@@ -6,6 +6,7 @@
 //! writes token `j` once the result is certified against the job's floors,
 //! or folds the row again unseeded.
 
+use super::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, ResampleJob, cache_row, chunk_range, target_row, write_token};
 use crate::block::{Reduce, block_reduce, block_state, warp_best};
 use crate::fold::block_floor;
 use crate::gpu::{self, WARP};
@@ -17,7 +18,6 @@ use specdec_core::layout::RejectionParams;
 use specdec_core::logspace::ln_residual;
 use specdec_core::rng::Stream;
 use specdec_core::sample::{Resampled, Sampler};
-use super::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, ResampleJob, cache_row, chunk_range, target_row, write_token};
 
 /// Pass 2 (see module docs), its walks taking up to `Q` quads a batch.
 ///
@@ -183,6 +183,8 @@ unsafe fn complete_resample(p: &RejectionParams, r: u32, c: u32, mine: Candidate
 #[derive(Clone, Copy)]
 #[repr(transparent)]
 struct Candidates(Resampled);
+
+const _: () = assert!(core::mem::size_of::<Candidates>() == specdec_core::scratch::PARTIAL_BYTES);
 
 impl Reduce for Candidates {
     const IDENTITY: Candidates = Candidates(Resampled::IDENTITY);

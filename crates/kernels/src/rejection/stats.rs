@@ -5,36 +5,18 @@
 //! block to arrive runs the decision (`super::accept::decide`) over the
 //! request's rows, their chunks combined here ([`row_stats`]).
 
+use super::accept::decide;
+use super::{Request, cache_row, chunk_range, target_row};
 use crate::block::{Reduce, block_reduce, block_state, warp_best, warp_fold};
 use crate::fold::{fold_greedy, push_overlap, push_scaled, pushed_max};
 use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, for_each_quad, widen};
-use specdec_core::argmax::{ArgMax, floor_key, floor_value};
+use specdec_core::argmax::{floor_key, floor_value};
 use specdec_core::layout::RejectionParams;
 use specdec_core::logspace::{Lse, centre, recentre};
+use specdec_core::scratch::Stats;
 use specdec_core::status::NAN_LOGITS;
-use super::{Request, cache_row, chunk_range, target_row};
-use super::accept::decide;
-
-/// Pass-1 result of one chunk of one row. Which fields a row uses depends on
-/// its kind ([`Row`]), and only those are combined.
-#[derive(Clone, Copy)]
-#[repr(C)]
-pub struct Stats {
-    pub target: Lse,
-    pub draft: Lse,
-    pub best: ArgMax,
-    pub flags: u32,
-    /// The target's and draft's overlap (`specdec_core::logspace::centre`),
-    /// for the resample's residual floor ([`floors`]).
-    pub overlap: f32,
-}
-
-impl Stats {
-    const IDENTITY: Stats =
-        Stats { target: Lse::EMPTY, draft: Lse::EMPTY, best: ArgMax::IDENTITY, flags: 0, overlap: 0.0 };
-}
 
 /// The kinds of row, by what their [`Stats`] hold: a greedy request's
 /// argmax; a sampling request's log-sum-exps (of the target, and of the
@@ -97,7 +79,8 @@ impl<const KIND: u32> Reduce for Row<KIND> {
         let (mt, md) = (max(s.target.max), max(s.draft.max));
         // The combined statistics' centre: only their maxima count.
         let to = centre(Lse { max: mt, ..Lse::EMPTY }, Lse { max: md, ..Lse::EMPTY });
-        let overlap = if KIND == OVERLAP_ROW { recentre(s.overlap, centre(s.target, s.draft), to, gpu::fast_exp) } else { 0.0 };
+        let overlap =
+            if KIND == OVERLAP_ROW { recentre(s.overlap, centre(s.target, s.draft), to, gpu::fast_exp) } else { 0.0 };
         // The three sums in one butterfly, a loop the compilers cannot unroll
         // (its bound is `gpu::opaque`): code run once per block, cold at a
         // small batch, where each unrolled line would be fetched from memory
@@ -326,4 +309,3 @@ pub(super) unsafe fn shared_request() -> *mut Request {
     // SAFETY: forwarded; pass 1 uses the block state for nothing else.
     unsafe { block_state::<Request>() }
 }
-

@@ -1,0 +1,77 @@
+//! The records the kernels keep in the workspace's scratch between blocks
+//! and launches of one call, defined once for the kernels (which read and
+//! write them) and the host (which sizes the scratch regions by
+//! `size_of`): a layout change is a compile-time change on both sides.
+
+use crate::argmax::ArgMax;
+use crate::logspace::Lse;
+use crate::sample::Resampled;
+
+/// Bytes of one per-block partial of a chunked row: `gumbel_sample`'s best
+/// candidate and flags (the kernels' `block::Partial`, asserted there) and the
+/// resample's two candidates ([`Resampled`]) share one region.
+pub const PARTIAL_BYTES: usize = core::mem::size_of::<Resampled>();
+
+/// Pass-1 result of one chunk of one row. Which fields a row uses depends on
+/// its kind (the kernels' `Row`), and only those are combined.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct Stats {
+    pub target: Lse,
+    pub draft: Lse,
+    pub best: ArgMax,
+    pub flags: u32,
+    /// The target's and draft's overlap (`specdec_core::logspace::centre`),
+    /// for the resample's residual floor (the kernels' `floors`).
+    pub overlap: f32,
+}
+
+impl Stats {
+    pub const IDENTITY: Stats =
+        Stats { target: Lse::EMPTY, draft: Lse::EMPTY, best: ArgMax::IDENTITY, flags: 0, overlap: 0.0 };
+}
+
+/// What the final token of a request is sampled from.
+pub const JOB_NONE: u32 = 0;
+pub const JOB_TARGET: u32 = 1;
+pub const JOB_ONE_HOT: u32 = 2;
+pub const JOB_RESIDUAL: u32 = 3;
+
+/// The decision's result for pass 2: sample token `column` of the request
+/// from `row`, with everything pass 2 needs of the request (its slot,
+/// temperature, seed and the row's position), so that its blocks wait for
+/// one load before they stream, and the floors its two candidates start
+/// from (the kernels' `floors`).
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct ResampleJob {
+    pub mode: u32,
+    pub row: u32,
+    pub column: u32,
+    pub draft: u32,
+    pub slot: i32,
+    pub temperature: f32,
+    pub lse_t: f32,
+    pub lse_q: f32,
+    /// Seeds of the residual's and the target's floors.
+    pub floors: (f32, f32),
+    pub seed: u64,
+    pub pos: u64,
+}
+
+impl ResampleJob {
+    /// No resample: a greedy or invalid request.
+    pub const NONE: ResampleJob = ResampleJob {
+        mode: JOB_NONE,
+        row: 0,
+        column: 0,
+        draft: 0,
+        slot: 0,
+        temperature: 0.0,
+        lse_t: 0.0,
+        lse_q: 0.0,
+        floors: (0.0, 0.0),
+        seed: 0,
+        pos: 0,
+    };
+}
