@@ -2,7 +2,7 @@
 //! `crates/kernels/src/gumbel.rs` (the kernel or its lean or small variant,
 //! as the workspace's rules pick).
 
-use super::{Cuda, Launch, Variants, Workspace, launch};
+use super::{Cuda, Launch, Spread, Variants, Workspace, launch};
 use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Device;
@@ -37,7 +37,7 @@ impl Cuda {
         let lean = if args.cache.is_none() { Some("gumbel_sample_lean") } else { None };
         let Launch { kernel, split } = self.launch_for(
             ws,
-            Variants { op: "gumbel_sample", lean, small: Some("gumbel_sample_small") },
+            Variants { op: "gumbel_sample", spread: Spread::Streaming, lean, small: Some("gumbel_sample_small") },
             (logits_dtype, cache_dtype),
             (shape.rows, args.logits.vocab),
         )?;

@@ -13,7 +13,7 @@ mod workspace;
 
 pub use workspace::Workspace;
 
-use workspace::Split;
+use workspace::{Split, Spread};
 
 use crate::error::{Error, Result};
 use crate::tensor::DType;
@@ -102,6 +102,8 @@ struct Launch {
 /// short chunks ([`Workspace::small`]).
 struct Variants {
     op: &'static str,
+    /// The blocks per SM its split aims for at small batch.
+    spread: Spread,
     lean: Option<&'static str>,
     small: Option<&'static str>,
 }
@@ -118,11 +120,11 @@ impl Cuda {
         (rows, vocab): (usize, usize),
     ) -> Result<Launch> {
         let kernel = self.kernels.function((v.op, dtypes))?;
-        let split = ws.split(rows, vocab, kernel.blocks_per_sm)?;
+        let split = ws.split(rows, vocab, kernel.blocks_per_sm, v.spread)?;
         match (v.lean, v.small) {
             (Some(lean), _) if ws.lean(rows, split, kernel.blocks_per_sm) => {
                 let kernel = self.kernels.function((lean, dtypes))?;
-                let split = ws.split(rows, vocab, kernel.blocks_per_sm)?;
+                let split = ws.split(rows, vocab, kernel.blocks_per_sm, v.spread)?;
                 Ok(Launch { kernel, split })
             }
             (_, Some(small)) if ws.small(rows, split, kernel.blocks_per_sm) => {

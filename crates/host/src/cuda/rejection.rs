@@ -2,7 +2,7 @@
 //! `crates/kernels/src/rejection.rs` (each kernel or its lean or small
 //! variant, as the workspace's rules pick).
 
-use super::{Cuda, Launch, Variants, Workspace, launch};
+use super::{Cuda, Launch, Spread, Variants, Workspace, launch};
 use crate::error::Result;
 use crate::memory::Device;
 use crate::rejection::{RejectionOutput, RejectionSample};
@@ -38,7 +38,12 @@ impl Cuda {
         let dtypes = (target_dtype, draft_dtype);
         let Launch { kernel: stats, split } = self.launch_for(
             ws,
-            Variants { op: "rejection_stats", lean: None, small: Some("rejection_stats_small") },
+            Variants {
+                op: "rejection_stats",
+                spread: Spread::Streaming,
+                lean: None,
+                small: Some("rejection_stats_small"),
+            },
             dtypes,
             (shape.requests * (args.max_drafts + 1), args.target.vocab),
         )?;
@@ -46,6 +51,7 @@ impl Cuda {
             ws,
             Variants {
                 op: "rejection_resample",
+                spread: Spread::Resample,
                 lean: Some("rejection_resample_lean"),
                 small: Some("rejection_resample_small"),
             },

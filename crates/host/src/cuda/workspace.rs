@@ -117,11 +117,11 @@ impl Workspace {
     /// them best ([`balance_waves`]). `rows · chunks <= target_blocks +
     /// (1 + EXTRA_CHUNKS)·rows` always holds, which is what the scratch
     /// regions are sized for ([`entries`]).
-    pub(crate) fn split(&self, rows: usize, vocab: usize, blocks_per_sm: u32) -> Result<Split> {
+    pub(crate) fn split(&self, rows: usize, vocab: usize, blocks_per_sm: u32, spread: Spread) -> Result<Split> {
         if rows > self.max_rows {
             return Err(Error::WorkspaceTooSmall { needed: rows, capacity: self.max_rows });
         }
-        Ok(split(self.sm_count, rows, vocab, blocks_per_sm))
+        Ok(split(self.sm_count, rows, vocab, blocks_per_sm, spread))
     }
 
     /// Whether a call over `rows` rows split as `split`, by a kernel that
@@ -164,9 +164,9 @@ impl Workspace {
 }
 
 /// [`Workspace::split`] on a GPU of `sm_count` SMs, for `vocab >= 1`.
-fn split(sm_count: u32, rows: usize, vocab: usize, blocks_per_sm: u32) -> Split {
+fn split(sm_count: u32, rows: usize, vocab: usize, blocks_per_sm: u32, spread: Spread) -> Split {
     let tiles = vocab.div_ceil(TILE as usize);
-    let wanted = target_blocks(sm_count).div_ceil(rows.max(1)).clamp(1, tiles);
+    let wanted = target_blocks(sm_count, rows, spread).div_ceil(rows.max(1)).clamp(1, tiles);
     let wanted = balance_waves(rows, wanted, tiles, sm_count as usize * blocks_per_sm as usize);
     let chunk = tiles.div_ceil(wanted) * TILE as usize;
     Split { chunk: chunk as u32, chunks: vocab.div_ceil(chunk) as u32 }
@@ -183,13 +183,34 @@ fn small(sm_count: u32, rows: usize, split: Split, blocks_per_sm: u32) -> bool {
     split.chunk <= SMALL_CHUNK_TILES * TILE && one_wave(sm_count, rows, split, blocks_per_sm)
 }
 
-/// Blocks that keep every SM busy at small batch. Two per SM, not more: each
-/// block pays a fixed cost (its row's chain of dependent loads, a reduction,
-/// an arrival), and larger chunks prune more noise; four per SM measured
-/// slower at small batch and no faster elsewhere
-/// (benches/results/2026-12-02-design-measurements.md).
-fn target_blocks(sm_count: u32) -> usize {
-    2 * sm_count.max(1) as usize
+/// How many blocks per SM a kernel's split aims for at small batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Spread {
+    /// Two per SM, not more: each block pays a fixed cost (its row's chain
+    /// of dependent loads, a reduction, an arrival), and larger chunks prune
+    /// more noise; four per SM measured slower at small batch for the
+    /// streaming passes (benches/results/2026-12-02-design-measurements.md).
+    Streaming,
+    /// The verifier's resample, latency-bound on too few warps at small and
+    /// medium batch (benches/results/2026-12-02-nvidia-h200-medium-batch-profile.md):
+    /// four per SM (then fitted to the kernel's waves) for up to one request
+    /// per two SMs, where two per SM give each row four chunks or more; two
+    /// above, where four per SM measured slower
+    /// (benches/results/2026-12-02-nvidia-h200-resample-spread-ab.md).
+    Resample,
+}
+
+/// The most blocks per SM any [`Spread`] aims for (what the scratch is sized for).
+const MOST_BLOCKS_PER_SM: usize = 4;
+
+/// Blocks that keep every SM busy at small batch, for `spread` over `rows` rows.
+fn target_blocks(sm_count: u32, rows: usize, spread: Spread) -> usize {
+    let sm_count = sm_count.max(1) as usize;
+    let per_sm = match spread {
+        Spread::Resample if rows <= sm_count / 2 => MOST_BLOCKS_PER_SM,
+        _ => 2,
+    };
+    per_sm * sm_count
 }
 
 /// The longest chunk, in tiles, of a kernel's small variant ([`Workspace::small`]).
@@ -203,7 +224,7 @@ const EXTRA_CHUNKS: usize = 2;
 
 /// Scratch entries (stats, partials) for calls of up to `max_rows` rows.
 fn entries(sm_count: u32, max_rows: usize) -> Option<usize> {
-    max_rows.checked_mul(1 + EXTRA_CHUNKS)?.checked_add(target_blocks(sm_count))
+    max_rows.checked_mul(1 + EXTRA_CHUNKS)?.checked_add(MOST_BLOCKS_PER_SM * sm_count.max(1) as usize)
 }
 
 /// The chunks per row for a call whose `wanted` chunks per row would take
@@ -244,7 +265,7 @@ fn balance_waves(rows: usize, wanted: usize, tiles: usize, slots: usize) -> usiz
 
 #[cfg(test)]
 mod tests {
-    use super::{balance_waves, entries, small, split};
+    use super::{Spread, balance_waves, entries, small, split};
     use crate::tensor::MAX_VOCAB;
     use specdec_core::layout::TILE;
 
@@ -259,9 +280,10 @@ mod tests {
         for rows in rows {
             for sm_count in [1, 2, 7, 108, 132, 144] {
                 for blocks_per_sm in [1, 2, 3, 4, 8] {
-                    for vocab in vocabs {
-                        let s = split(sm_count, rows, vocab, blocks_per_sm);
-                        let at = format!("{rows} rows of {vocab}, {sm_count} SMs × {blocks_per_sm}: {s:?}");
+                    for (vocab, spread) in vocabs.iter().flat_map(|&v| [(v, Spread::Streaming), (v, Spread::Resample)])
+                    {
+                        let s = split(sm_count, rows, vocab, blocks_per_sm, spread);
+                        let at = format!("{rows} rows of {vocab}, {sm_count} SMs × {blocks_per_sm}, {spread:?}: {s:?}");
                         assert!(s.chunk > 0 && s.chunk.is_multiple_of(TILE), "{at}");
                         assert!(s.chunks as usize * s.chunk as usize >= vocab, "{at}: the row is not covered");
                         assert!(((s.chunks - 1) * s.chunk) < vocab as u32, "{at}: an empty chunk");
@@ -308,7 +330,9 @@ mod tests {
     /// measured slower, nor a grid of more than one wave of short rows.
     #[test]
     fn the_small_variants_take_small_calls() {
-        let takes = |rows: usize, vocab: usize, bps: u32| small(132, rows, split(132, rows, vocab, bps), bps);
+        let takes = |rows: usize, vocab: usize, bps: u32| {
+            small(132, rows, split(132, rows, vocab, bps, Spread::Streaming), bps)
+        };
         for k1 in [2, 4, 5, 8] {
             assert!(takes(k1, 151_936, 4) && takes(k1, 32_000, 4), "pass 1 of one request of {k1} rows");
         }
@@ -321,7 +345,7 @@ mod tests {
         assert!(!takes(40_960, 4096, 4), "40,960 rows of 4 tiles: many waves");
         // The statistical suite's calls of one request (V = 4096, K = 3) on any GPU of 4 SMs or more.
         for sm_count in 4..=144 {
-            assert!(small(sm_count, 4, split(sm_count, 4, 4096, 4), 4), "{sm_count} SMs");
+            assert!(small(sm_count, 4, split(sm_count, 4, 4096, 4, Spread::Streaming), 4), "{sm_count} SMs");
         }
     }
 }
