@@ -1,4 +1,4 @@
-//! `rejection_sample` on the CPU: the twin of `crates/kernels/src/rejection.rs`.
+//! `rejection_sample` on the CPU: the twin of `crates/kernels/src/rejection/`.
 //!
 //! It walks each request's drafts in order and stops at the first rejection,
 //! so it reads only the rows it needs; the kernels compute every row's

@@ -1,5 +1,5 @@
 //! `rejection_sample` on the GPU: checks, then the two launches of
-//! `crates/kernels/src/rejection.rs` (each kernel or its lean or small
+//! `crates/kernels/src/rejection/` (each kernel or its lean or small
 //! variant, as the workspace's rules pick).
 
 use super::{Cuda, Launch, Spread, Variants, Workspace, launch};

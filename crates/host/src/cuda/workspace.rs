@@ -43,7 +43,7 @@ pub(crate) struct Addresses {
 }
 
 /// How a call's rows are split over blocks.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Split {
     /// Elements per block, a multiple of `TILE`.
     pub chunk: u32,
@@ -323,6 +323,30 @@ mod tests {
         assert_eq!(balance_waves(1024, 1, 1, 396), 1);
         // V = 32,000 (32 tiles): 512 rows stay in one chunk each.
         assert_eq!(balance_waves(512, 1, 32, 396), 1);
+    }
+
+    /// Above one request per two SMs the resample splits as the streaming
+    /// passes do (four per SM measured slower there); below, it takes more chunks.
+    #[test]
+    fn the_resample_spreads_only_up_to_one_request_per_two_sms() {
+        for sm_count in [2, 7, 108, 132, 144] {
+            for bps in [3, 4] {
+                let at = |rows: usize, spread| split(sm_count, rows, 151_936, bps, spread);
+                let half = sm_count as usize / 2;
+                for rows in half + 1..=4 * sm_count as usize {
+                    assert_eq!(at(rows, Spread::Resample), at(rows, Spread::Streaming), "{rows} rows, {sm_count} SMs");
+                }
+                // Below, at least as many chunks as the streaming split.
+                if half >= 1 {
+                    assert!(at(half, Spread::Resample).chunks >= at(half, Spread::Streaming).chunks, "{sm_count} SMs");
+                }
+            }
+        }
+        // An H200's 16 requests: 22 chunks a row where the streaming split makes 17.
+        assert_eq!(
+            (split(132, 16, 151_936, 3, Spread::Resample).chunks, split(132, 16, 151_936, 3, Spread::Streaming).chunks),
+            (22, 17)
+        );
     }
 
     /// H200 (132 SMs, pass 1 at 4 blocks per SM, the resample at 3): the

@@ -11,7 +11,7 @@
 //!    cache column `i` of the request's slot (and, in the small twin, the
 //!    two rows' overlap, which bounds the residual's mass from below). One
 //!    [`Stats`] per block. The
-//!    request's last block ([`last_block`]) then decides: each warp takes
+//!    request's last block (`crate::last_block`) then decides: each warp takes
 //!    rows `w, w + 8, …` (each row's chunks combined by the warp into
 //!    log-sum-exps), checks their draft ids, reports their flags and finds
 //!    the first that stops the walk (a rejection, a placeholder, or the bonus
@@ -30,7 +30,7 @@
 //!    residual `log(p − q) = a + ln(1 − e^(c−a))` (draft logits), with `p`
 //!    itself folded beside it under the same noise as the fallback for a
 //!    residual that rounding left empty. Both candidates start from floors
-//!    the decision seeded below their log-mass ([`floors`]), so a block rules
+//!    the decision seeded below their log-mass (`accept::floors`), so a block rules
 //!    ids out from its first quad (at one request, a block walks one quad a
 //!    thread, and cold floors let every id through to its logarithms). The
 //!    request's last block combines the chunks and writes token `j` if they

@@ -384,15 +384,15 @@ pub(super) fn words(level: Level, key: &RowKey, first_quad: u32, out: &mut [u32]
     }
 }
 
+/// The rounds after the two [`RowKey`] folds into per-row constants.
+pub(super) const LATER_ROUNDS: usize = PHILOX_ROUNDS as usize - 2;
+
 /// The part of Philox4x32 that is the same for every quad of a row.
 ///
 /// A row's counters `[quad, stream, pos, pos >> 32]` differ only in `ctr[0]`,
 /// so besides the key schedule, the first two rounds' products of the other
 /// words are per-row constants: the vector code does one multiply per
 /// counter in rounds 1 and 2 instead of two.
-/// The rounds after the two [`RowKey`] folds into per-row constants.
-pub(super) const LATER_ROUNDS: usize = PHILOX_ROUNDS as usize - 2;
-
 #[derive(Clone, Copy, Debug)]
 pub(super) struct RowKey {
     /// The row's key and counter words, for the scalar level.
