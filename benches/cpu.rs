@@ -3,7 +3,7 @@
 //!
 //! - `gumbel_sample_cpu`: greedy and random (T = 0.8) sampling at V = 151936,
 //!   f32 and bf16 logits, 1 and 8 rows, and random drafting that also fills
-//!   a bf16 draft-logits cache; throughput in logits bytes.
+//!   bf16 draft logits; throughput in logits bytes.
 //! - `rejection_sample_cpu`: greedy / one-hot / bf16 draft logits at small
 //!   sizes (B ∈ {1, 4}, K = 3, V = 32000); throughput in target logits.
 //! - `memory_bound_cpu`: greedy sampling of a batch larger than the caches
@@ -24,8 +24,8 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use half::bf16;
 use specdec::{
-    Backend, CacheData, CacheShape, Column, Cpu, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Host, Logits,
-    LogitsData, RejectionOutput, RejectionSample, SlotTable, Tokens,
+    Backend, Column, Cpu, DraftLogits, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Host, Logits,
+    RejectionOutput, RejectionSample, SamplingParams,
 };
 use std::hint::black_box;
 use std::time::Duration;
@@ -44,6 +44,14 @@ fn normal(salt: u64, n: usize) -> Vec<f32> {
         .collect()
 }
 
+/// The first `rows` rows of `[_, V]` logits, of the f32 values or their bf16 copy.
+fn logits_of<'a>(dtype: &str, f32s: &'a [f32], bf16s: &'a [bf16], rows: usize) -> Logits<'a, Host> {
+    match dtype {
+        "f32" => Logits::new(&f32s[..rows * V], rows, V),
+        _ => Logits::new(&bf16s[..rows * V], rows, V),
+    }
+}
+
 fn gumbel(c: &mut Criterion) {
     let mut group = c.benchmark_group("gumbel_sample_cpu");
     let max_rows = 8;
@@ -52,36 +60,34 @@ fn gumbel(c: &mut Criterion) {
     let slots: Vec<i32> = (0..max_rows as i32).collect();
     let pos: Vec<u64> = (100..100 + max_rows as u64).collect();
     let seed = vec![7u64; max_rows];
-    let mut cache = vec![bf16::ZERO; max_rows * V];
-    for (mode, t, cached) in
+    let mut draft_logits = vec![bf16::ZERO; max_rows * V];
+    let shape = DraftLogitsShape::dense(max_rows, 1, V);
+    for (mode, t, drafting) in
         [("greedy", 0.0f32, false), ("random T=0.8", T, false), ("drafting T=0.8 bf16 cache", T, true)]
     {
         let temperature = vec![t; max_rows];
         for rows in [1usize, 8] {
             for dtype in ["f32", "bf16"] {
-                let data = match dtype {
-                    "f32" => LogitsData::F32(&f32s[..rows * V]),
-                    _ => LogitsData::BF16(&bf16s[..rows * V]),
-                };
                 let bytes = rows * V * if dtype == "f32" { 4 } else { 2 };
                 group.throughput(Throughput::Bytes(bytes as u64));
                 let id = BenchmarkId::new(mode, format!("rows={rows}/V={V}/{dtype}"));
-                let mut args = GumbelSample {
-                    logits: Logits { data, rows, vocab: V, row_stride: V },
-                    slots: &slots[..rows],
-                    pos: &pos[..rows],
-                    table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
-                    drafting: cached,
-                    cache: cached.then(|| {
-                        let shape = CacheShape { slots: max_rows, k: 1, width: V, stride0: V, stride1: V };
-                        (DraftCache { data: CacheData::BF16(&mut cache[..]), shape }, Column::All(0))
-                    }),
+                let call = GumbelSample {
+                    drafting,
+                    ..GumbelSample::new(
+                        logits_of(dtype, &f32s, &bf16s, rows),
+                        &slots[..rows],
+                        &pos[..rows],
+                        SamplingParams::new(&temperature, &seed),
+                    )
                 };
                 let mut tokens = vec![0i32; rows];
                 group.bench_function(id, |b| {
                     b.iter(|| {
-                        let out = GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: None };
-                        Cpu.gumbel_sample(black_box(&mut args), out).expect("gumbel_sample");
+                        let mut out = GumbelOutput::new(&mut tokens);
+                        if drafting {
+                            out = out.with_draft_logits(DraftLogitsMut::new(&mut draft_logits, shape), Column::All(0));
+                        }
+                        Cpu.gumbel_sample(black_box(&call), &mut out).expect("gumbel_sample");
                         black_box(tokens[0])
                     })
                 });
@@ -102,19 +108,11 @@ fn memory_bound(c: &mut Criterion) {
     let slots: Vec<i32> = (0..rows as i32).collect();
     let pos: Vec<u64> = (0..rows as u64).collect();
     let (temperature, seed) = (vec![0f32; rows], vec![7u64; rows]);
-    let mut args = GumbelSample {
-        logits: Logits { data: LogitsData::F32(&f32s[..]), rows, vocab: V, row_stride: V },
-        slots: &slots[..],
-        pos: &pos[..],
-        table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
-        drafting: false,
-        cache: None,
-    };
+    let call = GumbelSample::new(Logits::new(&f32s, rows, V), &slots, &pos, SamplingParams::new(&temperature, &seed));
     let mut tokens = vec![0i32; rows];
     group.bench_function(BenchmarkId::new("greedy", format!("rows={rows}/V={V}/f32")), |b| {
         b.iter(|| {
-            let out = GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: None };
-            Cpu.gumbel_sample(black_box(&mut args), out).expect("gumbel_sample");
+            Cpu.gumbel_sample(black_box(&call), &mut GumbelOutput::new(&mut tokens)).expect("gumbel_sample");
             black_box(tokens[0])
         })
     });
@@ -160,17 +158,15 @@ fn rejection(c: &mut Criterion) {
             group.throughput(Throughput::Elements((rows * vocab) as u64));
             let id = BenchmarkId::new(mode, format!("B={b}/K={k}/V={vocab}/f32"));
             let args = RejectionSample {
-                target: Logits { data: LogitsData::F32(&target[..rows * vocab]), rows, vocab, row_stride: vocab },
+                target: Logits::new(&target[..rows * vocab], rows, vocab),
                 offsets: &offsets[..],
                 drafts: &drafts[..rows],
                 slots: &slots[..b],
                 pos: &pos[..rows],
-                table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
+                params: SamplingParams::new(&temperature, &seed),
                 max_drafts: k,
-                draft_logits: (mode == "bf16-draft").then(|| DraftLogits {
-                    data: LogitsData::BF16(&draft[..]),
-                    shape: CacheShape { slots: max_b, k, width: vocab, stride0: k * vocab, stride1: vocab },
-                }),
+                draft_logits: (mode == "bf16-draft")
+                    .then(|| DraftLogits::new(&draft, DraftLogitsShape::dense(max_b, k, vocab))),
             };
             let mut tokens = vec![0i32; b * (k + 1)];
             let mut num_emitted = vec![0i32; b];
@@ -182,13 +178,8 @@ fn rejection(c: &mut Criterion) {
 
 /// One `Cpu::rejection_sample` call of `args` into `tokens` and `num_emitted`.
 fn verify(args: &RejectionSample<'_, Host>, tokens: &mut [i32], num_emitted: &mut [i32]) -> i32 {
-    let out = RejectionOutput {
-        tokens: Tokens::I32(tokens),
-        num_emitted: &mut *num_emitted,
-        accepted: None,
-        row_status: None,
-    };
-    Cpu.rejection_sample(black_box(args), out).expect("rejection_sample");
+    Cpu.rejection_sample(black_box(args), &mut RejectionOutput::new(tokens, &mut *num_emitted))
+        .expect("rejection_sample");
     black_box(num_emitted[0])
 }
 
@@ -209,14 +200,7 @@ fn threads(c: &mut Criterion) {
     let slots: Vec<i32> = (0..rows as i32).collect();
     let pos: Vec<u64> = (100..100 + rows as u64).collect();
     let (temperature, seed) = (vec![T; rows], vec![7u64; rows]);
-    let mut args = GumbelSample {
-        logits: Logits { data: LogitsData::F32(&logits[..]), rows, vocab: V, row_stride: V },
-        slots: &slots[..],
-        pos: &pos[..],
-        table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
-        drafting: false,
-        cache: None,
-    };
+    let call = GumbelSample::new(Logits::new(&logits, rows, V), &slots, &pos, SamplingParams::new(&temperature, &seed));
     let mut tokens = vec![0i32; rows];
     group.throughput(Throughput::Elements(rows as u64));
     for (n, pool) in &pools {
@@ -224,8 +208,7 @@ fn threads(c: &mut Criterion) {
         group.bench_function(id, |b| {
             pool.install(|| {
                 b.iter(|| {
-                    let out = GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: None };
-                    Cpu.gumbel_sample(black_box(&mut args), out).expect("gumbel_sample");
+                    Cpu.gumbel_sample(black_box(&call), &mut GumbelOutput::new(&mut tokens)).expect("gumbel_sample");
                     black_box(tokens[0])
                 })
             })
@@ -256,17 +239,14 @@ fn threads(c: &mut Criterion) {
     let pos: Vec<u64> = (0..rows as u64).collect();
     let (temperature, seed) = (vec![T; b], vec![7u64; b]);
     let args = RejectionSample {
-        target: Logits { data: LogitsData::F32(&target[..]), rows, vocab: V, row_stride: V },
+        target: Logits::new(&target, rows, V),
         offsets: &offsets[..],
         drafts: &drafts[..],
         slots: &slots[..],
         pos: &pos[..],
-        table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
+        params: SamplingParams::new(&temperature, &seed),
         max_drafts: k,
-        draft_logits: Some(DraftLogits {
-            data: LogitsData::BF16(&draft[..]),
-            shape: CacheShape { slots: b, k, width: V, stride0: k * V, stride1: V },
-        }),
+        draft_logits: Some(DraftLogits::new(&draft, DraftLogitsShape::dense(b, k, V))),
     };
     let mut tokens = vec![0i32; rows];
     let mut num_emitted = vec![0i32; b];
@@ -290,22 +270,19 @@ fn overhead(c: &mut Criterion) {
         let mut tokens = [0i32];
         group.bench_function("gumbel_sample rows=1 V=1 (Backend::cpu)", |b| {
             b.iter(|| {
-                let mut args = GumbelSample {
-                    logits: Logits { data: LogitsData::F32(&logits[..]), rows: 1, vocab: 1, row_stride: 1 },
-                    slots: &slots[..],
-                    pos: &pos[..],
-                    table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
-                    drafting: false,
-                    cache: None,
-                };
-                let out = GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: None };
-                backend.gumbel_sample(black_box(&mut args), out).expect("gumbel_sample");
+                let call = GumbelSample::new(
+                    Logits::new(&logits, 1, 1),
+                    &slots,
+                    &pos,
+                    SamplingParams::new(&temperature, &seed),
+                );
+                backend.gumbel_sample(black_box(&call), &mut GumbelOutput::new(&mut tokens)).expect("gumbel_sample");
                 black_box(tokens[0])
             })
         });
     }
 
-    // Validation alone: `rows` rows with per-row cache columns, the last one out of range, so
+    // Validation alone: `rows` rows with per-row draft columns, the last one out of range, so
     // every shape, slot, temperature and column check runs and the call fails before sampling.
     for rows in [1usize, 64, 1024] {
         let vocab = 1024;
@@ -315,26 +292,22 @@ fn overhead(c: &mut Criterion) {
         let temperature = vec![T; rows];
         let seed = vec![7u64; rows];
         let mut columns = vec![1i32; rows];
-        columns[rows - 1] = 2; // the cache has k = 2 columns
-        let mut cache = vec![bf16::ZERO; rows * 2 * vocab];
+        columns[rows - 1] = 2; // the draft logits have k = 2 columns
+        let mut draft_logits = vec![bf16::ZERO; rows * 2 * vocab];
         let mut tokens = vec![0i32; rows];
         let mut call = || {
-            let mut args = GumbelSample {
-                logits: Logits { data: LogitsData::F32(&logits[..]), rows, vocab, row_stride: 0 },
-                slots: &slots[..],
-                pos: &pos[..],
-                table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
-                drafting: true,
-                cache: Some((
-                    DraftCache {
-                        data: CacheData::BF16(&mut cache[..]),
-                        shape: CacheShape { slots: rows, k: 2, width: vocab, stride0: 2 * vocab, stride1: vocab },
-                    },
-                    Column::PerRow(&columns[..]),
-                )),
-            };
-            let out = GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: None };
-            Cpu.gumbel_sample(black_box(&mut args), out)
+            let args = GumbelSample::new(
+                Logits::new(&logits, rows, vocab).with_row_stride(0),
+                &slots,
+                &pos,
+                SamplingParams::new(&temperature, &seed),
+            )
+            .drafting();
+            let mut out = GumbelOutput::new(&mut tokens).with_draft_logits(
+                DraftLogitsMut::new(&mut draft_logits, DraftLogitsShape::dense(rows, 2, vocab)),
+                Column::per_row(&columns),
+            );
+            Cpu.gumbel_sample(black_box(&args), &mut out)
         };
         let err = call().expect_err("the last row's column is out of range");
         assert!(err.to_string().contains(&format!("row {}", rows - 1)), "{err}");
@@ -359,24 +332,17 @@ fn overhead(c: &mut Criterion) {
         let mut tokens = vec![0i32; b * (k + 1)];
         let mut num_emitted = vec![0i32; b];
         let args = RejectionSample {
-            target: Logits { data: LogitsData::F32(&target[..]), rows, vocab, row_stride: 0 },
+            target: Logits::new(&target, rows, vocab).with_row_stride(0),
             offsets: &offsets[..],
             drafts: &drafts[..],
             slots: &slots[..],
             pos: &pos[..],
-            table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
+            params: SamplingParams::new(&temperature, &seed),
             max_drafts: k,
             draft_logits: None,
         };
-        let mut call = || {
-            let out = RejectionOutput {
-                tokens: Tokens::I32(&mut tokens[..]),
-                num_emitted: &mut num_emitted[..],
-                accepted: None,
-                row_status: None,
-            };
-            Cpu.rejection_sample(black_box(&args), out)
-        };
+        let mut call =
+            || Cpu.rejection_sample(black_box(&args), &mut RejectionOutput::new(&mut tokens, &mut num_emitted));
         let err = call().expect_err("the last draft is out of range");
         assert!(err.to_string().contains(&format!("row {}", rows - 2)), "{err}");
         group.throughput(Throughput::Elements(b as u64));

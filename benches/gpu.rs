@@ -16,7 +16,7 @@
 //! outputs with made-up numbers and no GPU (to try the report step anywhere).
 //!
 //! Cases (f32 logits unless named):
-//! - `gumbel_sample` greedy / random (T = 0.8) / drafting (T = 0.8, bf16 cache)
+//! - `gumbel_sample` greedy / random (T = 0.8) / drafting (T = 0.8, bf16 draft logits)
 //!   at V ∈ {32000, 128256, 151936, 262144} × rows ∈ {1, 8, 64, 256, 1024}; and
 //!   random at 1024 × 151936 on Zipf-like rows (`−1.1·ln(rank + 1)`, ranks
 //!   permuted per row) beside the N(0, 1)-like rows of every other case.
@@ -47,7 +47,7 @@
 //! with a parameter block of the same size ([`EmptyKernel`]).
 //!
 //! Minimal bytes: one read of every target row and of every draft row used;
-//! sampling with a cache adds the cache write; verification (not greedy) adds
+//! drafting adds the draft-logits write; verification (not greedy) adds
 //! one re-read of one row per request (its target row, and its draft row with
 //! draft logits). Token, slot and position arrays are negligible.
 
@@ -55,8 +55,8 @@ use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptu
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, result};
 use half::bf16;
 use specdec::{
-    CacheData, CacheShape, Column, Cuda, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Logits, LogitsData,
-    RejectionOutput, RejectionSample, SlotTable, Tokens, Workspace,
+    Column, Cuda, Device, DraftLogits, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Logits,
+    RejectionOutput, RejectionSample, SamplingParams, Workspace,
 };
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams};
 use std::ffi::c_void;
@@ -94,10 +94,10 @@ const T: f32 = 0.8;
 const MAX_ROWS: usize = 2048;
 /// Elements of the f32 logits (and bf16 draft) buffer: covers 2048 × 151936 and 1024 × 262144.
 const LOGITS_LEN: usize = MAX_ROWS * V_MAIN;
-/// The drafting cache: `[1024 slots, 8 columns, V]`, written at column 3.
-const CACHE_SLOTS: usize = 1024;
-const CACHE_K: usize = 8;
-const CACHE_COLUMN: usize = 3;
+/// The draft logits that drafting writes: `[1024 slots, 8 columns, V]`, at column 3.
+const DRAFT_SLOTS: usize = 1024;
+const DRAFT_K: usize = 8;
+const DRAFT_COLUMN: usize = 3;
 /// Slots of the verification calls (request `r` has slot `r`).
 const VERIFY_SLOTS: usize = 256;
 /// Rows of the bf16 target logits (the first rows of the f32 ones, at `V_MAIN`).
@@ -211,7 +211,7 @@ struct Case {
     op: &'static str,
     mode: &'static str,
     logits_dtype: &'static str,
-    /// The cache dtype (sampling) or draft-logits dtype (verification).
+    /// The dtype of the draft logits written (sampling) or read (verification).
     draft_dtype: Option<&'static str>,
     input: &'static str,
     vocab: usize,
@@ -457,7 +457,7 @@ impl Spec {
         match *self {
             Spec::Gumbel { mode, zipf, vocab, rows } => {
                 let drafting = mode == SampleMode::Drafting;
-                // One read of every row, plus the bf16 cache write when drafting.
+                // One read of every row, plus the bf16 draft-logits write when drafting.
                 let per_element = if drafting { 4 + 2 } else { 4 };
                 Case {
                     name: self.name(),
@@ -581,8 +581,8 @@ struct Buffers {
     draft: CudaSlice<bf16>,
     /// `[BF16_TARGET_ROWS × 151936]` bf16: the first rows of `logits`.
     target_bf16: CudaSlice<bf16>,
-    /// The drafting cache `[CACHE_SLOTS, CACHE_K, 262144]` bf16.
-    cache: CudaSlice<bf16>,
+    /// The draft logits drafting writes, `[DRAFT_SLOTS, DRAFT_K, 262144]` bf16.
+    written: CudaSlice<bf16>,
     slots: CudaSlice<i32>,
     pos: CudaSlice<u64>,
     seeds: CudaSlice<u64>,
@@ -593,6 +593,14 @@ struct Buffers {
 }
 
 impl Buffers {
+    /// The first `rows` rows of the `[_, vocab]` target logits: f32, or their bf16 copy.
+    fn target(&self, bf16_target: bool, rows: usize, vocab: usize) -> Logits<'_, Device> {
+        match bf16_target {
+            false => Logits::new(self.logits.slice(..rows * vocab), rows, vocab),
+            true => Logits::new(self.target_bf16.slice(..rows * vocab), rows, vocab),
+        }
+    }
+
     /// A copy of every buffer, allocated now: with cudarc's event tracking
     /// on, each then carries its events (buffers made with it off never do).
     fn copied(&self, s: &Arc<CudaStream>) -> Buffers {
@@ -601,7 +609,7 @@ impl Buffers {
             zipf: s.clone_dtod(&self.zipf).unwrap_or_else(setup),
             draft: s.clone_dtod(&self.draft).unwrap_or_else(setup),
             target_bf16: s.clone_dtod(&self.target_bf16).unwrap_or_else(setup),
-            cache: s.clone_dtod(&self.cache).unwrap_or_else(setup),
+            written: s.clone_dtod(&self.written).unwrap_or_else(setup),
             slots: s.clone_dtod(&self.slots).unwrap_or_else(setup),
             pos: s.clone_dtod(&self.pos).unwrap_or_else(setup),
             seeds: s.clone_dtod(&self.seeds).unwrap_or_else(setup),
@@ -669,34 +677,26 @@ impl Bench {
     fn gumbel(&mut self, clock: Clock, mode: SampleMode, zipf: bool, vocab: usize, rows: usize) {
         let name = Spec::Gumbel { mode, zipf, vocab, rows }.name();
         let Bench { cuda, timer, ws, buf, .. } = self;
-        let Buffers { logits, zipf: zipf_logits, cache, slots, pos, seeds, greedy, random, tokens, .. } = buf;
+        let Buffers { logits, zipf: zipf_logits, written, slots, pos, seeds, greedy, random, tokens, .. } = buf;
         let logits = if zipf { &*zipf_logits } else { &*logits };
         let temps = if mode == SampleMode::Greedy { &*greedy } else { &*random };
+        let drafting = mode == SampleMode::Drafting;
         let call = |_: &Arc<CudaStream>| {
-            let mut args = GumbelSample {
-                logits: Logits { data: LogitsData::F32(logits.slice(..rows * vocab)), rows, vocab, row_stride: vocab },
-                slots: slots.slice(..rows),
-                pos: pos.slice(..rows),
-                table: SlotTable { temperature: temps.slice(..CACHE_SLOTS), seed: seeds.slice(..CACHE_SLOTS) },
-                drafting: mode == SampleMode::Drafting,
-                cache: (mode == SampleMode::Drafting).then(|| {
-                    (
-                        DraftCache {
-                            data: CacheData::BF16(cache.as_view_mut()),
-                            shape: CacheShape {
-                                slots: CACHE_SLOTS,
-                                k: CACHE_K,
-                                width: vocab,
-                                stride0: CACHE_K * vocab,
-                                stride1: vocab,
-                            },
-                        },
-                        Column::All(CACHE_COLUMN),
-                    )
-                }),
+            let args = GumbelSample {
+                drafting,
+                ..GumbelSample::new(
+                    Logits::new(logits.slice(..rows * vocab), rows, vocab),
+                    slots.slice(..rows),
+                    pos.slice(..rows),
+                    SamplingParams::new(temps.slice(..DRAFT_SLOTS), seeds.slice(..DRAFT_SLOTS)),
+                )
             };
-            let out = GumbelOutput { tokens: Tokens::I32(tokens.slice_mut(..rows)), row_status: None };
-            cuda.gumbel_sample(ws, &mut args, out).unwrap_or_else(|e| fail(&name, e));
+            let mut out = GumbelOutput::new(tokens.slice_mut(..rows));
+            if drafting {
+                let shape = DraftLogitsShape::dense(DRAFT_SLOTS, DRAFT_K, vocab);
+                out = out.with_draft_logits(DraftLogitsMut::new(&mut *written, shape), Column::All(DRAFT_COLUMN));
+            }
+            cuda.gumbel_sample(ws, &args, &mut out).unwrap_or_else(|e| fail(&name, e));
         };
         let timing = timer.measure(clock, &name, call);
         self.check_status(&name);
@@ -723,21 +723,14 @@ impl Bench {
         let case = format!("draft tokens V={vocab}");
         let Bench { cuda, stream, ws, buf, .. } = self;
         let mut draw = |temps: &CudaSlice<f32>, tokens: &mut CudaSlice<i32>| {
-            let mut args = GumbelSample {
-                logits: Logits {
-                    data: LogitsData::BF16(buf.draft.slice(..MAX_ROWS * vocab)),
-                    rows: MAX_ROWS,
-                    vocab,
-                    row_stride: vocab,
-                },
-                slots: buf.slots.slice(..MAX_ROWS),
-                pos: buf.pos.slice(..MAX_ROWS),
-                table: SlotTable { temperature: temps.as_view(), seed: buf.seeds.as_view() },
-                drafting: true,
-                cache: None,
-            };
-            let out = GumbelOutput { tokens: Tokens::I32(tokens.as_view_mut()), row_status: None };
-            cuda.gumbel_sample(ws, &mut args, out).unwrap_or_else(|e| fail(&case, e));
+            let args = GumbelSample::new(
+                Logits::new(buf.draft.slice(..MAX_ROWS * vocab), MAX_ROWS, vocab),
+                buf.slots.slice(..MAX_ROWS),
+                buf.pos.slice(..MAX_ROWS),
+                SamplingParams::new(temps, &buf.seeds),
+            )
+            .drafting();
+            cuda.gumbel_sample(ws, &args, &mut GumbelOutput::new(&mut *tokens)).unwrap_or_else(|e| fail(&case, e));
             stream.clone_dtoh(tokens).unwrap_or_else(|e| fail(&case, e))
         };
         let mut tokens = buf.tokens.clone();
@@ -770,37 +763,22 @@ impl Bench {
         let mut vtokens = s.alloc_zeros::<i32>(b * (k + 1)).unwrap_or_else(|e| fail(&name, e));
         let Bench { cuda, timer, ws, buf, .. } = self;
         let temps = if mode == VerifyMode::Greedy { &buf.greedy } else { &buf.random };
+        // Draft `i` of request `r` is row `r·(K+1) + i` of the draft buffer, beside its target row.
+        let draft_shape =
+            DraftLogitsShape { slots: VERIFY_SLOTS, k, width: vocab, stride0: (k + 1) * vocab, stride1: vocab };
         let call = |_: &Arc<CudaStream>| {
-            let target = match bf16_target {
-                false => LogitsData::F32(buf.logits.slice(..rows * vocab)),
-                true => LogitsData::BF16(buf.target_bf16.slice(..rows * vocab)),
-            };
             let args = RejectionSample {
-                target: Logits { data: target, rows, vocab, row_stride: vocab },
+                target: buf.target(bf16_target, rows, vocab),
                 offsets: doffsets.as_view(),
                 drafts: ddrafts.as_view(),
                 slots: buf.slots.slice(..b),
                 pos: buf.pos.slice(..rows),
-                table: SlotTable { temperature: temps.slice(..VERIFY_SLOTS), seed: buf.seeds.slice(..VERIFY_SLOTS) },
+                params: SamplingParams::new(temps.slice(..VERIFY_SLOTS), buf.seeds.slice(..VERIFY_SLOTS)),
                 max_drafts: k,
-                draft_logits: (mode == VerifyMode::Bf16Draft).then(|| DraftLogits {
-                    data: LogitsData::BF16(buf.draft.as_view()),
-                    shape: CacheShape {
-                        slots: VERIFY_SLOTS,
-                        k,
-                        width: vocab,
-                        stride0: (k + 1) * vocab,
-                        stride1: vocab,
-                    },
-                }),
+                draft_logits: (mode == VerifyMode::Bf16Draft).then(|| DraftLogits::new(&buf.draft, draft_shape)),
             };
-            let out = RejectionOutput {
-                tokens: Tokens::I32(vtokens.as_view_mut()),
-                num_emitted: num_emitted.as_view_mut(),
-                accepted: Some(accepted.as_view_mut()),
-                row_status: None,
-            };
-            cuda.rejection_sample(ws, &args, out).unwrap_or_else(|e| fail(&name, e));
+            let mut out = RejectionOutput::new(&mut vtokens, &mut num_emitted).with_accepted(&mut accepted);
+            cuda.rejection_sample(ws, &args, &mut out).unwrap_or_else(|e| fail(&name, e));
         };
         let timing = timer.measure(clock, &name, call);
         self.check_status(&name);
@@ -944,7 +922,7 @@ fn main() {
         zipf: s.clone_htod(&host_zipf).unwrap_or_else(setup),
         draft: s.clone_htod(&host_draft).unwrap_or_else(setup),
         target_bf16: s.clone_htod(&host_target_bf16).unwrap_or_else(setup),
-        cache: s.alloc_zeros::<bf16>(CACHE_SLOTS * CACHE_K * SAMPLE_VOCABS[3]).unwrap_or_else(setup),
+        written: s.alloc_zeros::<bf16>(DRAFT_SLOTS * DRAFT_K * SAMPLE_VOCABS[3]).unwrap_or_else(setup),
         slots: s.clone_htod(&slots).unwrap_or_else(setup),
         pos: s.clone_htod(&(0..MAX_ROWS as u64).collect::<Vec<_>>()).unwrap_or_else(setup),
         seeds: s.clone_htod(&vec![7u64; MAX_ROWS]).unwrap_or_else(setup),

@@ -165,10 +165,10 @@ test_device!(narrower_cache_is_rejected_and_untouched, |backend, scale| {
             let before = b.cache.clone().expect("cache").data;
             let (result, out) = b.run_keep(&backend);
             match result {
-                Err(e @ Error::CacheTooNarrow { cache_width: 63, vocab: 64 }) => {
+                Err(e @ Error::DraftLogitsTooNarrow { width: 63, vocab: 64 }) => {
                     assert!(e.to_string().contains("narrower"), "{ctx}: message {e}")
                 }
-                other => panic!("{ctx}: expected CacheTooNarrow, got {other:?}"),
+                other => panic!("{ctx}: expected DraftLogitsTooNarrow, got {other:?}"),
             }
             assert!(out.untouched(), "{ctx}: outputs written: {out:?}");
             assert_eq!(first_bit_difference(&b.cache.expect("cache").data, &before), None, "{ctx}: cache written");

@@ -15,10 +15,10 @@
 
 use specdec::status::{INVALID, INVALID_COLUMN, INVALID_SLOT, INVALID_TEMPERATURE, NAN_LOGITS};
 use specdec::{
-    Backend, CacheData, CacheShape, Column, Cuda, DType, Device, DraftCache, Error, GumbelOutput, GumbelSample, Logits,
-    LogitsData, SlotTable, Tokens, Workspace,
+    Backend, Column, Cuda, DType, Device, DraftLogitsMut, DraftLogitsShape, Error, GumbelOutput, GumbelSample, Logits,
+    SamplingParams, Workspace,
 };
-use specdec_suite::batch::{ColumnSpec, Sampled, Values};
+use specdec_suite::batch::{ColumnSpec, DeviceValues, Sampled};
 use specdec_suite::inputs::{Rng, assert_same_tokens, first_bit_difference, random_batch, random_cache};
 use specdec_suite::{Batch, CacheSpec};
 
@@ -79,14 +79,6 @@ fn gpu_matches_cpu_on_random_batches() {
 
 // --- The zero-copy API --------------------------------------------------------
 
-/// One device buffer per dtype (the `cudarc` slice types stay inferred: this
-/// crate does not depend on `cudarc` itself).
-enum ByDtype<A, B, C> {
-    F32(A),
-    BF16(B),
-    F16(C),
-}
-
 /// Runs `b` through [`Cuda::gumbel_sample`] with device copies of its buffers
 /// and workspace `ws`, then copies tokens, statuses and the cache back (the
 /// cache into `b`). Tokens start at `i32::MIN`/`i64::MIN` and statuses at
@@ -94,17 +86,8 @@ enum ByDtype<A, B, C> {
 /// beyond shapes: slots, temperatures and columns reach the kernel as they are.
 fn run_device(cuda: &Cuda, ws: &mut Workspace, b: &mut Batch) -> specdec::Result<Sampled> {
     let s = cuda.stream();
-    let logits = match &b.logits {
-        Values::F32(v) => ByDtype::F32(s.clone_htod(v)?),
-        Values::BF16(v) => ByDtype::BF16(s.clone_htod(v)?),
-        Values::F16(v) => ByDtype::F16(s.clone_htod(v)?),
-    };
-    let mut cache = match b.cache.as_ref().map(|c| &c.data) {
-        None => None,
-        Some(Values::F32(v)) => Some(ByDtype::F32(s.clone_htod(v)?)),
-        Some(Values::BF16(v)) => Some(ByDtype::BF16(s.clone_htod(v)?)),
-        Some(Values::F16(v)) => Some(ByDtype::F16(s.clone_htod(v)?)),
-    };
+    let logits = DeviceValues::upload(s, &b.logits)?;
+    let mut cache = b.cache.as_ref().map(|c| DeviceValues::upload(s, &c.data)).transpose()?;
     let columns = match b.cache.as_ref().map(|c| &c.column) {
         Some(ColumnSpec::PerRow(cols)) => Some(s.clone_htod(cols)?),
         _ => None,
@@ -115,47 +98,30 @@ fn run_device(cuda: &Cuda, ws: &mut Workspace, b: &mut Batch) -> specdec::Result
     let mut t64 = s.clone_htod(&vec![i64::MIN; b.rows])?;
     let mut status = s.clone_htod(&vec![u32::MAX; b.rows])?;
     {
-        let data = match &logits {
-            ByDtype::F32(d) => LogitsData::F32(d.as_view()),
-            ByDtype::BF16(d) => LogitsData::BF16(d.as_view()),
-            ByDtype::F16(d) => LogitsData::F16(d.as_view()),
-        };
-        let cache = match (&mut cache, &b.cache) {
-            (Some(d), Some(c)) => {
-                let data = match d {
-                    ByDtype::F32(d) => CacheData::F32(d.as_view_mut()),
-                    ByDtype::BF16(d) => CacheData::BF16(d.as_view_mut()),
-                    ByDtype::F16(d) => CacheData::F16(d.as_view_mut()),
-                };
-                let column = match (&c.column, &columns) {
-                    (ColumnSpec::All(col), _) => Column::All(*col),
-                    (ColumnSpec::PerRow(_), Some(cols)) => Column::PerRow(cols.as_view()),
-                    (ColumnSpec::PerRow(_), None) => unreachable!("per-row columns were uploaded"),
-                };
-                Some((DraftCache { data, shape: c.shape() }, column))
-            }
-            _ => None,
-        };
-        let mut args = GumbelSample::<Device> {
-            logits: Logits { data, rows: b.rows, vocab: b.vocab, row_stride: b.row_stride },
+        let call = GumbelSample::<Device> {
+            logits: Logits { data: logits.view(), rows: b.rows, vocab: b.vocab, row_stride: b.row_stride },
             slots: slots.as_view(),
             pos: pos.as_view(),
-            table: SlotTable { temperature: temperature.as_view(), seed: seed.as_view() },
+            params: SamplingParams::new(&temperature, &seed),
             drafting: b.drafting,
-            cache,
         };
-        let tokens = if b.tokens_i64 { Tokens::I64(t64.as_view_mut()) } else { Tokens::I32(t32.as_view_mut()) };
-        cuda.gumbel_sample(ws, &mut args, GumbelOutput { tokens, row_status: Some(status.as_view_mut()) })?;
+        let out = if b.tokens_i64 { GumbelOutput::new(&mut t64) } else { GumbelOutput::new(&mut t32) };
+        let mut out = out.with_row_status(&mut status);
+        if let (Some(d), Some(c)) = (&mut cache, &b.cache) {
+            let column = match (&c.column, &columns) {
+                (ColumnSpec::All(col), _) => Column::All(*col),
+                (ColumnSpec::PerRow(_), Some(cols)) => Column::per_row(cols),
+                (ColumnSpec::PerRow(_), None) => unreachable!("per-row columns were uploaded"),
+            };
+            out = out.with_draft_logits(DraftLogitsMut { data: d.view_mut(), shape: c.shape() }, column);
+        }
+        cuda.gumbel_sample(ws, &call, &mut out)?;
     }
     let tokens =
         if b.tokens_i64 { s.clone_dtoh(&t64)? } else { s.clone_dtoh(&t32)?.into_iter().map(i64::from).collect() };
     let row_status = s.clone_dtoh(&status)?;
     if let (Some(d), Some(c)) = (&cache, &mut b.cache) {
-        c.data = match d {
-            ByDtype::F32(d) => Values::F32(s.clone_dtoh(d)?),
-            ByDtype::BF16(d) => Values::BF16(s.clone_dtoh(d)?),
-            ByDtype::F16(d) => Values::F16(s.clone_dtoh(d)?),
-        };
+        c.data = d.download(s)?;
     }
     s.synchronize()?;
     Ok(Sampled { tokens, row_status })
@@ -292,25 +258,16 @@ fn offsets_past_u32_elements_are_not_truncated() -> specdec::Result<()> {
     let (temperature, seed) = (s.clone_htod(&[0.0f32, 0.0])?, s.clone_htod(&[1u64, 2])?);
     let mut tokens = s.alloc_zeros::<i64>(2)?;
     let mut ws = cuda.workspace(2)?;
-    let mut args = GumbelSample::<Device> {
-        logits: Logits { data: LogitsData::BF16(logits.as_view()), rows: 2, vocab, row_stride: FAR },
-        slots: slots.as_view(),
-        pos: pos.as_view(),
-        table: SlotTable { temperature: temperature.as_view(), seed: seed.as_view() },
-        drafting: false,
-        cache: Some((
-            DraftCache {
-                data: CacheData::BF16(cache.as_view_mut()),
-                shape: CacheShape { slots: 2, k: 1, width: vocab, stride0: FAR, stride1: vocab },
-            },
-            Column::All(0),
-        )),
-    };
-    cuda.gumbel_sample(
-        &mut ws,
-        &mut args,
-        GumbelOutput { tokens: Tokens::I64(tokens.as_view_mut()), row_status: None },
-    )?;
+    let call = GumbelSample::new(
+        Logits::new(&logits, 2, vocab).with_row_stride(FAR),
+        &slots,
+        &pos,
+        SamplingParams::new(&temperature, &seed),
+    );
+    let shape = DraftLogitsShape { slots: 2, k: 1, width: vocab, stride0: FAR, stride1: vocab };
+    let mut out =
+        GumbelOutput::new(&mut tokens).with_draft_logits(DraftLogitsMut::new(&mut cache, shape), Column::All(0));
+    cuda.gumbel_sample(&mut ws, &call, &mut out)?;
     assert_eq!(s.clone_dtoh(&tokens)?, [10, 900], "tokens of rows 0 and 1 (row 1 starts at element 2^32)");
     for (slot, at) in [(0, 0), (1, FAR)] {
         let stored = s.clone_dtoh(&cache.slice(at..at + vocab))?;

@@ -5,7 +5,7 @@
 //! errors (device-resident values are checked by the kernels:
 //! `tests/gumbel_gpu.rs`).
 
-use specdec::{Backend, DType, Error, GumbelOutput, GumbelSample, Logits, LogitsData, MAX_VOCAB, SlotTable, Tokens};
+use specdec::{Backend, DType, Error, GumbelOutput, MAX_VOCAB};
 use specdec_suite::batch::{ColumnSpec, Values};
 use specdec_suite::inputs::first_bit_difference;
 use specdec_suite::{Batch, CacheSpec, test_device};
@@ -73,7 +73,7 @@ test_device!(invalid_slots_are_rejected, |backend, scale| {
         &backend,
         "cache of 2 slots",
         |b| b.cache = Some(cache(2, CACHE_K, ColumnSpec::All(0))),
-        |e| matches!(e, Error::CacheSlots { cache_slots: 2, num_slots: NUM_SLOTS }),
+        |e| matches!(e, Error::DraftLogitsSlots { draft_slots: 2, num_slots: NUM_SLOTS }),
     );
 });
 
@@ -115,7 +115,7 @@ test_device!(length_mismatches_are_rejected, |backend, scale| {
         &backend,
         "3 per-row columns",
         |b| cache_mut(b).column = ColumnSpec::PerRow(vec![0; short]),
-        |e| is_length(e, "cache columns", ROWS, short),
+        |e| is_length(e, "draft columns", ROWS, short),
     );
     let is_logits = |e: &Error| matches!(e, Error::BufferTooSmall { what: "logits", .. });
     reject(&backend, "logits one short", |b| b.logits = b.logits.gather(0..ROWS * VOCAB - 1), is_logits);
@@ -127,7 +127,7 @@ test_device!(length_mismatches_are_rejected, |backend, scale| {
             let c = cache_mut(b);
             c.data = c.data.gather(0..c.data.len() - 1);
         },
-        |e| matches!(e, Error::BufferTooSmall { what: "draft cache", .. }),
+        |e| matches!(e, Error::BufferTooSmall { what: "draft logits", .. }),
     );
 });
 
@@ -169,33 +169,27 @@ test_device!(bad_vocab_and_cache_layouts_are_rejected, |backend, scale| {
         &backend,
         "columns overlapping (stride1 < width)",
         |b| cache_mut(b).stride1 = CACHE_WIDTH - 1,
-        |e| matches!(e, Error::CacheOverlap { .. }),
+        |e| matches!(e, Error::DraftLogitsOverlap { .. }),
     );
     reject(
         &backend,
         "slots overlapping (stride0 < k·width)",
         |b| cache_mut(b).stride0 = CACHE_WIDTH,
-        |e| matches!(e, Error::CacheOverlap { .. }),
+        |e| matches!(e, Error::DraftLogitsOverlap { .. }),
     );
 });
 
 test_device!(output_lengths_are_checked, |backend, scale| {
+    // The base call's inputs, without its cache (an output).
     let b = base();
-    let Values::F32(logits) = &b.logits else { unreachable!("f32 logits") };
+    assert!(matches!(b.logits, Values::F32(_)) && b.row_stride == VOCAB && !b.drafting, "f32 dense logits");
+    let call = b.call();
     for (tokens_len, status_len, i64_tokens, what) in
         [(ROWS - 1, ROWS, false, "tokens"), (ROWS + 1, ROWS, true, "tokens"), (ROWS, ROWS - 1, false, "row status")]
     {
-        let mut args = GumbelSample {
-            logits: Logits { data: LogitsData::F32(&logits[..]), rows: ROWS, vocab: VOCAB, row_stride: VOCAB },
-            slots: &b.slots[..],
-            pos: &b.pos[..],
-            table: SlotTable { temperature: &b.temperature[..], seed: &b.seed[..] },
-            drafting: false,
-            cache: None,
-        };
         let (mut t32, mut t64, mut status) = (vec![-5i32; tokens_len], vec![-5i64; tokens_len], vec![9u32; status_len]);
-        let tokens = if i64_tokens { Tokens::I64(&mut t64[..]) } else { Tokens::I32(&mut t32[..]) };
-        let result = backend.gumbel_sample(&mut args, GumbelOutput { tokens, row_status: Some(&mut status[..]) });
+        let out = if i64_tokens { GumbelOutput::new(&mut t64) } else { GumbelOutput::new(&mut t32) };
+        let result = backend.gumbel_sample(&call, &mut out.with_row_status(&mut status));
         let ctx = format!("{tokens_len} tokens (i64 {i64_tokens}), {status_len} statuses");
         let got = if what == "tokens" { tokens_len } else { status_len };
         assert!(matches!(&result, Err(e) if is_length(e, what, ROWS, got)), "{ctx}: {result:?}");

@@ -8,7 +8,7 @@
 
 use specdec::rng::Stream::Accept;
 use specdec::status::NAN_LOGITS;
-use specdec::{Backend, CacheShape, DType};
+use specdec::{Backend, DType, DraftLogitsShape};
 use specdec_suite::batch::Values;
 use specdec_suite::drafting::{
     RandomSpec, concat, draft_logits_like, proposing_rows, random_verify, request_of_rows, select_requests, set_target,
@@ -315,7 +315,7 @@ fn cpu_bonus_row_reads_past_the_draft_logits() {
     let mut v = Verify::new(Values::F32([row, row].concat()), 4, &[1], 1, 1.0);
     v.drafts[0] = 2;
     // q == p: the draft is accepted and the bonus row sampled.
-    v.draft = Some((Values::F32(row.to_vec()), CacheShape { slots: 1, k: 1, width: 4, stride0: 4, stride1: 4 }));
+    v.draft = Some((Values::F32(row.to_vec()), DraftLogitsShape::dense(1, 1, 4)));
     let out = v.run(&Backend::cpu()).expect("a valid call");
     assert_eq!(out.num_emitted, [2]);
 }

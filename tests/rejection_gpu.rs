@@ -8,7 +8,7 @@
 use specdec::noise::{exponential, gumbel};
 use specdec::rng::{Stream, random_u32};
 use specdec::status::{INVALID_DRAFT, INVALID_OFFSETS, INVALID_SLOT, INVALID_TEMPERATURE};
-use specdec::{Backend, DType, DraftLogits, Logits, LogitsData, RejectionOutput, RejectionSample, SlotTable, Tokens};
+use specdec::{Backend, DType, DraftLogits, Logits, RejectionOutput, RejectionSample, SamplingParams};
 use specdec_suite::batch::Values;
 use specdec_suite::drafting::{
     Drafted, FixedPositions, RandomSpec, check_positions, draft_row, log_probs, perturbed, random_verify, run_split,
@@ -219,29 +219,21 @@ fn run_on_device(v: &Verify) -> DeviceRun {
     let mut d_emitted = s.clone_htod(&vec![i32::MIN; requests][..]).expect(up);
     let mut d_accepted = s.clone_htod(&vec![i32::MIN; requests][..]).expect(up);
     let mut d_status = s.clone_htod(&vec![u32::MAX; v.rows][..]).expect(up);
-    let args = RejectionSample {
-        target: Logits {
-            data: LogitsData::F32(d_target.as_view()),
-            rows: v.rows,
-            vocab: v.vocab,
-            row_stride: v.row_stride,
-        },
+    let call = RejectionSample {
+        target: Logits::new(&d_target, v.rows, v.vocab).with_row_stride(v.row_stride),
         offsets: d_offsets.as_view(),
         drafts: d_drafts.as_view(),
         slots: d_slots.as_view(),
         pos: d_pos.as_view(),
-        table: SlotTable { temperature: d_t.as_view(), seed: d_seed.as_view() },
+        params: SamplingParams::new(&d_t, &d_seed),
         max_drafts: v.max_drafts,
-        draft_logits: Some(DraftLogits { data: LogitsData::BF16(d_cache.as_view()), shape: *shape }),
+        draft_logits: Some(DraftLogits::new(&d_cache, *shape)),
     };
-    let out = RejectionOutput {
-        tokens: Tokens::I32(d_tokens.as_view_mut()),
-        num_emitted: d_emitted.as_view_mut(),
-        accepted: Some(d_accepted.as_view_mut()),
-        row_status: Some(d_status.as_view_mut()),
-    };
+    let mut out = RejectionOutput::new(&mut d_tokens, &mut d_emitted)
+        .with_accepted(&mut d_accepted)
+        .with_row_status(&mut d_status);
     let mut ws = cuda.workspace(requests * k1).expect("a workspace");
-    cuda.rejection_sample(&mut ws, &args, out).expect("the launch");
+    cuda.rejection_sample(&mut ws, &call, &mut out).expect("the launch");
     let status = ws.take_status().expect("the status word");
     let down = "device to host copy";
     DeviceRun {

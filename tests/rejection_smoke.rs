@@ -1,7 +1,7 @@
 //! Quick checks of `rejection_sample`'s mechanics on every backend; the
 //! distribution suites are in `rejection_stats.rs`.
 
-use specdec::{Backend, CacheShape, DType};
+use specdec::{Backend, DType, DraftLogitsShape};
 use specdec_suite::batch::Values;
 use specdec_suite::{Verify, test_device};
 
@@ -27,7 +27,7 @@ fn same_as_target(vocab: usize, n: &[usize], k: usize, t: f32, dtype: DType) -> 
             v.drafts[row] = ((row * 7919) % vocab) as i32;
         }
     }
-    let shape = CacheShape { slots: n.len(), k, width: vocab, stride0: k * vocab, stride1: vocab };
+    let shape = DraftLogitsShape::dense(n.len(), k, vocab);
     v.draft = Some((Values::from_f32(dtype, &cache), shape));
     v
 }

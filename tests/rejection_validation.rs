@@ -3,7 +3,7 @@
 //! CPU backend and through `Backend::rejection_sample` on host data (which
 //! checks host values before copying them to a GPU).
 
-use specdec::{Backend, CacheShape, Error, LogitsData, MAX_DRAFTS, RejectionOutput, RejectionSample, Tokens};
+use specdec::{Backend, DraftLogitsShape, Error, MAX_DRAFTS, RejectionOutput, RejectionSample};
 use specdec_suite::batch::Values;
 use specdec_suite::{Verify, test_device};
 
@@ -20,7 +20,7 @@ fn base() -> Verify {
     let logits: Vec<f32> = (0..rows * VOCAB).map(|e| (e % 7) as f32 - 3.0).collect();
     let mut v = Verify::new(Values::F32(logits), VOCAB, &DRAFTS, K, 1.0);
     v.drafts = vec![3, -1, 0, 0, 9, 0];
-    let shape = CacheShape { slots: 3, k: K, width: VOCAB, stride0: K * VOCAB, stride1: VOCAB };
+    let shape = DraftLogitsShape::dense(3, K, VOCAB);
     v.draft = Some((Values::F32(vec![0.5; 3 * K * VOCAB + VOCAB]), shape));
     v
 }
@@ -56,20 +56,28 @@ test_device!(draft_ids_outside_the_vocabulary, |backend, scale| {
     let _ = scale;
 });
 
+// The base call's offsets are `[0, 3, 4, 6]` over 6 rows, `max_drafts` 2.
+// Each case names the first entry that breaks a rule, entries checked in
+// order: entry 0 must be 0; then for each request `r`, entry `r + 1` must
+// exceed entry `r`, be at most the rows and leave at most `max_drafts`
+// drafts; then the last entry must equal the rows.
 test_device!(bad_offsets, |backend, scale| {
     let cases: [(&str, [i32; 4], usize); 6] = [
-        ("more drafts than max_drafts", [0, 4, 5, 6], 0),
+        // Request 0 has rows 0..4: 3 drafts > 2, reported at entry 1.
+        ("more drafts than max_drafts", [0, 4, 5, 6], 1),
         ("not starting at 0", [1, 3, 4, 6], 0),
+        // Every pair is fine; the last entry is 5, not 6.
         ("not ending at rows", [0, 3, 4, 5], 3),
+        // Entry 3 is 7 > 6 (request 2 has 2 drafts, within max_drafts).
         ("past the rows", [0, 3, 4, 7], 3),
-        ("a request without a bonus row", [0, 3, 3, 6], 1),
-        ("decreasing", [0, 3, 2, 6], 1),
+        ("a request without a bonus row", [0, 3, 3, 6], 2),
+        ("decreasing", [0, 3, 2, 6], 2),
     ];
-    for (what, offsets, request) in cases {
+    for (what, offsets, entry) in cases {
         let mut v = base();
         v.offsets = offsets.to_vec();
         match fails(&backend, &v, what) {
-            Error::InvalidOffsets { request: r, .. } => assert_eq!(r, request, "{what}"),
+            Error::InvalidOffsets { entry: e, .. } => assert_eq!(e, entry, "{what}"),
             e => panic!("{what}: {e}"),
         }
     }
@@ -87,7 +95,8 @@ fn offsets_past_the_rows_are_an_error_not_a_panic() {
     (v.max_drafts, v.draft) = (9, None);
     v.offsets = vec![0, 10, 4, 6];
     let result = v.run(&Backend::cpu());
-    assert!(matches!(result, Err(Error::InvalidOffsets { request: 0 | 1, .. })), "{result:?}");
+    // Entry 1 (10) is past the 6 rows: the first entry that breaks a rule.
+    assert!(matches!(result, Err(Error::InvalidOffsets { entry: 1, .. })), "{result:?}");
 }
 
 /// A broken argument and the length check it must fail.
@@ -140,7 +149,7 @@ test_device!(bad_temperatures_and_slots, |backend, scale| {
 });
 
 /// The base call's draft logits shape.
-fn shape(v: &mut Verify) -> &mut CacheShape {
+fn shape(v: &mut Verify) -> &mut DraftLogitsShape {
     &mut v.draft.as_mut().expect("draft logits").1
 }
 
@@ -150,17 +159,17 @@ test_device!(bad_draft_logits, |backend, scale| {
     let e = fails(&backend, &v, "narrow draft logits");
     assert!(e.to_string().contains("narrower"), "{e}");
     let mut v = base();
-    *shape(&mut v) = CacheShape { slots: 3, k: 1, width: VOCAB, stride0: VOCAB, stride1: VOCAB };
+    *shape(&mut v) = DraftLogitsShape::dense(3, 1, VOCAB);
     assert!(matches!(fails(&backend, &v, "k < K"), Error::DraftColumns { k: 1, max_drafts: K }));
     let mut v = base();
     shape(&mut v).slots = 2;
-    assert!(matches!(fails(&backend, &v, "2 slots"), Error::CacheSlots { .. }));
+    assert!(matches!(fails(&backend, &v, "2 slots"), Error::DraftLogitsSlots { .. }));
     let mut v = base();
     shape(&mut v).stride0 = 4 * K * VOCAB;
     assert!(matches!(fails(&backend, &v, "overrun"), Error::BufferTooSmall { .. }));
     let mut v = base();
     shape(&mut v).stride1 = VOCAB - 1;
-    assert!(matches!(fails(&backend, &v, "overlap"), Error::CacheOverlap { .. }));
+    assert!(matches!(fails(&backend, &v, "overlap"), Error::DraftLogitsOverlap { .. }));
     let _ = scale;
 });
 
@@ -191,27 +200,13 @@ type OutputLengths = [usize; 4];
 
 /// Runs `v` into outputs of the given lengths.
 fn run_into(backend: &Backend, v: &Verify, lens: OutputLengths) -> Result<(), Error> {
-    let Values::F32(target) = &v.target else { unreachable!("the base call is f32") };
+    assert!(matches!(v.target, Values::F32(_)), "the base call is f32");
     let (mut tokens, mut num_emitted) = (vec![0i32; lens[0]], vec![0i32; lens[1]]);
     let (mut accepted, mut row_status) = (vec![0i32; lens[2]], vec![0u32; lens[3]]);
-    let (rows, vocab, row_stride) = (v.rows, v.vocab, v.row_stride);
-    let args = RejectionSample {
-        target: specdec::Logits { data: LogitsData::F32(&target[..]), rows, vocab, row_stride },
-        offsets: &v.offsets[..],
-        drafts: &v.drafts[..],
-        slots: &v.slots[..],
-        pos: &v.pos[..],
-        table: specdec::SlotTable { temperature: &v.temperature[..], seed: &v.seed[..] },
-        max_drafts: v.max_drafts,
-        draft_logits: None,
-    };
-    let out = RejectionOutput {
-        tokens: Tokens::I32(&mut tokens[..]),
-        num_emitted: &mut num_emitted[..],
-        accepted: Some(&mut accepted[..]),
-        row_status: Some(&mut row_status[..]),
-    };
-    backend.rejection_sample(&args, out)
+    // One-hot drafts: the base call's inputs without its draft logits.
+    let call = RejectionSample { draft_logits: None, ..v.call() };
+    let out = RejectionOutput::new(&mut tokens, &mut num_emitted).with_accepted(&mut accepted);
+    backend.rejection_sample(&call, &mut out.with_row_status(&mut row_status))
 }
 
 test_device!(outputs_of_the_wrong_length, |backend, scale| {

@@ -24,8 +24,8 @@ use cudarc::driver::{CudaContext, CudaGraph, CudaSlice, CudaStream};
 use half::bf16;
 use specdec::status::NAN_LOGITS;
 use specdec::{
-    Backend, CacheData, CacheShape, Column, Cuda, DType, Device, DraftCache, DraftLogits, Error, GumbelOutput,
-    GumbelSample, Logits, LogitsData, RejectionOutput, RejectionSample, SlotTable, Tokens, Workspace,
+    Backend, Column, Cuda, DType, Device, DraftLogits, DraftLogitsMut, DraftLogitsShape, Error, GumbelOutput,
+    GumbelSample, Logits, RejectionOutput, RejectionSample, SamplingParams, Workspace,
 };
 use specdec_suite::batch::{ColumnSpec, Sampled, Values};
 use specdec_suite::inputs::{PAST_VOCAB, Rng, TEMPERATURES, first_argmax, mixed_logits, random_batch, random_cache};
@@ -124,7 +124,7 @@ struct GumbelDev {
     temperature: CudaSlice<f32>,
     seed: CudaSlice<u64>,
     /// The cache, its shape and column (`columns` when per row).
-    cache: Option<(CudaSlice<bf16>, CacheShape, Option<usize>)>,
+    cache: Option<(CudaSlice<bf16>, DraftLogitsShape, Option<usize>)>,
     columns: Option<CudaSlice<i32>>,
     tokens: CudaSlice<i32>,
     row_status: CudaSlice<u32>,
@@ -204,35 +204,23 @@ impl GumbelDev {
 
     /// Enqueues the call (no copy, no synchronisation).
     fn launch(&mut self, cuda: &Cuda, ws: &mut Workspace) -> specdec::Result<()> {
-        let cache = match (&mut self.cache, &self.columns) {
-            (Some((d, shape, column)), columns) => {
-                let column = match (column, columns) {
-                    (Some(c), _) => Column::All(*c),
-                    (None, Some(cols)) => Column::PerRow(cols.as_view()),
-                    (None, None) => unreachable!("per-row columns are uploaded with the cache"),
-                };
-                Some((DraftCache { data: CacheData::BF16(d.as_view_mut()), shape: *shape }, column))
-            }
-            (None, _) => None,
-        };
-        let mut args = GumbelSample::<Device> {
-            logits: Logits {
-                data: LogitsData::F32(self.logits.as_view()),
-                rows: self.rows,
-                vocab: self.vocab,
-                row_stride: self.row_stride,
-            },
+        let call = GumbelSample::<Device> {
+            logits: Logits::new(&self.logits, self.rows, self.vocab).with_row_stride(self.row_stride),
             slots: self.slots.as_view(),
             pos: self.pos.as_view(),
-            table: SlotTable { temperature: self.temperature.as_view(), seed: self.seed.as_view() },
+            params: SamplingParams::new(&self.temperature, &self.seed),
             drafting: self.drafting,
-            cache,
         };
-        let out = GumbelOutput {
-            tokens: Tokens::I32(self.tokens.as_view_mut()),
-            row_status: Some(self.row_status.as_view_mut()),
-        };
-        cuda.gumbel_sample(ws, &mut args, out)
+        let mut out = GumbelOutput::new(&mut self.tokens).with_row_status(&mut self.row_status);
+        if let Some((d, shape, column)) = &mut self.cache {
+            let column = match (column, &self.columns) {
+                (Some(c), _) => Column::All(*c),
+                (None, Some(cols)) => Column::per_row(cols),
+                (None, None) => unreachable!("per-row columns are uploaded with the cache"),
+            };
+            out = out.with_draft_logits(DraftLogitsMut::new(d, *shape), column);
+        }
+        cuda.gumbel_sample(ws, &call, &mut out)
     }
 
     /// Waits for the stream and reads tokens, statuses and the cache, the
@@ -262,7 +250,7 @@ struct VerifyDev {
     pos: CudaSlice<u64>,
     temperature: CudaSlice<f32>,
     seed: CudaSlice<u64>,
-    draft: Option<(CudaSlice<bf16>, CacheShape)>,
+    draft: Option<(CudaSlice<bf16>, DraftLogitsShape)>,
     tokens: CudaSlice<i32>,
     num_emitted: CudaSlice<i32>,
     accepted: CudaSlice<i32>,
@@ -320,31 +308,20 @@ impl VerifyDev {
 
     /// Enqueues the call (no copy, no synchronisation).
     fn launch(&mut self, cuda: &Cuda, ws: &mut Workspace) -> specdec::Result<()> {
-        let args = RejectionSample::<Device> {
-            target: Logits {
-                data: LogitsData::F32(self.target.as_view()),
-                rows: self.rows,
-                vocab: self.vocab,
-                row_stride: self.row_stride,
-            },
+        let call = RejectionSample::<Device> {
+            target: Logits::new(&self.target, self.rows, self.vocab).with_row_stride(self.row_stride),
             offsets: self.offsets.as_view(),
             drafts: self.drafts.as_view(),
             slots: self.slots.as_view(),
             pos: self.pos.as_view(),
-            table: SlotTable { temperature: self.temperature.as_view(), seed: self.seed.as_view() },
+            params: SamplingParams::new(&self.temperature, &self.seed),
             max_drafts: self.max_drafts,
-            draft_logits: self
-                .draft
-                .as_ref()
-                .map(|(d, shape)| DraftLogits { data: LogitsData::BF16(d.as_view()), shape: *shape }),
+            draft_logits: self.draft.as_ref().map(|(d, shape)| DraftLogits::new(d, *shape)),
         };
-        let out = RejectionOutput {
-            tokens: Tokens::I32(self.tokens.as_view_mut()),
-            num_emitted: self.num_emitted.as_view_mut(),
-            accepted: Some(self.accepted.as_view_mut()),
-            row_status: Some(self.row_status.as_view_mut()),
-        };
-        cuda.rejection_sample(ws, &args, out)
+        let mut out = RejectionOutput::new(&mut self.tokens, &mut self.num_emitted)
+            .with_accepted(&mut self.accepted)
+            .with_row_status(&mut self.row_status);
+        cuda.rejection_sample(ws, &call, &mut out)
     }
 
     /// Waits for the stream and reads the outputs.
@@ -449,7 +426,7 @@ fn refill_verify(rng: &mut Rng, v: &mut Verify, draft_logits: bool) {
                 }
             }
         }
-        let shape = CacheShape { slots, k, width: vocab, stride0: k * vocab, stride1: vocab };
+        let shape = DraftLogitsShape::dense(slots, k, vocab);
         v.draft = Some((Values::from_f32(DType::BF16, &q), shape));
     }
     v.target = Values::F32(target);

@@ -18,7 +18,7 @@
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
-use specdec::{Backend, CacheShape, DType};
+use specdec::{Backend, DType, DraftLogitsShape};
 use specdec_suite::batch::{ColumnSpec, Values};
 use specdec_suite::robust::{ChoiceList, GumbelCall, Outcome, RejectionCall};
 use specdec_suite::{Batch, CacheSpec, Verify};
@@ -143,7 +143,7 @@ fn a_bonus_row_reads_no_draft_column() {
     let mut verify = Verify::new(Values::from_f32(DType::F32, &row.repeat(2)), 4, &[1], 1, 1.0);
     verify.drafts = vec![3, -1];
     // q = p, so the draft is accepted (u < p/q = 1); one slot, one column.
-    let shape = CacheShape { slots: 1, k: 1, width: 4, stride0: 4, stride1: 4 };
+    let shape = DraftLogitsShape::dense(1, 1, 4);
     verify.draft = Some((Values::from_f32(DType::F32, &row), shape));
     let call =
         RejectionCall { verify, tokens_len: 2, num_emitted_len: 1, accepted_len: Some(1), row_status_len: Some(2) };
@@ -154,8 +154,8 @@ fn a_bonus_row_reads_no_draft_column() {
 /// Found by the fuzz target (regression): SPEC §3 gives the draft cache
 /// arbitrary strides, and these rows never share an element (`[2 slots, 3
 /// columns, width 1]` with strides `(3, 2)`: rows at 0, 2, 4 and 3, 5, 7), yet
-/// the call failed with `CacheOverlap`: `CacheShape::overlaps` accepted only
-/// nested layouts. It now lists and sorts the rows of other layouts.
+/// the call failed with `DraftLogitsOverlap` (then `CacheOverlap`): the
+/// overlap check (`DraftLogitsShape::overlaps`) accepted only nested layouts. It now lists and sorts the rows of other layouts.
 #[test]
 fn interleaved_cache_rows_are_not_an_overlap() {
     let logits = [1.5f32, -0.5];

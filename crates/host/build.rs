@@ -1,8 +1,12 @@
-//! Compiles `crates/kernels` to PTX (see `specdec-ptx-builder`) and leaves it in
+//! Compiles `crates/kernels` to PTX (see `specdec-ptx-builder`), with the
+//! launch bounds of `specdec_core::names`, and leaves it in
 //! `OUT_DIR/specdec.ptx`, which `src/cuda/mod.rs` embeds. The kernels build
 //! with the toolchain the repository pins, whatever toolchain builds this
 //! crate (`specdec_ptx_builder::Toolchain`).
 
+use specdec_core::layout::BLOCK_THREADS;
+use specdec_core::names;
+use specdec_ptx_builder::{LaunchBounds, PtxBuilder};
 use std::path::PathBuf;
 
 fn main() {
@@ -15,7 +19,12 @@ fn main() {
     // Share one nested build between profiles: <target>/ptx, found above OUT_DIR
     // (<target>/<profile>/build/<pkg>/out).
     let target_dir = out.ancestors().nth(4).map(|t| t.join("ptx")).unwrap_or_else(|| out.join("ptx"));
-    let builder = specdec_ptx_builder::PtxBuilder::new(&kernels).target_dir(target_dir);
+    let bounds = names::symbols().map(|s| LaunchBounds {
+        kernel: s.to_string(),
+        max_threads: BLOCK_THREADS,
+        min_blocks: s.min_blocks(),
+    });
+    let builder = PtxBuilder::new(&kernels).target_dir(target_dir).launch_bounds(bounds);
     let arch = builder.arch.clone();
     let ptx = match builder.build() {
         Ok(ptx) => ptx,

@@ -1,12 +1,16 @@
 //! Owned host buffers for one `gumbel_sample` call, runnable on any backend.
 
+use cudarc::driver::{CudaSlice, CudaStream, DriverError};
 use half::{bf16, f16};
 use specdec::{
-    Backend, CacheData, CacheShape, Column, DType, DraftCache, GumbelOutput, GumbelSample, Logits, LogitsData,
-    SlotTable, Tokens,
+    Backend, Column, DType, Device, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Host, Logits,
+    SamplingParams, TokenId,
 };
+use std::sync::Arc;
 
-/// Logits of any dtype.
+/// Logits (or draft logits) of any dtype, owned: the dtype is chosen at run
+/// time, so calls see them through [`Values::view`] and [`Values::view_mut`]
+/// (the constructors `Logits::new` and kin take typed buffers).
 #[derive(Clone, Debug)]
 pub enum Values {
     F32(Vec<f32>),
@@ -15,6 +19,25 @@ pub enum Values {
 }
 
 impl Values {
+    /// The elements as a call reads them: `Logits { data: v.view(), .. }`,
+    /// `DraftLogits { data: v.view(), shape }`.
+    pub fn view(&self) -> specdec::Values<'_, Host> {
+        match self {
+            Values::F32(v) => specdec::Values::F32(v.as_slice()),
+            Values::BF16(v) => specdec::Values::BF16(v.as_slice()),
+            Values::F16(v) => specdec::Values::F16(v.as_slice()),
+        }
+    }
+
+    /// The elements as a call writes them: `DraftLogitsMut { data: v.view_mut(), shape }`.
+    pub fn view_mut(&mut self) -> specdec::ValuesMut<'_, Host> {
+        match self {
+            Values::F32(v) => specdec::ValuesMut::F32(v.as_mut_slice()),
+            Values::BF16(v) => specdec::ValuesMut::BF16(v.as_mut_slice()),
+            Values::F16(v) => specdec::ValuesMut::F16(v.as_mut_slice()),
+        }
+    }
+
     /// `xs` converted to `dtype` (round to nearest even).
     pub fn from_f32(dtype: DType, xs: &[f32]) -> Self {
         match dtype {
@@ -114,11 +137,66 @@ impl Values {
     }
 }
 
+/// A device copy of [`Values`], for the zero-copy API's tests: the same
+/// dtype, viewed as a call on device buffers reads or writes it.
+pub enum DeviceValues {
+    F32(CudaSlice<f32>),
+    BF16(CudaSlice<bf16>),
+    F16(CudaSlice<f16>),
+}
+
+impl DeviceValues {
+    pub fn upload(stream: &Arc<CudaStream>, v: &Values) -> Result<Self, DriverError> {
+        Ok(match v {
+            Values::F32(v) => DeviceValues::F32(stream.clone_htod(v)?),
+            Values::BF16(v) => DeviceValues::BF16(stream.clone_htod(v)?),
+            Values::F16(v) => DeviceValues::F16(stream.clone_htod(v)?),
+        })
+    }
+
+    /// As [`Values::view`].
+    pub fn view(&self) -> specdec::Values<'_, Device> {
+        match self {
+            DeviceValues::F32(d) => specdec::Values::F32(d.as_view()),
+            DeviceValues::BF16(d) => specdec::Values::BF16(d.as_view()),
+            DeviceValues::F16(d) => specdec::Values::F16(d.as_view()),
+        }
+    }
+
+    /// As [`Values::view_mut`].
+    pub fn view_mut(&mut self) -> specdec::ValuesMut<'_, Device> {
+        match self {
+            DeviceValues::F32(d) => specdec::ValuesMut::F32(d.as_view_mut()),
+            DeviceValues::BF16(d) => specdec::ValuesMut::BF16(d.as_view_mut()),
+            DeviceValues::F16(d) => specdec::ValuesMut::F16(d.as_view_mut()),
+        }
+    }
+
+    /// A host copy (enqueued on `stream`, which it waits for).
+    pub fn download(&self, stream: &Arc<CudaStream>) -> Result<Values, DriverError> {
+        Ok(match self {
+            DeviceValues::F32(d) => Values::F32(stream.clone_dtoh(d)?),
+            DeviceValues::BF16(d) => Values::BF16(stream.clone_dtoh(d)?),
+            DeviceValues::F16(d) => Values::F16(stream.clone_dtoh(d)?),
+        })
+    }
+}
+
 /// Which cache column rows write.
 #[derive(Clone, Debug)]
 pub enum ColumnSpec {
     All(usize),
     PerRow(Vec<i32>),
+}
+
+impl ColumnSpec {
+    /// The column argument of a call on host buffers.
+    pub fn column(&self) -> Column<'_, Host> {
+        match self {
+            ColumnSpec::All(c) => Column::All(*c),
+            ColumnSpec::PerRow(cols) => Column::per_row(cols),
+        }
+    }
 }
 
 /// A draft-logits cache `[slots, k, width]` with explicit strides.
@@ -135,8 +213,21 @@ pub struct CacheSpec {
 
 impl CacheSpec {
     /// The library's description of this layout.
-    pub fn shape(&self) -> CacheShape {
-        CacheShape { slots: self.slots, k: self.k, width: self.width, stride0: self.stride0, stride1: self.stride1 }
+    pub fn shape(&self) -> DraftLogitsShape {
+        DraftLogitsShape {
+            slots: self.slots,
+            k: self.k,
+            width: self.width,
+            stride0: self.stride0,
+            stride1: self.stride1,
+        }
+    }
+
+    /// What a `gumbel_sample` call on host buffers writes into this cache:
+    /// the draft logits and the column of each row.
+    pub fn draft_logits_mut(&mut self) -> (DraftLogitsMut<'_, Host>, Column<'_, Host>) {
+        let shape = self.shape();
+        (DraftLogitsMut { data: self.data.view_mut(), shape }, self.column.column())
     }
 
     /// What a fresh cache holds everywhere, so untouched elements are visible.
@@ -238,43 +329,29 @@ impl Batch {
     /// filled with `i32::MIN` (or `i64::MIN`) tokens and `u32::MAX` statuses,
     /// so a test can see that a rejected call wrote nothing.
     pub fn run_keep(&mut self, backend: &Backend) -> (Result<(), specdec::Error>, Sampled) {
-        let data = match &self.logits {
-            Values::F32(v) => LogitsData::F32(&v[..]),
-            Values::BF16(v) => LogitsData::BF16(&v[..]),
-            Values::F16(v) => LogitsData::F16(&v[..]),
-        };
-        let cache = self.cache.as_mut().map(|c| {
-            let shape = c.shape();
-            let data = match &mut c.data {
-                Values::F32(v) => CacheData::F32(&mut v[..]),
-                Values::BF16(v) => CacheData::BF16(&mut v[..]),
-                Values::F16(v) => CacheData::F16(&mut v[..]),
-            };
-            let column = match &c.column {
-                ColumnSpec::All(col) => Column::All(*col),
-                ColumnSpec::PerRow(cols) => Column::PerRow(&cols[..]),
-            };
-            (DraftCache { data, shape }, column)
-        });
-        let mut args = GumbelSample {
-            logits: Logits { data, rows: self.rows, vocab: self.vocab, row_stride: self.row_stride },
-            slots: &self.slots[..],
-            pos: &self.pos[..],
-            table: SlotTable { temperature: &self.temperature[..], seed: &self.seed[..] },
-            drafting: self.drafting,
-            cache,
-        };
+        // The cache is an output: out of `self` while the call borrows the inputs.
+        let mut cache = self.cache.take();
+        let call = self.call();
+        let draft_logits = cache.as_mut().map(CacheSpec::draft_logits_mut);
         let mut row_status = vec![u32::MAX; self.rows];
         let (result, tokens) = if self.tokens_i64 {
             let mut t = vec![i64::MIN; self.rows];
-            let out = GumbelOutput { tokens: Tokens::I64(&mut t[..]), row_status: Some(&mut row_status[..]) };
-            (backend.gumbel_sample(&mut args, out), t)
+            (sample(backend, &call, &mut t, &mut row_status, draft_logits), t)
         } else {
             let mut t = vec![i32::MIN; self.rows];
-            let out = GumbelOutput { tokens: Tokens::I32(&mut t[..]), row_status: Some(&mut row_status[..]) };
-            (backend.gumbel_sample(&mut args, out), t.into_iter().map(i64::from).collect())
+            let result = sample(backend, &call, &mut t, &mut row_status, draft_logits);
+            (result, t.into_iter().map(i64::from).collect())
         };
+        self.cache = cache;
         (result, Sampled { tokens, row_status })
+    }
+
+    /// The call's inputs (its outputs, the cache included, are the caller's).
+    pub fn call(&self) -> GumbelSample<'_, Host> {
+        let logits =
+            Logits { data: self.logits.view(), rows: self.rows, vocab: self.vocab, row_stride: self.row_stride };
+        let params = SamplingParams::new(&self.temperature, &self.seed);
+        GumbelSample { drafting: self.drafting, ..GumbelSample::new(logits, &self.slots, &self.pos, params) }
     }
 
     /// Row `r`'s logits `0..vocab`, widened to f32 (what the backend sees).
@@ -351,4 +428,19 @@ impl Batch {
             tokens_i64: self.tokens_i64,
         }
     }
+}
+
+/// Runs `call` into `tokens` and `row_status`, and into `draft_logits` if any.
+fn sample<'a, T: TokenId>(
+    backend: &Backend,
+    call: &GumbelSample<'_, Host>,
+    tokens: &'a mut [T],
+    row_status: &'a mut [u32],
+    draft_logits: Option<(DraftLogitsMut<'a, Host>, Column<'a, Host>)>,
+) -> Result<(), specdec::Error> {
+    let mut out = GumbelOutput::new(tokens).with_row_status(row_status);
+    if let Some((draft_logits, column)) = draft_logits {
+        out = out.with_draft_logits(draft_logits, column);
+    }
+    backend.gumbel_sample(call, &mut out)
 }

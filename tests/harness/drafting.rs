@@ -14,7 +14,7 @@ use crate::batch::{Batch, CacheSpec, ColumnSpec, Values};
 use crate::inputs::{PAST_VOCAB, Rng, TEMPERATURES, first_argmax, histogram};
 use crate::stats::{chi_square, softmax};
 use crate::verify::{Verified, Verify};
-use specdec::{Backend, CacheShape, DType};
+use specdec::{Backend, DType, DraftLogitsShape};
 use std::ops::Range;
 
 /// The factor the backends multiply logits by: `1/T` rounded to f32 (`1` when greedy).
@@ -165,7 +165,7 @@ impl FixedPositions {
 
     /// A `[FIXED_SLOTS, k, vocab]` cache whose column `i` holds `drafts[i]`
     /// in every slot, written by one `gumbel_sample(drafting)` call.
-    fn fill_cache(&self, backend: &Backend, v: &Verify, drafts: &[Vec<f32>]) -> (Values, CacheShape) {
+    fn fill_cache(&self, backend: &Backend, v: &Verify, drafts: &[Vec<f32>]) -> (Values, DraftLogitsShape) {
         let rows: Vec<f32> = (0..FIXED_SLOTS).flat_map(|_| drafts.iter().flatten().copied()).collect();
         let n = FIXED_SLOTS * self.k;
         let mut b = drafting_batch(v, &rows, self.draft_dtype, n);
@@ -469,7 +469,7 @@ pub fn random_verify(rng: &mut Rng, spec: RandomSpec) -> Verify {
 /// `k = max_drafts + 0..2` columns, width `vocab + 0..3`): column `i` of a
 /// request's slot is its row `i`'s target, plus uniform noise in `±noise`
 /// and 1 in 40 ids masked when `noise > 0` (an exact copy when `noise = 0`).
-pub fn draft_logits_like(rng: &mut Rng, v: &Verify, dtype: DType, noise: f32) -> (Values, CacheShape) {
+pub fn draft_logits_like(rng: &mut Rng, v: &Verify, dtype: DType, noise: f32) -> (Values, DraftLogitsShape) {
     let (slots, k, width) = (v.temperature.len(), v.max_drafts.max(1) + rng.below(2), v.vocab + rng.below(3));
     let (stride0, stride1) = match rng.below(3) {
         0 => (k * width, width),
@@ -491,6 +491,6 @@ pub fn draft_logits_like(rng: &mut Rng, v: &Verify, dtype: DType, noise: f32) ->
             }
         }
     }
-    let shape = CacheShape { slots, k, width, stride0, stride1 };
+    let shape = DraftLogitsShape { slots, k, width, stride0, stride1 };
     (Values::from_f32(dtype, &cache), shape)
 }

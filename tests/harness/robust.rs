@@ -27,8 +27,8 @@ use crate::verify::Verify;
 use half::{bf16, f16};
 use specdec::status::{NAN_LOGITS, temperature_is_valid};
 use specdec::{
-    Backend, CacheData, CacheShape, Column, DType, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Host, Logits,
-    LogitsData, MAX_DRAFTS, MAX_VOCAB, RejectionOutput, RejectionSample, SlotTable, Tokens,
+    Backend, Column, DType, DraftLogits, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Host, Logits,
+    MAX_DRAFTS, MAX_VOCAB, RejectionOutput, RejectionSample, SamplingParams,
 };
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -204,19 +204,21 @@ impl GuardedValues {
         }
     }
 
-    fn logits(&self) -> LogitsData<'_, Host> {
+    /// The region as a call reads it (as [`Values::view`]).
+    fn view(&self) -> specdec::Values<'_, Host> {
         match self {
-            GuardedValues::F32(g) => LogitsData::F32(g.region()),
-            GuardedValues::BF16(g) => LogitsData::BF16(g.region()),
-            GuardedValues::F16(g) => LogitsData::F16(g.region()),
+            GuardedValues::F32(g) => specdec::Values::F32(g.region()),
+            GuardedValues::BF16(g) => specdec::Values::BF16(g.region()),
+            GuardedValues::F16(g) => specdec::Values::F16(g.region()),
         }
     }
 
-    fn cache(&mut self) -> CacheData<'_, Host> {
+    /// The region as a call writes it (as [`Values::view_mut`]).
+    fn view_mut(&mut self) -> specdec::ValuesMut<'_, Host> {
         match self {
-            GuardedValues::F32(g) => CacheData::F32(g.region_mut()),
-            GuardedValues::BF16(g) => CacheData::BF16(g.region_mut()),
-            GuardedValues::F16(g) => CacheData::F16(g.region_mut()),
+            GuardedValues::F32(g) => specdec::ValuesMut::F32(g.region_mut()),
+            GuardedValues::BF16(g) => specdec::ValuesMut::BF16(g.region_mut()),
+            GuardedValues::F16(g) => specdec::ValuesMut::F16(g.region_mut()),
         }
     }
 
@@ -254,10 +256,19 @@ impl GuardedTokens {
         }
     }
 
-    fn out(&mut self) -> Tokens<'_, Host> {
+    /// A `gumbel_sample` output of these tokens alone.
+    fn gumbel_output(&mut self) -> GumbelOutput<'_, Host> {
         match self {
-            GuardedTokens::I32(g) => Tokens::I32(g.region_mut()),
-            GuardedTokens::I64(g) => Tokens::I64(g.region_mut()),
+            GuardedTokens::I32(g) => GumbelOutput::new(g.region_mut()),
+            GuardedTokens::I64(g) => GumbelOutput::new(g.region_mut()),
+        }
+    }
+
+    /// A `rejection_sample` output of these tokens and `num_emitted` alone.
+    fn rejection_output<'a>(&'a mut self, num_emitted: &'a mut [i32]) -> RejectionOutput<'a, Host> {
+        match self {
+            GuardedTokens::I32(g) => RejectionOutput::new(g.region_mut(), num_emitted),
+            GuardedTokens::I64(g) => RejectionOutput::new(g.region_mut(), num_emitted),
         }
     }
 
@@ -432,7 +443,7 @@ fn positions(c: &mut impl Choices, len: usize) -> Vec<u64> {
 /// least `vocab` wide, and its buffer length: dense, padded, transposed,
 /// zero or overlapping strides, strides that overflow, slots, columns and
 /// width sometimes one off.
-fn cache_layout(c: &mut impl Choices, slots: usize, k: usize, vocab: usize) -> (CacheShape, usize) {
+fn cache_layout(c: &mut impl Choices, slots: usize, k: usize, vocab: usize) -> (DraftLogitsShape, usize) {
     let slots = match c.weighted(&[12, 3, 1]) {
         0 => slots,
         1 => slots + 1 + c.upto(1),
@@ -459,7 +470,7 @@ fn cache_layout(c: &mut impl Choices, slots: usize, k: usize, vocab: usize) -> (
         6 => (c.upto(2 * k * width), c.upto(2 * width)),
         _ => (c.pick(&[usize::MAX, usize::MAX / 2, 1 << 40]), width),
     };
-    let shape = CacheShape { slots, k, width, stride0, stride1 };
+    let shape = DraftLogitsShape { slots, k, width, stride0, stride1 };
     let needed = extent(slots, stride0, 0).and_then(|a| extent(k, stride1, width).and_then(|b| a.checked_add(b)));
     (shape, buffer_len(c, needed))
 }
@@ -469,7 +480,7 @@ fn cache_layout(c: &mut impl Choices, slots: usize, k: usize, vocab: usize) -> (
 /// Whether a cache shape is acceptable for `vocab` and `num_slots` slots over
 /// a buffer of `len` elements: wide enough, enough slots, at least one
 /// column, within the buffer, and its rows [`disjoint`].
-fn cache_ok(s: &CacheShape, len: usize, vocab: usize, num_slots: usize) -> bool {
+fn cache_ok(s: &DraftLogitsShape, len: usize, vocab: usize, num_slots: usize) -> bool {
     let last = (s.slots as u128).saturating_sub(1) * s.stride0 as u128
         + (s.k as u128).saturating_sub(1) * s.stride1 as u128
         + s.width as u128;
@@ -479,7 +490,7 @@ fn cache_ok(s: &CacheShape, len: usize, vocab: usize, num_slots: usize) -> bool 
 /// Whether no two `(slot, column)` rows of a cache share an element: every
 /// row start, sorted, at least `width` past the one before (a cache of no
 /// slots is checked as one of one slot).
-fn disjoint(s: &CacheShape) -> bool {
+fn disjoint(s: &DraftLogitsShape) -> bool {
     let mut starts: Vec<u128> = (0..s.slots.max(1) as u128)
         .flat_map(|a| (0..s.k as u128).map(move |b| a * s.stride0 as u128 + b * s.stride1 as u128))
         .collect();
@@ -615,7 +626,7 @@ impl GumbelCall {
                 }),
                 _ => ColumnSpec::PerRow((0..c.len_near(rows)).map(|_| column(c, k)).collect()),
             };
-            let CacheShape { slots, k, width, stride0, stride1 } = shape;
+            let DraftLogitsShape { slots, k, width, stride0, stride1 } = shape;
             CacheSpec { data: values(c, cache_dtype, len), slots, k, width, stride0, stride1, column }
         });
         let tokens_i64 = c.below(2) == 1;
@@ -674,27 +685,26 @@ impl GumbelCall {
         let mut tokens = GuardedTokens::new(self.tokens_len, tokens_i64);
         let mut row_status = guarded_out(self.row_status_len, u32::MAX);
         let result = {
-            let cache = match (cache.as_mut(), &b.cache) {
-                (Some(data), Some(c)) => {
-                    let column = match (&c.column, &columns) {
-                        (ColumnSpec::PerRow(_), Some(cols)) => Column::PerRow(cols.region()),
-                        (ColumnSpec::All(col), _) => Column::All(*col),
-                        (ColumnSpec::PerRow(_), None) => unreachable!("per-row columns are guarded above"),
-                    };
-                    Some((DraftCache { data: data.cache(), shape: c.shape() }, column))
-                }
-                _ => None,
-            };
-            let mut args = GumbelSample {
-                logits: Logits { data: logits.logits(), rows: b.rows, vocab: b.vocab, row_stride: b.row_stride },
+            let call = GumbelSample {
+                logits: Logits { data: logits.view(), rows: b.rows, vocab: b.vocab, row_stride: b.row_stride },
                 slots: slots.region(),
                 pos: pos.region(),
-                table: SlotTable { temperature: temperature.region(), seed: seed.region() },
+                params: SamplingParams::new(temperature.region(), seed.region()),
                 drafting: b.drafting,
-                cache,
             };
-            let out = GumbelOutput { tokens: tokens.out(), row_status: row_status.as_mut().map(|s| s.region_mut()) };
-            no_panic("gumbel_sample", self, || backend.gumbel_sample(&mut args, out))
+            let mut out = tokens.gumbel_output();
+            if let Some(s) = &mut row_status {
+                out = out.with_row_status(s.region_mut());
+            }
+            if let (Some(data), Some(c)) = (cache.as_mut(), &b.cache) {
+                let column = match (&c.column, &columns) {
+                    (ColumnSpec::PerRow(_), Some(cols)) => Column::per_row(cols.region()),
+                    (ColumnSpec::All(col), _) => Column::All(*col),
+                    (ColumnSpec::PerRow(_), None) => unreachable!("per-row columns are guarded above"),
+                };
+                out = out.with_draft_logits(DraftLogitsMut { data: data.view_mut(), shape: c.shape() }, column);
+            }
+            no_panic("gumbel_sample", self, || backend.gumbel_sample(&call, &mut out))
         };
         logits.assert_intact("logits");
         assert_same_values(&logits.values(), &b.logits, false, "logits (an input)");
@@ -947,26 +957,27 @@ impl RejectionCall {
         let mut num_emitted = Guarded::filled(self.num_emitted_len, i32::MIN);
         let mut accepted = guarded_out(self.accepted_len, i32::MIN);
         let mut row_status = guarded_out(self.row_status_len, u32::MAX);
-        let args = RejectionSample {
-            target: Logits { data: target.logits(), rows: v.rows, vocab: v.vocab, row_stride: v.row_stride },
+        let call = RejectionSample {
+            target: Logits { data: target.view(), rows: v.rows, vocab: v.vocab, row_stride: v.row_stride },
             offsets: offsets.region(),
             drafts: drafts.region(),
             slots: slots.region(),
             pos: pos.region(),
-            table: SlotTable { temperature: temperature.region(), seed: seed.region() },
+            params: SamplingParams::new(temperature.region(), seed.region()),
             max_drafts: v.max_drafts,
             draft_logits: match (&draft, &v.draft) {
-                (Some(d), Some((_, shape))) => Some(DraftLogits { data: d.logits(), shape: *shape }),
+                (Some(d), Some((_, shape))) => Some(DraftLogits { data: d.view(), shape: *shape }),
                 _ => None,
             },
         };
-        let out = RejectionOutput {
-            tokens: tokens.out(),
-            num_emitted: num_emitted.region_mut(),
-            accepted: accepted.as_mut().map(|a| a.region_mut()),
-            row_status: row_status.as_mut().map(|s| s.region_mut()),
-        };
-        let result = no_panic("rejection_sample", self, || backend.rejection_sample(&args, out));
+        let mut out = tokens.rejection_output(num_emitted.region_mut());
+        if let Some(a) = &mut accepted {
+            out = out.with_accepted(a.region_mut());
+        }
+        if let Some(s) = &mut row_status {
+            out = out.with_row_status(s.region_mut());
+        }
+        let result = no_panic("rejection_sample", self, || backend.rejection_sample(&call, &mut out));
         target.assert_intact("target logits");
         assert_same_values(&target.values(), &v.target, false, "target logits (an input)");
         if let (Some(g), Some((d, _))) = (&draft, &v.draft) {

@@ -1,9 +1,7 @@
 //! Owned host buffers for one `rejection_sample` call, runnable on any backend.
 
 use crate::batch::Values;
-use specdec::{
-    Backend, CacheShape, DraftLogits, Logits, LogitsData, RejectionOutput, RejectionSample, SlotTable, Tokens,
-};
+use specdec::{Backend, DraftLogits, DraftLogitsShape, Host, Logits, RejectionOutput, RejectionSample, SamplingParams};
 
 /// A `rejection_sample` call's inputs, owned. Request `r` owns target rows
 /// `offsets[r] .. offsets[r+1]`.
@@ -21,7 +19,7 @@ pub struct Verify {
     pub seed: Vec<u64>,
     pub max_drafts: usize,
     /// Draft logits `[slots, k, width]` with their strides, or `None` (one-hot).
-    pub draft: Option<(Values, CacheShape)>,
+    pub draft: Option<(Values, DraftLogitsShape)>,
     pub tokens_i64: bool,
 }
 
@@ -82,11 +80,11 @@ impl Verify {
         self.slots[r] < 0 || self.temperature[self.slots[r] as usize] == 0.0
     }
 
-    /// Runs the call on `backend`.
-    pub fn run(&self, backend: &Backend) -> Result<Verified, specdec::Error> {
-        let args = RejectionSample {
+    /// The call's inputs.
+    pub fn call(&self) -> RejectionSample<'_, Host> {
+        RejectionSample {
             target: Logits {
-                data: logits_data(&self.target),
+                data: self.target.view(),
                 rows: self.rows,
                 vocab: self.vocab,
                 row_stride: self.row_stride,
@@ -95,10 +93,15 @@ impl Verify {
             drafts: &self.drafts[..],
             slots: &self.slots[..],
             pos: &self.pos[..],
-            table: SlotTable { temperature: &self.temperature[..], seed: &self.seed[..] },
+            params: SamplingParams::new(&self.temperature, &self.seed),
             max_drafts: self.max_drafts,
-            draft_logits: self.draft.as_ref().map(|(v, shape)| DraftLogits { data: logits_data(v), shape: *shape }),
-        };
+            draft_logits: self.draft.as_ref().map(|(v, shape)| DraftLogits { data: v.view(), shape: *shape }),
+        }
+    }
+
+    /// Runs the call on `backend`.
+    pub fn run(&self, backend: &Backend) -> Result<Verified, specdec::Error> {
+        let call = self.call();
         let requests = self.requests();
         let k1 = self.max_drafts + 1;
         let mut num_emitted = vec![i32::MIN; requests];
@@ -106,37 +109,15 @@ impl Verify {
         let mut row_status = vec![u32::MAX; self.rows];
         let tokens = if self.tokens_i64 {
             let mut t = vec![i64::MIN; requests * k1];
-            backend.rejection_sample(
-                &args,
-                RejectionOutput {
-                    tokens: Tokens::I64(&mut t[..]),
-                    num_emitted: &mut num_emitted[..],
-                    accepted: Some(&mut accepted[..]),
-                    row_status: Some(&mut row_status[..]),
-                },
-            )?;
+            let out = RejectionOutput::new(&mut t, &mut num_emitted);
+            backend.rejection_sample(&call, &mut out.with_accepted(&mut accepted).with_row_status(&mut row_status))?;
             t
         } else {
             let mut t = vec![i32::MIN; requests * k1];
-            backend.rejection_sample(
-                &args,
-                RejectionOutput {
-                    tokens: Tokens::I32(&mut t[..]),
-                    num_emitted: &mut num_emitted[..],
-                    accepted: Some(&mut accepted[..]),
-                    row_status: Some(&mut row_status[..]),
-                },
-            )?;
+            let out = RejectionOutput::new(&mut t, &mut num_emitted);
+            backend.rejection_sample(&call, &mut out.with_accepted(&mut accepted).with_row_status(&mut row_status))?;
             t.into_iter().map(i64::from).collect()
         };
         Ok(Verified { tokens, num_emitted, accepted, row_status })
-    }
-}
-
-fn logits_data(v: &Values) -> LogitsData<'_, specdec::Host> {
-    match v {
-        Values::F32(v) => LogitsData::F32(&v[..]),
-        Values::BF16(v) => LogitsData::BF16(&v[..]),
-        Values::F16(v) => LogitsData::F16(&v[..]),
     }
 }

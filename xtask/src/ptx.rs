@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use specdec_ptx_builder::PtxBuilder;
+use specdec_core::layout::BLOCK_THREADS;
+use specdec_core::names;
+use specdec_ptx_builder::{LaunchBounds, PtxBuilder};
 
 use crate::resource_usage::{self, Usage};
 use crate::{Result, cmd, cubin, ptxas};
@@ -125,13 +127,20 @@ fn kernels_dir(root: &Path) -> PathBuf {
 fn build(kernels: &Path, arch: &str, target_dir: &Path) -> Result<PathBuf> {
     // The builder runs a nested `cargo build` (see crates/ptx-builder); show the call.
     println!(
-        "building PTX: specdec_ptx_builder::PtxBuilder::new({:?}).arch({arch:?}).target_dir({:?}).build()",
+        "building PTX: specdec_ptx_builder::PtxBuilder::new({:?}).arch({arch:?}).target_dir({:?})\
+         .launch_bounds(<specdec_core::names>).build()",
         kernels.display().to_string(),
         target_dir.display().to_string()
     );
+    let bounds = names::symbols().map(|s| LaunchBounds {
+        kernel: s.to_string(),
+        max_threads: BLOCK_THREADS,
+        min_blocks: s.min_blocks(),
+    });
     let ptx = PtxBuilder::new(kernels)
         .arch(arch)
         .target_dir(target_dir)
+        .launch_bounds(bounds)
         .build()
         .map_err(|e| format!("building the PTX for {arch} failed: {e}"))?;
     Ok(ptx.ptx)

@@ -2,7 +2,7 @@
 //!
 //! Each step, for `B` requests: `K` drafting calls of `gumbel_sample`
 //! (drafting mode, one row per request, the draft model's logits, writing
-//! column `i` of the request's slot in the draft-logits cache), then one
+//! column `i` of the request's slot in the draft logits), then one
 //! `rejection_sample` call verifying the `K` drafts plus a bonus row per
 //! request against the target logits. Each request advances by the tokens it
 //! emitted. Every fourth request (3, 7, ...) is greedy; the others sample at
@@ -23,8 +23,8 @@ use crate::report::{Greedy, Position, Report, Sizes};
 use crate::text::{count, float};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use specdec::{
-    Backend, CacheData, CacheShape, Column, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Logits, LogitsData,
-    RejectionOutput, RejectionSample, SlotTable, Tokens,
+    Backend, Column, DraftLogits, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Logits,
+    RejectionOutput, RejectionSample, SamplingParams,
 };
 use specdec_stats::{chi_square_groups, softmax};
 use std::io::IsTerminal;
@@ -38,7 +38,7 @@ const PROGRESS_AFTER_VAR: &str = "SPECDEC_PROGRESS_AFTER_MS";
 /// A synthetic speculative-decoding loop: acceptance, speed and exactness
 ///
 /// Each step drafts K tokens per request with `gumbel_sample` (drafting mode,
-/// filling the draft-logits cache) and verifies them with `rejection_sample`.
+/// filling the draft logits) and verifies them with `rejection_sample`.
 /// Prints the acceptance rate per draft position, tokens per verify, time per
 /// call, and checks the emitted tokens against the target (chi-square for
 /// sampled requests, the argmax chain for greedy ones).
@@ -116,7 +116,7 @@ impl DemoArgs {
         if !(self.draft_noise.is_finite() && self.draft_noise >= 0.0) {
             return bad(format!("--draft-noise must be a finite value >= 0, got {}", float(self.draft_noise)));
         }
-        // The target, cache and draft buffers: B·(2K + 2)·V floats (this also bounds B).
+        // The target, draft-logits and draft-row buffers: B·(2K + 2)·V floats (this also bounds B).
         let elements = (batch as u128) * (2 * drafts as u128 + 2) * vocab as u128;
         if elements > 1 << 32 {
             return bad("--batch × --drafts × --vocab is too large for the demo's buffers (over 16 GiB)".into());
@@ -223,8 +223,8 @@ struct Demo<'a> {
     target: Vec<f32>,
     /// `[B, V]`: the draft model's row of each request in the current drafting call.
     draft_rows: Vec<f32>,
-    /// `[B, K, V]`: the draft-logits cache (empty with `--one-hot`).
-    cache: Vec<f32>,
+    /// `[B, K, V]`: the draft logits (empty with `--one-hot`).
+    draft_logits: Vec<f32>,
     offsets: Vec<i32>,
     /// `[B·(K+1)]`: drafts by target row (bonus rows hold -1).
     drafts: Vec<i32>,
@@ -253,7 +253,7 @@ impl<'a> Demo<'a> {
             len: (0..b as u64).map(|r| 16 + 5 * r).collect(),
             target: vec![0.0; b * (k + 1) * v],
             draft_rows: vec![0.0; b * v],
-            cache: if args.one_hot { Vec::new() } else { vec![0.0; b * k * v] },
+            draft_logits: if args.one_hot { Vec::new() } else { vec![0.0; b * k * v] },
             offsets: (0..=b).map(|r| (r * (k + 1)) as i32).collect(),
             drafts: vec![-1; b * (k + 1)],
             pos: vec![0; b * (k + 1)],
@@ -272,7 +272,7 @@ impl<'a> Demo<'a> {
     }
 
     /// Drafting call `i`: one row per request at position `len + i`, its
-    /// logits stored in cache column `i` of the request's slot.
+    /// logits stored in column `i` of the request's slot in the draft logits.
     fn draft(&mut self, i: usize) -> Result<()> {
         let (b, k, v) = (self.args.batch, self.args.drafts, self.args.vocab);
         let t = Instant::now();
@@ -285,24 +285,16 @@ impl<'a> Demo<'a> {
             self.draft_pos[r] = p;
         }
         self.tally.model += t.elapsed();
-        let cache = (!self.args.one_hot).then(|| {
-            let data = CacheData::F32(&mut self.cache[..]);
-            (
-                DraftCache { data, shape: CacheShape { slots: b, k, width: v, stride0: k * v, stride1: v } },
-                Column::All(i),
-            )
-        });
-        let mut call = GumbelSample {
-            logits: Logits { data: LogitsData::F32(&self.draft_rows[..]), rows: b, vocab: v, row_stride: v },
-            slots: &self.slots[..],
-            pos: &self.draft_pos[..],
-            table: SlotTable { temperature: &self.temperature[..], seed: &self.seeds[..] },
-            drafting: true,
-            cache,
-        };
-        let out = GumbelOutput { tokens: Tokens::I32(&mut self.draft_tokens[..]), row_status: None };
+        let logits = Logits::new(&self.draft_rows, b, v);
+        let params = SamplingParams::new(&self.temperature, &self.seeds);
+        let call = GumbelSample::new(logits, &self.slots, &self.draft_pos, params).drafting();
+        let mut out = GumbelOutput::new(&mut self.draft_tokens);
+        if !self.args.one_hot {
+            let draft = DraftLogitsMut::new(&mut self.draft_logits, DraftLogitsShape::dense(b, k, v));
+            out = out.with_draft_logits(draft, Column::All(i));
+        }
         let t = Instant::now();
-        self.backend.gumbel_sample(&mut call, out).map_err(|e| Failure::library("gumbel_sample", e))?;
+        self.backend.gumbel_sample(&call, &mut out).map_err(|e| Failure::library("gumbel_sample", e))?;
         self.tally.sample += t.elapsed();
         self.tally.sample_calls += 1;
         for r in 0..b {
@@ -323,25 +315,20 @@ impl<'a> Demo<'a> {
             }
         }
         self.tally.model += t.elapsed();
-        let shape = CacheShape { slots: b, k, width: v, stride0: k * v, stride1: v };
+        let shape = DraftLogitsShape::dense(b, k, v);
         let call = RejectionSample {
-            target: Logits { data: LogitsData::F32(&self.target[..]), rows: b * (k + 1), vocab: v, row_stride: v },
+            target: Logits::new(&self.target, b * (k + 1), v),
             offsets: &self.offsets[..],
             drafts: &self.drafts[..],
             slots: &self.slots[..],
             pos: &self.pos[..],
-            table: SlotTable { temperature: &self.temperature[..], seed: &self.seeds[..] },
+            params: SamplingParams::new(&self.temperature, &self.seeds),
             max_drafts: k,
-            draft_logits: (!self.args.one_hot).then(|| DraftLogits { data: LogitsData::F32(&self.cache[..]), shape }),
+            draft_logits: (!self.args.one_hot).then(|| DraftLogits::new(&self.draft_logits, shape)),
         };
-        let out = RejectionOutput {
-            tokens: Tokens::I32(&mut self.tokens[..]),
-            num_emitted: &mut self.num_emitted[..],
-            accepted: Some(&mut self.accepted[..]),
-            row_status: None,
-        };
+        let mut out = RejectionOutput::new(&mut self.tokens, &mut self.num_emitted).with_accepted(&mut self.accepted);
         let t = Instant::now();
-        self.backend.rejection_sample(&call, out).map_err(|e| Failure::library("rejection_sample", e))?;
+        self.backend.rejection_sample(&call, &mut out).map_err(|e| Failure::library("rejection_sample", e))?;
         self.tally.verify += t.elapsed();
         self.tally.verify_calls += 1;
         Ok(())

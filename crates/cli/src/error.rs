@@ -40,13 +40,14 @@ impl Failure {
     }
 
     /// A library error of the call `sample` or `verify` made on an input
-    /// file's tensors, as a message naming the tensor at fault (by its name in
-    /// the file, `names`) and what it had to be. Errors the commands rule out
-    /// before the call (lengths, extents, `vocab`, `max_drafts`, offsets) keep
-    /// the library's wording after the call's name, as do failures while running.
-    pub fn call(e: specdec::Error, names: &CallNames) -> Self {
+    /// file's tensors (`call`: `"gumbel_sample"` or `"rejection_sample"`), as
+    /// a message naming the tensor at fault by its name in the file
+    /// (`draft_logits`, `draft_column`, `offsets`, ...) and what it had to be.
+    /// Errors the commands rule out before the call (lengths, extents,
+    /// `vocab`, `max_drafts`) keep the library's wording after the call's
+    /// name, as do failures while running.
+    pub fn call(call: &str, e: specdec::Error) -> Self {
         use specdec::Error as E;
-        let cache = names.cache;
         let message = match e {
             E::InvalidSlot { row, slot, num_slots } => format!(
                 "tensor `slots`: entry {row} is {slot}, expected -1 (padding) or a slot in 0..{num_slots} \
@@ -59,35 +60,36 @@ impl Failure {
                 float(value),
                 f32::MIN_POSITIVE
             ),
+            E::InvalidOffsets { detail, .. } => format!("tensor `offsets`: {detail}"),
             E::ColumnOutOfRange { k: 0, .. } => {
-                format!("tensor `{cache}`: K = 0 columns per slot, expected a shape [slots, K, width] with K >= 1")
+                "tensor `draft_logits`: K = 0 columns per slot, expected a shape [slots, K, width] with K >= 1".into()
             }
             E::ColumnOutOfRange { row: Some(row), column, k } => format!(
-                "tensor `cache_column`: entry {row} is {column}, expected a column in 0..{k} (`{cache}` has {})",
+                "tensor `draft_column`: entry {row} is {column}, expected a column in 0..{k} (`draft_logits` has {})",
                 count(k as u64, "column")
             ),
             E::ColumnOutOfRange { row: None, column, k } => format!(
-                "tensor `cache_column`: value {column}, expected a column in 0..{k} (`{cache}` has {})",
+                "tensor `draft_column`: value {column}, expected a column in 0..{k} (`draft_logits` has {})",
                 count(k as u64, "column")
             ),
-            E::CacheTooNarrow { cache_width, vocab } => format!(
-                "tensor `{cache}`: width {cache_width} is narrower than the vocabulary ({vocab}), \
+            E::DraftLogitsTooNarrow { width, vocab } => format!(
+                "tensor `draft_logits`: width {width} is narrower than the vocabulary ({vocab}), \
                  expected a shape [slots, K, width] with width >= {vocab}"
             ),
-            E::CacheSlots { cache_slots, num_slots } => format!(
-                "tensor `{cache}`: {}, fewer than the {num_slots} of `temperature` and `seed`, \
+            E::DraftLogitsSlots { draft_slots, num_slots } => format!(
+                "tensor `draft_logits`: {}, fewer than the {num_slots} of `temperature` and `seed`, \
                  expected a shape [slots, K, width] with slots >= {num_slots}",
-                count(cache_slots as u64, "slot")
+                count(draft_slots as u64, "slot")
             ),
             E::DraftColumns { k, max_drafts } => format!(
-                "tensor `{cache}`: {} per slot, fewer than `max_drafts` = {max_drafts}, \
+                "tensor `draft_logits`: {} per slot, fewer than `max_drafts` = {max_drafts}, \
                  expected a shape [slots, K, width] with K >= {max_drafts}",
                 count(k as u64, "column")
             ),
             E::InvalidDraft { row, token, vocab } => format!(
                 "tensor `drafts`: entry {row} is {token}, expected -1 (placeholder) or a token id in 0..{vocab}"
             ),
-            e => return Failure::library(names.call, e),
+            e => return Failure::library(call, e),
         };
         Failure::Input(message)
     }
@@ -98,14 +100,6 @@ impl Failure {
             Failure::Run(_) => ExitCode::from(1),
         }
     }
-}
-
-/// The names, in an input file, of a library call's arguments.
-pub struct CallNames {
-    /// The call: `"gumbel_sample"` or `"rejection_sample"`.
-    pub call: &'static str,
-    /// The draft-logits tensor: `"cache"` (`sample`) or `"draft_logits"` (`verify`).
-    pub cache: &'static str,
 }
 
 pub type Result<T, E = Failure> = std::result::Result<T, E>;

@@ -8,7 +8,7 @@
 use crate::error::{Failure, Result};
 use half::{bf16, f16};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
-use specdec::{CacheData, LogitsData};
+use specdec::{Host, Values, ValuesMut};
 use std::path::{Path, PathBuf};
 
 /// An input file, read whole.
@@ -88,10 +88,19 @@ pub struct Tensors<'a> {
 
 /// The integer dtypes accepted for scalars (`vocab`, `max_drafts`, ...).
 const INT_SCALAR: &[Dtype] = &[Dtype::I32, Dtype::I64, Dtype::U32, Dtype::U64];
-/// The dtypes of logits and caches.
+/// The dtypes of logits and draft logits.
 const FLOAT: &[Dtype] = &[Dtype::F32, Dtype::BF16, Dtype::F16];
 
 impl<'a> Tensors<'a> {
+    /// An input error if the file holds a tensor by a name it no longer has
+    /// (`old`, now `new`): such a tensor would otherwise be ignored unnamed.
+    pub fn renamed(&self, old: &str, new: &str) -> Result<()> {
+        match self.st.tensor(old) {
+            Ok(_) => Err(Failure::input(format!("tensor `{old}` is now named `{new}` (CHANGELOG.md)"))),
+            Err(_) => Ok(()),
+        }
+    }
+
     fn find(&self, name: &'static str) -> Option<Tensor<'a>> {
         self.st.tensor(name).ok().map(|view| Tensor { name, view })
     }
@@ -297,7 +306,7 @@ impl Tensor<'_> {
     }
 }
 
-/// Owned logits or cache values in their file dtype.
+/// Owned logits or draft-logits values in their file dtype.
 pub enum Floats {
     F32(Vec<f32>),
     BF16(Vec<bf16>),
@@ -305,19 +314,21 @@ pub enum Floats {
 }
 
 impl Floats {
-    pub fn logits(&self) -> LogitsData<'_, specdec::Host> {
+    /// The values for a call to read (`Logits`, `DraftLogits`), in their dtype.
+    pub fn values(&self) -> Values<'_, Host> {
         match self {
-            Floats::F32(v) => LogitsData::F32(&v[..]),
-            Floats::BF16(v) => LogitsData::BF16(&v[..]),
-            Floats::F16(v) => LogitsData::F16(&v[..]),
+            Floats::F32(v) => Values::F32(&v[..]),
+            Floats::BF16(v) => Values::BF16(&v[..]),
+            Floats::F16(v) => Values::F16(&v[..]),
         }
     }
 
-    pub fn cache(&mut self) -> CacheData<'_, specdec::Host> {
+    /// The values for a call to write (`DraftLogitsMut`), in their dtype.
+    pub fn values_mut(&mut self) -> ValuesMut<'_, Host> {
         match self {
-            Floats::F32(v) => CacheData::F32(&mut v[..]),
-            Floats::BF16(v) => CacheData::BF16(&mut v[..]),
-            Floats::F16(v) => CacheData::F16(&mut v[..]),
+            Floats::F32(v) => ValuesMut::F32(&mut v[..]),
+            Floats::BF16(v) => ValuesMut::BF16(&mut v[..]),
+            Floats::F16(v) => ValuesMut::F16(&mut v[..]),
         }
     }
 }

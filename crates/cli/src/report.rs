@@ -88,7 +88,7 @@ impl Report {
             Some(why) => println!("backend: {} (GPU not used: {why})", self.backend),
             None => println!("backend: {}", self.backend),
         }
-        let drafts = if s.one_hot { "one-hot drafts" } else { "draft logits cached in f32" };
+        let drafts = if s.one_hot { "one-hot drafts" } else { "draft logits in f32" };
         let greedy: Vec<String> = self.greedy_requests.iter().map(|r| r.to_string()).collect();
         let requests = match greedy.len() {
             0 => format!("all at T = {}", float(s.temperature)),

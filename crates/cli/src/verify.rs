@@ -1,10 +1,10 @@
 //! `specdec verify`: `rejection_sample` on the tensors of a safetensors file.
 
 use crate::backend::BackendArg;
-use crate::error::{CallNames, Failure, Result};
+use crate::error::{Failure, Result};
 use crate::files::{InputFile, Output, check_output};
 use crate::text::count;
-use specdec::{CacheShape, DraftLogits, Logits, RejectionOutput, RejectionSample, SlotTable, Tokens};
+use specdec::{DraftLogits, DraftLogitsShape, Logits, RejectionOutput, RejectionSample, SamplingParams};
 use std::path::PathBuf;
 
 /// Verify drafts against the target, from a safetensors file (`rejection_sample`)
@@ -55,7 +55,6 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
     let max_drafts = usize::try_from(max_drafts).ok().filter(|&k| k <= specdec::MAX_DRAFTS).ok_or_else(|| {
         Failure::input(format!("tensor `max_drafts`: value {max_drafts}, expected 0 ..= {}", specdec::MAX_DRAFTS))
     })?;
-    check_offsets(&offsets, rows, max_drafts)?;
     let draft_logits = t.float_cube("draft_logits")?;
     let backend = args.backend.open()?.backend;
 
@@ -65,26 +64,22 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
     let mut accepted = vec![0i32; requests];
     let mut row_status = vec![0u32; rows];
     let call = RejectionSample {
-        target: Logits { data: target.logits(), rows, vocab, row_stride: width },
+        target: Logits { data: target.values(), rows, vocab, row_stride: width },
         offsets: &offsets[..],
         drafts: &drafts[..],
         slots: &slots[..],
         pos: &positions[..],
-        table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
+        params: SamplingParams::new(&temperature, &seed),
         max_drafts,
         draft_logits: draft_logits.as_ref().map(|(data, [slots, k, width])| DraftLogits {
-            data: data.logits(),
-            shape: CacheShape { slots: *slots, k: *k, width: *width, stride0: k * width, stride1: *width },
+            data: data.values(),
+            shape: DraftLogitsShape::dense(*slots, *k, *width),
         }),
     };
-    let out = RejectionOutput {
-        tokens: Tokens::I32(&mut tokens[..]),
-        num_emitted: &mut num_emitted[..],
-        accepted: Some(&mut accepted[..]),
-        row_status: Some(&mut row_status[..]),
-    };
-    let names = CallNames { call: "rejection_sample", cache: "draft_logits" };
-    backend.rejection_sample(&call, out).map_err(|e| Failure::call(e, &names))?;
+    let mut out = RejectionOutput::new(&mut tokens, &mut num_emitted)
+        .with_accepted(&mut accepted)
+        .with_row_status(&mut row_status);
+    backend.rejection_sample(&call, &mut out).map_err(|e| Failure::call("rejection_sample", e))?;
 
     Output::default()
         .i32s("tokens", &[requests, width_out], &tokens)
@@ -100,41 +95,5 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
         backend.describe(),
         args.output.display()
     );
-    Ok(())
-}
-
-/// The offset rules of `rejection_sample` (`offsets[0] = 0`, increasing,
-/// `offsets[requests] = rows`, at most `max_drafts` drafts per request),
-/// checked entry by entry from the first so that the message names the first
-/// entry that breaks one. `offsets` has at least one entry.
-fn check_offsets(offsets: &[i32], rows: usize, max_drafts: usize) -> Result<()> {
-    let bad = |what: String| Err(Failure::input(format!("tensor `offsets`: {what}")));
-    if offsets[0] != 0 {
-        return bad(format!("entry 0 is {}, expected 0", offsets[0]));
-    }
-    for (r, pair) in offsets.windows(2).enumerate() {
-        let (start, end) = (pair[0] as i64, pair[1] as i64);
-        if end <= start {
-            return bad(format!(
-                "entry {} is {end}, expected more than entry {r} ({start}): offsets increase, \
-                 each request has at least its bonus row",
-                r + 1
-            ));
-        }
-        if end > rows as i64 {
-            return bad(format!("entry {} is {end}, expected at most {rows} (the rows of `target`)", r + 1));
-        }
-        let drafts = (end - start - 1) as u64;
-        if drafts > max_drafts as u64 {
-            return bad(format!(
-                "request {r} (rows {start}..{end}) has {}, more than `max_drafts` = {max_drafts}",
-                count(drafts, "draft")
-            ));
-        }
-    }
-    let last = offsets.len() - 1;
-    if offsets[last] as i64 != rows as i64 {
-        return bad(format!("entry {last} (the last) is {}, expected {rows} (the rows of `target`)", offsets[last]));
-    }
     Ok(())
 }

@@ -88,10 +88,10 @@ fn missing_tensors() {
     fails("no-logits", "sample", Some(without(sample_input(), "logits")), "missing tensor `logits`");
     fails("no-seed", "verify", Some(without(verify_input(), "seed")), "missing tensor `seed`");
     fails("no-max-drafts", "verify", Some(without(verify_input(), "max_drafts")), "missing tensor `max_drafts`");
-    let cache = with(sample_input(), "cache", f32s(&[2, 1, 10], &[0.0; 20]));
-    fails("no-cache-column", "sample", Some(cache), "missing tensor `cache_column`");
-    let column = with(sample_input(), "cache_column", i32s(&[], &[0]));
-    fails("column-without-cache", "sample", Some(column), "without a `cache` tensor");
+    let draft = with(sample_input(), "draft_logits", f32s(&[2, 1, 10], &[0.0; 20]));
+    fails("no-draft-column", "sample", Some(draft), "missing tensor `draft_column`");
+    let column = with(sample_input(), "draft_column", i32s(&[], &[0]));
+    fails("column-without-draft-logits", "sample", Some(column), "without a `draft_logits` tensor");
 }
 
 #[test]
@@ -130,9 +130,9 @@ fn wrong_shapes_and_values() {
     fails("positions-negative", "sample", Some(positions), "tensor `positions`: entry 1 is -2");
     let drafting = with(sample_input(), "drafting", u8_scalar(2));
     fails("drafting-2", "sample", Some(drafting), "tensor `drafting`: value 2, expected 0 or 1");
-    let cache = with(sample_input(), "cache", f32s(&[20], &[0.0; 20]));
-    let cache = with(cache, "cache_column", i32s(&[], &[0]));
-    fails("cache-1d", "sample", Some(cache), "tensor `cache`: expected a 3-D shape [slots, K, width]");
+    let draft = with(sample_input(), "draft_logits", f32s(&[20], &[0.0; 20]));
+    let draft = with(draft, "draft_column", i32s(&[], &[0]));
+    fails("draft-logits-1d", "sample", Some(draft), "tensor `draft_logits`: expected a 3-D shape [slots, K, width]");
 }
 
 #[test]
@@ -161,13 +161,13 @@ fn inconsistent_sizes() {
         Some(drafts),
         "tensor `drafts`: expected shape [rows] (the rows of `target`) = [3], found [2]",
     );
-    let column = with(sample_input(), "cache", f32s(&[2, 1, 10], &[0.0; 20]));
-    let column = with(column, "cache_column", i32s(&[2], &[0, 0]));
+    let column = with(sample_input(), "draft_logits", f32s(&[2, 1, 10], &[0.0; 20]));
+    let column = with(column, "draft_column", i32s(&[2], &[0, 0]));
     fails(
         "column-vs-rows",
         "sample",
         Some(column),
-        "tensor `cache_column`: expected shape [] (one for all rows) or [rows]",
+        "tensor `draft_column`: expected shape [] (one for all rows) or [rows]",
     );
 }
 
@@ -188,18 +188,38 @@ fn slots_and_offsets_of_different_lengths() {
 
 /// Each offsets rule names the first entry that breaks it (decreasing
 /// offsets once blamed `offsets[last]` at a request that does not exist).
+/// A file written for the old tensor names is refused, not run as if it had
+/// no draft logits.
+#[test]
+fn renamed_tensors_are_refused() {
+    let cache = f32s(&[2, 1, 10], &[0.0; 20]);
+    fails(
+        "renamed-cache",
+        "sample",
+        Some(with(sample_input(), "cache", cache)),
+        "tensor `cache` is now named `draft_logits`",
+    );
+    let column = i32s(&[], &[0]);
+    fails(
+        "renamed-cache-column",
+        "sample",
+        Some(with(sample_input(), "cache_column", column)),
+        "tensor `cache_column` is now named `draft_column`",
+    );
+}
+
 #[test]
 fn offsets_errors_name_the_entry_at_fault() {
     for (case, offsets, expected) in [
         ("offsets-start", [1, 2, 3], "tensor `offsets`: entry 0 is 1, expected 0"),
         ("offsets-decreasing", [0, 2, 1], "tensor `offsets`: entry 2 is 1, expected more than entry 1 (2)"),
         ("offsets-equal", [0, 2, 2], "tensor `offsets`: entry 2 is 2, expected more than entry 1 (2)"),
-        ("offsets-past-rows", [0, 4, 3], "tensor `offsets`: entry 1 is 4, expected at most 3 (the rows of `target`)"),
-        ("offsets-short", [0, 1, 2], "tensor `offsets`: entry 2 (the last) is 2, expected 3 (the rows of `target`)"),
+        ("offsets-past-rows", [0, 4, 3], "tensor `offsets`: entry 1 is 4, expected at most 3 (the target's rows)"),
+        ("offsets-short", [0, 1, 2], "tensor `offsets`: entry 2 (the last) is 2, expected 3 (the target's rows)"),
         (
             "offsets-too-many-drafts",
             [0, 3, 3],
-            "tensor `offsets`: request 0 (rows 0..3) has 2 drafts, more than `max_drafts` = 1",
+            "tensor `offsets`: request 0 (rows 0..3) has 2 drafts, more than max_drafts = 1",
         ),
     ] {
         fails(case, "verify", Some(with(verify_input(), "offsets", i32s(&[3], &offsets))), expected);
@@ -219,40 +239,45 @@ fn library_errors() {
     );
     let slots = with(verify_input(), "slots", i32s(&[2], &[0, 2]));
     fails("request-slot-out-of-range", "verify", Some(slots), "tensor `slots`: entry 1 is 2, expected -1 (padding)");
-    let cache = with(sample_input(), "cache", f32s(&[2, 1, 9], &[0.0; 18]));
-    let cache = with(cache, "cache_column", i32s(&[], &[0]));
+    let draft = with(sample_input(), "draft_logits", f32s(&[2, 1, 9], &[0.0; 18]));
+    let draft = with(draft, "draft_column", i32s(&[], &[0]));
     fails(
-        "cache-narrow",
+        "sample-draft-logits-narrow",
         "sample",
-        Some(cache),
-        "tensor `cache`: width 9 is narrower than the vocabulary (10), expected a shape [slots, K, width] with width >= 10",
+        Some(draft),
+        "tensor `draft_logits`: width 9 is narrower than the vocabulary (10), expected a shape [slots, K, width] with width >= 10",
     );
-    let cache = with(sample_input(), "cache", f32s(&[1, 1, 10], &[0.0; 10]));
-    let cache = with(cache, "cache_column", i32s(&[], &[0]));
-    fails("cache-slots", "sample", Some(cache), "tensor `cache`: 1 slot, fewer than the 2 of `temperature` and `seed`");
-    let column = with(sample_input(), "cache", f32s(&[2, 1, 10], &[0.0; 20]));
-    let column = with(column, "cache_column", i32s(&[], &[1]));
+    let draft = with(sample_input(), "draft_logits", f32s(&[1, 1, 10], &[0.0; 10]));
+    let draft = with(draft, "draft_column", i32s(&[], &[0]));
+    fails(
+        "sample-draft-logits-slots",
+        "sample",
+        Some(draft),
+        "tensor `draft_logits`: 1 slot, fewer than the 2 of `temperature` and `seed`",
+    );
+    let column = with(sample_input(), "draft_logits", f32s(&[2, 1, 10], &[0.0; 20]));
+    let column = with(column, "draft_column", i32s(&[], &[1]));
     fails(
         "column-out-of-range",
         "sample",
         Some(column),
-        "tensor `cache_column`: value 1, expected a column in 0..1 (`cache` has 1 column)",
+        "tensor `draft_column`: value 1, expected a column in 0..1 (`draft_logits` has 1 column)",
     );
-    let column = with(sample_input(), "cache", f32s(&[2, 2, 10], &[0.0; 40]));
-    let column = with(column, "cache_column", i32s(&[3], &[0, 5, 0]));
+    let column = with(sample_input(), "draft_logits", f32s(&[2, 2, 10], &[0.0; 40]));
+    let column = with(column, "draft_column", i32s(&[3], &[0, 5, 0]));
     fails(
         "row-column-out-of-range",
         "sample",
         Some(column),
-        "tensor `cache_column`: entry 1 is 5, expected a column in 0..2 (`cache` has 2 columns)",
+        "tensor `draft_column`: entry 1 is 5, expected a column in 0..2 (`draft_logits` has 2 columns)",
     );
-    let column = with(sample_input(), "cache", f32s(&[2, 2, 10], &[0.0; 40]));
-    let column = with(column, "cache_column", i32s(&[], &[-1]));
+    let column = with(sample_input(), "draft_logits", f32s(&[2, 2, 10], &[0.0; 40]));
+    let column = with(column, "draft_column", i32s(&[], &[-1]));
     fails(
         "column-negative",
         "sample",
         Some(column),
-        "tensor `cache_column`: value -1, expected a column in 0..2 (`cache` has 2 columns)",
+        "tensor `draft_column`: value -1, expected a column in 0..2 (`draft_logits` has 2 columns)",
     );
     let temperature = with(sample_input(), "temperature", f32s(&[2], &[-1.0, 0.0]));
     fails(
@@ -296,7 +321,7 @@ fn subnormal_temperature_is_printed_short() {
 }
 
 /// Empty dimensions the library would report in its own words (a
-/// vocabulary of 0, a cache column out of 0..0) are named in the file's.
+/// vocabulary of 0, a draft column out of 0..0) are named in the file's.
 #[test]
 fn empty_dimensions() {
     let logits = with(sample_input(), "logits", f32s(&[3, 0], &[]));
@@ -308,13 +333,13 @@ fn empty_dimensions() {
     );
     let target = with(verify_input(), "target", f32s(&[3, 0], &[]));
     fails("target-width-0", "verify", Some(target), "tensor `target`: width 0, expected");
-    let cache = with(sample_input(), "cache", f32s(&[2, 0, 10], &[]));
-    let cache = with(cache, "cache_column", i32s(&[], &[0]));
+    let draft = with(sample_input(), "draft_logits", f32s(&[2, 0, 10], &[]));
+    let draft = with(draft, "draft_column", i32s(&[], &[0]));
     fails(
-        "cache-k-0",
+        "sample-draft-logits-k-0",
         "sample",
-        Some(cache),
-        "tensor `cache`: expected a shape [slots, K, width] with K >= 1, found [2, 0, 10]",
+        Some(draft),
+        "tensor `draft_logits`: expected a shape [slots, K, width] with K >= 1, found [2, 0, 10]",
     );
     let draft_logits = with(verify_input(), "draft_logits", f32s(&[2, 0, 10], &[]));
     fails(

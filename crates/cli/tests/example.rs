@@ -1,5 +1,5 @@
 //! The worked example of `FORMAT.md`, in Rust: draft K = 2 tokens for two
-//! requests with `specdec sample` (drafting, filling the draft-logits cache),
+//! requests with `specdec sample` (drafting, filling the draft logits),
 //! then verify them with `specdec verify`. The Python snippet in FORMAT.md
 //! writes the same input files, byte for byte in their tensors, and so gets
 //! the same tokens.
@@ -54,7 +54,8 @@ fn draft_then_verify() {
     let temperature = ("temperature", Dtype::F32, vec![2], bytes(&[0.8f32, 0.0], f32::to_le_bytes));
     let seed = ("seed", Dtype::U64, vec![2], bytes(&[1234u64, 5678], u64::to_le_bytes));
 
-    // 1. Draft K tokens per request: one row per draft, written to cache column i of the request's slot.
+    // 1. Draft K tokens per request: one row per draft, its logits written to
+    //    column i of the request's slot in the draft logits.
     let draft_pos: Vec<u64> = START.iter().flat_map(|&p| (0..K as u64).map(move |i| p + i)).collect();
     let logits: Vec<f32> = draft_pos.iter().flat_map(|&p| draft_row(p)).collect();
     save(
@@ -64,8 +65,8 @@ fn draft_then_verify() {
             ("slots", Dtype::I32, vec![4], bytes(&[0, 0, 1, 1], i32::to_le_bytes)),
             ("positions", Dtype::U64, vec![4], bytes(&draft_pos, u64::to_le_bytes)),
             ("drafting", Dtype::U8, vec![], vec![1]),
-            ("cache", Dtype::F32, vec![2, K, V], vec![0; 2 * K * V * 4]),
-            ("cache_column", Dtype::I32, vec![4], bytes(&[0, 1, 0, 1], i32::to_le_bytes)),
+            ("draft_logits", Dtype::F32, vec![2, K, V], vec![0; 2 * K * V * 4]),
+            ("draft_column", Dtype::I32, vec![4], bytes(&[0, 1, 0, 1], i32::to_le_bytes)),
             temperature.clone(),
             seed.clone(),
         ],
@@ -78,7 +79,8 @@ fn draft_then_verify() {
     // 2. Verify: K draft rows and a bonus row per request, against the target.
     let verify_pos: Vec<u64> = START.iter().flat_map(|&p| (0..=K as u64).map(move |i| p + i)).collect();
     let target: Vec<f32> = verify_pos.iter().flat_map(|&p| target_row(p)).collect();
-    let (cache_dtype, cache_shape, cache) = drafted["cache"].clone();
+    // What `sample` wrote as `draft_logits` is what `verify` reads as `draft_logits`.
+    let (draft_dtype, draft_shape, draft_logits) = drafted["draft_logits"].clone();
     let (k1, rows) = (K as i32 + 1, verify_pos.len());
     save(
         &file("verify_in.safetensors"),
@@ -89,7 +91,7 @@ fn draft_then_verify() {
             ("slots", Dtype::I32, vec![2], bytes(&[0, 1], i32::to_le_bytes)),
             ("positions", Dtype::U64, vec![rows], bytes(&verify_pos, u64::to_le_bytes)),
             ("max_drafts", Dtype::I32, vec![], bytes(&[K as i32], i32::to_le_bytes)),
-            ("draft_logits", cache_dtype, cache_shape, cache),
+            ("draft_logits", draft_dtype, draft_shape, draft_logits),
             temperature,
             seed,
         ],

@@ -8,8 +8,8 @@ use common::*;
 use half::{bf16, f16};
 use safetensors::tensor::Dtype;
 use specdec::{
-    Backend, CacheData, CacheShape, Column, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Logits, LogitsData,
-    RejectionOutput, RejectionSample, SlotTable, Tokens,
+    Backend, Column, DraftLogits, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Logits,
+    RejectionOutput, RejectionSample, SamplingParams,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -30,7 +30,7 @@ fn run(op: &str, backend: &str, input: &Path) -> BTreeMap<String, (Dtype, Vec<us
 }
 
 #[test]
-fn sample_f32_without_cache_matches_the_library() {
+fn sample_f32_without_draft_logits_matches_the_library() {
     let dir = scratch("sample-f32");
     let (rows, width, vocab) = (5, 1003, 1000);
     let mut logits = common::logits(rows * width, 1);
@@ -53,16 +53,10 @@ fn sample_f32_without_cache_matches_the_library() {
 
     let mut tokens = vec![0i32; rows];
     let mut row_status = vec![0u32; rows];
-    let mut call = GumbelSample {
-        logits: Logits { data: LogitsData::F32(&logits[..]), rows, vocab, row_stride: width },
-        slots: &slots[..],
-        pos: &positions[..],
-        table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
-        drafting: false,
-        cache: None,
-    };
-    let out = GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: Some(&mut row_status[..]) };
-    Backend::cpu().gumbel_sample(&mut call, out).unwrap();
+    let logits = Logits::new(&logits, rows, vocab).with_row_stride(width);
+    let call = GumbelSample::new(logits, &slots, &positions, SamplingParams::new(&temperature, &seed));
+    let mut out = GumbelOutput::new(&mut tokens).with_row_status(&mut row_status);
+    Backend::cpu().gumbel_sample(&call, &mut out).unwrap();
 
     for backend in ["cpu", "auto"] {
         let got = run("sample", backend, &input);
@@ -76,16 +70,16 @@ fn sample_f32_without_cache_matches_the_library() {
 }
 
 #[test]
-fn sample_bf16_drafting_into_an_f16_cache_matches_the_library() {
-    let dir = scratch("sample-bf16-cache");
-    let (rows, width, k, cache_width) = (4, 777, 2, 780);
+fn sample_bf16_drafting_into_f16_draft_logits_matches_the_library() {
+    let dir = scratch("sample-bf16-draft-logits");
+    let (rows, width, k, draft_width) = (4, 777, 2, 780);
     let logits: Vec<bf16> = common::logits(rows * width, 2).into_iter().map(bf16::from_f32).collect();
     let slots = [0, 0, 1, 2];
     let columns = [0, 1, 0, 1]; // distinct (slot, column) per row
     let positions = [3i64, 4, 100, 5];
     let temperature = [1.0f32, 0.0, 0.6];
     let seed = [-5i64, 6, 7];
-    let cache0: Vec<f16> = common::logits(3 * k * cache_width, 3).into_iter().map(f16::from_f32).collect();
+    let draft0: Vec<f16> = common::logits(3 * k * draft_width, 3).into_iter().map(f16::from_f32).collect();
     let input = dir.join("in.safetensors");
     write(
         &input,
@@ -96,41 +90,32 @@ fn sample_bf16_drafting_into_an_f16_cache_matches_the_library() {
             ("temperature", f32s(&[3], &temperature)),
             ("seed", i64s(&[3], &seed)),
             ("drafting", u8_scalar(1)),
-            ("cache", f16s(&[3, k, cache_width], &cache0)),
-            ("cache_column", i32s(&[rows], &columns)),
+            ("draft_logits", f16s(&[3, k, draft_width], &draft0)),
+            ("draft_column", i32s(&[rows], &columns)),
         ]),
     );
 
     let (pos, seed_bits): (Vec<u64>, Vec<u64>) =
         (positions.iter().map(|&p| p as u64).collect(), seed.iter().map(|&s| s as u64).collect());
-    let mut cache = cache0.clone();
+    let mut draft = draft0.clone();
     let mut tokens = vec![0i32; rows];
     let mut row_status = vec![0u32; rows];
-    let mut call = GumbelSample {
-        logits: Logits { data: LogitsData::BF16(&logits[..]), rows, vocab: width, row_stride: width },
-        slots: &slots[..],
-        pos: &pos[..],
-        table: SlotTable { temperature: &temperature[..], seed: &seed_bits[..] },
-        drafting: true,
-        cache: Some((
-            DraftCache {
-                data: CacheData::F16(&mut cache[..]),
-                shape: CacheShape { slots: 3, k, width: cache_width, stride0: k * cache_width, stride1: cache_width },
-            },
-            Column::PerRow(&columns[..]),
-        )),
-    };
-    let out = GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: Some(&mut row_status[..]) };
-    Backend::cpu().gumbel_sample(&mut call, out).unwrap();
+    let params = SamplingParams::new(&temperature, &seed_bits);
+    let call = GumbelSample::new(Logits::new(&logits, rows, width), &slots, &pos, params).drafting();
+    let mut out = GumbelOutput::new(&mut tokens).with_row_status(&mut row_status).with_draft_logits(
+        DraftLogitsMut::new(&mut draft, DraftLogitsShape::dense(3, k, draft_width)),
+        Column::per_row(&columns),
+    );
+    Backend::cpu().gumbel_sample(&call, &mut out).unwrap();
 
     let got = run("sample", "cpu", &input);
     assert_eq!(le_i32(&got["tokens"].2), tokens);
     assert_eq!(le_u32(&got["row_status"].2), row_status);
-    let (dtype, shape, bytes) = &got["cache"];
-    assert_eq!((*dtype, shape), (Dtype::F16, &vec![3, k, cache_width]));
-    let want: Vec<u8> = cache.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect();
-    assert_eq!(bytes, &want, "the cache differs");
-    assert_ne!(cache, cache0, "the call wrote the cache");
+    let (dtype, shape, bytes) = &got["draft_logits"];
+    assert_eq!((*dtype, shape), (Dtype::F16, &vec![3, k, draft_width]));
+    let want: Vec<u8> = draft.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect();
+    assert_eq!(bytes, &want, "the draft logits differ");
+    assert_ne!(draft, draft0, "the call wrote the draft logits");
 }
 
 /// Three requests with 2, 0 and 3 drafts (K = 3), one a placeholder; mixed temperatures.
@@ -186,27 +171,23 @@ fn verify_inputs(c: &VerifyCase, target: T) -> BTreeMap<&'static str, T> {
 /// (One lifetime for all: the argument structs are invariant in theirs.)
 fn verify_with_library<'a>(
     c: &'a VerifyCase,
-    target: LogitsData<'a, specdec::Host>,
+    target: Logits<'a, specdec::Host>,
     draft_logits: Option<DraftLogits<'a, specdec::Host>>,
 ) -> (Vec<i32>, Vec<i32>, Vec<i32>, Vec<u32>) {
     let (mut tokens, mut emitted, mut accepted, mut status) = (vec![0; 3 * 4], vec![0; 3], vec![0; 3], vec![0; c.rows]);
     let call = RejectionSample {
-        target: Logits { data: target, rows: c.rows, vocab: c.width, row_stride: c.width },
+        target,
         offsets: &c.offsets[..],
         drafts: &c.drafts[..],
         slots: &c.slots[..],
         pos: &c.positions[..],
-        table: SlotTable { temperature: &c.temperature[..], seed: &c.seed[..] },
+        params: SamplingParams::new(&c.temperature, &c.seed),
         max_drafts: 3,
         draft_logits,
     };
-    let out = RejectionOutput {
-        tokens: Tokens::I32(&mut tokens[..]),
-        num_emitted: &mut emitted[..],
-        accepted: Some(&mut accepted[..]),
-        row_status: Some(&mut status[..]),
-    };
-    Backend::cpu().rejection_sample(&call, out).unwrap();
+    let mut out =
+        RejectionOutput::new(&mut tokens, &mut emitted).with_accepted(&mut accepted).with_row_status(&mut status);
+    Backend::cpu().rejection_sample(&call, &mut out).unwrap();
     (tokens, emitted, accepted, status)
 }
 
@@ -245,11 +226,10 @@ fn verify_with_bf16_draft_logits_matches_the_library() {
     tensors.insert("draft_logits", bf16s(&[3, 3, c.width], &draft));
     write(&input, tensors);
 
-    let shape = CacheShape { slots: 3, k: 3, width: c.width, stride0: 3 * c.width, stride1: c.width };
     let want = verify_with_library(
         &c,
-        LogitsData::F32(&target[..]),
-        Some(DraftLogits { data: LogitsData::BF16(&draft[..]), shape }),
+        Logits::new(&target, c.rows, c.width),
+        Some(DraftLogits::new(&draft, DraftLogitsShape::dense(3, 3, c.width))),
     );
     assert_verify_output(&run("verify", "cpu", &input), want);
 }
@@ -261,7 +241,7 @@ fn verify_one_hot_f16_matches_the_library() {
     let target: Vec<f16> = verify_target(&c, 6).into_iter().map(f16::from_f32).collect();
     let input = dir.join("in.safetensors");
     write(&input, verify_inputs(&c, f16s(&[c.rows, c.width], &target)));
-    let want = verify_with_library(&c, LogitsData::F16(&target[..]), None);
+    let want = verify_with_library(&c, Logits::new(&target, c.rows, c.width), None);
     assert_verify_output(&run("verify", "cpu", &input), want.clone());
     assert_verify_output(&run("verify", "auto", &input), want);
 }

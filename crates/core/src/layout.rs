@@ -12,13 +12,10 @@ pub const ELEMS_PER_THREAD: u32 = 4;
 pub const TILE: u32 = BLOCK_THREADS * ELEMS_PER_THREAD;
 /// Warps per block.
 pub const WARPS: u32 = BLOCK_THREADS / 32;
-/// Dynamic shared memory of a block reduction: one value of up to 40 bytes
-/// per warp (the largest, pass 1's per-warp decision of `rejection_sample`).
-pub const REDUCE_SHARED_BYTES: u32 = WARPS * 40;
-/// Dynamic shared memory of every launch: the reduction's, then 32 bytes of
-/// block state (pass 1 of `rejection_sample` keeps its request for the
-/// decision there, the sampling loops their batch counter).
-pub const SHARED_BYTES: u32 = REDUCE_SHARED_BYTES + 32;
+/// Dynamic shared memory of every launch, in bytes: the size of the kernels'
+/// `shared::Shared` (a slot per warp for the block's reductions, then one
+/// record for the whole block), which asserts it.
+pub const SHARED_BYTES: u32 = 352;
 
 /// Parameters of `gumbel_sample` (SPEC §3). Row `r` owns `logits + r*row_stride`.
 #[derive(Clone, Copy, Debug, Default)]

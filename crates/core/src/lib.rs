@@ -16,7 +16,8 @@
 //!   (`Lse`), **the accept rule** `sample::accepts`, **the residual**
 //!   `logspace::ln_residual` folded by `Sampler::fold_resample_logits`.
 //! - §5 flags: [`status`]; parameter blocks of the kernels: [`layout`];
-//!   the records they keep in scratch: [`scratch`]; dtypes: [`dtype`].
+//!   the records they keep in scratch: [`scratch`]; dtypes: [`dtype`];
+//!   the kernels' symbols and launch bounds: [`names`].
 //!
 //! The kernels that run these steps are in `specdec-kernels` (its
 //! `rejection/` files are named by step), the CPU twin in the host crate's
@@ -28,6 +29,7 @@ pub mod dtype;
 pub mod gumbel;
 pub mod layout;
 pub mod logspace;
+pub mod names;
 pub mod rng;
 pub mod sample;
 pub mod scratch;

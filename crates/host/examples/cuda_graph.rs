@@ -1,6 +1,6 @@
 //! One speculative step on the GPU, as an engine runs it: the engine's own
 //! `cudarc` stream, a workspace made once, device buffers, drafting with
-//! `gumbel_sample` into a bf16 draft-logits cache and verification with
+//! `gumbel_sample` into bf16 draft logits and verification with
 //! `rejection_sample`, both captured in one CUDA graph and replayed.
 //!
 //! ```sh
@@ -13,8 +13,8 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use half::bf16;
 use specdec::{
-    CacheData, CacheShape, Column, Cuda, DraftCache, DraftLogits, GumbelOutput, GumbelSample, Logits, LogitsData,
-    RejectionOutput, RejectionSample, SlotTable, Tokens, Workspace,
+    Column, Cuda, DraftLogits, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Logits, RejectionOutput,
+    RejectionSample, SamplingParams, Workspace,
 };
 use std::sync::Arc;
 
@@ -43,14 +43,14 @@ struct Step {
     draft_model: CudaSlice<f32>,
     /// Per row of the drafting call: the request's slot, `-1` for bonus rows.
     draft_slots: CudaSlice<i32>,
-    /// Per row of the drafting call: its cache column (draft `i` → column `i`).
+    /// Per row of the drafting call: its draft-logits column (draft `i` → column `i`).
     columns: CudaSlice<i32>,
     pos: CudaSlice<u64>,
     offsets: CudaSlice<i32>,
     slots: CudaSlice<i32>,
     temperature: CudaSlice<f32>,
     seed: CudaSlice<u64>,
-    cache: CudaSlice<bf16>,
+    draft_logits: CudaSlice<bf16>,
     drafts: CudaSlice<i32>,
     tokens: CudaSlice<i32>,
     num_emitted: CudaSlice<i32>,
@@ -59,7 +59,7 @@ struct Step {
 impl Step {
     /// The inputs on the device. The draft model's logits are given for every
     /// row; bonus rows are padding in the drafting call (slot -1: greedy, no
-    /// cache write) and the verifier ignores their draft entries.
+    /// draft-logits write) and the verifier ignores their draft entries.
     fn new(stream: &Arc<CudaStream>) -> Result<Step, cudarc::driver::DriverError> {
         let draft_slots: Vec<i32> =
             (0..ROWS).map(|j| if j % (K + 1) == K { -1 } else { (j / (K + 1)) as i32 }).collect();
@@ -76,57 +76,37 @@ impl Step {
             slots: stream.clone_htod(&[0i32, 1, 2, 3])?,
             temperature: stream.clone_htod(&[0.8f32, 1.0, 0.0, 0.6])?, // slot 2 is greedy
             seed: stream.clone_htod(&[11u64, 12, 13, 14])?,
-            cache: stream.alloc_zeros::<bf16>(REQUESTS * K * VOCAB)?,
+            draft_logits: stream.alloc_zeros::<bf16>(REQUESTS * K * VOCAB)?,
             drafts: stream.alloc_zeros::<i32>(ROWS)?,
             tokens: stream.alloc_zeros::<i32>(REQUESTS * (K + 1))?,
             num_emitted: stream.alloc_zeros::<i32>(REQUESTS)?,
         })
     }
 
-    /// Enqueues the step: draft every draft row into the cache, then verify.
+    /// Enqueues the step: draft every draft row into the draft logits, then verify.
     fn run(&mut self, cuda: &Cuda, ws: &mut Workspace) -> specdec::Result<()> {
-        let shape = CacheShape { slots: REQUESTS, k: K, width: VOCAB, stride0: K * VOCAB, stride1: VOCAB };
-        let table = SlotTable { temperature: self.temperature.as_view(), seed: self.seed.as_view() };
-        let mut draft = GumbelSample {
-            logits: Logits {
-                data: LogitsData::F32(self.draft_model.as_view()),
-                rows: ROWS,
-                vocab: VOCAB,
-                row_stride: VOCAB,
-            },
-            slots: self.draft_slots.as_view(),
-            pos: self.pos.as_view(),
-            table,
-            drafting: true,
-            cache: Some((
-                DraftCache { data: CacheData::BF16(self.cache.as_view_mut()), shape },
-                Column::PerRow(self.columns.as_view()),
-            )),
-        };
-        let out = GumbelOutput { tokens: Tokens::I32(self.drafts.as_view_mut()), row_status: None };
-        cuda.gumbel_sample(ws, &mut draft, out)?;
+        let shape = DraftLogitsShape::dense(REQUESTS, K, VOCAB);
+        let draft = GumbelSample::new(
+            Logits::new(&self.draft_model, ROWS, VOCAB),
+            &self.draft_slots,
+            &self.pos,
+            SamplingParams::new(&self.temperature, &self.seed),
+        )
+        .drafting();
+        let mut out = GumbelOutput::new(&mut self.drafts)
+            .with_draft_logits(DraftLogitsMut::new(&mut self.draft_logits, shape), Column::per_row(&self.columns));
+        cuda.gumbel_sample(ws, &draft, &mut out)?;
         let verify = RejectionSample {
-            target: Logits {
-                data: LogitsData::F32(self.target.as_view()),
-                rows: ROWS,
-                vocab: VOCAB,
-                row_stride: VOCAB,
-            },
+            target: Logits::new(&self.target, ROWS, VOCAB),
             offsets: self.offsets.as_view(),
             drafts: self.drafts.as_view(),
             slots: self.slots.as_view(),
             pos: self.pos.as_view(),
-            table: SlotTable { temperature: self.temperature.as_view(), seed: self.seed.as_view() },
+            params: SamplingParams::new(&self.temperature, &self.seed),
             max_drafts: K,
-            draft_logits: Some(DraftLogits { data: LogitsData::BF16(self.cache.as_view()), shape }),
+            draft_logits: Some(DraftLogits::new(&self.draft_logits, shape)),
         };
-        let out = RejectionOutput {
-            tokens: Tokens::I32(self.tokens.as_view_mut()),
-            num_emitted: self.num_emitted.as_view_mut(),
-            accepted: None,
-            row_status: None,
-        };
-        cuda.rejection_sample(ws, &verify, out)
+        cuda.rejection_sample(ws, &verify, &mut RejectionOutput::new(&mut self.tokens, &mut self.num_emitted))
     }
 }
 

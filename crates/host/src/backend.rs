@@ -10,8 +10,9 @@ use crate::cuda::Cuda;
 use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::{Device, Host};
+use crate::params::SamplingParams;
 use crate::rejection::{RejectionOutput, RejectionSample};
-use crate::tensor::{CacheData, Column, DraftCache, DraftLogits, Logits, LogitsData, SlotTable, Tokens};
+use crate::tensor::{Column, DraftLogits, DraftLogitsMut, Element, Logits, Tokens, Values, ValuesMut};
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr};
 use std::sync::Arc;
 
@@ -51,12 +52,12 @@ impl Backend {
 
     /// `gumbel_sample` on host buffers, on whichever backend this is. Every
     /// value is checked on the host first (they are all host values here).
-    pub fn gumbel_sample(&self, args: &mut GumbelSample<'_, Host>, out: GumbelOutput<'_, Host>) -> Result<()> {
+    pub fn gumbel_sample(&self, args: &GumbelSample<'_, Host>, out: &mut GumbelOutput<'_, Host>) -> Result<()> {
         match self {
             Backend::Cpu(cpu) => cpu.gumbel_sample(args, out),
             Backend::Cuda(cuda) => {
-                let shape = args.check(&out)?;
-                args.check_values(shape)?;
+                let shape = args.check(out)?;
+                args.check_values(out, shape)?;
                 gumbel_on_device(cuda, args, out)
             }
         }
@@ -64,11 +65,15 @@ impl Backend {
 
     /// `rejection_sample` on host buffers, on whichever backend this is.
     /// Every value is checked on the host first.
-    pub fn rejection_sample(&self, args: &RejectionSample<'_, Host>, out: RejectionOutput<'_, Host>) -> Result<()> {
+    pub fn rejection_sample(
+        &self,
+        args: &RejectionSample<'_, Host>,
+        out: &mut RejectionOutput<'_, Host>,
+    ) -> Result<()> {
         match self {
             Backend::Cpu(cpu) => cpu.rejection_sample(args, out),
             Backend::Cuda(cuda) => {
-                let shape = args.check(&out)?;
+                let shape = args.check(out)?;
                 args.check_values(shape)?;
                 rejection_on_device(cuda, args, out)
             }
@@ -80,7 +85,7 @@ fn upload<T: DeviceRepr>(stream: &Arc<CudaStream>, data: &[T]) -> Result<CudaSli
     Ok(stream.clone_htod(data)?)
 }
 
-/// A device copy of logits or cache elements of any dtype.
+/// A device copy of logits or draft-logits elements of any dtype.
 enum DeviceCopy {
     F32(CudaSlice<f32>),
     BF16(CudaSlice<half::bf16>),
@@ -88,44 +93,48 @@ enum DeviceCopy {
 }
 
 impl DeviceCopy {
-    fn of_logits(s: &Arc<CudaStream>, data: &LogitsData<'_, Host>) -> Result<Self> {
-        Ok(match data {
-            LogitsData::F32(d) => DeviceCopy::F32(upload(s, d)?),
-            LogitsData::BF16(d) => DeviceCopy::BF16(upload(s, d)?),
-            LogitsData::F16(d) => DeviceCopy::F16(upload(s, d)?),
-        })
+    fn of<T: Element>(s: &Arc<CudaStream>, data: &[T], wrap: fn(CudaSlice<T>) -> Self) -> Result<Self> {
+        Ok(wrap(upload(s, data)?))
     }
 
-    fn of_cache(s: &Arc<CudaStream>, data: &CacheData<'_, Host>) -> Result<Self> {
-        Ok(match data {
-            CacheData::F32(d) => DeviceCopy::F32(upload(s, d)?),
-            CacheData::BF16(d) => DeviceCopy::BF16(upload(s, d)?),
-            CacheData::F16(d) => DeviceCopy::F16(upload(s, d)?),
-        })
-    }
-
-    fn logits(&self) -> LogitsData<'_, Device> {
-        match self {
-            DeviceCopy::F32(d) => LogitsData::F32(d.as_view()),
-            DeviceCopy::BF16(d) => LogitsData::BF16(d.as_view()),
-            DeviceCopy::F16(d) => LogitsData::F16(d.as_view()),
+    fn of_values(s: &Arc<CudaStream>, data: &Values<'_, Host>) -> Result<Self> {
+        match data {
+            Values::F32(d) => Self::of(s, d, DeviceCopy::F32),
+            Values::BF16(d) => Self::of(s, d, DeviceCopy::BF16),
+            Values::F16(d) => Self::of(s, d, DeviceCopy::F16),
         }
     }
 
-    fn cache(&mut self) -> CacheData<'_, Device> {
-        match self {
-            DeviceCopy::F32(d) => CacheData::F32(d.as_view_mut()),
-            DeviceCopy::BF16(d) => CacheData::BF16(d.as_view_mut()),
-            DeviceCopy::F16(d) => CacheData::F16(d.as_view_mut()),
+    fn of_values_mut(s: &Arc<CudaStream>, data: &ValuesMut<'_, Host>) -> Result<Self> {
+        match data {
+            ValuesMut::F32(d) => Self::of(s, d, DeviceCopy::F32),
+            ValuesMut::BF16(d) => Self::of(s, d, DeviceCopy::BF16),
+            ValuesMut::F16(d) => Self::of(s, d, DeviceCopy::F16),
         }
     }
 
-    /// Copies back into the host cache this was made from.
-    fn download(&self, s: &Arc<CudaStream>, host: &mut CacheData<'_, Host>) -> Result<()> {
+    fn values(&self) -> Values<'_, Device> {
+        match self {
+            DeviceCopy::F32(d) => Values::F32(d.as_view()),
+            DeviceCopy::BF16(d) => Values::BF16(d.as_view()),
+            DeviceCopy::F16(d) => Values::F16(d.as_view()),
+        }
+    }
+
+    fn values_mut(&mut self) -> ValuesMut<'_, Device> {
+        match self {
+            DeviceCopy::F32(d) => ValuesMut::F32(d.as_view_mut()),
+            DeviceCopy::BF16(d) => ValuesMut::BF16(d.as_view_mut()),
+            DeviceCopy::F16(d) => ValuesMut::F16(d.as_view_mut()),
+        }
+    }
+
+    /// Copies back into the host buffer this was made from.
+    fn download(&self, s: &Arc<CudaStream>, host: &mut ValuesMut<'_, Host>) -> Result<()> {
         match (self, host) {
-            (DeviceCopy::F32(d), CacheData::F32(h)) => s.memcpy_dtoh(d, &mut **h)?,
-            (DeviceCopy::BF16(d), CacheData::BF16(h)) => s.memcpy_dtoh(d, &mut **h)?,
-            (DeviceCopy::F16(d), CacheData::F16(h)) => s.memcpy_dtoh(d, &mut **h)?,
+            (DeviceCopy::F32(d), ValuesMut::F32(h)) => s.memcpy_dtoh(d, &mut **h)?,
+            (DeviceCopy::BF16(d), ValuesMut::BF16(h)) => s.memcpy_dtoh(d, &mut **h)?,
+            (DeviceCopy::F16(d), ValuesMut::F16(h)) => s.memcpy_dtoh(d, &mut **h)?,
             _ => unreachable!("a device copy mirrors its host buffer's dtype"),
         }
         Ok(())
@@ -153,23 +162,23 @@ impl DeviceTokens {
         }
     }
 
-    fn download(&self, s: &Arc<CudaStream>, host: Tokens<'_, Host>) -> Result<()> {
+    fn download(&self, s: &Arc<CudaStream>, host: &mut Tokens<'_, Host>) -> Result<()> {
         match (self, host) {
-            (DeviceTokens::I32(d), Tokens::I32(h)) => s.memcpy_dtoh(d, h)?,
-            (DeviceTokens::I64(d), Tokens::I64(h)) => s.memcpy_dtoh(d, h)?,
+            (DeviceTokens::I32(d), Tokens::I32(h)) => s.memcpy_dtoh(d, &mut **h)?,
+            (DeviceTokens::I64(d), Tokens::I64(h)) => s.memcpy_dtoh(d, &mut **h)?,
             _ => unreachable!("device tokens mirror the host output's width"),
         }
         Ok(())
     }
 }
 
-fn gumbel_on_device(cuda: &Cuda, args: &mut GumbelSample<'_, Host>, out: GumbelOutput<'_, Host>) -> Result<()> {
+fn gumbel_on_device(cuda: &Cuda, args: &GumbelSample<'_, Host>, out: &mut GumbelOutput<'_, Host>) -> Result<()> {
     let s = cuda.stream();
-    let logits = DeviceCopy::of_logits(s, &args.logits.data)?;
+    let logits = DeviceCopy::of_values(s, &args.logits.data)?;
     let (slots, pos) = (upload(s, args.slots)?, upload(s, args.pos)?);
-    let (temperature, seed) = (upload(s, args.table.temperature)?, upload(s, args.table.seed)?);
-    let mut cache = args.cache.as_ref().map(|(c, _)| DeviceCopy::of_cache(s, &c.data)).transpose()?;
-    let columns = match &args.cache {
+    let (temperature, seed) = (upload(s, args.params.temperature)?, upload(s, args.params.seed)?);
+    let mut draft = out.draft_logits.as_ref().map(|(d, _)| DeviceCopy::of_values_mut(s, &d.data)).transpose()?;
+    let columns = match &out.draft_logits {
         Some((_, Column::PerRow(cols))) => Some(upload(s, cols)?),
         _ => None,
     };
@@ -177,53 +186,55 @@ fn gumbel_on_device(cuda: &Cuda, args: &mut GumbelSample<'_, Host>, out: GumbelO
     let mut tokens = DeviceTokens::like(s, &out.tokens)?;
     let mut row_status = s.alloc_zeros::<u32>(rows)?;
     let mut ws = cuda.workspace(rows)?;
-    let mut dargs = GumbelSample::<Device> {
-        logits: Logits { data: logits.logits(), rows, vocab: args.logits.vocab, row_stride: args.logits.row_stride },
+    let dargs = GumbelSample {
+        logits: Logits { data: logits.values(), rows, vocab: args.logits.vocab, row_stride: args.logits.row_stride },
         slots: slots.as_view(),
         pos: pos.as_view(),
-        table: SlotTable { temperature: temperature.as_view(), seed: seed.as_view() },
+        params: SamplingParams::new(&temperature, &seed),
         drafting: args.drafting,
-        cache: match (cache.as_mut(), &args.cache) {
-            (Some(d), Some((c, column))) => Some((
-                DraftCache { data: d.cache(), shape: c.shape },
-                match (column, &columns) {
-                    (Column::PerRow(_), Some(cols)) => Column::PerRow(cols.as_view()),
-                    (Column::All(c), _) => Column::All(*c),
-                    (Column::PerRow(_), None) => unreachable!("per-row columns were uploaded above"),
-                },
-            )),
-            _ => None,
-        },
     };
-    let dout = GumbelOutput { tokens: tokens.view(), row_status: Some(row_status.as_view_mut()) };
-    cuda.gumbel_sample(&mut ws, &mut dargs, dout)?;
-    tokens.download(s, out.tokens)?;
-    if let Some(rs) = out.row_status {
-        s.memcpy_dtoh(&row_status, rs)?;
+    let mut dout =
+        GumbelOutput { tokens: tokens.view(), row_status: None, draft_logits: None }.with_row_status(&mut row_status);
+    if let (Some(d), Some((host, column))) = (draft.as_mut(), &out.draft_logits) {
+        let column = match (column, &columns) {
+            (Column::PerRow(_), Some(cols)) => Column::per_row(cols),
+            (Column::All(c), _) => Column::All(*c),
+            (Column::PerRow(_), None) => unreachable!("per-row columns were uploaded above"),
+        };
+        dout = dout.with_draft_logits(DraftLogitsMut { data: d.values_mut(), shape: host.shape }, column);
     }
-    if let (Some(d), Some((c, _))) = (&cache, &mut args.cache) {
-        d.download(s, &mut c.data)?;
+    cuda.gumbel_sample(&mut ws, &dargs, &mut dout)?;
+    tokens.download(s, &mut out.tokens)?;
+    if let Some(rs) = &mut out.row_status {
+        s.memcpy_dtoh(&row_status, &mut **rs)?;
+    }
+    if let (Some(d), Some((host, _))) = (&draft, &mut out.draft_logits) {
+        d.download(s, &mut host.data)?;
     }
     s.synchronize()?;
     Ok(())
 }
 
-fn rejection_on_device(cuda: &Cuda, args: &RejectionSample<'_, Host>, out: RejectionOutput<'_, Host>) -> Result<()> {
+fn rejection_on_device(
+    cuda: &Cuda,
+    args: &RejectionSample<'_, Host>,
+    out: &mut RejectionOutput<'_, Host>,
+) -> Result<()> {
     let s = cuda.stream();
-    let target = DeviceCopy::of_logits(s, &args.target.data)?;
-    let draft = args.draft_logits.as_ref().map(|d| DeviceCopy::of_logits(s, &d.data)).transpose()?;
+    let target = DeviceCopy::of_values(s, &args.target.data)?;
+    let draft = args.draft_logits.as_ref().map(|d| DeviceCopy::of_values(s, &d.data)).transpose()?;
     let (offsets, drafts, slots, pos) =
         (upload(s, args.offsets)?, upload(s, args.drafts)?, upload(s, args.slots)?, upload(s, args.pos)?);
-    let (temperature, seed) = (upload(s, args.table.temperature)?, upload(s, args.table.seed)?);
+    let (temperature, seed) = (upload(s, args.params.temperature)?, upload(s, args.params.seed)?);
     let requests = args.slots.len();
     let mut tokens = DeviceTokens::like(s, &out.tokens)?;
     let mut num_emitted = s.alloc_zeros::<i32>(requests)?;
     let mut accepted = s.alloc_zeros::<i32>(requests)?;
     let mut row_status = s.alloc_zeros::<u32>(args.target.rows)?;
     let mut ws = cuda.workspace(requests * (args.max_drafts + 1))?;
-    let dargs = RejectionSample::<Device> {
+    let dargs = RejectionSample {
         target: Logits {
-            data: target.logits(),
+            data: target.values(),
             rows: args.target.rows,
             vocab: args.target.vocab,
             row_stride: args.target.row_stride,
@@ -232,27 +243,27 @@ fn rejection_on_device(cuda: &Cuda, args: &RejectionSample<'_, Host>, out: Rejec
         drafts: drafts.as_view(),
         slots: slots.as_view(),
         pos: pos.as_view(),
-        table: SlotTable { temperature: temperature.as_view(), seed: seed.as_view() },
+        params: SamplingParams::new(&temperature, &seed),
         max_drafts: args.max_drafts,
         draft_logits: match (&draft, &args.draft_logits) {
-            (Some(d), Some(h)) => Some(DraftLogits { data: d.logits(), shape: h.shape }),
+            (Some(d), Some(h)) => Some(DraftLogits { data: d.values(), shape: h.shape }),
             _ => None,
         },
     };
-    let dout = RejectionOutput {
+    let mut dout = RejectionOutput {
         tokens: tokens.view(),
         num_emitted: num_emitted.as_view_mut(),
         accepted: Some(accepted.as_view_mut()),
         row_status: Some(row_status.as_view_mut()),
     };
-    cuda.rejection_sample(&mut ws, &dargs, dout)?;
-    tokens.download(s, out.tokens)?;
-    s.memcpy_dtoh(&num_emitted, out.num_emitted)?;
-    if let Some(a) = out.accepted {
-        s.memcpy_dtoh(&accepted, a)?;
+    cuda.rejection_sample(&mut ws, &dargs, &mut dout)?;
+    tokens.download(s, &mut out.tokens)?;
+    s.memcpy_dtoh(&num_emitted, &mut *out.num_emitted)?;
+    if let Some(a) = &mut out.accepted {
+        s.memcpy_dtoh(&accepted, &mut **a)?;
     }
-    if let Some(rs) = out.row_status {
-        s.memcpy_dtoh(&row_status, rs)?;
+    if let Some(rs) = &mut out.row_status {
+        s.memcpy_dtoh(&row_status, &mut **rs)?;
     }
     s.synchronize()?;
     Ok(())

@@ -21,20 +21,21 @@ pub enum Error {
     LengthMismatch { what: &'static str, expected: usize, got: usize },
     #[error("{what} holds {len} elements but its shape and strides reach element {needed}")]
     BufferTooSmall { what: &'static str, needed: usize, len: usize },
-    #[error("the draft cache is narrower than the vocabulary: width {cache_width} < vocab {vocab}")]
-    CacheTooNarrow { cache_width: usize, vocab: usize },
-    #[error("the draft cache has {cache_slots} slots, fewer than the {num_slots} slots of the temperature/seed tables")]
-    CacheSlots { cache_slots: usize, num_slots: usize },
-    #[error("the draft cache's strides ({stride0}, {stride1}) make its rows overlap (shape [{slots}, {k}, {width}])")]
-    CacheOverlap { slots: usize, k: usize, width: usize, stride0: usize, stride1: usize },
-    #[error("draft cache column {column} is out of range 0..{k}{}", row_suffix(*.row))]
+    #[error("the draft logits are narrower than the vocabulary: width {width} < vocab {vocab}")]
+    DraftLogitsTooNarrow { width: usize, vocab: usize },
+    #[error("the draft logits have {draft_slots} slots, fewer than the {num_slots} slots of the sampling parameters")]
+    DraftLogitsSlots { draft_slots: usize, num_slots: usize },
+    #[error("the draft logits' strides ({stride0}, {stride1}) make their rows overlap (shape [{slots}, {k}, {width}])")]
+    DraftLogitsOverlap { slots: usize, k: usize, width: usize, stride0: usize, stride1: usize },
+    #[error("draft-logits column {column} is out of range 0..{k}{}", row_suffix(*.row))]
     ColumnOutOfRange { row: Option<usize>, column: i64, k: usize },
     #[error("entry {row} of the slot list has slot {slot}, expected -1 (padding) or 0..{num_slots}")]
     InvalidSlot { row: usize, slot: i32, num_slots: usize },
-    #[error("slot {slot} has temperature {value}, expected 0 (greedy) or a positive, finite, normal value")]
+    #[error("slot {slot} has temperature {value:?}, expected 0 (greedy) or a positive, finite, normal value")]
     InvalidTemperature { slot: usize, value: f32 },
-    #[error("request offsets are invalid at request {request}: {detail}")]
-    InvalidOffsets { request: usize, detail: String },
+    /// `entry` is the first entry of `offsets` that breaks a rule.
+    #[error("invalid request offsets: {detail}")]
+    InvalidOffsets { entry: usize, detail: String },
     #[error("row {row} proposes draft token {token}, expected -1 (placeholder) or 0..{vocab}")]
     InvalidDraft { row: usize, token: i32, vocab: usize },
     #[error("the draft logits have {k} columns per slot, fewer than max_drafts = {max_drafts}")]

@@ -16,22 +16,15 @@
 //! repository (semantics, randomness, validation, statistical acceptance).
 //!
 //! ```
-//! use specdec::{Backend, GumbelOutput, GumbelSample, Logits, LogitsData, SlotTable, Tokens};
+//! use specdec::{Backend, GumbelOutput, GumbelSample, Logits, SamplingParams};
 //! let logits = [0.5f32, 2.0, -1.0, 0.0, 3.0, 1.0]; // two rows of V = 3
-//! let (slots, pos) = ([0, -1], [17u64, 4]);
-//! let (temperature, seed) = ([0.8f32], [1234u64]);
+//! let (slots, pos) = ([0, -1], [17u64, 4]);          // row 1 is padding (greedy)
+//! let params = SamplingParams::new(&[0.8], &[1234]); // temperature, seed per slot
 //! let mut tokens = [0i32; 2];
-//! let mut args = GumbelSample {
-//!     logits: Logits { data: LogitsData::F32(&logits[..]), rows: 2, vocab: 3, row_stride: 3 },
-//!     slots: &slots[..],
-//!     pos: &pos[..],
-//!     table: SlotTable { temperature: &temperature[..], seed: &seed[..] },
-//!     drafting: false,
-//!     cache: None,
-//! };
-//! Backend::cpu().gumbel_sample(&mut args, GumbelOutput { tokens: Tokens::I32(&mut tokens[..]), row_status: None })?;
+//! let call = GumbelSample::new(Logits::new(&logits, 2, 3), &slots, &pos, params);
+//! Backend::cpu().gumbel_sample(&call, &mut GumbelOutput::new(&mut tokens))?;
 //! assert!((0..3).contains(&tokens[0]));
-//! assert_eq!(tokens[1], 1); // slot -1 is a greedy padding row
+//! assert_eq!(tokens[1], 1);
 //! # Ok::<(), specdec::Error>(())
 //! ```
 
@@ -46,6 +39,7 @@ pub mod cuda;
 mod error;
 mod gumbel;
 mod memory;
+mod params;
 mod rejection;
 mod tensor;
 
@@ -55,9 +49,11 @@ pub use cuda::{Cuda, Workspace};
 pub use error::{Error, Result};
 pub use gumbel::{GumbelOutput, GumbelSample};
 pub use memory::{Device, Host, Memory};
+pub use params::SamplingParams;
 pub use rejection::{MAX_DRAFTS, RejectionOutput, RejectionSample};
 pub use tensor::{
-    CacheData, CacheShape, Column, DType, DraftCache, DraftLogits, Logits, LogitsData, MAX_VOCAB, SlotTable, Tokens,
+    Column, DType, DraftLogits, DraftLogitsMut, DraftLogitsShape, Element, Logits, MAX_VOCAB, TokenId, Tokens, Values,
+    ValuesMut, View, ViewMut,
 };
 
 /// Status flags the kernels raise for device-resident values (SPEC §5).

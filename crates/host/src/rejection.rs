@@ -3,7 +3,8 @@
 
 use crate::error::{Error, Result};
 use crate::memory::{Host, Memory};
-use crate::tensor::{DraftLogits, Logits, SlotTable, Tokens, check_len};
+use crate::params::SamplingParams;
+use crate::tensor::{DraftLogits, Logits, TokenId, Tokens, ViewMut, check_len};
 use specdec_core::status;
 
 /// Largest `max_drafts` (K) a call may use.
@@ -15,7 +16,7 @@ pub const MAX_DRAFTS: usize = 1 << 16;
 /// draft, then its bonus row, so it has `n_r = offsets[r+1] − offsets[r] − 1`
 /// drafts (`0 ..= max_drafts`). The target logits are raw (the kernel divides
 /// by `T`); the draft logits, when given, are the raw logits `gumbel_sample`
-/// stored: draft `i` of a request is column `i` of its slot.
+/// stored: draft `i` of a request is column `i` of its slot. Everything here is read.
 pub struct RejectionSample<'a, M: Memory> {
     /// `[rows, >= vocab]`, after the caller's logits processors, before temperature.
     pub target: Logits<'a, M>,
@@ -28,7 +29,7 @@ pub struct RejectionSample<'a, M: Memory> {
     pub slots: M::Ref<'a, i32>,
     /// `u64 [rows]`: the absolute position of each row's input token.
     pub pos: M::Ref<'a, u64>,
-    pub table: SlotTable<'a, M>,
+    pub params: SamplingParams<'a, M>,
     /// `K`: the most drafts any request has in this call.
     pub max_drafts: usize,
     /// The draft model's logits, or `None` for one-hot drafts (`q = onehot(d)`).
@@ -36,6 +37,7 @@ pub struct RejectionSample<'a, M: Memory> {
 }
 
 /// What `rejection_sample` writes.
+#[non_exhaustive]
 pub struct RejectionOutput<'a, M: Memory> {
     /// `[requests, max_drafts + 1]`: accepted drafts, then the resampled or
     /// bonus token, then `-1`. An invalid request (device-side check) is all `-1`.
@@ -48,6 +50,36 @@ pub struct RejectionOutput<'a, M: Memory> {
     /// marks a row that is not valid (it held a NaN). Rows of invalid
     /// requests are not written.
     pub row_status: Option<M::Mut<'a, u32>>,
+}
+
+impl<'a, M: Memory> RejectionOutput<'a, M> {
+    /// The tokens (`i32` or `i64 [requests, max_drafts + 1]`) and the count
+    /// each request emitted (`i32 [requests]`).
+    pub fn new<B, N>(tokens: B, num_emitted: N) -> Self
+    where
+        B: ViewMut<'a, Memory = M>,
+        B::Elem: TokenId,
+        N: ViewMut<'a, Memory = M, Elem = i32>,
+    {
+        RejectionOutput {
+            tokens: Tokens::new(tokens),
+            num_emitted: num_emitted.view_mut(),
+            accepted: None,
+            row_status: None,
+        }
+    }
+
+    /// Also each request's accepted drafts (`i32 [requests]`).
+    #[must_use]
+    pub fn with_accepted<B: ViewMut<'a, Memory = M, Elem = i32>>(self, accepted: B) -> Self {
+        RejectionOutput { accepted: Some(accepted.view_mut()), ..self }
+    }
+
+    /// Also each row's status flags (`u32 [rows]`).
+    #[must_use]
+    pub fn with_row_status<B: ViewMut<'a, Memory = M, Elem = u32>>(self, row_status: B) -> Self {
+        RejectionOutput { row_status: Some(row_status.view_mut()), ..self }
+    }
 }
 
 /// The validated shape of a call.
@@ -64,7 +96,7 @@ impl<M: Memory> RejectionSample<'_, M> {
     pub(crate) fn check(&self, out: &RejectionOutput<'_, M>) -> Result<RejectionShape> {
         self.target.check()?;
         let rows = self.target.rows;
-        let num_slots = self.table.check()?;
+        let num_slots = self.params.check()?;
         let requests = M::len(&self.slots);
         if self.max_drafts > MAX_DRAFTS {
             return Err(Error::MaxDrafts { max_drafts: self.max_drafts, max: MAX_DRAFTS });
@@ -92,37 +124,17 @@ impl<M: Memory> RejectionSample<'_, M> {
 
 impl RejectionSample<'_, Host> {
     /// The checks the kernels make on device-resident values, made on the host
-    /// where the values live there; plus the whole-array offset rules.
+    /// where the values live there; the offsets first, whole.
     pub(crate) fn check_values(&self, shape: RejectionShape) -> Result<()> {
-        let offsets = self.offsets;
-        let bad = |request: usize, detail: String| Err(Error::InvalidOffsets { request, detail });
-        if offsets[0] != 0 {
-            return bad(0, format!("offsets[0] = {}, expected 0", offsets[0]));
-        }
-        if offsets[shape.requests] as i64 != shape.rows as i64 {
-            return bad(
-                shape.requests,
-                format!("offsets[last] = {}, expected rows = {}", offsets[shape.requests], shape.rows),
-            );
-        }
+        self.check_offsets(shape)?;
         for r in 0..shape.requests {
-            let (o0, o1) = (offsets[r], offsets[r + 1]);
-            if o1 <= o0 {
-                return bad(r, format!("offsets {o0}..{o1} give no bonus row (offsets must increase)"));
-            }
-            if o0 < 0 || o1 as usize > shape.rows {
-                return bad(r, format!("offsets {o0}..{o1} leave the rows 0..{}", shape.rows));
-            }
-            let n = (o1 - o0 - 1) as usize;
-            if n > self.max_drafts {
-                return bad(r, format!("{n} drafts, more than max_drafts = {}", self.max_drafts));
-            }
+            let (o0, o1) = (self.offsets[r], self.offsets[r + 1]);
             let slot = self.slots[r];
             if slot != -1 {
                 if slot < 0 || slot as usize >= shape.num_slots {
                     return Err(Error::InvalidSlot { row: r, slot, num_slots: shape.num_slots });
                 }
-                let t = self.table.temperature[slot as usize];
+                let t = self.params.temperature[slot as usize];
                 if !status::temperature_is_valid(t) {
                     return Err(Error::InvalidTemperature { slot: slot as usize, value: t });
                 }
@@ -133,6 +145,49 @@ impl RejectionSample<'_, Host> {
                     return Err(Error::InvalidDraft { row, token: d, vocab: self.target.vocab });
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The offset rules (`offsets[0] = 0`, increasing, at most `max_drafts`
+    /// drafts a request, `offsets[requests] = rows`), entry by entry from
+    /// the first: the error names the first entry that breaks one.
+    fn check_offsets(&self, shape: RejectionShape) -> Result<()> {
+        let (offsets, rows, k) = (self.offsets, shape.rows as i64, self.max_drafts as i64);
+        let bad = |entry: usize, detail: String| Err(Error::InvalidOffsets { entry, detail });
+        if offsets[0] != 0 {
+            return bad(0, format!("entry 0 is {}, expected 0", offsets[0]));
+        }
+        for (r, pair) in offsets.windows(2).enumerate() {
+            let (start, end) = (pair[0] as i64, pair[1] as i64);
+            if end <= start {
+                return bad(
+                    r + 1,
+                    format!(
+                        "entry {} is {end}, expected more than entry {r} ({start}): offsets increase, \
+                         each request has at least its bonus row",
+                        r + 1
+                    ),
+                );
+            }
+            if end > rows {
+                return bad(r + 1, format!("entry {} is {end}, expected at most {rows} (the target's rows)", r + 1));
+            }
+            let drafts = end - start - 1;
+            if drafts > k {
+                let plural = if drafts == 1 { "" } else { "s" };
+                return bad(
+                    r + 1,
+                    format!("request {r} (rows {start}..{end}) has {drafts} draft{plural}, more than max_drafts = {k}"),
+                );
+            }
+        }
+        let last = shape.requests;
+        if offsets[last] as i64 != rows {
+            return bad(
+                last,
+                format!("entry {last} (the last) is {}, expected {rows} (the target's rows)", offsets[last]),
+            );
         }
         Ok(())
     }

@@ -6,8 +6,9 @@
 //! result does not depend on which thread held which element.
 
 use crate::gpu::{self, WARP};
+use crate::shared;
 use specdec_core::argmax::{ArgMax, floor_key, floor_value};
-use specdec_core::layout::{REDUCE_SHARED_BYTES, SHARED_BYTES, WARPS};
+use specdec_core::layout::WARPS;
 
 /// A value that warps and blocks can reduce.
 pub trait Reduce: Copy {
@@ -91,37 +92,32 @@ pub unsafe fn warp_fold<T: Copy>(mut v: T, shfl: unsafe fn(T, u32) -> T, op: imp
     v
 }
 
-/// Shared memory [`block_reduce`] needs for `T`, in bytes (the launcher requests
-/// the largest over the kernel's reductions).
-pub const fn block_reduce_shared_bytes<T>() -> u32 {
-    WARPS * core::mem::size_of::<T>() as u32
-}
-
 /// Reduces across a block of `layout::BLOCK_THREADS` threads; the result is
 /// valid in thread 0 (other threads hold partial results).
 ///
 /// # Safety
 /// The block has exactly `layout::BLOCK_THREADS` threads, all of which call
-/// this together (it contains barriers), and at least
-/// [`block_reduce_shared_bytes::<T>`] of dynamic shared memory were requested.
+/// this together (it contains barriers), the launch requested
+/// `layout::SHARED_BYTES` of dynamic shared memory, and `T` is one of
+/// [`shared::WarpSlots`]' types.
 #[inline(always)]
 pub unsafe fn block_reduce<T: Reduce>(v: T) -> T {
     let tid = gpu::thread_idx_x();
     let (warp, lane) = (tid / WARP, tid % WARP);
     // SAFETY: all threads of the block are here (caller), so every warp is full.
     let v = unsafe { v.warp_all() };
-    // SAFETY: the launch requested enough shared memory (caller).
-    let shared = unsafe { gpu::dynamic_shared::<T>() };
+    // SAFETY: the launch requested the shared memory (caller).
+    let slots = unsafe { shared::warp_slots::<T>() };
     if lane == 0 {
         // SAFETY: warp < WARPS, inside the requested shared memory.
-        unsafe { shared.add(warp as usize).write(v) };
+        unsafe { slots.add(warp as usize).write(v) };
     }
     // SAFETY: block-uniform barrier (all threads call block_reduce).
     unsafe { gpu::sync_threads() };
     let mut out = v;
     if warp == 0 {
         // SAFETY: lane < WARPS reads a slot written before the barrier.
-        let mine = if lane < WARPS { unsafe { shared.add(lane as usize).read() } } else { T::IDENTITY };
+        let mine = if lane < WARPS { unsafe { slots.add(lane as usize).read() } } else { T::IDENTITY };
         // SAFETY: warp 0 is full and converged here.
         out = unsafe { mine.warp_all() };
     }
@@ -130,18 +126,4 @@ pub unsafe fn block_reduce<T: Reduce>(v: T) -> T {
     // SAFETY: block-uniform barrier.
     unsafe { gpu::sync_threads() };
     out
-}
-
-/// The block's state after the reduction slots of the launch's dynamic
-/// shared memory (`layout::SHARED_BYTES`): pass 1's request, or a shared
-/// loop's batch counter.
-///
-/// # Safety
-/// A launch with `SHARED_BYTES` of dynamic shared memory; one use at a time.
-#[inline(always)]
-pub unsafe fn block_state<T>() -> *mut T {
-    const { assert!(core::mem::size_of::<T>() as u32 <= SHARED_BYTES - REDUCE_SHARED_BYTES) };
-    const { assert!(core::mem::align_of::<T>() <= 8) };
-    // SAFETY: inside the launch's dynamic shared memory (caller); 8-aligned.
-    unsafe { gpu::dynamic_shared::<u8>().add(REDUCE_SHARED_BYTES as usize) as *mut T }
 }

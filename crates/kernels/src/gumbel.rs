@@ -1,16 +1,16 @@
 //! `gumbel_sample` (SPEC §3): one token per row by Gumbel-max (or argmax when
 //! greedy), optionally storing the row's raw logits into the draft cache.
 //!
-//! One launch, `gumbel_sample_{logits}_{cache}`: grid `(rows, chunks)`,
-//! [`BLOCK_THREADS`] threads, `block_reduce_shared_bytes::<Partial>()` of
-//! dynamic shared memory. Block `(r, c)` reads ids `c·chunk .. (c+1)·chunk` of
-//! row `r`, each thread four consecutive ids per step (one Philox call, one
-//! vector load when the row is aligned), writes them to the cache, and reduces
-//! its best candidate. With one chunk per row that block writes the row's
-//! outputs; otherwise it publishes its candidate in `partials[r·chunks + c]`
-//! and the row's last block ([`last_block`]) combines them and writes the
-//! token (`-1` for an invalid row), the row's flags, and ORs them into the
-//! call's status word.
+//! One launch, `gumbel_sample_{logits}_{cache}` (`specdec_core::names`):
+//! grid `(rows, chunks)`, `layout::BLOCK_THREADS` threads,
+//! `layout::SHARED_BYTES` of dynamic shared memory ([`shared::Shared`]).
+//! Block `(r, c)` reads ids `c·chunk .. (c+1)·chunk` of row `r`, each thread
+//! four consecutive ids per step (one Philox call, one vector load when the
+//! row is aligned), writes them to the cache, and reduces its best candidate.
+//! With one chunk per row that block writes the row's outputs; otherwise it
+//! publishes its candidate in `partials[r·chunks + c]` and the row's last
+//! block ([`last_block`]) combines them and writes the token (`-1` for an
+//! invalid row), the row's flags, and ORs them into the call's status word.
 //!
 //! The winner is the same for any chunking (total order, noise keyed by id).
 //! A random row writing a cache whose dtype rounds the logits samples them as
@@ -23,15 +23,17 @@
 //! `gumbel_sample_small_{logits}_{cache}`, whose greedy loop reads one quad a
 //! batch: less code, which a small call waits for, fetched cold.
 
-use crate::block::{Partial, block_reduce, block_state};
+use crate::block::{Partial, block_reduce};
 use crate::fold::{block_floor, fold_greedy};
 use crate::gpu::{self, WARP};
 use crate::last_block;
-use crate::load::{Load, Walk, any_nan, for_each_quad, for_each_quad_shared, widen};
-use crate::row::SlotState;
+use crate::load::{Load, any_nan, for_each_quad, for_each_quad_shared, widen};
+use crate::row::{SlotState, chunk_range, write_token};
+use crate::shared;
 use core::cell::Cell;
 use specdec_core::argmax::{ArgMax, Floored};
 use specdec_core::dtype::{Bf16, F16};
+use specdec_core::kernel_symbol;
 use specdec_core::layout::GumbelParams;
 use specdec_core::rng::Stream;
 use specdec_core::sample::{NO_LANE, Sampler};
@@ -120,8 +122,7 @@ unsafe fn fold_chunk<L: Load, C: Load, const LEAN: bool, const Q: u32>(
     column: u32,
 ) -> Partial {
     let tid = gpu::thread_idx_x();
-    let start = chunk_idx * p.chunk;
-    let end = if p.vocab - start < p.chunk { p.vocab } else { start + p.chunk };
+    let (start, end) = chunk_range(p.vocab, p.chunk, chunk_idx);
     // SAFETY: row < rows.
     let logits = unsafe { logits_row::<L>(p, row) };
     let cache = if !LEAN && p.cache != 0 && state.slot >= 0 {
@@ -185,7 +186,7 @@ unsafe fn fold_chunk<L: Load, C: Load, const LEAN: bool, const Q: u32>(
         // The lane a quad's lead folded (for_each_quad_shared), which its fold skips.
         let led = Cell::new(NO_LANE);
         // SAFETY: the launch has layout::SHARED_BYTES, the walk below its one user.
-        let walk = unsafe { block_state::<Walk>() };
+        let walk = unsafe { shared::walk() };
         unsafe {
             for_each_quad_shared::<4, LEAN, true, true, _>(
                 logits,
@@ -247,11 +248,7 @@ unsafe fn complete(p: &GumbelParams, row: u32, chunk_idx: u32, partial: Partial)
     // SAFETY: tokens holds `rows` elements of the flagged width; row_status
     // (when given) `rows` u32; status one u32 (host-allocated).
     unsafe {
-        if p.tokens_i64 != 0 {
-            (p.tokens as *mut i64).add(row as usize).write(token);
-        } else {
-            (p.tokens as *mut i32).add(row as usize).write(token as i32);
-        }
+        write_token(p.tokens, p.tokens_i64, row as usize, token);
         if p.row_status != 0 {
             (p.row_status as *mut u32).add(row as usize).write(acc.flags);
         }
@@ -261,41 +258,51 @@ unsafe fn complete(p: &GumbelParams, row: u32, chunk_idx: u32, partial: Partial)
     }
 }
 
+/// `gumbel_sample`'s two entry points for each (logits, cache) dtype pair,
+/// in a module per pair, exported under their `names` symbols.
 macro_rules! gumbel_kernels {
-    ($($name:ident, $small:ident: $l:ty => $c:ty;)*) => {$(
-        /// `gumbel_sample` for these logits and cache dtypes (see module docs).
-        ///
-        /// # Safety
-        /// Launched by the host's validated launcher.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(p: GumbelParams) {
-            // SAFETY: the launcher validated `p` and the launch shape.
-            unsafe { gumbel_sample::<$l, $c, false, 4>(&p) }
-        }
-        /// The same, its greedy loop one quad a batch: the host's pick for
-        /// chunks of a few tiles (see module docs).
-        ///
-        /// # Safety
-        /// Launched by the host's validated launcher.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $small(p: GumbelParams) {
-            // SAFETY: the launcher validated `p` and the launch shape.
-            unsafe { gumbel_sample::<$l, $c, false, 1>(&p) }
+    ($($pair:ident: $l:ident => $c:ident;)*) => {$(
+        #[doc = concat!("`gumbel_sample`'s kernels for ", stringify!($l), " logits and a ", stringify!($c), " cache.")]
+        pub mod $pair {
+            use super::*;
+
+            /// `gumbel_sample` (`names::GUMBEL_SAMPLE`; see module docs).
+            ///
+            /// # Safety
+            /// Launched by the host's validated launcher.
+            #[unsafe(export_name = kernel_symbol!(GUMBEL_SAMPLE, $l, $c))]
+            pub unsafe extern "ptx-kernel" fn plain(p: GumbelParams) {
+                // SAFETY: the launcher validated `p` and the launch shape.
+                unsafe { gumbel_sample::<$l, $c, false, 4>(&p) }
+            }
+
+            /// The same, its greedy loop one quad a batch
+            /// (`names::GUMBEL_SAMPLE_SMALL`): the host's pick for chunks of a
+            /// few tiles (see module docs).
+            ///
+            /// # Safety
+            /// Launched by the host's validated launcher.
+            #[unsafe(export_name = kernel_symbol!(GUMBEL_SAMPLE_SMALL, $l, $c))]
+            pub unsafe extern "ptx-kernel" fn small(p: GumbelParams) {
+                // SAFETY: the launcher validated `p` and the launch shape.
+                unsafe { gumbel_sample::<$l, $c, false, 1>(&p) }
+            }
         }
     )*};
 }
 
+/// `gumbel_sample` without a cache for these logits
+/// (`names::GUMBEL_SAMPLE_LEAN`, 64 registers), its noise loop loading two
+/// quads at a time: the host's pick for a grid of more than one wave (see
+/// module docs). Exported for the pair of the logits' dtype twice.
 macro_rules! gumbel_lean_kernels {
-    ($($name:ident: $l:ty;)*) => {$(
-        /// `gumbel_sample` without a cache for these logits, in 64 registers
-        /// (4 blocks per SM; kernels' Cargo.toml), its noise loop loading
-        /// two quads at a time: the host's pick for a grid of more than one
-        /// wave (see module docs).
+    ($($name:ident: $l:ident;)*) => {$(
+        /// `gumbel_sample` without a cache, in 64 registers (see the macro).
         ///
         /// # Safety
         /// Launched by the host's validated launcher, for a call without a
         /// cache (it writes none).
-        #[unsafe(no_mangle)]
+        #[unsafe(export_name = kernel_symbol!(GUMBEL_SAMPLE_LEAN, $l, $l))]
         pub unsafe extern "ptx-kernel" fn $name(p: GumbelParams) {
             // SAFETY: the launcher validated `p` and the launch shape.
             unsafe { gumbel_sample::<$l, $l, true, 4>(&p) }
@@ -304,19 +311,19 @@ macro_rules! gumbel_lean_kernels {
 }
 
 gumbel_kernels! {
-    gumbel_sample_f32_f32, gumbel_sample_small_f32_f32: f32 => f32;
-    gumbel_sample_f32_bf16, gumbel_sample_small_f32_bf16: f32 => Bf16;
-    gumbel_sample_f32_f16, gumbel_sample_small_f32_f16: f32 => F16;
-    gumbel_sample_bf16_f32, gumbel_sample_small_bf16_f32: Bf16 => f32;
-    gumbel_sample_bf16_bf16, gumbel_sample_small_bf16_bf16: Bf16 => Bf16;
-    gumbel_sample_bf16_f16, gumbel_sample_small_bf16_f16: Bf16 => F16;
-    gumbel_sample_f16_f32, gumbel_sample_small_f16_f32: F16 => f32;
-    gumbel_sample_f16_bf16, gumbel_sample_small_f16_bf16: F16 => Bf16;
-    gumbel_sample_f16_f16, gumbel_sample_small_f16_f16: F16 => F16;
+    f32_f32: f32 => f32;
+    f32_bf16: f32 => Bf16;
+    f32_f16: f32 => F16;
+    bf16_f32: Bf16 => f32;
+    bf16_bf16: Bf16 => Bf16;
+    bf16_f16: Bf16 => F16;
+    f16_f32: F16 => f32;
+    f16_bf16: F16 => Bf16;
+    f16_f16: F16 => F16;
 }
 
 gumbel_lean_kernels! {
-    gumbel_sample_lean_f32_f32: f32;
-    gumbel_sample_lean_bf16_bf16: Bf16;
-    gumbel_sample_lean_f16_f16: F16;
+    lean_f32: f32;
+    lean_bf16: Bf16;
+    lean_f16: F16;
 }

@@ -21,11 +21,15 @@
 //!   scaled log-sum-exp pushes, the block floor of the noise loops).
 //! - [`block`], [`last_block`]: block and warp reductions; a chunked row's
 //!   last block to arrive combines its chunks.
-//! - [`row`]: a slot's sampling parameters as read and checked on the device.
+//! - [`shared`]: the launch's dynamic shared memory, typed (`Shared`).
+//! - [`row`]: a row as both operations see it: its slot's sampling
+//!   parameters as read and checked on the device, its chunks, its token store.
 //! - [`gpu`]: the intrinsics.
 //!
 //! The math both backends share (Philox streams, the Gumbel transform,
-//! log-space helpers, the accept test `accepts`) is in `specdec-core`.
+//! log-space helpers, the accept test `accepts`) is in `specdec-core`, and so
+//! are the kernels' symbols and launch bounds (`specdec_core::names`): each
+//! entry point is exported as `kernel_symbol!` names it.
 #![no_std]
 #![feature(
     abi_ptx,
@@ -47,6 +51,7 @@ pub mod last_block;
 pub mod load;
 pub mod rejection;
 pub mod row;
+pub mod shared;
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {

@@ -229,7 +229,9 @@ pub unsafe fn for_each_quad<const PIPELINED: bool, const Q: u32, A: Load, B: Loa
     }
 }
 
-/// Block shared memory of a [`for_each_quad_shared`] walk.
+/// Block shared memory of a [`for_each_quad_shared`] walk
+/// (`shared::BlockRecord::walk`).
+#[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Walk {
     /// The next batch to take.
@@ -249,9 +251,9 @@ pub struct Walk {
 /// `q` is `Q`, or fewer for a short range, so that every warp still gets
 /// two batches (a one-tile chunk, at small batch, is one quad per lane).
 /// With `WHOLE`, batches of whole quads get their own copy of the loop body,
-/// with `n = 4` known to `f`: faster where blocks walk many batches, but
-/// twice the code, a loss for callers whose blocks at small batch walk a
-/// batch or two (the resample). The batch's
+/// with `n = 4` known to `f`: for blocks that walk many batches, at twice
+/// the code (which callers whose blocks walk a batch or two, the resample,
+/// would wait for). The batch's
 /// loads issue together, or with `HALVES` two at a time (registers for half
 /// of them, for a kernel capped at 64), the second half's lines prefetched
 /// to L1 as the first half loads. `after_batch()` also runs after the first
@@ -264,14 +266,12 @@ pub struct Walk {
 /// the block so far), and `f` folds the rest, which that floor mostly rules
 /// out. A warp evaluates one lane's noise at a time, so against the cold
 /// floor of a warp's first quad it would evaluate all four, where the
-/// lead's floor spares most. (Not in
-/// `HALVES` mode: its kernels run grids of more than one wave, whose chunks
-/// are longer, and the path spilled their registers. The resample, whose
-/// floors start seeded, measured mixed with leads (faster with draft
-/// logits, slower with one-hot drafts) and takes none.) The walk resets
-/// `walk` (its counter, and the words the folds share between warps:
-/// [`Walk::best`]) before its first batch. Each mode's measurements:
-/// benches/results/2026-12-02-design-measurements.md.
+/// lead's floor spares most. (Not in `HALVES` mode: its kernels run grids
+/// of more than one wave, whose chunks are longer, and the path does not fit
+/// their registers. The resample takes none: its floors start seeded.) The
+/// walk resets `walk` (its counter, and the words the folds share between
+/// warps: [`Walk::best`]) before its first batch. The measurements behind
+/// each mode: benches/results/2026-12-02-design-measurements.md.
 ///
 /// # Safety
 /// As for [`for_each_quad`]; called by every thread of the block together

@@ -1,6 +1,8 @@
-//! Per-row and per-request sampling state read from device memory, validated
-//! where it lives (SPEC §5): a bad slot or temperature never causes an
-//! out-of-bounds read; it raises a flag, and the output becomes `-1`.
+//! A row as both operations' kernels see it: its slot's sampling parameters,
+//! read from device memory and validated where they live (SPEC §5: a bad slot
+//! or temperature never causes an out-of-bounds read; it raises a flag, and
+//! the output becomes `-1`), the chunk of its ids a block reads, and the
+//! store of its token.
 
 use specdec_core::status::{self, INVALID_SLOT, INVALID_TEMPERATURE};
 
@@ -49,5 +51,30 @@ impl SlotState {
     #[inline(always)]
     pub fn greedy(&self) -> bool {
         self.temperature == 0.0
+    }
+}
+
+/// Chunk `c` of a row of `vocab` ids cut into chunks of `chunk` ids: ids
+/// `start .. end`, the last chunk cut at `vocab`.
+#[inline(always)]
+pub fn chunk_range(vocab: u32, chunk: u32, c: u32) -> (u32, u32) {
+    let start = c * chunk;
+    (start, if vocab - start < chunk { vocab } else { start + chunk })
+}
+
+/// Writes `token` as element `at` of a call's token output: `i64`s if
+/// `tokens_i64` (the parameter block's flag) is non-zero, else `i32`s.
+///
+/// # Safety
+/// `tokens` holds more than `at` elements of that width.
+#[inline(always)]
+pub unsafe fn write_token(tokens: u64, tokens_i64: u32, at: usize, token: i64) {
+    // SAFETY: at < the output's length (caller).
+    unsafe {
+        if tokens_i64 != 0 {
+            (tokens as *mut i64).add(at).write(token);
+        } else {
+            (tokens as *mut i32).add(at).write(token as i32);
+        }
     }
 }

@@ -11,15 +11,11 @@
 //!    kernels public;
 //! 3. `llc -mtriple=nvptx64-nvidia-cuda -mcpu=<arch> --fp-contract=off`.
 //!
-//! Rust has no launch-bounds attribute, so the crate declares them in its
-//! `Cargo.toml` and the builder writes them into the PTX as `.maxntid` and
-//! `.minnctapersm` directives, which make ptxas fit each kernel's registers to
-//! the occupancy asked for (see [`LaunchBounds`]):
-//!
-//! ```toml
-//! [package.metadata.ptx-builder]
-//! launch-bounds = [{ kernels = "gumbel_sample_*", max-threads = 256, min-blocks = 3 }]
-//! ```
+//! Rust has no launch-bounds attribute, so the caller passes them
+//! ([`PtxBuilder::launch_bounds`]) and the builder writes them into the PTX as
+//! `.maxntid` and `.minnctapersm` directives, which make ptxas fit each
+//! kernel's registers to the occupancy asked for (see [`LaunchBounds`]). The
+//! specdec build passes the table of `specdec_core::names`.
 //!
 //! The nested tools run with the toolchain the `rust-toolchain.toml` above the
 //! kernels crate pins, through `rustup run`, whatever toolchain runs the build
@@ -31,7 +27,9 @@
 //! directory, so it never waits on the outer build's lock.
 //!
 //! ```no_run
-//! let ptx = specdec_ptx_builder::PtxBuilder::new("crates/kernels").arch("sm_90").build()?;
+//! use specdec_ptx_builder::{LaunchBounds, PtxBuilder};
+//! let bounds = [LaunchBounds { kernel: "gumbel_sample_f32_f32".into(), max_threads: 256, min_blocks: 3 }];
+//! let ptx = PtxBuilder::new("crates/kernels").arch("sm_90").launch_bounds(bounds).build()?;
 //! println!("{}", ptx.ptx.display());
 //! # Ok::<(), specdec_ptx_builder::BuildError>(())
 //! ```
@@ -79,26 +77,18 @@ pub enum BuildError {
     NoArtifactProduced { path: PathBuf, stderr: String },
     #[error("{manifest}: {message}")]
     BadManifest { manifest: PathBuf, message: String },
+    #[error("launch bounds {bounds:?}: {why}")]
+    BadLaunchBounds { bounds: LaunchBounds, why: &'static str },
 }
 
-/// Launch bounds of the kernels whose names match `kernels` (an exact name, or
-/// a prefix followed by `*`): at most `max_threads` threads per block, and at
-/// least `min_blocks` blocks resident per SM, which caps their registers.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+/// Launch bounds of the kernel (PTX entry) named `kernel`: at most
+/// `max_threads` threads per block, and at least `min_blocks` blocks resident
+/// per SM, which caps its registers.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchBounds {
-    pub kernels: String,
+    pub kernel: String,
     pub max_threads: u32,
     pub min_blocks: u32,
-}
-
-impl LaunchBounds {
-    fn matches(&self, kernel: &str) -> bool {
-        match self.kernels.strip_suffix('*') {
-            Some(prefix) => kernel.starts_with(prefix),
-            None => kernel == self.kernels,
-        }
-    }
 }
 
 /// The result of a build.
@@ -120,12 +110,15 @@ pub struct PtxBuilder {
     pub arch: String,
     /// Where the nested cargo puts its build. Default: `<crate>/target`.
     pub target_dir: Option<PathBuf>,
+    /// Written into the PTX, at most one per kernel; each must name an entry
+    /// of the PTX, else the build fails. Kernels not named get none. Default: none.
+    pub launch_bounds: Vec<LaunchBounds>,
 }
 
 impl PtxBuilder {
     pub fn new(crate_path: impl Into<PathBuf>) -> Self {
         let arch = std::env::var(ARCH_ENV).unwrap_or_else(|_| DEFAULT_ARCH.to_string());
-        Self { crate_path: crate_path.into(), arch, target_dir: None }
+        Self { crate_path: crate_path.into(), arch, target_dir: None, launch_bounds: Vec::new() }
     }
 
     #[must_use]
@@ -140,6 +133,13 @@ impl PtxBuilder {
         self
     }
 
+    /// Sets the `launch_bounds` field.
+    #[must_use]
+    pub fn launch_bounds(mut self, bounds: impl IntoIterator<Item = LaunchBounds>) -> Self {
+        self.launch_bounds = bounds.into_iter().collect();
+        self
+    }
+
     /// Builds the PTX, returning its path and the sources it was built from.
     pub fn build(&self) -> Result<Ptx, BuildError> {
         let manifest = self.crate_path.join("Cargo.toml");
@@ -147,6 +147,7 @@ impl PtxBuilder {
             return Err(BuildError::NoCrate(self.crate_path.clone()));
         }
         let sm = sm_number(&self.arch)?;
+        check_launch_bounds(&self.launch_bounds)?;
         let runner = Runner::for_crate(&self.crate_path)?;
         let tools = tool_dir(&runner)?;
         let target_dir = match &self.target_dir {
@@ -181,7 +182,7 @@ impl PtxBuilder {
         }
         let text = std::fs::read_to_string(&linked)
             .map_err(|source| BuildError::Io { what: format!("read {}", linked.display()), source })?;
-        let bounded = with_launch_bounds(&text, &launch_bounds(&manifest)?);
+        let bounded = with_launch_bounds(&text, &self.launch_bounds)?;
         let ptx = release.join(format!("{lib}.bounded.ptx"));
         std::fs::write(&ptx, bounded)
             .map_err(|source| BuildError::Io { what: format!("write {}", ptx.display()), source })?;
@@ -337,53 +338,35 @@ fn crate_lib_name(manifest: &Path) -> Result<String, BuildError> {
     lib.or(package.map(|p| p.replace('-', "_"))).ok_or_else(|| BuildError::NoCrate(manifest.to_path_buf()))
 }
 
-/// `[package.metadata.ptx-builder] launch-bounds` of the crate's manifest (none if absent).
-pub fn launch_bounds(manifest: &Path) -> Result<Vec<LaunchBounds>, BuildError> {
-    #[derive(serde::Deserialize)]
-    struct Manifest {
-        package: Option<Package>,
+/// Each bound names a kernel, once, with both numbers positive.
+fn check_launch_bounds(bounds: &[LaunchBounds]) -> Result<(), BuildError> {
+    for (i, b) in bounds.iter().enumerate() {
+        let why = if b.kernel.is_empty() || b.max_threads == 0 || b.min_blocks == 0 {
+            "the kernel must be named and both numbers positive"
+        } else if bounds[..i].iter().any(|o| o.kernel == b.kernel) {
+            "the kernel has launch bounds already"
+        } else {
+            continue;
+        };
+        return Err(BuildError::BadLaunchBounds { bounds: b.clone(), why });
     }
-    #[derive(serde::Deserialize)]
-    struct Package {
-        metadata: Option<Metadata>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Metadata {
-        #[serde(rename = "ptx-builder")]
-        ptx_builder: Option<Settings>,
-    }
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "kebab-case", deny_unknown_fields)]
-    struct Settings {
-        #[serde(default)]
-        launch_bounds: Vec<LaunchBounds>,
-    }
-    let bad = |message: String| BuildError::BadManifest { manifest: manifest.to_path_buf(), message };
-    let text = std::fs::read_to_string(manifest)
-        .map_err(|source| BuildError::Io { what: format!("read {}", manifest.display()), source })?;
-    let parsed: Manifest = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
-    let bounds = parsed
-        .package
-        .and_then(|p| p.metadata)
-        .and_then(|m| m.ptx_builder)
-        .map(|s| s.launch_bounds)
-        .unwrap_or_default();
-    if let Some(b) = bounds.iter().find(|b| b.max_threads == 0 || b.min_blocks == 0 || b.kernels.is_empty()) {
-        return Err(bad(format!("launch bounds {b:?}: kernels must be named and both numbers positive")));
-    }
-    Ok(bounds)
+    Ok(())
 }
 
 /// The PTX with `.maxntid` / `.minnctapersm` after the parameter list of each
-/// `.entry` that the first matching entry of `bounds` names.
-fn with_launch_bounds(ptx: &str, bounds: &[LaunchBounds]) -> String {
+/// `.entry` that `bounds` names; an error for a bound that names no entry.
+fn with_launch_bounds(ptx: &str, bounds: &[LaunchBounds]) -> Result<String, BuildError> {
     let mut out = String::with_capacity(ptx.len() + 64 * bounds.len());
+    let mut used = vec![false; bounds.len()];
     // The bounds of the entry whose parameter list is being copied.
     let mut pending: Option<&LaunchBounds> = None;
     for line in ptx.split_inclusive('\n') {
         if let Some(rest) = line.split_once(".entry ").map(|(_, r)| r) {
             let name = rest.split(['(', ' ', '\n']).next().unwrap_or("");
-            pending = bounds.iter().find(|b| b.matches(name));
+            pending = bounds.iter().position(|b| b.kernel == name).map(|i| {
+                used[i] = true;
+                &bounds[i]
+            });
         }
         if pending.is_some() && line.trim_end() == "{" {
             let b = pending.take().expect("checked above");
@@ -391,7 +374,12 @@ fn with_launch_bounds(ptx: &str, bounds: &[LaunchBounds]) -> String {
         }
         out.push_str(line);
     }
-    out
+    match used.iter().position(|u| !u) {
+        Some(i) => {
+            Err(BuildError::BadLaunchBounds { bounds: bounds[i].clone(), why: "no entry of the PTX has that name" })
+        }
+        None => Ok(out),
+    }
 }
 
 /// Cargo's `.d` file: `target: dep dep ...` with spaces in paths escaped as `\ `.
@@ -450,43 +438,36 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
+    fn bounds(kernel: &str, max_threads: u32, min_blocks: u32) -> LaunchBounds {
+        LaunchBounds { kernel: kernel.into(), max_threads, min_blocks }
+    }
+
     #[test]
     fn launch_bounds_follow_the_parameter_list() {
         let ptx = ".visible .entry gumbel_sample_f32_f32(\n\t.param .b64 p\n)  // @x\n{\n\tret;\n}\n\
                    .visible .entry other(\n\t.param .b64 p\n)\n{\n\tret;\n}\n";
-        let bounds = [LaunchBounds { kernels: "gumbel_sample_*".into(), max_threads: 256, min_blocks: 3 }];
-        let out = with_launch_bounds(ptx, &bounds);
+        let out = with_launch_bounds(ptx, &[bounds("gumbel_sample_f32_f32", 256, 3)]).unwrap();
         assert_eq!(out.matches(".maxntid 256, 1, 1\n.minnctapersm 3\n{").count(), 1, "{out}");
         assert!(out.starts_with(".visible .entry gumbel_sample_f32_f32(\n\t.param .b64 p\n)  // @x\n.maxntid"));
         assert!(out.ends_with(".visible .entry other(\n\t.param .b64 p\n)\n{\n\tret;\n}\n"));
-        assert_eq!(with_launch_bounds(ptx, &[]), ptx);
-        let exact = LaunchBounds { kernels: "other".into(), max_threads: 32, min_blocks: 1 };
-        assert!(exact.matches("other") && !exact.matches("other2"));
+        assert_eq!(with_launch_bounds(ptx, &[]).unwrap(), ptx);
+        // Names are exact: a prefix names nothing.
+        let err = with_launch_bounds(ptx, &[bounds("gumbel_sample", 256, 3)]).unwrap_err();
+        assert!(matches!(err, BuildError::BadLaunchBounds { .. }), "{err}");
     }
 
     #[test]
-    fn launch_bounds_come_from_the_manifest() {
-        let dir = std::env::temp_dir().join(format!("ptx-builder-bounds-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let manifest = dir.join("Cargo.toml");
-        let write = |text: &str| std::fs::write(&manifest, text).unwrap();
-        write("[package]\nname = \"k\"\n");
-        assert_eq!(launch_bounds(&manifest).unwrap(), []);
-        write(
-            "[package]\nname = \"k\"\n[package.metadata.ptx-builder]\n\
-             launch-bounds = [{ kernels = \"a*\", max-threads = 256, min-blocks = 2 }]\n",
-        );
-        let bounds = launch_bounds(&manifest).unwrap();
-        assert_eq!(bounds, [LaunchBounds { kernels: "a*".into(), max_threads: 256, min_blocks: 2 }]);
-        write(
-            "[package.metadata.ptx-builder]\nlaunch-bounds = [{ kernels = \"a\", max-threads = 0, min-blocks = 2 }]\n",
-        );
-        assert!(matches!(launch_bounds(&manifest), Err(BuildError::BadManifest { .. })));
-        write(
-            "[package.metadata.ptx-builder]\nlaunch-bounds = [{ kernel = \"a\", max-threads = 1, min-blocks = 2 }]\n",
-        );
-        assert!(matches!(launch_bounds(&manifest), Err(BuildError::BadManifest { .. })));
-        std::fs::remove_dir_all(&dir).unwrap();
+    fn launch_bounds_are_checked() {
+        assert!(check_launch_bounds(&[bounds("a", 256, 2), bounds("b", 256, 4)]).is_ok());
+        for bad in [
+            vec![bounds("a", 0, 2)],
+            vec![bounds("a", 256, 0)],
+            vec![bounds("", 256, 2)],
+            vec![bounds("a", 256, 2), bounds("a", 256, 3)],
+        ] {
+            let err = check_launch_bounds(&bad).unwrap_err();
+            assert!(matches!(err, BuildError::BadLaunchBounds { .. }), "{bad:?}: {err}");
+        }
     }
 
     #[test]

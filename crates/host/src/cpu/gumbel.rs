@@ -5,7 +5,7 @@ use super::{AsCore, Cpu, first_argmax};
 use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Host;
-use crate::tensor::{CacheData, Column, DraftCache, LogitsData, Tokens};
+use crate::tensor::{Column, DraftLogitsMut, Tokens, Values, ValuesMut};
 use rayon::prelude::*;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
@@ -19,25 +19,28 @@ impl Cpu {
     /// # Errors
     /// Shape, stride and length errors, and invalid slots, temperatures or
     /// columns, all before anything is written.
-    pub fn gumbel_sample(&self, args: &mut GumbelSample<'_, Host>, out: GumbelOutput<'_, Host>) -> Result<()> {
-        let shape = args.check(&out)?;
-        args.check_values(shape)?;
-        let GumbelSample { logits, slots, pos, table, drafting, cache } = args;
+    pub fn gumbel_sample(&self, args: &GumbelSample<'_, Host>, out: &mut GumbelOutput<'_, Host>) -> Result<()> {
+        let shape = args.check(out)?;
+        args.check_values(out, shape)?;
+        let GumbelSample { logits, slots, pos, params, drafting } = args;
+        let GumbelOutput { tokens, row_status, draft_logits } = out;
         let rows = Rows {
             slots,
             pos,
-            temperature: table.temperature,
-            seed: table.seed,
+            temperature: params.temperature,
+            seed: params.seed,
             stream: if *drafting { Stream::Draft } else { Stream::Target },
             level: Level::detect(),
             rows: logits.rows,
             vocab: logits.vocab,
             row_stride: logits.row_stride,
         };
+        let out = RowOut { tokens, row_status: row_status.as_deref_mut() };
+        let cache = draft_logits.as_mut();
         match &logits.data {
-            LogitsData::F32(l) => with_cache(&rows, l, cache.as_mut(), out),
-            LogitsData::BF16(l) => with_cache(&rows, l.as_core(), cache.as_mut(), out),
-            LogitsData::F16(l) => with_cache(&rows, l.as_core(), cache.as_mut(), out),
+            Values::F32(l) => with_cache(&rows, l, cache, out),
+            Values::BF16(l) => with_cache(&rows, l.as_core(), cache, out),
+            Values::F16(l) => with_cache(&rows, l.as_core(), cache, out),
         }
         Ok(())
     }
@@ -57,7 +60,13 @@ struct Rows<'r> {
     row_stride: usize,
 }
 
-/// A cache and where each row's column starts in it.
+/// Where each row's token and status go.
+struct RowOut<'o, 'a> {
+    tokens: &'o mut Tokens<'a, Host>,
+    row_status: Option<&'o mut [u32]>,
+}
+
+/// The draft logits and where each row's column starts in them.
 struct CacheRows<'c, 'd, C> {
     data: &'c mut [C],
     stride0: usize,
@@ -79,19 +88,19 @@ impl<C> CacheRows<'_, '_, C> {
 fn with_cache<L: Logit + Send + Sync>(
     rows: &Rows<'_>,
     logits: &[L],
-    cache: Option<&mut (DraftCache<'_, Host>, Column<'_, Host>)>,
-    out: GumbelOutput<'_, Host>,
+    cache: Option<&mut (DraftLogitsMut<'_, Host>, Column<'_, Host>)>,
+    out: RowOut<'_, '_>,
 ) {
     let Some((c, column)) = cache else {
         return sample_rows::<L, L>(rows, logits, None, out);
     };
     let (stride0, stride1) = (c.shape.stride0, c.shape.stride1);
     match &mut c.data {
-        CacheData::F32(d) => sample_rows(rows, logits, Some(CacheRows { data: d, stride0, stride1, column }), out),
-        CacheData::BF16(d) => {
+        ValuesMut::F32(d) => sample_rows(rows, logits, Some(CacheRows { data: d, stride0, stride1, column }), out),
+        ValuesMut::BF16(d) => {
             sample_rows(rows, logits, Some(CacheRows { data: d.as_core_mut(), stride0, stride1, column }), out)
         }
-        CacheData::F16(d) => {
+        ValuesMut::F16(d) => {
             sample_rows(rows, logits, Some(CacheRows { data: d.as_core_mut(), stride0, stride1, column }), out)
         }
     }
@@ -106,7 +115,7 @@ fn sample_rows<L: Logit + Sync, C: Logit + Send>(
     rows: &Rows<'_>,
     logits: &[L],
     mut cache: Option<CacheRows<'_, '_, C>>,
-    mut out: GumbelOutput<'_, Host>,
+    mut out: RowOut<'_, '_>,
 ) {
     if super::parallel(rows.rows, rows.rows * rows.vocab) {
         let split = match &mut cache {
@@ -186,9 +195,9 @@ fn sample_one<L: Logit, C: Logit>(
     }
 }
 
-fn write_row(out: &mut GumbelOutput<'_, Host>, row: usize, token: u32, nan: bool) {
+fn write_row(out: &mut RowOut<'_, '_>, row: usize, token: u32, nan: bool) {
     let token = token as i64;
-    match &mut out.tokens {
+    match out.tokens {
         Tokens::I32(t) => t[row] = token as i32,
         Tokens::I64(t) => t[row] = token,
     }

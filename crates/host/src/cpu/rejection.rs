@@ -9,7 +9,7 @@ use super::{AsCore, Cpu, first_argmax, quads};
 use crate::error::Result;
 use crate::memory::Host;
 use crate::rejection::{RejectionOutput, RejectionSample};
-use crate::tensor::{LogitsData, Tokens};
+use crate::tensor::{Tokens, Values};
 use rayon::prelude::*;
 use specdec_core::argmax::ArgMax;
 use specdec_core::gumbel::{COARSE_BOUND, TOP_BUCKET};
@@ -24,24 +24,28 @@ impl Cpu {
     /// # Errors
     /// Shape, stride and length errors, bad offsets, draft ids, slots and
     /// temperatures, all before anything is written.
-    pub fn rejection_sample(&self, args: &RejectionSample<'_, Host>, out: RejectionOutput<'_, Host>) -> Result<()> {
-        let shape = args.check(&out)?;
+    pub fn rejection_sample(
+        &self,
+        args: &RejectionSample<'_, Host>,
+        out: &mut RejectionOutput<'_, Host>,
+    ) -> Result<()> {
+        let shape = args.check(out)?;
         args.check_values(shape)?;
         match &args.target.data {
-            LogitsData::F32(t) => with_draft(args, t, out),
-            LogitsData::BF16(t) => with_draft(args, t.as_core(), out),
-            LogitsData::F16(t) => with_draft(args, t.as_core(), out),
+            Values::F32(t) => with_draft(args, t, out),
+            Values::BF16(t) => with_draft(args, t.as_core(), out),
+            Values::F16(t) => with_draft(args, t.as_core(), out),
         }
         Ok(())
     }
 }
 
-fn with_draft<T: Logit + Sync>(args: &RejectionSample<'_, Host>, target: &[T], out: RejectionOutput<'_, Host>) {
+fn with_draft<T: Logit + Sync>(args: &RejectionSample<'_, Host>, target: &[T], out: &mut RejectionOutput<'_, Host>) {
     match args.draft_logits.as_ref().map(|d| &d.data) {
         None => verify::<T, T>(args, target, None, out),
-        Some(LogitsData::F32(d)) => verify(args, target, Some(*d), out),
-        Some(LogitsData::BF16(d)) => verify(args, target, Some(d.as_core()), out),
-        Some(LogitsData::F16(d)) => verify(args, target, Some(d.as_core()), out),
+        Some(Values::F32(d)) => verify(args, target, Some(*d), out),
+        Some(Values::BF16(d)) => verify(args, target, Some(d.as_core()), out),
+        Some(Values::F16(d)) => verify(args, target, Some(d.as_core()), out),
     }
 }
 
@@ -223,7 +227,7 @@ fn verify<T: Logit + Sync, C: Logit + Sync>(
     args: &RejectionSample<'_, Host>,
     target: &[T],
     draft: Option<&[C]>,
-    mut out: RejectionOutput<'_, Host>,
+    out: &mut RejectionOutput<'_, Host>,
 ) {
     let level = Level::detect();
     let requests = args.slots.len();
@@ -241,13 +245,13 @@ fn verify<T: Logit + Sync, C: Logit + Sync>(
         let mut verdicts = Vec::with_capacity(requests);
         statuses.into_par_iter().enumerate().map(|(r, status)| verdict(r, status)).collect_into_vec(&mut verdicts);
         for (r, v) in verdicts.into_iter().enumerate() {
-            write_request(args, &mut out, r, v);
+            write_request(args, out, r, v);
         }
     } else {
         for r in 0..requests {
             let status = out.row_status.as_deref_mut().map(|s| &mut s[rows_of(r)]);
             let v = verdict(r, status);
-            write_request(args, &mut out, r, v);
+            write_request(args, out, r, v);
         }
     }
 }
@@ -273,7 +277,7 @@ fn verify_request<T: Logit, C: Logit>(
     let n = o1 - o0 - 1;
     let slot = args.slots[r];
     let (t, seed) =
-        if slot >= 0 { (args.table.temperature[slot as usize], args.table.seed[slot as usize]) } else { (0.0, 0) };
+        if slot >= 0 { (args.params.temperature[slot as usize], args.params.seed[slot as usize]) } else { (0.0, 0) };
     let sampler = Sampler::new(t, seed, 0, Stream::Target);
     let req = Request { args, target, draft, row0: o0, slot, sampler, level };
     let greedy = req.sampler.greedy;

@@ -6,9 +6,10 @@ use super::{Cuda, Launch, Spread, Variants, Workspace, launch};
 use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Device;
-use crate::tensor::{CacheData, Column, LogitsData, Tokens};
+use crate::tensor::Column;
 use cudarc::driver::{DevicePtr, DevicePtrMut};
 use specdec_core::layout::GumbelParams;
+use specdec_core::names;
 
 impl Cuda {
     /// `gumbel_sample` (SPEC §3) on device buffers, enqueued on this backend's
@@ -25,20 +26,24 @@ impl Cuda {
     pub fn gumbel_sample(
         &self,
         ws: &mut Workspace,
-        args: &mut GumbelSample<'_, Device>,
-        mut out: GumbelOutput<'_, Device>,
+        args: &GumbelSample<'_, Device>,
+        out: &mut GumbelOutput<'_, Device>,
     ) -> Result<()> {
-        let shape = args.check(&out)?;
+        let shape = args.check(out)?;
         let logits_dtype = args.logits.data.dtype();
-        let cache_dtype = args.cache.as_ref().map_or(logits_dtype, |(cache, _)| cache.data.dtype());
-        // The lean kernels write no cache: a draft model's call keeps the
-        // registers for its stores (lean measured slower there:
-        // benches/results/2026-12-02-design-measurements.md).
-        let lean = if args.cache.is_none() { Some("gumbel_sample_lean") } else { None };
+        let draft_dtype = out.draft_logits.as_ref().map_or(logits_dtype, |(draft, _)| draft.data.dtype());
+        // The lean kernels write no draft logits: a draft model's call keeps
+        // the registers for its stores (benches/results/2026-12-02-design-measurements.md).
+        let lean = out.draft_logits.is_none().then_some(names::GUMBEL_SAMPLE_LEAN);
         let Launch { kernel, split } = self.launch_for(
             ws,
-            Variants { op: "gumbel_sample", spread: Spread::Streaming, lean, small: Some("gumbel_sample_small") },
-            (logits_dtype, cache_dtype),
+            Variants {
+                op: names::GUMBEL_SAMPLE,
+                spread: Spread::Streaming,
+                lean,
+                small: Some(names::GUMBEL_SAMPLE_SMALL),
+            },
+            (logits_dtype, draft_dtype),
             (shape.rows, args.logits.vocab),
         )?;
         let stream = &*self.stream;
@@ -46,15 +51,11 @@ impl Cuda {
 
         // The caller's views; their guards record cudarc's read/write events
         // (where it tracks them) when dropped after the launch.
-        let (logits, _g1) = match &args.logits.data {
-            LogitsData::F32(b) => b.device_ptr(stream),
-            LogitsData::BF16(b) => b.device_ptr(stream),
-            LogitsData::F16(b) => b.device_ptr(stream),
-        };
+        let (logits, _g1) = args.logits.data.device_ptr(stream);
         let (slots, _g2) = args.slots.device_ptr(stream);
         let (pos, _g3) = args.pos.device_ptr(stream);
-        let (temperature, _g4) = args.table.temperature.device_ptr(stream);
-        let (seed, _g5) = args.table.seed.device_ptr(stream);
+        let (temperature, _g4) = args.params.temperature.device_ptr(stream);
+        let (seed, _g5) = args.params.seed.device_ptr(stream);
         let mut p = GumbelParams {
             logits,
             row_stride: args.logits.row_stride as u64,
@@ -70,40 +71,29 @@ impl Cuda {
             drafting: args.drafting as u32,
             ..GumbelParams::default()
         };
-        let (mut _g6, mut _g7) = (None, None);
-        if let Some((cache, column)) = &mut args.cache {
-            let (ptr, g) = match &mut cache.data {
-                CacheData::F32(b) => b.device_ptr_mut(stream),
-                CacheData::BF16(b) => b.device_ptr_mut(stream),
-                CacheData::F16(b) => b.device_ptr_mut(stream),
-            };
-            _g6 = Some(g);
+        let (tokens, tokens_i64, _g6) = out.tokens.device_ptr_mut(stream);
+        (p.tokens, p.tokens_i64) = (tokens, tokens_i64 as u32);
+        let (mut _g7, mut _g8, mut _g9) = (None, None, None);
+        if let Some(s) = &mut out.row_status {
+            let (ptr, g) = s.device_ptr_mut(stream);
+            _g7 = Some(g);
+            p.row_status = ptr;
+        }
+        if let Some((draft, column)) = &mut out.draft_logits {
+            let (ptr, g) = draft.data.device_ptr_mut(stream);
+            _g8 = Some(g);
             p.cache = ptr;
-            p.cache_stride0 = cache.shape.stride0 as u64;
-            p.cache_stride1 = cache.shape.stride1 as u64;
-            p.cache_k = cache.shape.k as u32;
+            p.cache_stride0 = draft.shape.stride0 as u64;
+            p.cache_stride1 = draft.shape.stride1 as u64;
+            p.cache_k = draft.shape.k as u32;
             match column {
                 Column::All(c) => p.cache_column = *c as u32,
                 Column::PerRow(cols) => {
                     let (ptr, g) = cols.device_ptr(stream);
-                    _g7 = Some(g);
+                    _g9 = Some(g);
                     p.cache_columns = ptr;
                 }
             }
-        }
-        let (tokens, _g8) = match &mut out.tokens {
-            Tokens::I32(b) => b.device_ptr_mut(stream),
-            Tokens::I64(b) => {
-                p.tokens_i64 = 1;
-                b.device_ptr_mut(stream)
-            }
-        };
-        p.tokens = tokens;
-        let mut _g9 = None;
-        if let Some(s) = &mut out.row_status {
-            let (ptr, g) = s.device_ptr_mut(stream);
-            _g9 = Some(g);
-            p.row_status = ptr;
         }
         p.partials = workspace.scratch;
         p.status = workspace.status;

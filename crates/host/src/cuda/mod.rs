@@ -20,6 +20,7 @@ use crate::tensor::DType;
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use specdec_core::layout::{BLOCK_THREADS, SHARED_BYTES};
+use specdec_core::names::{Kernel as KernelName, Symbol};
 use specdec_core::sample::FLOOR_MARGIN;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -36,10 +37,6 @@ pub fn driver_present() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
-/// A kernel: its operation and the (logits, cache) dtypes. The symbol is
-/// `{op}_{logits}_{cache}`.
-type KernelKey = (&'static str, (DType, DType));
-
 /// A loaded kernel, and how many of its blocks one SM holds at once (its
 /// registers and shared memory decide), which the splits plan waves with.
 #[derive(Clone)]
@@ -51,7 +48,7 @@ struct Kernel {
 /// The loaded module of one context, and its functions.
 struct Kernels {
     module: Arc<CudaModule>,
-    functions: Mutex<HashMap<KernelKey, Kernel>>,
+    functions: Mutex<HashMap<Symbol, Kernel>>,
 }
 
 impl Kernels {
@@ -74,18 +71,19 @@ impl Kernels {
         Ok(kernels)
     }
 
-    fn function(&self, key: KernelKey) -> Result<Kernel> {
+    fn function(&self, symbol: Symbol) -> Result<Kernel> {
         let mut functions = self.functions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(k) = functions.get(&key) {
+        if let Some(k) = functions.get(&symbol) {
             return Ok(k.clone());
         }
-        let (op, (l, c)) = key;
-        let name = format!("{op}_{}_{}", l.name(), c.name());
-        let function = self.module.load_function(&name).map_err(|source| Error::PtxLoad { arch: PTX_ARCH, source })?;
+        let function = self
+            .module
+            .load_function(&symbol.to_string())
+            .map_err(|source| Error::PtxLoad { arch: PTX_ARCH, source })?;
         let blocks_per_sm =
             function.occupancy_max_active_blocks_per_multiprocessor(BLOCK_THREADS, SHARED_BYTES as usize, None)?;
         let kernel = Kernel { function, blocks_per_sm: blocks_per_sm.max(1) };
-        functions.insert(key, kernel.clone());
+        functions.insert(symbol, kernel.clone());
         Ok(kernel)
     }
 }
@@ -101,11 +99,11 @@ struct Launch {
 /// ([`Workspace::lean`]); `small`, reading one quad a batch, for one wave of
 /// short chunks ([`Workspace::small`]).
 struct Variants {
-    op: &'static str,
+    op: KernelName,
     /// The blocks per SM its split aims for at small batch.
     spread: Spread,
-    lean: Option<&'static str>,
-    small: Option<&'static str>,
+    lean: Option<KernelName>,
+    small: Option<KernelName>,
 }
 
 impl Cuda {
@@ -116,19 +114,19 @@ impl Cuda {
         &self,
         ws: &Workspace,
         v: Variants,
-        dtypes: (DType, DType),
+        (logits, draft): (DType, DType),
         (rows, vocab): (usize, usize),
     ) -> Result<Launch> {
-        let kernel = self.kernels.function((v.op, dtypes))?;
+        let kernel = self.kernels.function(v.op.symbol(logits, draft))?;
         let split = ws.split(rows, vocab, kernel.blocks_per_sm, v.spread)?;
         match (v.lean, v.small) {
             (Some(lean), _) if ws.lean(rows, split, kernel.blocks_per_sm) => {
-                let kernel = self.kernels.function((lean, dtypes))?;
+                let kernel = self.kernels.function(lean.symbol(logits, draft))?;
                 let split = ws.split(rows, vocab, kernel.blocks_per_sm, v.spread)?;
                 Ok(Launch { kernel, split })
             }
             (_, Some(small)) if ws.small(rows, split, kernel.blocks_per_sm) => {
-                Ok(Launch { kernel: self.kernels.function((small, dtypes))?, split })
+                Ok(Launch { kernel: self.kernels.function(small.symbol(logits, draft))?, split })
             }
             _ => Ok(Launch { kernel, split }),
         }

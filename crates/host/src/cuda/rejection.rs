@@ -6,10 +6,10 @@ use super::{Cuda, Launch, Spread, Variants, Workspace, launch};
 use crate::error::Result;
 use crate::memory::Device;
 use crate::rejection::{RejectionOutput, RejectionSample};
-use crate::tensor::{LogitsData, Tokens};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
 use specdec_core::dtype::DType;
 use specdec_core::layout::RejectionParams;
+use specdec_core::names;
 
 impl Cuda {
     /// `rejection_sample` (SPEC §4) on device buffers, enqueued on this
@@ -28,21 +28,21 @@ impl Cuda {
         &self,
         ws: &mut Workspace,
         args: &RejectionSample<'_, Device>,
-        mut out: RejectionOutput<'_, Device>,
+        out: &mut RejectionOutput<'_, Device>,
     ) -> Result<()> {
-        let shape = args.check(&out)?;
+        let shape = args.check(out)?;
         let target_dtype = args.target.data.dtype();
-        // Without draft logits the cache's dtype is moot: take the narrowest,
+        // Without draft logits their dtype is moot: take the narrowest,
         // whose kernels hold the fewest registers (more blocks per SM).
         let draft_dtype = args.draft_logits.as_ref().map_or(DType::BF16, |d| d.data.dtype());
         let dtypes = (target_dtype, draft_dtype);
         let Launch { kernel: stats, split } = self.launch_for(
             ws,
             Variants {
-                op: "rejection_stats",
+                op: names::REJECTION_STATS,
                 spread: Spread::Streaming,
                 lean: None,
-                small: Some("rejection_stats_small"),
+                small: Some(names::REJECTION_STATS_SMALL),
             },
             dtypes,
             (shape.requests * (args.max_drafts + 1), args.target.vocab),
@@ -50,10 +50,10 @@ impl Cuda {
         let Launch { kernel: resample, split: resample_split } = self.launch_for(
             ws,
             Variants {
-                op: "rejection_resample",
+                op: names::REJECTION_RESAMPLE,
                 spread: Spread::Resample,
-                lean: Some("rejection_resample_lean"),
-                small: Some("rejection_resample_small"),
+                lean: Some(names::REJECTION_RESAMPLE_LEAN),
+                small: Some(names::REJECTION_RESAMPLE_SMALL),
             },
             dtypes,
             (shape.requests, args.target.vocab),
@@ -63,17 +63,13 @@ impl Cuda {
 
         // The caller's views; their guards record cudarc's read/write events
         // (where it tracks them) when dropped after the launch.
-        let (target, _g1) = match &args.target.data {
-            LogitsData::F32(b) => b.device_ptr(stream),
-            LogitsData::BF16(b) => b.device_ptr(stream),
-            LogitsData::F16(b) => b.device_ptr(stream),
-        };
+        let (target, _g1) = args.target.data.device_ptr(stream);
         let (offsets, _g2) = args.offsets.device_ptr(stream);
         let (drafts, _g3) = args.drafts.device_ptr(stream);
         let (slots, _g4) = args.slots.device_ptr(stream);
         let (pos, _g5) = args.pos.device_ptr(stream);
-        let (temperature, _g6) = args.table.temperature.device_ptr(stream);
-        let (seed, _g7) = args.table.seed.device_ptr(stream);
+        let (temperature, _g6) = args.params.temperature.device_ptr(stream);
+        let (seed, _g7) = args.params.seed.device_ptr(stream);
         let mut p = RejectionParams {
             target,
             row_stride: args.target.row_stride as u64,
@@ -97,24 +93,14 @@ impl Cuda {
         };
         let mut _g8 = None;
         if let Some(d) = &args.draft_logits {
-            let (ptr, g) = match &d.data {
-                LogitsData::F32(b) => b.device_ptr(stream),
-                LogitsData::BF16(b) => b.device_ptr(stream),
-                LogitsData::F16(b) => b.device_ptr(stream),
-            };
+            let (ptr, g) = d.data.device_ptr(stream);
             _g8 = Some(g);
             p.cache = ptr;
             p.cache_stride0 = d.shape.stride0 as u64;
             p.cache_stride1 = d.shape.stride1 as u64;
         }
-        let (tokens, _g9) = match &mut out.tokens {
-            Tokens::I32(b) => b.device_ptr_mut(stream),
-            Tokens::I64(b) => {
-                p.tokens_i64 = 1;
-                b.device_ptr_mut(stream)
-            }
-        };
-        p.tokens = tokens;
+        let (tokens, tokens_i64, _g9) = out.tokens.device_ptr_mut(stream);
+        (p.tokens, p.tokens_i64) = (tokens, tokens_i64 as u32);
         let (num_emitted, _g10) = out.num_emitted.device_ptr_mut(stream);
         p.num_emitted = num_emitted;
         let mut _g11 = None;

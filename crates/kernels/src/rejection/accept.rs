@@ -5,14 +5,13 @@
 //! as `j`, write the accepted tokens and counts, and hand pass 2 the
 //! [`ResampleJob`] for token `j` with the floors its candidates start from.
 
-use super::Stats;
-use super::stats::{OVERLAP_ROW, row_flags, row_kind, row_stats, shared_request};
-use super::{JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, Request, ResampleJob, cache_row, target_row, write_token};
+use super::stats::{OVERLAP_ROW, row_flags, row_kind, row_stats};
+use super::{JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, Request, ResampleJob, cache_row, target_row, write_request_token};
 use crate::block::warp_fold;
 use crate::gpu::{self, WARP};
 use crate::load::Load;
-use specdec_core::layout::RejectionParams;
-use specdec_core::layout::{REDUCE_SHARED_BYTES, WARPS};
+use crate::shared;
+use specdec_core::layout::{RejectionParams, WARPS};
 use specdec_core::logspace::residual_mass_bound;
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::accepts;
@@ -23,7 +22,7 @@ use specdec_core::status::{INVALID, INVALID_DRAFT};
 /// all its rows. Passed through shared memory to warp 0.
 #[derive(Clone, Copy)]
 #[repr(C)]
-struct RowDecision {
+pub struct RowDecision {
     /// The row, or `u32::MAX` if none of the warp's rows stops.
     row: u32,
     /// Its draft id (`-1` for a placeholder or the bonus row).
@@ -43,10 +42,6 @@ impl RowDecision {
         RowDecision { row: u32::MAX, draft: -1, best: 0, lse_t: 0.0, lse_q: 0.0, log_excess: 0.0, flags: 0, pos: 0 };
 }
 
-// Decisions live in the reduction slots of the launch's dynamic shared memory.
-const _: () = assert!(core::mem::size_of::<RowDecision>() as u32 * WARPS <= REDUCE_SHARED_BYTES);
-const _: () = assert!(crate::block::block_reduce_shared_bytes::<Stats>() <= REDUCE_SHARED_BYTES);
-
 /// The decision of request `r` (see module docs), by the request's last
 /// block. Every row's acceptance depends on that row alone, so warp `w`
 /// decides rows `w, w + WARPS, …` and keeps the first that stops; warp 0
@@ -63,11 +58,11 @@ const _: () = assert!(crate::block::block_reduce_shared_bytes::<Stats>() <= REDU
 /// # Safety
 /// Every thread of the block calls this together (it contains a barrier),
 /// after every block of request `r < requests` published its statistics and
-/// thread 0 wrote the request to [`shared_request`] before a barrier.
+/// thread 0 wrote the request to [`shared::request`] before a barrier.
 #[inline(always)]
 pub(super) unsafe fn decide<T: Load, C: Load, const OVERLAP: bool>(p: &RejectionParams, r: u32) {
     // SAFETY: written by thread 0 before the barrier (caller).
-    let req = &unsafe { shared_request().read() };
+    let req = &unsafe { shared::request().read() };
     let (warp, lane) = (gpu::thread_idx_x() / WARP, gpu::thread_idx_x() % WARP);
     let k1 = p.max_drafts + 1;
     let n = req.drafts;
@@ -110,18 +105,18 @@ pub(super) unsafe fn decide<T: Load, C: Load, const OVERLAP: bool>(p: &Rejection
         }
         i += WARPS;
     }
-    // SAFETY: the decisions fit the launch's dynamic shared memory (asserted
-    // above); the barrier before `decide` ended the block's earlier use of it.
-    let shared = unsafe { gpu::dynamic_shared::<RowDecision>() };
+    // SAFETY: the launch has layout::SHARED_BYTES; the barrier before
+    // `decide` ended the block's earlier use of the warp slots.
+    let decisions = unsafe { shared::decisions() };
     if lane == 0 {
         // SAFETY: warp < WARPS.
-        unsafe { shared.add(warp as usize).write(mine) };
+        unsafe { decisions.add(warp as usize).write(mine) };
     }
     // SAFETY: every thread of the block is here (caller).
     unsafe { gpu::sync_threads() };
     // Every warp learns `j` and the request's flags.
     // SAFETY: lane < WARPS reads a decision written before the barrier.
-    let own = if lane < WARPS { unsafe { shared.add(lane as usize).read() } } else { RowDecision::NONE };
+    let own = if lane < WARPS { unsafe { decisions.add(lane as usize).read() } } else { RowDecision::NONE };
     // SAFETY: the warp is full and converged here.
     let (j, rows_flags) = unsafe {
         (warp_fold(own.row, gpu::shfl_bfly_u32, u32::min), warp_fold(own.flags, gpu::shfl_bfly_u32, |a, b| a | b))
@@ -151,7 +146,7 @@ pub(super) unsafe fn decide<T: Load, C: Load, const OVERLAP: bool>(p: &Rejection
         return;
     }
     // SAFETY: the bonus row n stops, so j <= n and its warp's decision is j's.
-    let dec = unsafe { shared.add((j % WARPS) as usize).read() };
+    let dec = unsafe { decisions.add((j % WARPS) as usize).read() };
     let drafts = p.drafts as *const i32;
 
     let last = if greedy {
@@ -168,7 +163,7 @@ pub(super) unsafe fn decide<T: Load, C: Load, const OVERLAP: bool>(p: &Rejection
             // The request again from shared memory: registers kept through the
             // walk spilled (its seed, live around the reciprocal's slow-path call).
             // SAFETY: written by thread 0 before the barrier (caller). Volatile: a new read.
-            let req = unsafe { shared_request().read_volatile() };
+            let req = unsafe { shared::request().read_volatile() };
             let job = ResampleJob {
                 mode,
                 row: req.row0 + j,
@@ -202,7 +197,7 @@ pub(super) unsafe fn decide<T: Load, C: Load, const OVERLAP: bool>(p: &Rejection
             -1
         };
         // SAFETY: r < requests, i <= K.
-        unsafe { write_token(p, r, i, token) };
+        unsafe { write_request_token(p, r, i, token) };
         i += WARP;
     }
     if lane == 0 {
@@ -230,7 +225,7 @@ unsafe fn write_invalid(p: &RejectionParams, r: u32, flags: u32) {
     let mut i = lane;
     while i <= p.max_drafts {
         // SAFETY: r < requests, i <= K.
-        unsafe { write_token(p, r, i, -1) };
+        unsafe { write_request_token(p, r, i, -1) };
         i += WARP;
     }
     if lane == 0 {

@@ -52,8 +52,9 @@
 //!   itself (the bonus row), all in `resample_range`; the chunks' combine and
 //!   its certification against the floors.
 //! - `mod.rs`: what the steps share (the request as loaded and checked, row
-//!   addressing, the token store, the [`ResampleJob`] handed from the decision
-//!   to pass 2) and the table of kernels.
+//!   addressing, where a request's tokens go, the [`ResampleJob`] handed from
+//!   the decision to pass 2) and the table of kernels, exported under the
+//!   symbols of `specdec_core::names`.
 //!
 //! The CPU twin, `specdec::cpu::rejection` in the host crate, names the same
 //! steps `Request::lse`, `Request::accepts` and `Request::resample`.
@@ -62,10 +63,13 @@ mod accept;
 mod resample;
 mod stats;
 
+pub use accept::RowDecision;
+
 pub use specdec_core::scratch::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, ResampleJob, Stats};
 
-use crate::row::SlotState;
+use crate::row::{SlotState, write_token};
 use specdec_core::dtype::{Bf16, F16};
+use specdec_core::kernel_symbol;
 use specdec_core::layout::RejectionParams;
 use specdec_core::rng::Stream;
 use specdec_core::sample::Sampler;
@@ -73,7 +77,7 @@ use specdec_core::status::INVALID_OFFSETS;
 
 /// A request's rows and slot, checked where they live.
 #[derive(Clone, Copy)]
-struct Request {
+pub struct Request {
     slot: SlotState,
     row0: u32,
     drafts: u32,
@@ -126,97 +130,99 @@ unsafe fn cache_row<C>(p: &RejectionParams, slot: i32, column: u32) -> *const C 
     unsafe { (p.cache as *const C).add(offset) }
 }
 
-/// Chunk `c` of the vocabulary, chunks being `chunk` ids.
-#[inline(always)]
-fn chunk_range(p: &RejectionParams, chunk: u32, c: u32) -> (u32, u32) {
-    let start = c * chunk;
-    (start, if p.vocab - start < chunk { p.vocab } else { start + chunk })
-}
-
-/// Writes one token of request `r`.
+/// Writes token `i` of request `r`.
 ///
 /// # Safety
 /// `r < requests`, `i <= max_drafts`.
 #[inline(always)]
-unsafe fn write_token(p: &RejectionParams, r: u32, i: u32, token: i64) {
+unsafe fn write_request_token(p: &RejectionParams, r: u32, i: u32, token: i64) {
     let at = r as usize * (p.max_drafts as usize + 1) + i as usize;
     // SAFETY: tokens holds requests·(K+1) elements of the flagged width.
-    unsafe {
-        if p.tokens_i64 != 0 {
-            (p.tokens as *mut i64).add(at).write(token);
-        } else {
-            (p.tokens as *mut i32).add(at).write(token as i32);
-        }
-    }
+    unsafe { write_token(p.tokens, p.tokens_i64, at, token) }
 }
 
+/// The five entry points of `rejection_sample` for each (target, cache)
+/// dtype pair, in a module per pair, exported under their `names` symbols.
 macro_rules! rejection_kernels {
-    ($($stats:ident, $small:ident, $resample:ident, $lean:ident, $resample_small:ident: $t:ty => $c:ty;)*) => {$(
-        /// Pass 1 of `rejection_sample` for these target and cache dtypes.
-        /// It keeps no overlaps: a third exponential per pair makes its loop
-        /// compute-bound at large batch (benches/results/2026-12-01-nvidia-h200-overlap-ab.md),
-        /// and the residual floors they seed pay only where a resample
-        /// block's chunk is short.
-        ///
-        /// # Safety
-        /// Launched by the host's checked launcher.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $stats(p: RejectionParams) {
-            // SAFETY: forwarded.
-            unsafe { stats::stats::<$t, $c, 4, false>(&p) }
-        }
-        /// Pass 1 reading one quad a batch: the host's pick for chunks of a
-        /// few tiles (small batches), where its code, less than half the
-        /// size, is what the call waits for. It keeps the overlaps that
-        /// seed the residual's floors (see `Request::accepts`).
-        ///
-        /// # Safety
-        /// Launched by the host's checked launcher.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $small(p: RejectionParams) {
-            // SAFETY: forwarded.
-            unsafe { stats::stats::<$t, $c, 1, true>(&p) }
-        }
-        /// Pass 2 of `rejection_sample` for these target and cache dtypes.
-        ///
-        /// # Safety
-        /// Launched by the host's checked launcher.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $resample(p: RejectionParams) {
-            // SAFETY: forwarded.
-            unsafe { resample::resample::<$t, $c, 2>(&p) }
-        }
-        /// Pass 2 in 64 registers (4 blocks per SM; kernels' Cargo.toml):
-        /// the host's pick for a grid of more than one wave.
-        ///
-        /// # Safety
-        /// Launched by the host's checked launcher.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $lean(p: RejectionParams) {
-            // SAFETY: forwarded.
-            unsafe { resample::resample::<$t, $c, 2>(&p) }
-        }
-        /// Pass 2 walking one quad a batch: the host's pick for chunks of a
-        /// few tiles, as pass 1's small variant.
-        ///
-        /// # Safety
-        /// Launched by the host's checked launcher.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $resample_small(p: RejectionParams) {
-            // SAFETY: forwarded.
-            unsafe { resample::resample::<$t, $c, 1>(&p) }
+    ($($pair:ident: $t:ident => $c:ident;)*) => {$(
+        #[doc = concat!("`rejection_sample`'s kernels for ", stringify!($t), " target and ", stringify!($c), " cache.")]
+        pub mod $pair {
+            use super::*;
+
+            /// Pass 1 of `rejection_sample` (`names::REJECTION_STATS`). It
+            /// keeps no overlaps: a third exponential per pair makes its loop
+            /// compute-bound at large batch
+            /// (benches/results/2026-12-01-nvidia-h200-overlap-ab.md), and the
+            /// residual floors they seed pay only where a resample block's
+            /// chunk is short.
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher.
+            #[unsafe(export_name = kernel_symbol!(REJECTION_STATS, $t, $c))]
+            pub unsafe extern "ptx-kernel" fn stats(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::stats::stats::<$t, $c, 4, false>(&p) }
+            }
+
+            /// Pass 1 reading one quad a batch (`names::REJECTION_STATS_SMALL`):
+            /// the host's pick for chunks of a few tiles (small batches), where
+            /// its code, less than half the size, is what the call waits for.
+            /// It keeps the overlaps that seed the residual's floors (see
+            /// `Request::accepts`).
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher.
+            #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_SMALL, $t, $c))]
+            pub unsafe extern "ptx-kernel" fn stats_small(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::stats::stats::<$t, $c, 1, true>(&p) }
+            }
+
+            /// Pass 2 of `rejection_sample` (`names::REJECTION_RESAMPLE`).
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher.
+            #[unsafe(export_name = kernel_symbol!(REJECTION_RESAMPLE, $t, $c))]
+            pub unsafe extern "ptx-kernel" fn resample(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::resample::resample::<$t, $c, 2>(&p) }
+            }
+
+            /// Pass 2, the body of `resample` under the launch bounds of
+            /// `names::REJECTION_RESAMPLE_LEAN` (64 registers): the host's
+            /// pick for a grid of more than one wave.
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher.
+            #[unsafe(export_name = kernel_symbol!(REJECTION_RESAMPLE_LEAN, $t, $c))]
+            pub unsafe extern "ptx-kernel" fn resample_lean(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::resample::resample::<$t, $c, 2>(&p) }
+            }
+
+            /// Pass 2 walking one quad a batch
+            /// (`names::REJECTION_RESAMPLE_SMALL`): the host's pick for chunks
+            /// of a few tiles, as pass 1's small variant.
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher.
+            #[unsafe(export_name = kernel_symbol!(REJECTION_RESAMPLE_SMALL, $t, $c))]
+            pub unsafe extern "ptx-kernel" fn resample_small(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::resample::resample::<$t, $c, 1>(&p) }
+            }
         }
     )*};
 }
 
 rejection_kernels! {
-    rejection_stats_f32_f32, rejection_stats_small_f32_f32, rejection_resample_f32_f32, rejection_resample_lean_f32_f32, rejection_resample_small_f32_f32: f32 => f32;
-    rejection_stats_f32_bf16, rejection_stats_small_f32_bf16, rejection_resample_f32_bf16, rejection_resample_lean_f32_bf16, rejection_resample_small_f32_bf16: f32 => Bf16;
-    rejection_stats_f32_f16, rejection_stats_small_f32_f16, rejection_resample_f32_f16, rejection_resample_lean_f32_f16, rejection_resample_small_f32_f16: f32 => F16;
-    rejection_stats_bf16_f32, rejection_stats_small_bf16_f32, rejection_resample_bf16_f32, rejection_resample_lean_bf16_f32, rejection_resample_small_bf16_f32: Bf16 => f32;
-    rejection_stats_bf16_bf16, rejection_stats_small_bf16_bf16, rejection_resample_bf16_bf16, rejection_resample_lean_bf16_bf16, rejection_resample_small_bf16_bf16: Bf16 => Bf16;
-    rejection_stats_bf16_f16, rejection_stats_small_bf16_f16, rejection_resample_bf16_f16, rejection_resample_lean_bf16_f16, rejection_resample_small_bf16_f16: Bf16 => F16;
-    rejection_stats_f16_f32, rejection_stats_small_f16_f32, rejection_resample_f16_f32, rejection_resample_lean_f16_f32, rejection_resample_small_f16_f32: F16 => f32;
-    rejection_stats_f16_bf16, rejection_stats_small_f16_bf16, rejection_resample_f16_bf16, rejection_resample_lean_f16_bf16, rejection_resample_small_f16_bf16: F16 => Bf16;
-    rejection_stats_f16_f16, rejection_stats_small_f16_f16, rejection_resample_f16_f16, rejection_resample_lean_f16_f16, rejection_resample_small_f16_f16: F16 => F16;
+    f32_f32: f32 => f32;
+    f32_bf16: f32 => Bf16;
+    f32_f16: f32 => F16;
+    bf16_f32: Bf16 => f32;
+    bf16_bf16: Bf16 => Bf16;
+    bf16_f16: Bf16 => F16;
+    f16_f32: F16 => f32;
+    f16_bf16: F16 => Bf16;
+    f16_f16: F16 => F16;
 }

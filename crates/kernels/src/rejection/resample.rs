@@ -6,12 +6,14 @@
 //! writes token `j` once the result is certified against the job's floors,
 //! or folds the row again unseeded.
 
-use super::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, ResampleJob, cache_row, chunk_range, target_row, write_token};
-use crate::block::{Reduce, block_reduce, block_state, warp_best};
+use super::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, ResampleJob, cache_row, target_row, write_request_token};
+use crate::block::{Reduce, block_reduce, warp_best};
 use crate::fold::block_floor;
 use crate::gpu::{self, WARP};
 use crate::last_block;
-use crate::load::{Load, Walk, for_each_quad_shared, widen};
+use crate::load::{Load, for_each_quad_shared, widen};
+use crate::row::chunk_range;
+use crate::shared;
 use core::cell::Cell;
 use specdec_core::argmax::Floored;
 use specdec_core::layout::RejectionParams;
@@ -34,7 +36,7 @@ pub(super) unsafe fn resample<T: Load, C: Load, const Q: u32>(p: &RejectionParam
     if job.mode == JOB_NONE {
         return; // block-uniform
     }
-    let (start, end) = chunk_range(p, p.resample_chunk, c);
+    let (start, end) = chunk_range(p.vocab, p.resample_chunk, c);
     // SAFETY: every thread of the block is here; start % 4 == 0, end <= vocab.
     let best = unsafe { resample_range::<T, C, Q>(p, &job, start, end, job.floors) };
     // SAFETY: all threads of the block reach this reduction.
@@ -60,7 +62,7 @@ pub(super) unsafe fn resample<T: Load, C: Load, const Q: u32>(p: &RejectionParam
         // SAFETY: as above; r < requests, column <= K.
         unsafe {
             let column = (p.jobs as *const ResampleJob).add(r as usize).read_volatile().column;
-            write_token(p, r, column, reduced.0.token() as i64)
+            write_request_token(p, r, column, reduced.0.token() as i64)
         };
     }
 }
@@ -94,7 +96,7 @@ unsafe fn resample_range<T: Load, C: Load, const Q: u32>(
     // its own is what makes the floors pay; the seeds prune from the first quad.
     let cell = Cell::new((Floored::seeded(floors.0), Floored::seeded(floors.1)));
     // SAFETY: the launch has layout::SHARED_BYTES, the walk below its one user.
-    let walk = unsafe { block_state::<Walk>() };
+    let walk = unsafe { shared::walk() };
     // SAFETY: rows hold >= vocab >= end elements; start % 4 == 0.
     unsafe {
         // At most two quads a batch: registers for 3 blocks per SM (kernels' Cargo.toml).
@@ -174,7 +176,7 @@ unsafe fn complete_resample(p: &RejectionParams, r: u32, c: u32, mine: Candidate
     }
     if gpu::thread_idx_x() == 0 {
         // SAFETY: r < requests, column <= K (the job's).
-        unsafe { write_token(p, r, job.column, acc.0.token() as i64) };
+        unsafe { write_request_token(p, r, job.column, acc.0.token() as i64) };
     }
     false
 }

@@ -6,12 +6,14 @@
 //! request's rows, their chunks combined here ([`row_stats`]).
 
 use super::accept::decide;
-use super::{Request, cache_row, chunk_range, target_row};
-use crate::block::{Reduce, block_reduce, block_state, warp_best, warp_fold};
+use super::{Request, cache_row, target_row};
+use crate::block::{Reduce, block_reduce, warp_best, warp_fold};
 use crate::fold::{fold_greedy, push_overlap, push_scaled, pushed_max};
 use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, for_each_quad, widen};
+use crate::row::chunk_range;
+use crate::shared;
 use specdec_core::argmax::{floor_key, floor_value};
 use specdec_core::layout::RejectionParams;
 use specdec_core::logspace::{Lse, centre, recentre};
@@ -123,7 +125,7 @@ pub(super) unsafe fn stats<T: Load, C: Load, const Q: u32, const OVERLAP: bool>(
         // Kept for the decision, which would otherwise load it again, two
         // round trips (it is not kept in registers through the streaming loop).
         // SAFETY: the launch has layout::SHARED_BYTES; read after the barrier below.
-        unsafe { shared_request().write(req) };
+        unsafe { shared::request().write(req) };
     }
     // Block-uniform; the decision never reads the entries of other blocks.
     if req.slot.is_valid() && i <= req.drafts {
@@ -173,7 +175,7 @@ unsafe fn row_chunk_stats<T: Load, C: Load, const Q: u32, const OVERLAP: bool>(
     i: u32,
     c: u32,
 ) -> Stats {
-    let (start, end) = chunk_range(p, p.chunk, c);
+    let (start, end) = chunk_range(p.vocab, p.chunk, c);
     // SAFETY: row0 + i < offsets[r+1] <= rows.
     let target = unsafe { target_row::<T>(p, req.row0 + i) };
     let greedy = req.slot.greedy();
@@ -298,14 +300,4 @@ pub(super) unsafe fn row_flags(p: &RejectionParams, r: u32, i: u32) -> u32 {
     }
     // SAFETY: a full, converged warp (caller).
     unsafe { warp_fold(flags, gpu::shfl_bfly_u32, |a, b| a | b) }
-}
-
-/// Where pass 1 keeps its block's request for the decision.
-///
-/// # Safety
-/// A launch with `layout::SHARED_BYTES` of dynamic shared memory.
-#[inline(always)]
-pub(super) unsafe fn shared_request() -> *mut Request {
-    // SAFETY: forwarded; pass 1 uses the block state for nothing else.
-    unsafe { block_state::<Request>() }
 }

@@ -1,0 +1,246 @@
+//! The kernels the PTX exports, defined once: their symbols and launch bounds.
+//!
+//! The kernels crate exports each entry point under [`kernel_symbol!`]'s
+//! name, the PTX build writes each [`Symbol`]'s launch bounds into the PTX,
+//! and the host loads kernels by [`Kernel::symbol`]. A kernel of the table is
+//! built for (logits, cache) dtype pairs ([`Pairs`]); its symbol for one pair
+//! is `{name}_{logits}_{cache}`, as `gumbel_sample_bf16_f32`.
+//!
+//! # Launch bounds
+//!
+//! Rust has no launch-bounds attribute, so the PTX builder writes them into
+//! the PTX as `.maxntid` and `.minnctapersm`: ptxas then keeps each kernel's
+//! registers low enough for [`Symbol::min_blocks`] blocks of `BLOCK_THREADS`
+//! threads per SM (65536 registers per SM: 80 a thread for 3 blocks, 64 for
+//! 4). `.maxntid` is [`BLOCK_THREADS`](crate::layout::BLOCK_THREADS) for
+//! every kernel, the block size every kernel is launched with. A symbol of
+//! the table that the kernels do not export fails the PTX build (its bounds
+//! name no entry). The measurements behind each entry's bounds are in
+//! `benches/results/2026-12-02-design-measurements.md`.
+
+use crate::dtype::DType;
+
+/// The symbol of a kernel of this module for the dtypes of the kernels
+/// crate's element types, a string literal (attributes take literals):
+/// `kernel_symbol!(GUMBEL_SAMPLE, Bf16, f32)` is `"gumbel_sample_bf16_f32"`.
+/// The first argument names a [`Kernel`] const of this module, the others
+/// `f32`, `Bf16` or `F16`. `kernel_symbol!(@name GUMBEL_SAMPLE)` is the
+/// kernel's [`Kernel::name`]: its arms below are where each name is spelled.
+#[macro_export]
+macro_rules! kernel_symbol {
+    (@name GUMBEL_SAMPLE) => { "gumbel_sample" };
+    (@name GUMBEL_SAMPLE_LEAN) => { "gumbel_sample_lean" };
+    (@name GUMBEL_SAMPLE_SMALL) => { "gumbel_sample_small" };
+    (@name REJECTION_STATS) => { "rejection_stats" };
+    (@name REJECTION_STATS_SMALL) => { "rejection_stats_small" };
+    (@name REJECTION_RESAMPLE) => { "rejection_resample" };
+    (@name REJECTION_RESAMPLE_LEAN) => { "rejection_resample_lean" };
+    (@name REJECTION_RESAMPLE_SMALL) => { "rejection_resample_small" };
+    // `DType::name` of each element type.
+    (@dtype f32) => { "f32" };
+    (@dtype Bf16) => { "bf16" };
+    (@dtype F16) => { "f16" };
+    ($kernel:ident, $logits:ident, $cache:ident) => {
+        concat!(
+            $crate::kernel_symbol!(@name $kernel),
+            "_",
+            $crate::kernel_symbol!(@dtype $logits),
+            "_",
+            $crate::kernel_symbol!(@dtype $cache)
+        )
+    };
+}
+
+/// Which (logits, cache) dtype pairs a kernel is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pairs {
+    /// Each of the nine.
+    All,
+    /// The three whose cache dtype is the logits' (a kernel that writes no
+    /// cache: the host passes the logits' dtype twice).
+    Same,
+}
+
+/// A kernel of the PTX: one entry point per dtype pair of [`Kernel::pairs`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Kernel {
+    /// Its symbols' stem.
+    pub name: &'static str,
+    pub pairs: Pairs,
+    /// Blocks of [`BLOCK_THREADS`](crate::layout::BLOCK_THREADS) threads per SM its registers must allow
+    /// (`.minnctapersm`).
+    pub min_blocks: u32,
+    /// A pair whose entry point takes other bounds: `(logits, cache, min_blocks)`.
+    pub except: Option<(DType, DType, u32)>,
+}
+
+/// `gumbel_sample` (SPEC §3). Capped at 80 registers: with the warp floor its
+/// noise loop would take more, and 2 blocks per SM.
+pub const GUMBEL_SAMPLE: Kernel =
+    Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE), pairs: Pairs::All, min_blocks: 3, except: None };
+
+/// `gumbel_sample` without a cache, its noise loop loading two quads at a
+/// time, in 64 registers: the host's pick for grids of more than one wave,
+/// where more blocks in flight pay more than each block's speed.
+pub const GUMBEL_SAMPLE_LEAN: Kernel =
+    Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE_LEAN), pairs: Pairs::Same, min_blocks: 4, except: None };
+
+/// `gumbel_sample` whose greedy loop reads one quad a batch, for one wave of
+/// short chunks: its plain twin's bounds (it needs fewer registers, not more).
+pub const GUMBEL_SAMPLE_SMALL: Kernel =
+    Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE_SMALL), pairs: Pairs::All, min_blocks: 3, except: None };
+
+/// Pass 1 of `rejection_sample` (SPEC §4). The decision it inlines, which
+/// runs in one block per request, would take more registers; capped, its
+/// streaming loop keeps 4 blocks per SM. Its f32-target, f32-draft entry
+/// would spill at 64 registers and takes 3.
+pub const REJECTION_STATS: Kernel = Kernel {
+    name: kernel_symbol!(@name REJECTION_STATS),
+    pairs: Pairs::All,
+    min_blocks: 4,
+    except: Some((DType::F32, DType::F32, 3)),
+};
+
+/// Pass 1 reading one quad a batch, for chunks of a few tiles: its plain
+/// twin's bounds (every pair fits 64 registers).
+pub const REJECTION_STATS_SMALL: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_SMALL), pairs: Pairs::All, min_blocks: 4, except: None };
+
+/// Pass 2 of `rejection_sample`. Compute-bound (noise for the candidates): it
+/// walks two quads a batch, not four, to fit 80 registers and 3 blocks per
+/// SM. It loads a draft logit only for an id its bounds cannot rule out, so
+/// its entries with f32 draft logits fit too.
+pub const REJECTION_RESAMPLE: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_RESAMPLE), pairs: Pairs::All, min_blocks: 3, except: None };
+
+/// Pass 2 as [`REJECTION_RESAMPLE`] (the same body), in 64 registers: the
+/// host's pick for grids of more than one wave.
+pub const REJECTION_RESAMPLE_LEAN: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_RESAMPLE_LEAN), pairs: Pairs::All, min_blocks: 4, except: None };
+
+/// Pass 2 walking one quad a batch, for chunks of a few tiles: its plain
+/// twin's bounds.
+pub const REJECTION_RESAMPLE_SMALL: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_RESAMPLE_SMALL), pairs: Pairs::All, min_blocks: 3, except: None };
+
+/// Every kernel of the PTX.
+pub const ALL: [Kernel; 8] = [
+    GUMBEL_SAMPLE,
+    GUMBEL_SAMPLE_LEAN,
+    GUMBEL_SAMPLE_SMALL,
+    REJECTION_STATS,
+    REJECTION_STATS_SMALL,
+    REJECTION_RESAMPLE,
+    REJECTION_RESAMPLE_LEAN,
+    REJECTION_RESAMPLE_SMALL,
+];
+
+impl Kernel {
+    /// The entry point for `logits` and `cache` (one of [`Kernel::pairs`]).
+    pub const fn symbol(self, logits: DType, cache: DType) -> Symbol {
+        Symbol { kernel: self, logits, cache }
+    }
+
+    /// Whether the PTX has an entry point of this kernel for the pair.
+    pub const fn has(self, logits: DType, cache: DType) -> bool {
+        match self.pairs {
+            Pairs::All => true,
+            Pairs::Same => logits as u32 == cache as u32,
+        }
+    }
+
+    /// Its entry points, one per pair it is built for.
+    pub fn symbols(self) -> impl Iterator<Item = Symbol> {
+        DType::ALL
+            .into_iter()
+            .flat_map(move |l| DType::ALL.into_iter().map(move |c| (l, c)))
+            .filter(move |&(l, c)| self.has(l, c))
+            .map(move |(l, c)| self.symbol(l, c))
+    }
+}
+
+/// Every entry point of the PTX.
+pub fn symbols() -> impl Iterator<Item = Symbol> {
+    ALL.into_iter().flat_map(Kernel::symbols)
+}
+
+/// One entry point: a kernel for one (logits, cache) dtype pair. Displays as
+/// its symbol, `{name}_{logits}_{cache}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Symbol {
+    pub kernel: Kernel,
+    pub logits: DType,
+    pub cache: DType,
+}
+
+impl Symbol {
+    /// Its `.minnctapersm`: the blocks of [`BLOCK_THREADS`](crate::layout::BLOCK_THREADS) threads per SM
+    /// its registers must allow. Its `.maxntid` is [`BLOCK_THREADS`](crate::layout::BLOCK_THREADS).
+    pub const fn min_blocks(self) -> u32 {
+        match self.kernel.except {
+            Some((l, c, blocks)) if l as u32 == self.logits as u32 && c as u32 == self.cache as u32 => blocks,
+            _ => self.kernel.min_blocks,
+        }
+    }
+}
+
+impl core::fmt::Display for Symbol {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}_{}_{}", self.kernel.name, self.logits.name(), self.cache.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::string::ToString;
+    use std::vec::Vec;
+
+    /// The dtype of a kernels-crate element type, as `kernel_symbol!` takes it.
+    macro_rules! dtype {
+        (f32) => {
+            DType::F32
+        };
+        (Bf16) => {
+            DType::BF16
+        };
+        (F16) => {
+            DType::F16
+        };
+    }
+
+    /// `kernel_symbol!` agrees with `Symbol`'s display for every pair of each kernel.
+    macro_rules! check {
+        ($($kernel:ident)*) => {$(
+            check!(@pairs $kernel:
+                f32 f32, f32 Bf16, f32 F16, Bf16 f32, Bf16 Bf16, Bf16 F16, F16 f32, F16 Bf16, F16 F16);
+        )*};
+        (@pairs $kernel:ident: $($l:ident $c:ident),*) => {$(
+            assert_eq!(kernel_symbol!($kernel, $l, $c), $kernel.symbol(dtype!($l), dtype!($c)).to_string());
+        )*};
+    }
+
+    #[test]
+    fn the_macro_spells_each_symbol() {
+        check!(GUMBEL_SAMPLE GUMBEL_SAMPLE_LEAN GUMBEL_SAMPLE_SMALL REJECTION_STATS REJECTION_STATS_SMALL
+            REJECTION_RESAMPLE REJECTION_RESAMPLE_LEAN REJECTION_RESAMPLE_SMALL);
+        assert_eq!(kernel_symbol!(GUMBEL_SAMPLE, Bf16, f32), "gumbel_sample_bf16_f32");
+    }
+
+    #[test]
+    fn the_table() {
+        let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
+        assert_eq!(all.len(), 7 * 9 + 3);
+        let mut unique = all.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), all.len(), "{all:?}");
+        let lean: Vec<_> = GUMBEL_SAMPLE_LEAN.symbols().map(|s| s.to_string()).collect();
+        assert_eq!(lean, ["gumbel_sample_lean_f32_f32", "gumbel_sample_lean_bf16_bf16", "gumbel_sample_lean_f16_f16"]);
+        assert_eq!(REJECTION_STATS.symbol(DType::F32, DType::F32).min_blocks(), 3);
+        assert_eq!(REJECTION_STATS.symbol(DType::F32, DType::BF16).min_blocks(), 4);
+        assert_eq!(REJECTION_STATS_SMALL.symbol(DType::F32, DType::F32).min_blocks(), 4);
+        assert_eq!(GUMBEL_SAMPLE.symbol(DType::F16, DType::F32).min_blocks(), 3);
+    }
+}
