@@ -63,7 +63,7 @@ fn gumbel(c: &mut Criterion) {
     let mut draft_logits = vec![bf16::ZERO; max_rows * V];
     let shape = DraftLogitsShape::dense(max_rows, 1, V);
     for (mode, t, drafting) in
-        [("greedy", 0.0f32, false), ("random T=0.8", T, false), ("drafting T=0.8 bf16 cache", T, true)]
+        [("greedy", 0.0f32, false), ("random T=0.8", T, false), ("drafting T=0.8 bf16 draft logits", T, true)]
     {
         let temperature = vec![t; max_rows];
         for rows in [1usize, 8] {

@@ -15,8 +15,8 @@ The math (functions `sample_*` and `verify`, device-agnostic):
 - random sampling, two ways, both timed (the faster is the baseline):
   Gumbel-max `argmax(logits / T - log(-log(rand)))`, and
   `multinomial(softmax(logits / T), 1)`.
-- drafting: random sampling plus storing the raw logits into a bf16 cache
-  `[slots, K, V]` at the rows' slots and one column (`cache[slots, c] = logits`).
+- drafting: random sampling plus storing the raw logits into bf16 draft logits
+  `[slots, K, V]` at the rows' slots and one column (`draft_logits[slots, c] = logits`).
 - verification of B requests with K drafts each (target rows B*(K+1)):
   greedy: accept while draft == argmax(target), emit the argmax at the first
   mismatch (or the bonus row's). Otherwise `p = softmax(target / T)`,
@@ -64,7 +64,7 @@ V_MAIN = 151936
 T = 0.8
 MAX_ROWS = 2048  # B = 256 requests of K + 1 = 8 rows
 LOGITS_LEN = MAX_ROWS * V_MAIN  # covers 2048 x 151936 and 1024 x 262144
-CACHE_SLOTS, CACHE_K, CACHE_COLUMN = 1024, 8, 3
+DRAFT_SLOTS, DRAFT_K, DRAFT_COLUMN = 1024, 8, 3
 
 REPS, REPS_LONG, LONG_US = 50, 20, 5000.0
 FLUSH_BYTES = 512 << 20
@@ -121,10 +121,10 @@ def sample_multinomial(logits, temps):
 SAMPLERS = {"gumbel-argmax": sample_gumbel, "softmax-multinomial": sample_multinomial}
 
 
-def sample_drafting(sampler, logits, temps, cache, slots, column):
-    """Sample (draft noise is just more torch.rand), then store the raw logits in the cache."""
+def sample_drafting(sampler, logits, temps, draft_logits, slots, column):
+    """Sample (draft noise is just more torch.rand), then store the raw logits in the draft logits."""
     tokens = sampler(logits, temps)
-    cache[slots, column] = logits.to(cache.dtype)
+    draft_logits[slots, column] = logits.to(draft_logits.dtype)
     return tokens
 
 
@@ -211,14 +211,15 @@ def check():
     ok &= bool((greedy == row.argmax()).all())
 
     # Drafting stores the raw logits (bf16) at the rows' slots, column 3 only.
-    cache = torch.zeros(8, CACHE_K, v, dtype=torch.bfloat16)
+    draft_logits = torch.zeros(8, DRAFT_K, v, dtype=torch.bfloat16)
     lg = torch.randn(3, v)
     slots = torch.tensor([5, 0, 2])
-    sample_drafting(sample_gumbel, lg, torch.full((3, 1), T), cache, slots, CACHE_COLUMN)
-    written = torch.zeros(8, CACHE_K, dtype=torch.bool)
-    written[slots, CACHE_COLUMN] = True
-    good = bool((cache[slots, CACHE_COLUMN] == lg.bfloat16()).all()) and bool((cache[~written] == 0).all())
-    print(f"  {'ok  ' if good else 'FAIL'} drafting cache write")
+    sample_drafting(sample_gumbel, lg, torch.full((3, 1), T), draft_logits, slots, DRAFT_COLUMN)
+    written = torch.zeros(8, DRAFT_K, dtype=torch.bool)
+    written[slots, DRAFT_COLUMN] = True
+    stored = bool((draft_logits[slots, DRAFT_COLUMN] == lg.bfloat16()).all())
+    good = stored and bool((draft_logits[~written] == 0).all())
+    print(f"  {'ok  ' if good else 'FAIL'} drafting draft-logits write")
     ok &= good
 
     # Verification: every request identical; each emitted position must be distributed as p at that position.
@@ -392,7 +393,7 @@ def run(out_dir, only, quick, dry_run):
 
     # Sampling.
     for vocab in sample_vocabs:
-        cache = None
+        draft_logits = None
         for mode in ["greedy", "random", "drafting"]:
             for rows in SAMPLE_ROWS:
                 name = gumbel_name(mode, False, vocab, rows)
@@ -401,13 +402,13 @@ def run(out_dir, only, quick, dry_run):
                 logits = base[: rows * vocab].view(rows, vocab)
                 temps = temps_all[:rows, None]
                 slots = slots_all[:rows]
-                if mode == "drafting" and cache is None:
-                    cache = torch.zeros(CACHE_SLOTS, CACHE_K, vocab, dtype=torch.bfloat16, device=dev)
+                if mode == "drafting" and draft_logits is None:
+                    draft_logits = torch.zeros(DRAFT_SLOTS, DRAFT_K, vocab, dtype=torch.bfloat16, device=dev)
                 variants, outputs = {}, None
                 samplers = {"argmax": sample_greedy} if mode == "greedy" else SAMPLERS
                 for vname, sampler in samplers.items():
                     if mode == "drafting":
-                        fn = lambda s=sampler: sample_drafting(s, logits, temps, cache, slots, CACHE_COLUMN)  # noqa: E731
+                        fn = lambda s=sampler: sample_drafting(s, logits, temps, draft_logits, slots, DRAFT_COLUMN)  # noqa: E731
                     else:
                         fn = lambda s=sampler: s(logits, temps)  # noqa: E731
                     us, reps, method, outputs = timer.time(name, fn)
@@ -426,7 +427,7 @@ def run(out_dir, only, quick, dry_run):
                     latency=rows == 1 and vocab == V_MAIN and mode == "random",
                 )
                 record(case, variants, lambda: None)
-        cache = None  # free it before the next vocabulary's
+        draft_logits = None  # free it before the next vocabulary's
         if dev.type == "cuda":
             torch.cuda.empty_cache()
 

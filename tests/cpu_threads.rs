@@ -1,6 +1,6 @@
 //! The CPU backend across threads: calls large enough to go parallel
 //! ([`PARALLEL_MIN_LOGITS`]) give bit-identical outputs (tokens, row status,
-//! caches, counts) in rayon pools of 1, 2 and 7 threads, equal to running the
+//! draft logits, counts) in rayon pools of 1, 2 and 7 threads, equal to running the
 //! rows (requests) one call each, in order. Inputs come from fixed seeds.
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
@@ -8,7 +8,7 @@ use specdec::cpu::PARALLEL_MIN_LOGITS;
 use specdec::{Backend, DType};
 use specdec_suite::batch::{ColumnSpec, Sampled, Values};
 use specdec_suite::drafting::{RandomSpec, random_verify, run_per_request};
-use specdec_suite::inputs::{Rng, assert_same_tokens, first_bit_difference, random_batch, random_cache};
+use specdec_suite::inputs::{Rng, assert_same_tokens, first_bit_difference, random_batch, random_draft_logits};
 use specdec_suite::{Batch, Verified};
 
 /// Pool sizes: in order, two threads, and more threads than rows need.
@@ -21,47 +21,47 @@ fn pools() -> Vec<(usize, ThreadPool)> {
     THREADS.iter().map(|&n| (n, ThreadPoolBuilder::new().num_threads(n).build().expect("thread pool"))).collect()
 }
 
-/// What a `gumbel_sample` call leaves: its outputs and the cache after it.
+/// What a `gumbel_sample` call leaves: its outputs and the draft logits after it.
 #[derive(Debug)]
 struct GumbelRun {
     sampled: Sampled,
-    cache: Option<Values>,
+    draft_logits: Option<Values>,
 }
 
 fn run_gumbel(mut b: Batch, ctx: &str) -> GumbelRun {
     let sampled = b.run(&Backend::cpu()).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-    GumbelRun { sampled, cache: b.cache.map(|c| c.data) }
+    GumbelRun { sampled, draft_logits: b.draft_logits.map(|c| c.data) }
 }
 
-/// `b` one row a call, in order, each call writing the cache the previous one left.
+/// `b` one row a call, in order, each call writing the draft logits the previous one left.
 fn run_gumbel_per_row(b: &Batch, ctx: &str) -> GumbelRun {
-    let mut all = GumbelRun { sampled: Sampled { tokens: Vec::new(), row_status: Vec::new() }, cache: None };
-    let mut cache = b.cache.as_ref().map(|c| c.data.clone());
+    let mut all = GumbelRun { sampled: Sampled { tokens: Vec::new(), row_status: Vec::new() }, draft_logits: None };
+    let mut draft_logits = b.draft_logits.as_ref().map(|c| c.data.clone());
     for r in 0..b.rows {
         let mut one = b.select(&[r]);
-        if let (Some(c), Some(data)) = (one.cache.as_mut(), cache.take()) {
+        if let (Some(c), Some(data)) = (one.draft_logits.as_mut(), draft_logits.take()) {
             c.data = data;
         }
         let run = run_gumbel(one, &format!("{ctx}, row {r} alone"));
         all.sampled.tokens.extend(run.sampled.tokens);
         all.sampled.row_status.extend(run.sampled.row_status);
-        cache = run.cache;
+        draft_logits = run.draft_logits;
     }
-    all.cache = cache;
+    all.draft_logits = draft_logits;
     all
 }
 
 fn assert_same_gumbel(got: &GumbelRun, want: &GumbelRun, ctx: &str) {
     assert_same_tokens(&got.sampled.tokens, &want.sampled.tokens, ctx);
     assert_eq!(got.sampled.row_status, want.sampled.row_status, "{ctx}: row status");
-    match (&got.cache, &want.cache) {
+    match (&got.draft_logits, &want.draft_logits) {
         (Some(g), Some(w)) => {
             if let Some(i) = first_bit_difference(g, w) {
-                panic!("{ctx}: caches differ first at element {i}: {} vs {}", g.get(i), w.get(i));
+                panic!("{ctx}: draft logits differ first at element {i}: {} vs {}", g.get(i), w.get(i));
             }
         }
         (None, None) => {}
-        _ => panic!("{ctx}: one run has a cache, the other not"),
+        _ => panic!("{ctx}: one run has draft logits, the other not"),
     }
 }
 
@@ -81,28 +81,28 @@ fn parallel_rows() -> usize {
 }
 
 /// Random rows of every dtype (greedy, sampling and padding rows, a NaN row),
-/// without a cache and with one of every dtype in a random layout, drafting
+/// without draft logits and with them in every dtype in a random layout, drafting
 /// or not, `i32` or `i64` tokens.
 #[test]
 fn gumbel_sample_is_the_same_on_any_thread_count() {
     let mut rng = Rng::new(0x7426);
     for dtype in DTYPES {
-        for cache in [None, Some(DType::F32), Some(DType::BF16), Some(DType::F16)] {
+        for draft in [None, Some(DType::F32), Some(DType::BF16), Some(DType::F16)] {
             let mut b = random_batch(&mut rng, dtype, parallel_rows(), VOCAB);
             b.drafting = rng.below(2) == 0;
             b.tokens_i64 = rng.below(2) == 0;
-            b.cache = cache.map(|c| random_cache(&mut rng, c, &b));
-            check_gumbel(&b, &format!("{dtype:?} logits, cache {cache:?}, drafting {}", b.drafting));
+            b.draft_logits = draft.map(|c| random_draft_logits(&mut rng, c, &b));
+            check_gumbel(&b, &format!("{dtype:?} logits, draft logits {draft:?}, drafting {}", b.drafting));
         }
     }
 }
 
-/// Rows that write the same cache row (a race on the GPU) still give the
+/// Rows that write the same draft row (a race on the GPU) still give the
 /// outputs of one row a call in order: the last of them lands.
 #[test]
-fn gumbel_sample_rows_sharing_a_cache_row_keep_their_order() {
+fn gumbel_sample_rows_sharing_a_draft_row_keep_their_order() {
     let mut rng = Rng::new(0x5a3e);
-    for (dtype, cache) in [(DType::F32, DType::BF16), (DType::BF16, DType::BF16), (DType::F16, DType::F32)] {
+    for (dtype, draft) in [(DType::F32, DType::BF16), (DType::BF16, DType::BF16), (DType::F16, DType::F32)] {
         let mut b = random_batch(&mut rng, dtype, parallel_rows(), VOCAB);
         b.drafting = true;
         // Rows 0, 1 and the last on one slot (sampling), the rest as random_batch made them.
@@ -111,10 +111,10 @@ fn gumbel_sample_rows_sharing_a_cache_row_keep_their_order() {
             b.slots[r] = 2;
         }
         b.temperature[2] = 1.0;
-        let mut spec = random_cache(&mut rng, cache, &b);
+        let mut spec = random_draft_logits(&mut rng, draft, &b);
         spec.column = ColumnSpec::All(0);
-        b.cache = Some(spec);
-        check_gumbel(&b, &format!("{dtype:?} logits, {cache:?} cache, rows 0, 1, {last} on one cache row"));
+        b.draft_logits = Some(spec);
+        check_gumbel(&b, &format!("{dtype:?} logits, {draft:?} draft logits, rows 0, 1, {last} on one draft row"));
     }
 }
 

@@ -9,7 +9,7 @@ use specdec::status::NAN_LOGITS;
 use specdec::{Backend, DType};
 use specdec_suite::batch::{ColumnSpec, Sampled, Values};
 use specdec_suite::inputs::{Rng, TEMPERATURES, assert_same_tokens, first_argmax, random_batch};
-use specdec_suite::{Batch, CacheSpec, test_device};
+use specdec_suite::{Batch, DraftLogitsSpec, test_device};
 
 /// Runs `b`, panicking with `ctx` on an error.
 fn run(backend: &Backend, b: &mut Batch, ctx: &str) -> Sampled {
@@ -333,17 +333,17 @@ test_device!(tokens_do_not_depend_on_batch_composition, |backend, scale| {
 // --- Shapes -------------------------------------------------------------------
 
 test_device!(an_empty_batch_is_a_no_op, |backend, scale| {
-    for cache in [None, Some(CacheSpec::dense(DType::BF16, 1, 1, 5, ColumnSpec::All(0)))] {
-        let ctx = format!("0 rows, cache {}", cache.is_some());
+    for draft_logits in [None, Some(DraftLogitsSpec::dense(DType::BF16, 1, 1, 5, ColumnSpec::All(0)))] {
+        let ctx = format!("0 rows, draft logits {}", draft_logits.is_some());
         let mut b = Batch::new(Values::F32(Vec::new()), 0, 5, 1.0, 3);
-        b.cache = cache;
-        let before = b.cache.clone();
+        b.draft_logits = draft_logits;
+        let before = b.draft_logits.clone();
         let got = run(&backend, &mut b, &ctx);
         assert!(got.tokens.is_empty() && got.row_status.is_empty(), "{ctx}: {got:?}");
         assert_eq!(
-            b.cache.map(|c| c.data.f32s(0..5)),
+            b.draft_logits.map(|c| c.data.f32s(0..5)),
             before.map(|c| c.data.f32s(0..5)),
-            "{ctx}: the cache was written"
+            "{ctx}: the draft logits were written"
         );
     }
 });

@@ -1,7 +1,7 @@
 //! GPU-only checks of `gumbel_sample` (feature `gpu`; they need CUDA device 0
 //! and fail without one):
 //!
-//! - randomized batches give the CPU backend's tokens, statuses and caches
+//! - randomized batches give the CPU backend's tokens, statuses and draft logits
 //!   bit for bit, over every dtype pair, temperature, stride and token width;
 //! - values that live in device memory (slots, temperatures, per-row columns)
 //!   are checked in the kernel through the zero-copy API: the bad row gets
@@ -19,19 +19,19 @@ use specdec::{
     SamplingParams, Workspace,
 };
 use specdec_suite::batch::{ColumnSpec, DeviceValues, Sampled};
-use specdec_suite::inputs::{Rng, assert_same_tokens, first_bit_difference, random_batch, random_cache};
-use specdec_suite::{Batch, CacheSpec};
+use specdec_suite::inputs::{Rng, assert_same_tokens, first_bit_difference, random_batch, random_draft_logits};
+use specdec_suite::{Batch, DraftLogitsSpec};
 
 fn cuda() -> Cuda {
     Cuda::on_device(0).unwrap_or_else(|e| panic!("the GPU suite needs a CUDA device: {e}"))
 }
 
-/// Panics with `ctx` unless the two runs' caches are bitwise equal.
-fn assert_same_cache(a: &Batch, b: &Batch, ctx: &str) {
-    if let (Some(x), Some(y)) = (&a.cache, &b.cache)
+/// Panics with `ctx` unless the two runs' draft logits are bitwise equal.
+fn assert_same_draft_logits(a: &Batch, b: &Batch, ctx: &str) {
+    if let (Some(x), Some(y)) = (&a.draft_logits, &b.draft_logits)
         && let Some(i) = first_bit_difference(&x.data, &y.data)
     {
-        panic!("{ctx}: caches differ at element {i}: {:#x} vs {:#x}", x.data.bits(i), y.data.bits(i));
+        panic!("{ctx}: draft logits differ at element {i}: {:#x} vs {:#x}", x.data.bits(i), y.data.bits(i));
     }
 }
 
@@ -40,7 +40,7 @@ fn assert_same_cache(a: &Batch, b: &Batch, ctx: &str) {
 /// `(vocab, rows)`: odd vocabularies, from one id to a real LM's (many
 /// blocks per row at few rows).
 const RANDOM_SHAPES: [(usize, usize); 4] = [(1, 33), (999, 40), (4097, 17), (151_936, 5)];
-/// Random batches per (shape, logits dtype, cache dtype).
+/// Random batches per (shape, logits dtype, draft-logits dtype).
 const RANDOM_TRIALS: usize = 3;
 
 #[test]
@@ -49,7 +49,7 @@ fn gpu_matches_cpu_on_random_batches() {
     let mut rng = Rng::new(0x69B0);
     for (vocab, rows) in RANDOM_SHAPES {
         for logits in DType::ALL {
-            for cache in [None, Some(DType::F32), Some(DType::BF16), Some(DType::F16)] {
+            for draft in [None, Some(DType::F32), Some(DType::BF16), Some(DType::F16)] {
                 for trial in 0..RANDOM_TRIALS {
                     let mut b = random_batch(&mut rng, logits, rows, vocab);
                     b.tokens_i64 = trial % 2 == 1;
@@ -57,10 +57,17 @@ fn gpu_matches_cpu_on_random_batches() {
                     if trial == 2 {
                         b.row_stride = 0; // one row broadcast
                     }
-                    b.cache = cache.map(|c| random_cache(&mut rng, c, &b));
+                    b.draft_logits = draft.map(|c| random_draft_logits(&mut rng, c, &b));
                     let ctx = format!(
-                        "V {vocab} rows {rows} logits {logits:?} cache {:?} trial {trial} (row stride {}, drafting {}, i64 {})",
-                        b.cache.as_ref().map(|c| (c.data.dtype(), c.k, c.width, c.stride0, c.stride1, &c.column)),
+                        "V {vocab} rows {rows} logits {logits:?} draft logits {:?} trial {trial} (row stride {}, drafting {}, i64 {})",
+                        b.draft_logits.as_ref().map(|c| (
+                            c.data.dtype(),
+                            c.k,
+                            c.width,
+                            c.stride0,
+                            c.stride1,
+                            &c.column
+                        )),
                         b.row_stride,
                         b.drafting,
                         b.tokens_i64
@@ -70,7 +77,7 @@ fn gpu_matches_cpu_on_random_batches() {
                     let want = on_cpu.run(&Backend::cpu()).unwrap_or_else(|e| panic!("{ctx}: cpu: {e}"));
                     assert_same_tokens(&got.tokens, &want.tokens, &ctx);
                     assert_eq!(got.row_status, want.row_status, "{ctx}: row status");
-                    assert_same_cache(&on_gpu, &on_cpu, &ctx);
+                    assert_same_draft_logits(&on_gpu, &on_cpu, &ctx);
                 }
             }
         }
@@ -80,15 +87,15 @@ fn gpu_matches_cpu_on_random_batches() {
 // --- The zero-copy API --------------------------------------------------------
 
 /// Runs `b` through [`Cuda::gumbel_sample`] with device copies of its buffers
-/// and workspace `ws`, then copies tokens, statuses and the cache back (the
-/// cache into `b`). Tokens start at `i32::MIN`/`i64::MIN` and statuses at
+/// and workspace `ws`, then copies tokens, statuses and the draft logits back
+/// (the draft logits into `b`). Tokens start at `i32::MIN`/`i64::MIN` and statuses at
 /// `u32::MAX`, as in [`Batch::run_keep`]. Nothing is checked on the host
 /// beyond shapes: slots, temperatures and columns reach the kernel as they are.
 fn run_device(cuda: &Cuda, ws: &mut Workspace, b: &mut Batch) -> specdec::Result<Sampled> {
     let s = cuda.stream();
     let logits = DeviceValues::upload(s, &b.logits)?;
-    let mut cache = b.cache.as_ref().map(|c| DeviceValues::upload(s, &c.data)).transpose()?;
-    let columns = match b.cache.as_ref().map(|c| &c.column) {
+    let mut draft_logits = b.draft_logits.as_ref().map(|c| DeviceValues::upload(s, &c.data)).transpose()?;
+    let columns = match b.draft_logits.as_ref().map(|c| &c.column) {
         Some(ColumnSpec::PerRow(cols)) => Some(s.clone_htod(cols)?),
         _ => None,
     };
@@ -107,7 +114,7 @@ fn run_device(cuda: &Cuda, ws: &mut Workspace, b: &mut Batch) -> specdec::Result
         };
         let out = if b.tokens_i64 { GumbelOutput::new(&mut t64) } else { GumbelOutput::new(&mut t32) };
         let mut out = out.with_row_status(&mut status);
-        if let (Some(d), Some(c)) = (&mut cache, &b.cache) {
+        if let (Some(d), Some(c)) = (&mut draft_logits, &b.draft_logits) {
             let column = match (&c.column, &columns) {
                 (ColumnSpec::All(col), _) => Column::All(*col),
                 (ColumnSpec::PerRow(_), Some(cols)) => Column::per_row(cols),
@@ -120,7 +127,7 @@ fn run_device(cuda: &Cuda, ws: &mut Workspace, b: &mut Batch) -> specdec::Result
     let tokens =
         if b.tokens_i64 { s.clone_dtoh(&t64)? } else { s.clone_dtoh(&t32)?.into_iter().map(i64::from).collect() };
     let row_status = s.clone_dtoh(&status)?;
-    if let (Some(d), Some(c)) = (&cache, &mut b.cache) {
+    if let (Some(d), Some(c)) = (&draft_logits, &mut b.draft_logits) {
         c.data = d.download(s)?;
     }
     s.synchronize()?;
@@ -128,7 +135,7 @@ fn run_device(cuda: &Cuda, ws: &mut Workspace, b: &mut Batch) -> specdec::Result
 }
 
 /// Rows of the device-validation call: `(slot, per-row column, flags)`.
-/// Slots 1 and 2 have invalid temperatures; the cache has `DEVICE_K` columns.
+/// Slots 1 and 2 have invalid temperatures; the draft logits have `DEVICE_K` columns.
 const DEVICE_ROWS: [(i32, i32, u32); 10] = [
     (0, 0, 0),
     (7, 0, INVALID_SLOT), // past the 7 slots
@@ -150,9 +157,9 @@ fn device_values_are_validated_in_the_kernel() {
     let cuda = cuda();
     let mut ws = cuda.workspace(DEVICE_ROWS.len()).expect("workspace");
     let mut rng = Rng::new(0xDE71CE);
-    for (logits, cache) in [(DType::F32, DType::F32), (DType::BF16, DType::F16), (DType::F16, DType::BF16)] {
+    for (logits, draft) in [(DType::F32, DType::F32), (DType::BF16, DType::F16), (DType::F16, DType::BF16)] {
         for tokens_i64 in [false, true] {
-            let ctx = format!("logits {logits:?} cache {cache:?} i64 {tokens_i64}");
+            let ctx = format!("logits {logits:?} draft logits {draft:?} i64 {tokens_i64}");
             let mut b = random_batch(&mut rng, logits, DEVICE_ROWS.len(), DEVICE_VOCAB);
             b.slots = DEVICE_ROWS.iter().map(|r| r.0).collect();
             b.temperature = DEVICE_TEMPERATURES.to_vec();
@@ -162,8 +169,8 @@ fn device_values_are_validated_in_the_kernel() {
             let columns = DEVICE_ROWS.iter().map(|r| r.1).collect();
             let width = DEVICE_VOCAB + 2;
             let transposed = (width, DEVICE_TEMPERATURES.len() * width + 1);
-            b.cache = Some(CacheSpec::strided(
-                cache,
+            b.draft_logits = Some(DraftLogitsSpec::strided(
+                draft,
                 7,
                 DEVICE_K,
                 width,
@@ -186,7 +193,7 @@ fn device_values_are_validated_in_the_kernel() {
                     None => assert_eq!(got.tokens[r], -1, "{row}: an invalid row's token"),
                 }
             }
-            assert_same_cache(&b, &reference, &format!("{ctx}: invalid rows must not write"));
+            assert_same_draft_logits(&b, &reference, &format!("{ctx}: invalid rows must not write"));
             let all = INVALID_SLOT | INVALID_TEMPERATURE | INVALID_COLUMN | NAN_LOGITS;
             assert_eq!(ws.take_status().expect("status"), all, "{ctx}: the call's status word");
             assert_eq!(ws.take_status().expect("status"), 0, "{ctx}: status word after clearing");
@@ -207,20 +214,20 @@ fn a_reused_workspace_matches_fresh_ones() {
         // Full, then smaller, calls in turn, so stale partials would show.
         let rows = if call % 3 == 0 { REUSE_MAX_ROWS } else { 1 + rng.below(REUSE_MAX_ROWS) };
         let vocab = rng.pick(&[1, 5, 999, 4097, 33_001]);
-        let (dtype, cache_dtype) = (rng.pick(&DType::ALL), rng.pick(&DType::ALL));
+        let (dtype, draft_dtype) = (rng.pick(&DType::ALL), rng.pick(&DType::ALL));
         let mut b = random_batch(&mut rng, dtype, rows, vocab);
         b.tokens_i64 = rng.below(2) == 0;
-        b.cache = (rng.below(2) == 0).then(|| random_cache(&mut rng, cache_dtype, &b));
+        b.draft_logits = (rng.below(2) == 0).then(|| random_draft_logits(&mut rng, draft_dtype, &b));
         let ctx = format!(
-            "call {call}: rows {rows} V {vocab} {dtype:?} cache {:?}",
-            b.cache.as_ref().map(|c| c.data.dtype())
+            "call {call}: rows {rows} V {vocab} {dtype:?} draft logits {:?}",
+            b.draft_logits.as_ref().map(|c| c.data.dtype())
         );
         let (mut reused, mut fresh, mut on_cpu) = (b.clone(), b.clone(), b);
         let got = run_device(&cuda, &mut shared, &mut reused).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         let mut ws = cuda.workspace(rows).expect("workspace");
         let want = run_device(&cuda, &mut ws, &mut fresh).unwrap_or_else(|e| panic!("{ctx}: fresh: {e}"));
         assert_eq!(got, want, "{ctx}: reused vs fresh workspace");
-        assert_same_cache(&reused, &fresh, &ctx);
+        assert_same_draft_logits(&reused, &fresh, &ctx);
         let cpu = on_cpu.run(&Backend::cpu()).unwrap_or_else(|e| panic!("{ctx}: cpu: {e}"));
         assert_same_tokens(&got.tokens, &cpu.tokens, &format!("{ctx}: vs cpu"));
     }
@@ -236,7 +243,7 @@ fn a_reused_workspace_matches_fresh_ones() {
     );
 }
 
-/// Elements before the second row (and the second slot's cache row): an
+/// Elements before the second row (and the second slot's draft row): an
 /// offset computed in 32 bits would wrap to 0 and land on the first (SPEC §5).
 const FAR: usize = 1 << 32;
 
@@ -249,9 +256,9 @@ fn offsets_past_u32_elements_are_not_truncated() -> specdec::Result<()> {
     // Greedy rows whose maxima differ: row 0 at id 10, row 1 at id 900.
     let rows: [Vec<bf16>; 2] = [10, 900]
         .map(|top| (0..vocab).map(|i| bf16::from_f32(if i == top { 5.0 } else { (i % 7) as f32 - 10.0 })).collect());
-    // Two 8 GiB buffers: logits [2, FAR] and a cache [2 slots, 1, vocab] with stride0 = FAR.
+    // Two 8 GiB buffers: logits [2, FAR] and draft logits [2 slots, 1, vocab] with stride0 = FAR.
     let mut logits = s.alloc_zeros::<bf16>(FAR + vocab)?;
-    let mut cache = s.alloc_zeros::<bf16>(FAR + vocab)?;
+    let mut draft_logits = s.alloc_zeros::<bf16>(FAR + vocab)?;
     s.memcpy_htod(&rows[0], &mut logits.slice_mut(0..vocab))?;
     s.memcpy_htod(&rows[1], &mut logits.slice_mut(FAR..FAR + vocab))?;
     let (slots, pos) = (s.clone_htod(&[0i32, 1])?, s.clone_htod(&[3u64, 4])?);
@@ -266,12 +273,12 @@ fn offsets_past_u32_elements_are_not_truncated() -> specdec::Result<()> {
     );
     let shape = DraftLogitsShape { slots: 2, k: 1, width: vocab, stride0: FAR, stride1: vocab };
     let mut out =
-        GumbelOutput::new(&mut tokens).with_draft_logits(DraftLogitsMut::new(&mut cache, shape), Column::All(0));
+        GumbelOutput::new(&mut tokens).with_draft_logits(DraftLogitsMut::new(&mut draft_logits, shape), Column::All(0));
     cuda.gumbel_sample(&mut ws, &call, &mut out)?;
     assert_eq!(s.clone_dtoh(&tokens)?, [10, 900], "tokens of rows 0 and 1 (row 1 starts at element 2^32)");
     for (slot, at) in [(0, 0), (1, FAR)] {
-        let stored = s.clone_dtoh(&cache.slice(at..at + vocab))?;
-        assert!(stored == rows[slot], "cache slot {slot} (offset {at}) does not hold row {slot}'s logits");
+        let stored = s.clone_dtoh(&draft_logits.slice(at..at + vocab))?;
+        assert!(stored == rows[slot], "draft-logits slot {slot} (offset {at}) does not hold row {slot}'s logits");
     }
     s.synchronize()?;
     Ok(())

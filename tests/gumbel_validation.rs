@@ -1,6 +1,6 @@
 //! Host-side validation of `gumbel_sample` (SPEC §3, §5): every value the host
 //! holds is checked before anything runs, failing with a typed error and
-//! leaving tokens, statuses and the cache untouched. With host buffers both
+//! leaving tokens, statuses and the draft logits untouched. With host buffers both
 //! backends check everything on the host, so both variants see the same
 //! errors (device-resident values are checked by the kernels:
 //! `tests/gumbel_gpu.rs`).
@@ -8,16 +8,16 @@
 use specdec::{Backend, DType, Error, GumbelOutput, MAX_VOCAB};
 use specdec_suite::batch::{ColumnSpec, Values};
 use specdec_suite::inputs::first_bit_difference;
-use specdec_suite::{Batch, CacheSpec, test_device};
+use specdec_suite::{Batch, DraftLogitsSpec, test_device};
 
 const ROWS: usize = 4;
 const VOCAB: usize = 37;
 const NUM_SLOTS: usize = 3;
-const CACHE_K: usize = 2;
-const CACHE_WIDTH: usize = 40;
+const DRAFT_K: usize = 2;
+const DRAFT_WIDTH: usize = 40;
 
 /// A valid call (see `the_base_call_is_valid`): three slots (greedy and two
-/// temperatures), one padding row, a bf16 cache column for all rows. Each test
+/// temperatures), one padding row, a bf16 draft-logits column for all rows. Each test
 /// breaks one thing.
 fn base() -> Batch {
     let logits: Vec<f32> = (0..ROWS * VOCAB).map(|i| ((i * 7) % 23) as f32 / 4.0 - 2.0).collect();
@@ -25,32 +25,32 @@ fn base() -> Batch {
     b.slots = vec![2, 0, -1, 1];
     b.temperature = vec![0.0, 0.8, 1.5];
     b.seed = vec![1, 2, 3];
-    b.cache = Some(cache(NUM_SLOTS, CACHE_K, ColumnSpec::All(1)));
+    b.draft_logits = Some(draft_logits(NUM_SLOTS, DRAFT_K, ColumnSpec::All(1)));
     b
 }
 
-fn cache(slots: usize, k: usize, column: ColumnSpec) -> CacheSpec {
-    CacheSpec::dense(DType::BF16, slots, k, CACHE_WIDTH, column)
+fn draft_logits(slots: usize, k: usize, column: ColumnSpec) -> DraftLogitsSpec {
+    DraftLogitsSpec::dense(DType::BF16, slots, k, DRAFT_WIDTH, column)
 }
 
-fn cache_mut(b: &mut Batch) -> &mut CacheSpec {
-    b.cache.as_mut().expect("the base call has a cache")
+fn draft_logits_mut(b: &mut Batch) -> &mut DraftLogitsSpec {
+    b.draft_logits.as_mut().expect("the base call has draft logits")
 }
 
 /// Breaks the base call with `mutate` and asserts that it fails with an error
-/// for which `is` holds, having written no token, status or cache element.
+/// for which `is` holds, having written no token, status or draft-logits element.
 fn reject(backend: &Backend, what: &str, mutate: impl FnOnce(&mut Batch), is: impl Fn(&Error) -> bool) {
     let mut b = base();
     mutate(&mut b);
-    let before = b.cache.as_ref().map(|c| c.data.clone());
+    let before = b.draft_logits.as_ref().map(|c| c.data.clone());
     let (result, out) = b.run_keep(backend);
     match result {
         Err(e) if is(&e) => {}
         other => panic!("{what}: wrong result {other:?}"),
     }
     assert!(out.untouched(), "{what}: outputs were written: {out:?}");
-    if let (Some(before), Some(c)) = (before, &b.cache) {
-        assert_eq!(first_bit_difference(&c.data, &before), None, "{what}: the cache was written");
+    if let (Some(before), Some(c)) = (before, &b.draft_logits) {
+        assert_eq!(first_bit_difference(&c.data, &before), None, "{what}: the draft logits were written");
     }
 }
 
@@ -68,11 +68,11 @@ test_device!(invalid_slots_are_rejected, |backend, scale| {
             |e| matches!(e, Error::InvalidSlot { row: r, slot: s, num_slots: NUM_SLOTS } if *r == row && *s == slot),
         );
     }
-    // A cache with fewer slots than the tables.
+    // Draft logits with fewer slots than the tables.
     reject(
         &backend,
-        "cache of 2 slots",
-        |b| b.cache = Some(cache(2, CACHE_K, ColumnSpec::All(0))),
+        "draft logits of 2 slots",
+        |b| b.draft_logits = Some(draft_logits(2, DRAFT_K, ColumnSpec::All(0))),
         |e| matches!(e, Error::DraftLogitsSlots { draft_slots: 2, num_slots: NUM_SLOTS }),
     );
 });
@@ -114,7 +114,7 @@ test_device!(length_mismatches_are_rejected, |backend, scale| {
     reject(
         &backend,
         "3 per-row columns",
-        |b| cache_mut(b).column = ColumnSpec::PerRow(vec![0; short]),
+        |b| draft_logits_mut(b).column = ColumnSpec::PerRow(vec![0; short]),
         |e| is_length(e, "draft columns", ROWS, short),
     );
     let is_logits = |e: &Error| matches!(e, Error::BufferTooSmall { what: "logits", .. });
@@ -122,9 +122,9 @@ test_device!(length_mismatches_are_rejected, |backend, scale| {
     reject(&backend, "row stride past the logits", |b| b.row_stride = VOCAB + 1, is_logits);
     reject(
         &backend,
-        "cache buffer one short",
+        "draft-logits buffer one short",
         |b| {
-            let c = cache_mut(b);
+            let c = draft_logits_mut(b);
             c.data = c.data.gather(0..c.data.len() - 1);
         },
         |e| matches!(e, Error::BufferTooSmall { what: "draft logits", .. }),
@@ -135,28 +135,28 @@ test_device!(out_of_range_columns_are_rejected, |backend, scale| {
     reject(
         &backend,
         "column for all rows = k",
-        |b| cache_mut(b).column = ColumnSpec::All(CACHE_K),
-        |e| matches!(e, Error::ColumnOutOfRange { row: None, column: 2, k: CACHE_K }),
+        |b| draft_logits_mut(b).column = ColumnSpec::All(DRAFT_K),
+        |e| matches!(e, Error::ColumnOutOfRange { row: None, column: 2, k: DRAFT_K }),
     );
-    for (row, col) in [(1, CACHE_K as i32), (0, -1), (3, i32::MAX)] {
+    for (row, col) in [(1, DRAFT_K as i32), (0, -1), (3, i32::MAX)] {
         let mut cols = vec![0; ROWS];
         cols[row] = col;
         reject(
             &backend,
             &format!("per-row column {col} at row {row}"),
-            |b| cache_mut(b).column = ColumnSpec::PerRow(cols),
-            |e| matches!(e, Error::ColumnOutOfRange { row: Some(r), column: c, k: CACHE_K } if *r == row && *c == col as i64),
+            |b| draft_logits_mut(b).column = ColumnSpec::PerRow(cols),
+            |e| matches!(e, Error::ColumnOutOfRange { row: Some(r), column: c, k: DRAFT_K } if *r == row && *c == col as i64),
         );
     }
     reject(
         &backend,
-        "a cache without columns",
-        |b| b.cache = Some(cache(NUM_SLOTS, 0, ColumnSpec::All(0))),
+        "draft logits without columns",
+        |b| b.draft_logits = Some(draft_logits(NUM_SLOTS, 0, ColumnSpec::All(0))),
         |e| matches!(e, Error::ColumnOutOfRange { k: 0, .. }),
     );
 });
 
-test_device!(bad_vocab_and_cache_layouts_are_rejected, |backend, scale| {
+test_device!(bad_vocab_and_draft_logits_layouts_are_rejected, |backend, scale| {
     for vocab in [0, MAX_VOCAB + 1] {
         reject(
             &backend,
@@ -168,19 +168,19 @@ test_device!(bad_vocab_and_cache_layouts_are_rejected, |backend, scale| {
     reject(
         &backend,
         "columns overlapping (stride1 < width)",
-        |b| cache_mut(b).stride1 = CACHE_WIDTH - 1,
+        |b| draft_logits_mut(b).stride1 = DRAFT_WIDTH - 1,
         |e| matches!(e, Error::DraftLogitsOverlap { .. }),
     );
     reject(
         &backend,
         "slots overlapping (stride0 < k·width)",
-        |b| cache_mut(b).stride0 = CACHE_WIDTH,
+        |b| draft_logits_mut(b).stride0 = DRAFT_WIDTH,
         |e| matches!(e, Error::DraftLogitsOverlap { .. }),
     );
 });
 
 test_device!(output_lengths_are_checked, |backend, scale| {
-    // The base call's inputs, without its cache (an output).
+    // The base call's inputs, without its draft logits (an output).
     let b = base();
     assert!(matches!(b.logits, Values::F32(_)) && b.row_stride == VOCAB && !b.drafting, "f32 dense logits");
     let call = b.call();

@@ -206,12 +206,12 @@ struct DeviceRun {
 fn run_on_device(v: &Verify) -> DeviceRun {
     let cuda = specdec::Cuda::on_device(0).expect("a CUDA device");
     let s = cuda.stream();
-    let (Values::F32(target), Some((Values::BF16(cache), shape))) = (&v.target, &v.draft) else {
+    let (Values::F32(target), Some((Values::BF16(draft), shape))) = (&v.target, &v.draft) else {
         panic!("run_on_device takes an f32 target and bf16 draft logits")
     };
     let (requests, k1) = (v.requests(), v.max_drafts + 1);
     let up = "host to device copy";
-    let (d_target, d_cache) = (s.clone_htod(&target[..]).expect(up), s.clone_htod(&cache[..]).expect(up));
+    let (d_target, d_draft) = (s.clone_htod(&target[..]).expect(up), s.clone_htod(&draft[..]).expect(up));
     let (d_offsets, d_drafts) = (s.clone_htod(&v.offsets[..]).expect(up), s.clone_htod(&v.drafts[..]).expect(up));
     let (d_slots, d_pos) = (s.clone_htod(&v.slots[..]).expect(up), s.clone_htod(&v.pos[..]).expect(up));
     let (d_t, d_seed) = (s.clone_htod(&v.temperature[..]).expect(up), s.clone_htod(&v.seed[..]).expect(up));
@@ -227,7 +227,7 @@ fn run_on_device(v: &Verify) -> DeviceRun {
         pos: d_pos.as_view(),
         params: SamplingParams::new(&d_t, &d_seed),
         max_drafts: v.max_drafts,
-        draft_logits: Some(DraftLogits::new(&d_cache, *shape)),
+        draft_logits: Some(DraftLogits::new(&d_draft, *shape)),
     };
     let mut out = RejectionOutput::new(&mut d_tokens, &mut d_emitted)
         .with_accepted(&mut d_accepted)

@@ -19,16 +19,16 @@ fn same_as_target(vocab: usize, n: &[usize], k: usize, t: f32, dtype: DType) -> 
     let target = rows(vocab, n.iter().sum::<usize>() + n.len(), 5);
     let mut v = Verify::new(Values::from_f32(dtype, &target), vocab, n, k, t);
     // Draft column i of slot r = target row offsets[r] + i.
-    let mut cache = vec![0f32; n.len() * k * vocab];
+    let mut draft_logits = vec![0f32; n.len() * k * vocab];
     for r in 0..n.len() {
         for i in 0..n[r] {
             let row = v.offsets[r] as usize + i;
-            cache[(r * k + i) * vocab..][..vocab].copy_from_slice(&target[row * vocab..][..vocab]);
+            draft_logits[(r * k + i) * vocab..][..vocab].copy_from_slice(&target[row * vocab..][..vocab]);
             v.drafts[row] = ((row * 7919) % vocab) as i32;
         }
     }
     let shape = DraftLogitsShape::dense(n.len(), k, vocab);
-    v.draft = Some((Values::from_f32(dtype, &cache), shape));
+    v.draft = Some((Values::from_f32(dtype, &draft_logits), shape));
     v
 }
 

@@ -2,7 +2,7 @@
 //! fails without one), SPEC §2.1, §3.4, §5:
 //!
 //! - determinism: 100 launches of the same `gumbel_sample` and
-//!   `rejection_sample` calls give bitwise the same outputs (and cache);
+//!   `rejection_sample` calls give bitwise the same outputs (and draft logits);
 //! - CUDA graphs: both calls captured on a stream and replayed after new
 //!   inputs were written into the same device buffers give what eager
 //!   launches (and, for `gumbel_sample`, the CPU backend) give on those inputs;
@@ -28,7 +28,9 @@ use specdec::{
     GumbelSample, Logits, RejectionOutput, RejectionSample, SamplingParams, Workspace,
 };
 use specdec_suite::batch::{ColumnSpec, Sampled, Values};
-use specdec_suite::inputs::{PAST_VOCAB, Rng, TEMPERATURES, first_argmax, mixed_logits, random_batch, random_cache};
+use specdec_suite::inputs::{
+    PAST_VOCAB, Rng, TEMPERATURES, first_argmax, mixed_logits, random_batch, random_draft_logits,
+};
 use specdec_suite::{Batch, Verified, Verify};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -110,7 +112,7 @@ const TOKEN_FILL: i32 = i32::MIN;
 const STATUS_FILL: u32 = u32::MAX;
 
 /// A `gumbel_sample` call on device buffers: f32 logits and, optionally, a
-/// bf16 cache (a converting store). Shapes are fixed; values can be replaced
+/// bf16 draft logits (a converting store). Shapes are fixed; values can be replaced
 /// in place ([`GumbelDev::upload`]) between launches or graph replays.
 struct GumbelDev {
     stream: Arc<CudaStream>,
@@ -123,8 +125,8 @@ struct GumbelDev {
     pos: CudaSlice<u64>,
     temperature: CudaSlice<f32>,
     seed: CudaSlice<u64>,
-    /// The cache, its shape and column (`columns` when per row).
-    cache: Option<(CudaSlice<bf16>, DraftLogitsShape, Option<usize>)>,
+    /// The draft logits, their shape and column (`columns` when per row).
+    draft_logits: Option<(CudaSlice<bf16>, DraftLogitsShape, Option<usize>)>,
     columns: Option<CudaSlice<i32>>,
     tokens: CudaSlice<i32>,
     row_status: CudaSlice<u32>,
@@ -152,7 +154,7 @@ impl GumbelDev {
     fn new(cuda: &Cuda, b: &Batch) -> Self {
         let s = cuda.stream().clone();
         let up = "upload";
-        let cache = b.cache.as_ref().map(|c| {
+        let draft_logits = b.draft_logits.as_ref().map(|c| {
             let shape = c.shape();
             let column = match c.column {
                 ColumnSpec::All(col) => Some(col),
@@ -160,7 +162,7 @@ impl GumbelDev {
             };
             (ok(s.clone_htod(bf16s(&c.data)), up), shape, column)
         });
-        let columns = match b.cache.as_ref().map(|c| &c.column) {
+        let columns = match b.draft_logits.as_ref().map(|c| &c.column) {
             Some(ColumnSpec::PerRow(cols)) => Some(ok(s.clone_htod(cols), up)),
             _ => None,
         };
@@ -174,7 +176,7 @@ impl GumbelDev {
             pos: ok(s.clone_htod(&b.pos), up),
             temperature: ok(s.clone_htod(&b.temperature), up),
             seed: ok(s.clone_htod(&b.seed), up),
-            cache,
+            draft_logits,
             columns,
             tokens: ok(s.clone_htod(&vec![TOKEN_FILL; b.rows]), up),
             row_status: ok(s.clone_htod(&vec![STATUS_FILL; b.rows]), up),
@@ -192,10 +194,12 @@ impl GumbelDev {
         ok(s.memcpy_htod(&b.pos, &mut self.pos), up);
         ok(s.memcpy_htod(&b.temperature, &mut self.temperature), up);
         ok(s.memcpy_htod(&b.seed, &mut self.seed), up);
-        if let (Some((d, _, _)), Some(c)) = (&mut self.cache, &b.cache) {
+        if let (Some((d, _, _)), Some(c)) = (&mut self.draft_logits, &b.draft_logits) {
             ok(s.memcpy_htod(bf16s(&c.data), d), up);
         }
-        if let (Some(d), Some(ColumnSpec::PerRow(cols))) = (&mut self.columns, b.cache.as_ref().map(|c| &c.column)) {
+        if let (Some(d), Some(ColumnSpec::PerRow(cols))) =
+            (&mut self.columns, b.draft_logits.as_ref().map(|c| &c.column))
+        {
             ok(s.memcpy_htod(cols, d), up);
         }
         ok(s.memcpy_htod(&vec![TOKEN_FILL; self.rows], &mut self.tokens), up);
@@ -212,26 +216,26 @@ impl GumbelDev {
             drafting: self.drafting,
         };
         let mut out = GumbelOutput::new(&mut self.tokens).with_row_status(&mut self.row_status);
-        if let Some((d, shape, column)) = &mut self.cache {
+        if let Some((d, shape, column)) = &mut self.draft_logits {
             let column = match (column, &self.columns) {
                 (Some(c), _) => Column::All(*c),
                 (None, Some(cols)) => Column::per_row(cols),
-                (None, None) => unreachable!("per-row columns are uploaded with the cache"),
+                (None, None) => unreachable!("per-row columns are uploaded with the draft logits"),
             };
             out = out.with_draft_logits(DraftLogitsMut::new(d, *shape), column);
         }
         cuda.gumbel_sample(ws, &call, &mut out)
     }
 
-    /// Waits for the stream and reads tokens, statuses and the cache, the
-    /// cache as bits (it may hold NaNs, which `==` on bf16 never equates).
+    /// Waits for the stream and reads tokens, statuses and the draft logits,
+    /// the draft logits as bits (they may hold NaNs, which `==` on bf16 never equates).
     fn read(&self) -> (Sampled, Option<Vec<u16>>) {
         let (s, down) = (&self.stream, "clone_dtoh");
         ok(s.synchronize(), "synchronize");
         let tokens = ok(s.clone_dtoh(&self.tokens), down).into_iter().map(i64::from).collect();
         let row_status = ok(s.clone_dtoh(&self.row_status), down);
-        let cache = self.cache.as_ref().map(|(d, _, _)| bits(&ok(s.clone_dtoh(d), down)));
-        (Sampled { tokens, row_status }, cache)
+        let draft_logits = self.draft_logits.as_ref().map(|(d, _, _)| bits(&ok(s.clone_dtoh(d), down)));
+        (Sampled { tokens, row_status }, draft_logits)
     }
 }
 
@@ -340,17 +344,17 @@ impl VerifyDev {
 // --- Inputs -----------------------------------------------------------------------
 
 /// A `gumbel_sample` batch: f32 logits (`random_batch`: -inf entries, a NaN in
-/// row 1, padded rows, padding slots, mixed temperatures), a bf16 cache in a
+/// row 1, padded rows, padding slots, mixed temperatures), bf16 draft logits in a
 /// random layout.
 fn gumbel_batch(rng: &mut Rng, rows: usize, vocab: usize) -> Batch {
     let mut b = random_batch(rng, DType::F32, rows, vocab);
     b.drafting = rng.below(2) == 0;
-    b.cache = Some(random_cache(rng, DType::BF16, &b));
+    b.draft_logits = Some(random_draft_logits(rng, DType::BF16, &b));
     b
 }
 
 /// New values for `b`, same shapes: logits, slots (a new permutation),
-/// positions, temperatures, seeds, per-row columns; the cache back to its
+/// positions, temperatures, seeds, per-row columns; the draft logits back to their
 /// sentinel.
 fn refill_gumbel(rng: &mut Rng, b: &Batch) -> Batch {
     let fresh = random_batch(rng, DType::F32, b.rows, b.vocab);
@@ -366,8 +370,8 @@ fn refill_gumbel(rng: &mut Rng, b: &Batch) -> Batch {
     n.pos = (0..b.rows).map(|_| rng.next_u64()).collect();
     n.temperature = (0..b.temperature.len()).map(|_| rng.pick(&TEMPERATURES)).collect();
     n.seed = (0..b.seed.len()).map(|_| rng.next_u64()).collect();
-    if let Some(c) = &mut n.cache {
-        c.data = Values::from_f32(DType::BF16, &vec![specdec_suite::CacheSpec::SENTINEL; c.data.len()]);
+    if let Some(c) = &mut n.draft_logits {
+        c.data = Values::from_f32(DType::BF16, &vec![specdec_suite::DraftLogitsSpec::SENTINEL; c.data.len()]);
         if let ColumnSpec::PerRow(cols) = &mut c.column {
             cols.iter_mut().for_each(|col| *col = rng.below(c.k) as i32);
         }
@@ -463,22 +467,25 @@ fn repeated_launches_are_bitwise_identical() {
     let mut ws = ok(cuda.workspace(64), "workspace");
     let mut first = None;
     for run in 0..REPEATS {
-        g.upload(&b); // outputs refilled, cache back to its sentinel
+        g.upload(&b); // outputs refilled, draft logits back to their sentinel
         ok(g.launch(&cuda, &mut ws), "gumbel_sample");
         let got = g.read();
         match &first {
             None => first = Some(got),
             Some(want) => {
                 assert_eq!(got.0, want.0, "gumbel_sample run {run}: tokens or statuses differ from run 0");
-                assert!(got.1 == want.1, "gumbel_sample run {run}: the cache differs from run 0");
+                assert!(got.1 == want.1, "gumbel_sample run {run}: the draft logits differ from run 0");
             }
         }
     }
-    let (want, want_cache) = first.expect("ran");
+    let (want, want_draft_logits) = first.expect("ran");
     let mut on_cpu = b.clone();
     let cpu = ok(on_cpu.run(&Backend::cpu()), "cpu gumbel_sample");
     assert_eq!(want, cpu, "gumbel_sample: GPU vs CPU");
-    assert!(want_cache == on_cpu.cache.as_ref().map(|c| bits(bf16s(&c.data))), "gumbel_sample: cache vs CPU");
+    assert!(
+        want_draft_logits == on_cpu.draft_logits.as_ref().map(|c| bits(bf16s(&c.data))),
+        "gumbel_sample: draft logits vs CPU"
+    );
 
     for draft_logits in [false, true] {
         let v = verify_batch(&mut rng, 40, 5, 4097, draft_logits);
@@ -567,12 +574,12 @@ fn captured_gumbel_sample_replays_on_new_inputs() {
         ok(g.launch(&cuda, &mut ws), "eager gumbel_sample");
         let eager = g.read();
         assert_eq!(replayed.0, eager.0, "replay {replay}: graph vs eager launch");
-        assert!(replayed.1 == eager.1, "replay {replay}: cache, graph vs eager launch");
+        assert!(replayed.1 == eager.1, "replay {replay}: draft logits, graph vs eager launch");
         let mut on_cpu = n.clone();
         let cpu = ok(on_cpu.run(&Backend::cpu()), "cpu gumbel_sample");
         assert_eq!(replayed.0, cpu, "replay {replay}: graph vs CPU");
-        let cpu_cache = on_cpu.cache.as_ref().map(|c| bits(bf16s(&c.data)));
-        assert!(replayed.1 == cpu_cache, "replay {replay}: cache, graph vs CPU");
+        let cpu_draft_logits = on_cpu.draft_logits.as_ref().map(|c| bits(bf16s(&c.data)));
+        assert!(replayed.1 == cpu_draft_logits, "replay {replay}: draft logits, graph vs CPU");
     }
 }
 

@@ -1,7 +1,7 @@
 //! Property tests of the host validation layer on the CPU backend (SPEC §3–§5).
 //!
 //! Random calls of `gumbel_sample` and `rejection_sample` with shapes,
-//! strides (0, overlapping, overflowing), dtypes, lengths, slots, cache
+//! strides (0, overlapping, overflowing), dtypes, lengths, slots, draft-logits
 //! columns, offsets, draft ids, temperatures and K that are often wrong: every
 //! call returns `Ok` or a typed error exactly as the rules say, never panics,
 //! writes nothing outside the buffers it was given (canaries around every
@@ -21,7 +21,7 @@ use proptest::test_runner::{Config, RngSeed, TestRunner};
 use specdec::{Backend, DType, DraftLogitsShape};
 use specdec_suite::batch::{ColumnSpec, Values};
 use specdec_suite::robust::{ChoiceList, GumbelCall, Outcome, RejectionCall};
-use specdec_suite::{Batch, CacheSpec, Verify};
+use specdec_suite::{Batch, DraftLogitsSpec, Verify};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::sync::Once;
@@ -133,7 +133,7 @@ fn the_plainest_calls_are_valid() {
 /// Found by `rejection_sample_validates_every_call`: with draft logits, a
 /// request whose drafts are all accepted samples its bonus row (no draft
 /// there), yet the CPU backend slices draft column `n_r` of its slot, which is
-/// past the buffer when `n_r = K = k` and the slot is the cache's last. The
+/// past the buffer when `n_r = K = k` and the slot is the draft logits' last. The
 /// valid call panicked (`crates/host/src/cpu/rejection.rs`, `Request::resample`:
 /// `rejected.and(self.draft_row(i))` evaluates `draft_row(i)` even when
 /// nothing was rejected).
@@ -151,21 +151,21 @@ fn a_bonus_row_reads_no_draft_column() {
     assert_eq!(call.run(&Backend::cpu(), false).num_emitted, [2], "the draft is accepted, then a bonus token");
 }
 
-/// Found by the fuzz target (regression): SPEC §3 gives the draft cache
+/// Found by the fuzz target (regression): SPEC §3 gives the draft logits
 /// arbitrary strides, and these rows never share an element (`[2 slots, 3
 /// columns, width 1]` with strides `(3, 2)`: rows at 0, 2, 4 and 3, 5, 7), yet
 /// the call failed with `DraftLogitsOverlap` (then `CacheOverlap`): the
 /// overlap check (`DraftLogitsShape::overlaps`) accepted only nested layouts. It now lists and sorts the rows of other layouts.
 #[test]
-fn interleaved_cache_rows_are_not_an_overlap() {
+fn interleaved_draft_rows_are_not_an_overlap() {
     let logits = [1.5f32, -0.5];
     let mut batch = Batch::new(Values::from_f32(DType::F32, &logits), 2, 1, 0.0, 0);
     batch.slots = vec![0, 1];
     batch.temperature = vec![0.0, 0.5];
     batch.seed = vec![1, 2];
-    batch.cache = Some(CacheSpec::strided(DType::F32, 2, 3, 1, 3, 2, ColumnSpec::All(1)));
+    batch.draft_logits = Some(DraftLogitsSpec::strided(DType::F32, 2, 3, 1, 3, 2, ColumnSpec::All(1)));
     let call = GumbelCall { batch, tokens_len: 2, row_status_len: Some(2) };
     let run = call.run(&Backend::cpu(), false);
-    assert_eq!(run.result, Ok(()), "an interleaved but disjoint cache layout");
+    assert_eq!(run.result, Ok(()), "an interleaved but disjoint draft-logits layout");
     assert_eq!(call.check(), Ok(()));
 }

@@ -103,7 +103,7 @@ impl Values {
         }
     }
 
-    /// Stores `src[j]` at `i`, converted as a draft cache stores logits
+    /// Stores `src[j]` at `i`, converted as the draft logits store logits
     /// (SPEC §3.3): bit for bit when the dtypes match, else through f32 with
     /// round to nearest even.
     pub fn store_converted(&mut self, i: usize, src: &Values, j: usize) {
@@ -182,7 +182,7 @@ impl DeviceValues {
     }
 }
 
-/// Which cache column rows write.
+/// Which draft-logits column rows write.
 #[derive(Clone, Debug)]
 pub enum ColumnSpec {
     All(usize),
@@ -199,9 +199,9 @@ impl ColumnSpec {
     }
 }
 
-/// A draft-logits cache `[slots, k, width]` with explicit strides.
+/// Draft logits `[slots, k, width]` with explicit strides.
 #[derive(Clone, Debug)]
-pub struct CacheSpec {
+pub struct DraftLogitsSpec {
     pub data: Values,
     pub slots: usize,
     pub k: usize,
@@ -211,7 +211,7 @@ pub struct CacheSpec {
     pub column: ColumnSpec,
 }
 
-impl CacheSpec {
+impl DraftLogitsSpec {
     /// The library's description of this layout.
     pub fn shape(&self) -> DraftLogitsShape {
         DraftLogitsShape {
@@ -223,22 +223,22 @@ impl CacheSpec {
         }
     }
 
-    /// What a `gumbel_sample` call on host buffers writes into this cache:
-    /// the draft logits and the column of each row.
+    /// What a `gumbel_sample` call on host buffers writes into these draft
+    /// logits: the draft logits and the column of each row.
     pub fn draft_logits_mut(&mut self) -> (DraftLogitsMut<'_, Host>, Column<'_, Host>) {
         let shape = self.shape();
         (DraftLogitsMut { data: self.data.view_mut(), shape }, self.column.column())
     }
 
-    /// What a fresh cache holds everywhere, so untouched elements are visible.
+    /// What fresh draft logits hold everywhere, so untouched elements are visible.
     pub const SENTINEL: f32 = -7.25;
 
-    /// A dense cache filled with [`Self::SENTINEL`].
+    /// Dense draft logits filled with [`Self::SENTINEL`].
     pub fn dense(dtype: DType, slots: usize, k: usize, width: usize, column: ColumnSpec) -> Self {
         Self::strided(dtype, slots, k, width, k * width, width, column)
     }
 
-    /// A cache with arbitrary strides (element `(s, c, x)` at
+    /// Draft logits with arbitrary strides (element `(s, c, x)` at
     /// `s*stride0 + c*stride1 + x`), its whole buffer (gaps included) filled
     /// with [`Self::SENTINEL`].
     pub fn strided(
@@ -252,7 +252,7 @@ impl CacheSpec {
     ) -> Self {
         let len = (slots.max(1) - 1) * stride0 + (k.max(1) - 1) * stride1 + width;
         let data = Values::from_f32(dtype, &vec![Self::SENTINEL; len]);
-        CacheSpec { data, slots, k, width, stride0, stride1, column }
+        DraftLogitsSpec { data, slots, k, width, stride0, stride1, column }
     }
 }
 
@@ -268,7 +268,7 @@ pub struct Batch {
     pub temperature: Vec<f32>,
     pub seed: Vec<u64>,
     pub drafting: bool,
-    pub cache: Option<CacheSpec>,
+    pub draft_logits: Option<DraftLogitsSpec>,
     pub tokens_i64: bool,
 }
 
@@ -303,7 +303,7 @@ impl Batch {
             temperature: vec![t],
             seed: vec![seed],
             drafting: false,
-            cache: None,
+            draft_logits: None,
             tokens_i64: false,
         }
     }
@@ -329,10 +329,10 @@ impl Batch {
     /// filled with `i32::MIN` (or `i64::MIN`) tokens and `u32::MAX` statuses,
     /// so a test can see that a rejected call wrote nothing.
     pub fn run_keep(&mut self, backend: &Backend) -> (Result<(), specdec::Error>, Sampled) {
-        // The cache is an output: out of `self` while the call borrows the inputs.
-        let mut cache = self.cache.take();
+        // The draft logits are an output: out of `self` while the call borrows the inputs.
+        let mut draft = self.draft_logits.take();
         let call = self.call();
-        let draft_logits = cache.as_mut().map(CacheSpec::draft_logits_mut);
+        let draft_logits = draft.as_mut().map(DraftLogitsSpec::draft_logits_mut);
         let mut row_status = vec![u32::MAX; self.rows];
         let (result, tokens) = if self.tokens_i64 {
             let mut t = vec![i64::MIN; self.rows];
@@ -342,11 +342,11 @@ impl Batch {
             let result = sample(backend, &call, &mut t, &mut row_status, draft_logits);
             (result, t.into_iter().map(i64::from).collect())
         };
-        self.cache = cache;
+        self.draft_logits = draft;
         (result, Sampled { tokens, row_status })
     }
 
-    /// The call's inputs (its outputs, the cache included, are the caller's).
+    /// The call's inputs (its outputs, the draft logits included, are the caller's).
     pub fn call(&self) -> GumbelSample<'_, Host> {
         let logits =
             Logits { data: self.logits.view(), rows: self.rows, vocab: self.vocab, row_stride: self.row_stride };
@@ -361,8 +361,8 @@ impl Batch {
     }
 
     /// The batch of rows `idx` (in that order) with their logits, slots,
-    /// positions and per-row cache columns, and copies of the slot table and
-    /// cache. A broadcast batch stays broadcast; others become dense.
+    /// positions and per-row draft-logits columns, and copies of the slot
+    /// table and draft logits. A broadcast batch stays broadcast; others become dense.
     pub fn select(&self, idx: &[usize]) -> Batch {
         let (logits, row_stride) = if self.row_stride == 0 {
             (self.logits.clone(), 0)
@@ -370,8 +370,8 @@ impl Batch {
             let elems = idx.iter().flat_map(|&r| r * self.row_stride..r * self.row_stride + self.vocab);
             (self.logits.gather(elems), self.vocab)
         };
-        let mut cache = self.cache.clone();
-        if let Some(ColumnSpec::PerRow(cols)) = cache.as_mut().map(|c| &mut c.column) {
+        let mut draft = self.draft_logits.clone();
+        if let Some(ColumnSpec::PerRow(cols)) = draft.as_mut().map(|c| &mut c.column) {
             *cols = idx.iter().map(|&r| cols[r]).collect();
         }
         Batch {
@@ -380,16 +380,16 @@ impl Batch {
             row_stride,
             slots: idx.iter().map(|&r| self.slots[r]).collect(),
             pos: idx.iter().map(|&r| self.pos[r]).collect(),
-            cache,
+            draft_logits: draft,
             ..self.clone_without_rows()
         }
     }
 
     /// Runs the batch split into row ranges on all CPU cores when `backend`
     /// is the CPU (rows are independent, SPEC §2.1), in one call otherwise.
-    /// For long statistical runs; no cache.
+    /// For long statistical runs; no draft logits.
     pub fn run_parallel(&self, backend: &Backend) -> Sampled {
-        assert!(self.cache.is_none(), "run_parallel does not merge caches");
+        assert!(self.draft_logits.is_none(), "run_parallel does not merge draft logits");
         if !matches!(backend, Backend::Cpu(_)) {
             return self.clone().run(backend).expect("gumbel_sample");
         }
@@ -424,7 +424,7 @@ impl Batch {
             temperature: self.temperature.clone(),
             seed: self.seed.clone(),
             drafting: self.drafting,
-            cache: None,
+            draft_logits: None,
             tokens_i64: self.tokens_i64,
         }
     }

@@ -10,7 +10,7 @@
 //!   multi-threaded CPU runner ([`run_split`]) and the target samples
 //!   `gumbel_sample` gives each row ([`target_samples`]).
 
-use crate::batch::{Batch, CacheSpec, ColumnSpec, Values};
+use crate::batch::{Batch, ColumnSpec, DraftLogitsSpec, Values};
 use crate::inputs::{PAST_VOCAB, Rng, TEMPERATURES, first_argmax, histogram};
 use crate::stats::{chi_square, softmax};
 use crate::verify::{Verified, Verify};
@@ -83,7 +83,8 @@ pub struct FixedPositions {
     pub k: usize,
     pub t: f32,
     pub requests: usize,
-    /// The draft logits' dtype (of the drafting call and of the cache).
+    /// The draft logits' dtype (of the drafting call's logits and of the
+    /// buffer it fills).
     pub draft_dtype: DType,
     /// Verify one-hot (no draft logits): the verifier sees only the tokens.
     pub one_hot: bool,
@@ -122,7 +123,7 @@ impl FixedPositions {
     /// Builds the batch from a base target row and the draft model's logits
     /// at each position (`draft(i, target_i)`), and samples every draft with
     /// `gumbel_sample(drafting)` on `backend` at the slot, seed and position
-    /// of its verification row; unless one-hot, the draft cache is filled by
+    /// of its verification row; unless one-hot, the draft logits are filled by
     /// `gumbel_sample` too.
     pub fn build(&self, backend: &Backend, base: &[f32], draft: impl Fn(usize, &[f32]) -> Vec<f32>) -> Drafted {
         let (vocab, k1) = (self.vocab, self.k + 1);
@@ -158,14 +159,14 @@ impl FixedPositions {
             }
         }
         if !self.one_hot && self.k > 0 {
-            v.draft = Some(self.fill_cache(backend, &v, &drafts));
+            v.draft = Some(self.fill_draft_logits(backend, &v, &drafts));
         }
         Drafted { verify: v, targets }
     }
 
-    /// A `[FIXED_SLOTS, k, vocab]` cache whose column `i` holds `drafts[i]`
+    /// `[FIXED_SLOTS, k, vocab]` draft logits whose column `i` holds `drafts[i]`
     /// in every slot, written by one `gumbel_sample(drafting)` call.
-    fn fill_cache(&self, backend: &Backend, v: &Verify, drafts: &[Vec<f32>]) -> (Values, DraftLogitsShape) {
+    fn fill_draft_logits(&self, backend: &Backend, v: &Verify, drafts: &[Vec<f32>]) -> (Values, DraftLogitsShape) {
         let rows: Vec<f32> = (0..FIXED_SLOTS).flat_map(|_| drafts.iter().flatten().copied()).collect();
         let n = FIXED_SLOTS * self.k;
         let mut b = drafting_batch(v, &rows, self.draft_dtype, n);
@@ -173,10 +174,15 @@ impl FixedPositions {
         b.slots = (0..n).map(|j| (j / self.k) as i32).collect();
         b.pos = vec![0; n];
         let columns = (0..n).map(|j| (j % self.k) as i32).collect();
-        b.cache =
-            Some(CacheSpec::dense(self.draft_dtype, FIXED_SLOTS, self.k, self.vocab, ColumnSpec::PerRow(columns)));
-        b.run(backend).expect("gumbel_sample filling the draft cache");
-        let c = b.cache.expect("the batch keeps its cache");
+        b.draft_logits = Some(DraftLogitsSpec::dense(
+            self.draft_dtype,
+            FIXED_SLOTS,
+            self.k,
+            self.vocab,
+            ColumnSpec::PerRow(columns),
+        ));
+        b.run(backend).expect("gumbel_sample filling the draft logits");
+        let c = b.draft_logits.expect("the batch keeps its draft logits");
         let shape = c.shape();
         (c.data, shape)
     }
@@ -476,13 +482,13 @@ pub fn draft_logits_like(rng: &mut Rng, v: &Verify, dtype: DType, noise: f32) ->
         1 => (k * (width + 2) + 1, width + 2),
         _ => (width, slots * width + 1),
     };
-    let mut cache = vec![CacheSpec::SENTINEL; (slots - 1) * stride0 + (k - 1) * stride1 + width];
+    let mut draft_logits = vec![DraftLogitsSpec::SENTINEL; (slots - 1) * stride0 + (k - 1) * stride1 + width];
     // Padding requests (slot -1) are greedy and never read draft logits.
     for r in (0..v.requests()).filter(|&r| v.slots[r] >= 0) {
         for i in 0..(v.offsets[r + 1] - v.offsets[r] - 1) as usize {
             let target = target_row(v, v.offsets[r] as usize + i);
             let start = v.slots[r] as usize * stride0 + i * stride1;
-            for (x, c) in cache[start..start + v.vocab].iter_mut().enumerate() {
+            for (x, c) in draft_logits[start..start + v.vocab].iter_mut().enumerate() {
                 *c = match noise > 0.0 && rng.below(40) == 0 {
                     true => f32::NEG_INFINITY,
                     false if noise > 0.0 => target[x] + rng.uniform(-noise, noise),
@@ -492,5 +498,5 @@ pub fn draft_logits_like(rng: &mut Rng, v: &Verify, dtype: DType, noise: f32) ->
         }
     }
     let shape = DraftLogitsShape { slots, k, width, stride0, stride1 };
-    (Values::from_f32(dtype, &cache), shape)
+    (Values::from_f32(dtype, &draft_logits), shape)
 }

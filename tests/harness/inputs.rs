@@ -1,8 +1,8 @@
 //! Deterministic test inputs and independent reference results: a small
-//! fixed-seed generator, structured logits, random batches and caches, and the
+//! fixed-seed generator, structured logits, random batches and draft logits, and the
 //! argmax rule computed without the backends.
 
-use crate::batch::{Batch, CacheSpec, ColumnSpec, Values};
+use crate::batch::{Batch, ColumnSpec, DraftLogitsSpec, Values};
 use specdec::DType;
 
 /// SplitMix64: fast, fixed-seed randomness for building inputs (the samplers'
@@ -102,7 +102,7 @@ pub fn histogram(tokens: &[i64], vocab: usize) -> Vec<u64> {
 /// `rows` rows of random logits in `[-6, 6]` (1 in 50 `-inf`, and one NaN in
 /// row 1), row stride `vocab + 0..4` with [`PAST_VOCAB`] in the padding, about
 /// one row in six padding (slot `-1`), every other row on a slot of its own (so
-/// rows never write the same cache row), temperatures from [`TEMPERATURES`],
+/// rows never write the same draft row), temperatures from [`TEMPERATURES`],
 /// random seeds and 64-bit positions.
 pub fn random_batch(rng: &mut Rng, dtype: DType, rows: usize, vocab: usize) -> Batch {
     let row_stride = vocab + rng.below(4);
@@ -128,11 +128,11 @@ pub fn random_batch(rng: &mut Rng, dtype: DType, rows: usize, vocab: usize) -> B
     b
 }
 
-/// A cache for `batch` (one slot per table entry) in a random layout: dense,
+/// Draft logits for `batch` (one slot per table entry) in a random layout: dense,
 /// padded (gaps between columns and slots), or transposed (`stride0 <
 /// stride1`); 1 to 3 columns, width `vocab + 0..3`, one column for all rows or
 /// a random column per row.
-pub fn random_cache(rng: &mut Rng, dtype: DType, batch: &Batch) -> CacheSpec {
+pub fn random_draft_logits(rng: &mut Rng, dtype: DType, batch: &Batch) -> DraftLogitsSpec {
     let (slots, k, width) = (batch.temperature.len(), 1 + rng.below(3), batch.vocab + rng.below(3));
     let (stride0, stride1) = match rng.below(3) {
         0 => (k * width, width),
@@ -150,7 +150,7 @@ pub fn random_cache(rng: &mut Rng, dtype: DType, batch: &Batch) -> CacheSpec {
     } else {
         ColumnSpec::PerRow((0..batch.rows).map(|_| rng.below(k) as i32).collect())
     };
-    CacheSpec::strided(dtype, slots, k, width, stride0, stride1, column)
+    DraftLogitsSpec::strided(dtype, slots, k, width, stride0, stride1, column)
 }
 
 /// The first index where two buffers differ bitwise (dtype included), if any.

@@ -15,7 +15,7 @@ pub mod inputs;
 pub mod robust;
 pub mod verify;
 
-pub use batch::{Batch, CacheSpec};
+pub use batch::{Batch, DraftLogitsSpec};
 /// The statistical acceptance rule and reference softmax (crate `specdec-stats`).
 pub use specdec_stats as stats;
 pub use specdec_stats::{ChiSquare, chi_square, tail_z};

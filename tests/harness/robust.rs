@@ -11,17 +11,17 @@
 //!   wrong; [`GumbelCall::check`] and [`RejectionCall::check`] run it on the CPU
 //!   backend and panic on any broken property:
 //!   - the call does not panic (`catch_unwind`), and it is `Ok` exactly when
-//!     the model says the call is valid (interleaved but disjoint cache
+//!     the model says the call is valid (interleaved but disjoint draft-logits
 //!     layouts included);
 //!   - canaries before and after every buffer are intact (nothing outside the
 //!     regions passed is written) and inputs are unchanged;
 //!   - a failed call wrote nothing; an `Ok` call wrote every output element,
-//!     each in range (`0..V`, or `-1` where documented), the cache exactly
+//!     each in range (`0..V`, or `-1` where documented), the draft logits exactly
 //!     where SPEC §3.3 says, greedy rows their argmax;
 //!   - an `Ok` call run again gives bitwise the same outputs, and the same
 //!     tokens with the other token width.
 
-use crate::batch::{Batch, CacheSpec, ColumnSpec, Values};
+use crate::batch::{Batch, ColumnSpec, DraftLogitsSpec, Values};
 use crate::inputs::{Rng, first_argmax};
 use crate::verify::Verify;
 use half::{bf16, f16};
@@ -187,7 +187,7 @@ impl<T: Guard> Guarded<T> {
     }
 }
 
-/// A guarded buffer of logits or cache elements.
+/// A guarded buffer of logits or draft-logits elements.
 #[derive(Clone, Debug)]
 enum GuardedValues {
     F32(Guarded<f32>),
@@ -439,11 +439,11 @@ fn positions(c: &mut impl Choices, len: usize) -> Vec<u64> {
     (0..len).map(|_| if rng.below(4) == 0 { u64::MAX - rng.below(3) as u64 } else { rng.next_u64() }).collect()
 }
 
-/// A draft-logits cache shape over `slots` slots and `k` columns of rows at
+/// A draft-logits shape over `slots` slots and `k` columns of rows at
 /// least `vocab` wide, and its buffer length: dense, padded, transposed,
 /// zero or overlapping strides, strides that overflow, slots, columns and
 /// width sometimes one off.
-fn cache_layout(c: &mut impl Choices, slots: usize, k: usize, vocab: usize) -> (DraftLogitsShape, usize) {
+fn draft_layout(c: &mut impl Choices, slots: usize, k: usize, vocab: usize) -> (DraftLogitsShape, usize) {
     let slots = match c.weighted(&[12, 3, 1]) {
         0 => slots,
         1 => slots + 1 + c.upto(1),
@@ -477,18 +477,18 @@ fn cache_layout(c: &mut impl Choices, slots: usize, k: usize, vocab: usize) -> (
 
 // --- The model of the checks (SPEC §3–§5) ---------------------------------------
 
-/// Whether a cache shape is acceptable for `vocab` and `num_slots` slots over
+/// Whether a draft-logits shape is acceptable for `vocab` and `num_slots` slots over
 /// a buffer of `len` elements: wide enough, enough slots, at least one
 /// column, within the buffer, and its rows [`disjoint`].
-fn cache_ok(s: &DraftLogitsShape, len: usize, vocab: usize, num_slots: usize) -> bool {
+fn draft_layout_ok(s: &DraftLogitsShape, len: usize, vocab: usize, num_slots: usize) -> bool {
     let last = (s.slots as u128).saturating_sub(1) * s.stride0 as u128
         + (s.k as u128).saturating_sub(1) * s.stride1 as u128
         + s.width as u128;
     s.width >= vocab && s.slots >= num_slots && s.k >= 1 && disjoint(s) && (s.slots == 0 || last <= len as u128)
 }
 
-/// Whether no two `(slot, column)` rows of a cache share an element: every
-/// row start, sorted, at least `width` past the one before (a cache of no
+/// Whether no two `(slot, column)` rows of draft logits share an element: every
+/// row start, sorted, at least `width` past the one before (draft logits of no
 /// slots is checked as one of one slot).
 fn disjoint(s: &DraftLogitsShape) -> bool {
     let mut starts: Vec<u128> = (0..s.slots.max(1) as u128)
@@ -598,7 +598,7 @@ pub struct GumbelRun {
     /// Widened to i64; `i64::MIN` where nothing was written.
     pub tokens: Vec<i64>,
     pub row_status: Option<Vec<u32>>,
-    pub cache: Option<Values>,
+    pub draft_logits: Option<Values>,
 }
 
 impl GumbelCall {
@@ -615,10 +615,10 @@ impl GumbelCall {
         let positions_len = c.len_near(rows);
         let pos = positions(c, positions_len);
         let drafting = c.below(2) == 1;
-        let cache = (c.below(2) == 1).then(|| {
-            let cache_dtype = c.pick(&DType::ALL);
+        let draft_logits = (c.below(2) == 1).then(|| {
+            let draft_dtype = c.pick(&DType::ALL);
             let k = if c.one_in(12) { 0 } else { 1 + c.upto(3) };
-            let (shape, len) = cache_layout(c, num_slots, k, vocab);
+            let (shape, len) = draft_layout(c, num_slots, k, vocab);
             let column = match c.below(2) {
                 0 => ColumnSpec::All(match c.weighted(&[16, 1]) {
                     0 => c.upto(k.saturating_sub(1)),
@@ -627,13 +627,24 @@ impl GumbelCall {
                 _ => ColumnSpec::PerRow((0..c.len_near(rows)).map(|_| column(c, k)).collect()),
             };
             let DraftLogitsShape { slots, k, width, stride0, stride1 } = shape;
-            CacheSpec { data: values(c, cache_dtype, len), slots, k, width, stride0, stride1, column }
+            DraftLogitsSpec { data: values(c, draft_dtype, len), slots, k, width, stride0, stride1, column }
         });
         let tokens_i64 = c.below(2) == 1;
         let tokens_len = c.len_near(rows);
         let row_status_len = if c.one_in(4) { None } else { Some(c.len_near(rows)) };
-        let batch =
-            Batch { logits, rows, vocab, row_stride, slots, pos, temperature, seed, drafting, cache, tokens_i64 };
+        let batch = Batch {
+            logits,
+            rows,
+            vocab,
+            row_stride,
+            slots,
+            pos,
+            temperature,
+            seed,
+            drafting,
+            draft_logits,
+            tokens_i64,
+        };
         GumbelCall { batch, tokens_len, row_status_len }
     }
 
@@ -648,8 +659,8 @@ impl GumbelCall {
             && b.pos.len() == rows
             && self.tokens_len == rows
             && self.row_status_len.is_none_or(|n| n == rows)
-            && b.cache.as_ref().is_none_or(|c| {
-                cache_ok(&c.shape(), c.data.len(), b.vocab, num_slots)
+            && b.draft_logits.as_ref().is_none_or(|c| {
+                draft_layout_ok(&c.shape(), c.data.len(), b.vocab, num_slots)
                     && match &c.column {
                         ColumnSpec::All(col) => *col < c.k,
                         ColumnSpec::PerRow(cols) => cols.len() == rows,
@@ -658,8 +669,8 @@ impl GumbelCall {
         shapes
             && (0..rows).all(|r| {
                 let used = b.slots[r] != -1;
-                let column_ok = match &b.cache {
-                    Some(CacheSpec { column: ColumnSpec::PerRow(cols), k, .. }) => {
+                let column_ok = match &b.draft_logits {
+                    Some(DraftLogitsSpec { column: ColumnSpec::PerRow(cols), k, .. }) => {
                         usize::try_from(cols[r]).is_ok_and(|col| col < *k)
                     }
                     _ => true,
@@ -677,8 +688,8 @@ impl GumbelCall {
         let pos = Guarded::new(&b.pos);
         let temperature = Guarded::new(&b.temperature);
         let seed = Guarded::new(&b.seed);
-        let mut cache = b.cache.as_ref().map(|c| GuardedValues::new(&c.data));
-        let columns = match b.cache.as_ref().map(|c| &c.column) {
+        let mut draft_logits = b.draft_logits.as_ref().map(|c| GuardedValues::new(&c.data));
+        let columns = match b.draft_logits.as_ref().map(|c| &c.column) {
             Some(ColumnSpec::PerRow(cols)) => Some(Guarded::new(cols)),
             _ => None,
         };
@@ -696,7 +707,7 @@ impl GumbelCall {
             if let Some(s) = &mut row_status {
                 out = out.with_row_status(s.region_mut());
             }
-            if let (Some(data), Some(c)) = (cache.as_mut(), &b.cache) {
+            if let (Some(data), Some(c)) = (draft_logits.as_mut(), &b.draft_logits) {
                 let column = match (&c.column, &columns) {
                     (ColumnSpec::PerRow(_), Some(cols)) => Column::per_row(cols.region()),
                     (ColumnSpec::All(col), _) => Column::All(*col),
@@ -712,25 +723,25 @@ impl GumbelCall {
         pos.assert_holds(&b.pos, "positions");
         temperature.assert_holds(&b.temperature, "temperatures");
         seed.assert_holds(&b.seed, "seeds");
-        if let (Some(g), Some(ColumnSpec::PerRow(cols))) = (&columns, b.cache.as_ref().map(|c| &c.column)) {
-            g.assert_holds(cols, "cache columns");
+        if let (Some(g), Some(ColumnSpec::PerRow(cols))) = (&columns, b.draft_logits.as_ref().map(|c| &c.column)) {
+            g.assert_holds(cols, "draft-logits columns");
         }
-        if let Some(c) = &cache {
-            c.assert_intact("cache");
+        if let Some(c) = &draft_logits {
+            c.assert_intact("draft logits");
         }
         GumbelRun {
             result: result.map_err(|e| format!("{e:?}")),
             tokens: tokens.tokens("tokens"),
             row_status: read_out(&row_status, "row status"),
-            cache: cache.map(|c| c.values()),
+            draft_logits: draft_logits.map(|c| c.values()),
         }
     }
 
-    /// The cache after a valid call: each used row's logits `0..V`, converted,
+    /// The draft logits after a valid call: each used row's logits `0..V`, converted,
     /// at its slot and column, rows in order (SPEC §3.3).
-    fn expected_cache(&self) -> Option<Values> {
+    fn expected_draft_logits(&self) -> Option<Values> {
         let b = &self.batch;
-        let c = b.cache.as_ref()?;
+        let c = b.draft_logits.as_ref()?;
         let mut want = c.data.clone();
         for r in (0..b.rows).filter(|&r| b.slots[r] >= 0) {
             let col = match &c.column {
@@ -754,18 +765,18 @@ impl GumbelCall {
             assert!(first.tokens.iter().all(|&t| t == i64::MIN), "a failed call ({e}) wrote tokens: {ctx}");
             let untouched = first.row_status.iter().flatten().all(|&s| s == u32::MAX);
             assert!(untouched, "a failed call ({e}) wrote row status: {ctx}");
-            if let (Some(got), Some(c)) = (&first.cache, &b.cache) {
-                assert_same_values(got, &c.data, false, &format!("a failed call ({e}) wrote the cache"));
+            if let (Some(got), Some(c)) = (&first.draft_logits, &b.draft_logits) {
+                assert_same_values(got, &c.data, false, &format!("a failed call ({e}) wrote the draft logits"));
             }
             return Err(variant(e));
         }
         for r in 0..b.rows {
             let slot = b.slots[r];
             let greedy = slot == -1 || b.temperature[slot as usize] == 0.0;
-            // A random row writing a cache that rounds its logits samples the
+            // A random row writing draft logits that round its logits samples the
             // values as stored (SPEC §3.3).
-            let rounds = b.cache.as_ref().is_some_and(|c| b.logits.dtype().rounds_into(c.data.dtype()));
-            let row = match (&b.cache, rounds && !greedy) {
+            let rounds = b.draft_logits.as_ref().is_some_and(|c| b.logits.dtype().rounds_into(c.data.dtype()));
+            let row = match (&b.draft_logits, rounds && !greedy) {
                 (Some(c), true) => Values::from_f32(c.data.dtype(), &b.row(r)).f32s(0..b.vocab),
                 _ => b.row(r),
             };
@@ -775,17 +786,17 @@ impl GumbelCall {
                 assert_eq!(s[r], nan_status(&row), "row {r}: status: {ctx}");
             }
         }
-        if let (Some(got), Some(want)) = (&first.cache, self.expected_cache()) {
-            let loose = b.cache.as_ref().is_some_and(|c| c.data.dtype() != b.logits.dtype());
-            assert_same_values(got, &want, loose, &format!("cache: {ctx}"));
+        if let (Some(got), Some(want)) = (&first.draft_logits, self.expected_draft_logits()) {
+            let loose = b.draft_logits.as_ref().is_some_and(|c| c.data.dtype() != b.logits.dtype());
+            assert_same_values(got, &want, loose, &format!("draft logits: {ctx}"));
         }
         // Deterministic, and independent of the token width.
         let again = self.run(&Backend::cpu(), b.tokens_i64);
         assert!(again.result.is_ok(), "the second run failed: {:?}: {ctx}", again.result);
         assert_eq!(again.tokens, first.tokens, "second run: tokens: {ctx}");
         assert_eq!(again.row_status, first.row_status, "second run: row status: {ctx}");
-        if let (Some(x), Some(y)) = (&again.cache, &first.cache) {
-            assert_same_values(x, y, false, &format!("second run: cache: {ctx}"));
+        if let (Some(x), Some(y)) = (&again.draft_logits, &first.draft_logits) {
+            assert_same_values(x, y, false, &format!("second run: draft logits: {ctx}"));
         }
         let other = self.run(&Backend::cpu(), !b.tokens_i64);
         assert_eq!(other.tokens, first.tokens, "the other token width: {ctx}");
@@ -793,7 +804,7 @@ impl GumbelCall {
     }
 }
 
-/// A per-row cache column: mostly in `0..k`, sometimes out of range.
+/// A per-row draft-logits column: mostly in `0..k`, sometimes out of range.
 fn column(c: &mut impl Choices, k: usize) -> i32 {
     match c.weighted(&[20, 1]) {
         0 if k > 0 => c.below(k as u64) as i32,
@@ -875,7 +886,7 @@ impl RejectionCall {
                 1 => max_drafts + 1 + c.upto(1),
                 _ => max_drafts.saturating_sub(1),
             };
-            let (shape, len) = cache_layout(c, num_slots, k, vocab);
+            let (shape, len) = draft_layout(c, num_slots, k, vocab);
             let dtype = c.pick(&DType::ALL);
             (values(c, dtype, len), shape)
         });
@@ -927,7 +938,9 @@ impl RejectionCall {
             && self.num_emitted_len == requests
             && self.accepted_len.is_none_or(|n| n == requests)
             && self.row_status_len.is_none_or(|n| n == rows)
-            && v.draft.as_ref().is_none_or(|(d, s)| cache_ok(s, d.len(), v.vocab, num_slots) && s.k >= v.max_drafts);
+            && v.draft
+                .as_ref()
+                .is_none_or(|(d, s)| draft_layout_ok(s, d.len(), v.vocab, num_slots) && s.k >= v.max_drafts);
         shapes
             && v.offsets[0] == 0
             && v.offsets[requests] as i64 == rows as i64

@@ -466,8 +466,8 @@ fn markdown(bench: &Bench, torch: Option<&Torch>, previous: Option<&Previous>, s
     writeln!(
         md,
         "- % of copy: the fewest bytes a call must move (one read of every target row and every draft row used; \
-         + the cache write when sampling with a cache; + one re-read of one row per request when verifying, \
-         not greedy) over its time, against the copy bandwidth. Speed-up: torch µs / specdec µs."
+         + the draft-logits write when sampling with draft logits; + one re-read of one row per request when \
+         verifying, not greedy) over its time, against the copy bandwidth. Speed-up: torch µs / specdec µs."
     )
     .unwrap();
     writeln!(

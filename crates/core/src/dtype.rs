@@ -1,11 +1,11 @@
-//! Logit and cache element types, with bit-level conversions as `const fn`s.
+//! Logit and draft-logit element types, with bit-level conversions as `const fn`s.
 //!
 //! The 16-bit types are plain bit containers here (`#[repr(transparent)]` over
 //! `u16`, the same layout as `half::bf16`/`half::f16`), so device and CPU code
 //! convert with identical integer operations. Narrowing rounds to nearest, ties
 //! to even; NaN stays NaN (quieted).
 
-/// The element types logits and caches may have.
+/// The element types logits and draft logits may have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum DType {
@@ -53,7 +53,7 @@ pub struct Bf16(pub u16);
 #[repr(transparent)]
 pub struct F16(pub u16);
 
-/// An element of a logits row or a draft cache.
+/// An element of a logits row or of the draft logits.
 pub trait Element: Copy {
     const DTYPE: DType;
     fn to_f32(self) -> f32;

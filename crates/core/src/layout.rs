@@ -33,12 +33,12 @@ pub struct GumbelParams {
     pub seed: u64,
     /// `u64 [rows]`.
     pub pos: u64,
-    /// `[num_slots, cache_k, >= vocab]` draft cache, or 0 for none.
-    pub cache: u64,
-    pub cache_stride0: u64,
-    pub cache_stride1: u64,
-    /// `i32 [rows]` per-row cache columns, or 0 to use `cache_column`.
-    pub cache_columns: u64,
+    /// `[num_slots, draft_k, >= vocab]` draft logits, or 0 for none.
+    pub draft_logits: u64,
+    pub draft_stride0: u64,
+    pub draft_stride1: u64,
+    /// `i32 [rows]` per-row draft-logits columns, or 0 to use `draft_column`.
+    pub draft_columns: u64,
     /// `Partial [rows, chunks]` scratch.
     pub partials: u64,
     /// `u32 [rows]` arrival counters, zero between calls (workspace).
@@ -52,9 +52,9 @@ pub struct GumbelParams {
     pub rows: u32,
     pub vocab: u32,
     pub num_slots: u32,
-    pub cache_k: u32,
-    /// The column for all rows when `cache_columns == 0`.
-    pub cache_column: u32,
+    pub draft_k: u32,
+    /// The column for all rows when `draft_columns == 0`.
+    pub draft_column: u32,
     /// Elements per block (a multiple of `TILE`) and blocks per row.
     pub chunk: u32,
     pub chunks: u32,
@@ -82,11 +82,11 @@ pub struct RejectionParams {
     /// `f32 [num_slots]`, `u64 [num_slots]`.
     pub temperature: u64,
     pub seed: u64,
-    /// `[num_slots, >= max_drafts, >= vocab]` draft cache (raw logits), or 0
-    /// for one-hot drafts. Draft `i` of a request is column `i` of its slot.
-    pub cache: u64,
-    pub cache_stride0: u64,
-    pub cache_stride1: u64,
+    /// `[num_slots, >= max_drafts, >= vocab]` draft logits (raw), or 0 for
+    /// one-hot drafts. Draft `i` of a request is column `i` of its slot.
+    pub draft_logits: u64,
+    pub draft_stride0: u64,
+    pub draft_stride1: u64,
     /// Scratch: `StatsPartial [requests · (max_drafts+1) · chunks]`,
     /// `Job [requests]`, `Partial [requests · chunks]`.
     pub stats: u64,

@@ -3,8 +3,8 @@
 //! The kernels crate exports each entry point under [`kernel_symbol!`]'s
 //! name, the PTX build writes each [`Symbol`]'s launch bounds into the PTX,
 //! and the host loads kernels by [`Kernel::symbol`]. A kernel of the table is
-//! built for (logits, cache) dtype pairs ([`Pairs`]); its symbol for one pair
-//! is `{name}_{logits}_{cache}`, as `gumbel_sample_bf16_f32`.
+//! built for (logits, draft logits) dtype pairs ([`Pairs`]); its symbol for one
+//! pair is `{name}_{logits}_{draft}`, as `gumbel_sample_bf16_f32`.
 //!
 //! # Launch bounds
 //!
@@ -40,24 +40,24 @@ macro_rules! kernel_symbol {
     (@dtype f32) => { "f32" };
     (@dtype Bf16) => { "bf16" };
     (@dtype F16) => { "f16" };
-    ($kernel:ident, $logits:ident, $cache:ident) => {
+    ($kernel:ident, $logits:ident, $draft:ident) => {
         concat!(
             $crate::kernel_symbol!(@name $kernel),
             "_",
             $crate::kernel_symbol!(@dtype $logits),
             "_",
-            $crate::kernel_symbol!(@dtype $cache)
+            $crate::kernel_symbol!(@dtype $draft)
         )
     };
 }
 
-/// Which (logits, cache) dtype pairs a kernel is built for.
+/// Which (logits, draft logits) dtype pairs a kernel is built for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Pairs {
     /// Each of the nine.
     All,
-    /// The three whose cache dtype is the logits' (a kernel that writes no
-    /// cache: the host passes the logits' dtype twice).
+    /// The three whose draft dtype is the logits' (a kernel that writes no
+    /// draft logits: the host passes the logits' dtype twice).
     Same,
 }
 
@@ -70,7 +70,7 @@ pub struct Kernel {
     /// Blocks of [`BLOCK_THREADS`](crate::layout::BLOCK_THREADS) threads per SM its registers must allow
     /// (`.minnctapersm`).
     pub min_blocks: u32,
-    /// A pair whose entry point takes other bounds: `(logits, cache, min_blocks)`.
+    /// A pair whose entry point takes other bounds: `(logits, draft, min_blocks)`.
     pub except: Option<(DType, DType, u32)>,
 }
 
@@ -79,7 +79,7 @@ pub struct Kernel {
 pub const GUMBEL_SAMPLE: Kernel =
     Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE), pairs: Pairs::All, min_blocks: 3, except: None };
 
-/// `gumbel_sample` without a cache, its noise loop loading two quads at a
+/// `gumbel_sample` without draft logits, its noise loop loading two quads at a
 /// time, in 64 registers: the host's pick for grids of more than one wave,
 /// where more blocks in flight pay more than each block's speed.
 pub const GUMBEL_SAMPLE_LEAN: Kernel =
@@ -136,16 +136,16 @@ pub const ALL: [Kernel; 8] = [
 ];
 
 impl Kernel {
-    /// The entry point for `logits` and `cache` (one of [`Kernel::pairs`]).
-    pub const fn symbol(self, logits: DType, cache: DType) -> Symbol {
-        Symbol { kernel: self, logits, cache }
+    /// The entry point for `logits` and `draft` (one of [`Kernel::pairs`]).
+    pub const fn symbol(self, logits: DType, draft: DType) -> Symbol {
+        Symbol { kernel: self, logits, draft }
     }
 
     /// Whether the PTX has an entry point of this kernel for the pair.
-    pub const fn has(self, logits: DType, cache: DType) -> bool {
+    pub const fn has(self, logits: DType, draft: DType) -> bool {
         match self.pairs {
             Pairs::All => true,
-            Pairs::Same => logits as u32 == cache as u32,
+            Pairs::Same => logits as u32 == draft as u32,
         }
     }
 
@@ -153,9 +153,9 @@ impl Kernel {
     pub fn symbols(self) -> impl Iterator<Item = Symbol> {
         DType::ALL
             .into_iter()
-            .flat_map(move |l| DType::ALL.into_iter().map(move |c| (l, c)))
-            .filter(move |&(l, c)| self.has(l, c))
-            .map(move |(l, c)| self.symbol(l, c))
+            .flat_map(move |l| DType::ALL.into_iter().map(move |d| (l, d)))
+            .filter(move |&(l, d)| self.has(l, d))
+            .map(move |(l, d)| self.symbol(l, d))
     }
 }
 
@@ -164,13 +164,13 @@ pub fn symbols() -> impl Iterator<Item = Symbol> {
     ALL.into_iter().flat_map(Kernel::symbols)
 }
 
-/// One entry point: a kernel for one (logits, cache) dtype pair. Displays as
-/// its symbol, `{name}_{logits}_{cache}`.
+/// One entry point: a kernel for one (logits, draft logits) dtype pair.
+/// Displays as its symbol, `{name}_{logits}_{draft}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Symbol {
     pub kernel: Kernel,
     pub logits: DType,
-    pub cache: DType,
+    pub draft: DType,
 }
 
 impl Symbol {
@@ -178,7 +178,7 @@ impl Symbol {
     /// its registers must allow. Its `.maxntid` is [`BLOCK_THREADS`](crate::layout::BLOCK_THREADS).
     pub const fn min_blocks(self) -> u32 {
         match self.kernel.except {
-            Some((l, c, blocks)) if l as u32 == self.logits as u32 && c as u32 == self.cache as u32 => blocks,
+            Some((l, d, blocks)) if l as u32 == self.logits as u32 && d as u32 == self.draft as u32 => blocks,
             _ => self.kernel.min_blocks,
         }
     }
@@ -186,7 +186,7 @@ impl Symbol {
 
 impl core::fmt::Display for Symbol {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{}_{}_{}", self.kernel.name, self.logits.name(), self.cache.name())
+        write!(f, "{}_{}_{}", self.kernel.name, self.logits.name(), self.draft.name())
     }
 }
 
@@ -216,8 +216,8 @@ mod tests {
             check!(@pairs $kernel:
                 f32 f32, f32 Bf16, f32 F16, Bf16 f32, Bf16 Bf16, Bf16 F16, F16 f32, F16 Bf16, F16 F16);
         )*};
-        (@pairs $kernel:ident: $($l:ident $c:ident),*) => {$(
-            assert_eq!(kernel_symbol!($kernel, $l, $c), $kernel.symbol(dtype!($l), dtype!($c)).to_string());
+        (@pairs $kernel:ident: $($l:ident $d:ident),*) => {$(
+            assert_eq!(kernel_symbol!($kernel, $l, $d), $kernel.symbol(dtype!($l), dtype!($d)).to_string());
         )*};
     }
 

@@ -9,7 +9,7 @@
 pub const INVALID_SLOT: u32 = 1 << 0;
 /// The slot's temperature is negative, NaN or infinite.
 pub const INVALID_TEMPERATURE: u32 = 1 << 1;
-/// The row's draft-cache column is outside `0..K`.
+/// The row's draft-logits column is outside `0..K`.
 pub const INVALID_COLUMN: u32 = 1 << 2;
 /// The row holds a NaN logit among its candidates (informational: the row is
 /// still sampled, NaN counting as `-inf`; `rejection_sample` reports the row

@@ -6,7 +6,7 @@
 //!
 //! - [`GumbelSample`]: one token per row by Gumbel-max with per-slot
 //!   temperature and seed, noise keyed by position; greedy at `T = 0`;
-//!   optionally storing each row's raw logits in a draft-logits cache.
+//!   optionally storing each row's raw logits as draft logits.
 //! - [`RejectionSample`]: verify drafts against the target exactly, without a
 //!   softmax: log-sum-exp statistics, acceptance in log space, the residual
 //!   `max(p − q, 0)` sampled by Gumbel-max; greedy and random requests mixed,

@@ -1,26 +1,26 @@
 //! `gumbel_sample` (SPEC §3): one token per row by Gumbel-max (or argmax when
-//! greedy), optionally storing the row's raw logits into the draft cache.
+//! greedy), optionally storing the row's raw logits into the draft logits.
 //!
-//! One launch, `gumbel_sample_{logits}_{cache}` (`specdec_core::names`):
+//! One launch, `gumbel_sample_{logits}_{draft}` (`specdec_core::names`):
 //! grid `(rows, chunks)`, `layout::BLOCK_THREADS` threads,
 //! `layout::SHARED_BYTES` of dynamic shared memory ([`shared::Shared`]).
 //! Block `(r, c)` reads ids `c·chunk .. (c+1)·chunk` of row `r`, each thread
 //! four consecutive ids per step (one Philox call, one vector load when the
-//! row is aligned), writes them to the cache, and reduces its best candidate.
+//! row is aligned), writes them to the draft logits, and reduces its best candidate.
 //! With one chunk per row that block writes the row's outputs; otherwise it
 //! publishes its candidate in `partials[r·chunks + c]` and the row's last
 //! block ([`last_block`]) combines them and writes the token (`-1` for an
 //! invalid row), the row's flags, and ORs them into the call's status word.
 //!
 //! The winner is the same for any chunking (total order, noise keyed by id).
-//! A random row writing a cache whose dtype rounds the logits samples them as
-//! the cache stores them (SPEC §3.3), so the verifier's `q` is the law drawn.
+//! A random row writing draft logits whose dtype rounds the logits samples
+//! them as the draft logits store them (SPEC §3.3), so the verifier's `q` is the law drawn.
 //!
-//! Calls without a cache may take `gumbel_sample_lean_{logits}_{logits}`
+//! Calls without draft logits may take `gumbel_sample_lean_{logits}_{logits}`
 //! instead: the same in 64 registers, whose noise loop loads a batch's quads
-//! two at a time, and which writes no cache (the host takes it for grids of
+//! two at a time, and which writes no draft logits (the host takes it for grids of
 //! more than one wave). Calls of one wave of short chunks take
-//! `gumbel_sample_small_{logits}_{cache}`, whose greedy loop reads one quad a
+//! `gumbel_sample_small_{logits}_{draft}`, whose greedy loop reads one quad a
 //! batch: less code, which a small call waits for, fetched cold.
 
 use crate::block::{Partial, block_reduce};
@@ -39,7 +39,7 @@ use specdec_core::rng::Stream;
 use specdec_core::sample::{NO_LANE, Sampler};
 use specdec_core::status::{INVALID, INVALID_COLUMN, NAN_LOGITS};
 
-/// The row state plus its cache column check.
+/// The row state plus its draft-logits column check.
 ///
 /// # Safety
 /// `row < p.rows` and `p` describes valid buffers (the host validated shapes).
@@ -51,14 +51,14 @@ unsafe fn row_state(p: &GumbelParams, row: u32) -> (SlotState, u64, u32) {
         let state = SlotState::load(slot, p.temperature as *const f32, p.seed as *const u64, p.num_slots);
         (state, *(p.pos as *const u64).add(row as usize))
     };
-    let mut column = p.cache_column;
-    if p.cache != 0 && state.slot >= 0 {
-        if p.cache_columns != 0 {
-            // SAFETY: cache_columns holds `rows` elements (host-checked).
-            let c = unsafe { *(p.cache_columns as *const i32).add(row as usize) };
+    let mut column = p.draft_column;
+    if p.draft_logits != 0 && state.slot >= 0 {
+        if p.draft_columns != 0 {
+            // SAFETY: draft_columns holds `rows` elements (host-checked).
+            let c = unsafe { *(p.draft_columns as *const i32).add(row as usize) };
             column = c as u32;
         }
-        if column >= p.cache_k {
+        if column >= p.draft_k {
             state.flags |= INVALID_COLUMN;
         }
     }
@@ -80,7 +80,7 @@ unsafe fn logits_row<L>(p: &GumbelParams, row: u32) -> *const L {
 /// # Safety
 /// Launched as described in the module docs, with a validated `p`.
 #[inline(always)]
-unsafe fn gumbel_sample<L: Load, C: Load, const LEAN: bool, const Q: u32>(p: &GumbelParams) {
+unsafe fn gumbel_sample<L: Load, D: Load, const LEAN: bool, const Q: u32>(p: &GumbelParams) {
     let (row, chunk_idx, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
     if row >= p.rows || chunk_idx >= p.chunks {
         return; // whole block: no barrier is skipped by part of it
@@ -96,7 +96,7 @@ unsafe fn gumbel_sample<L: Load, C: Load, const LEAN: bool, const Q: u32>(p: &Gu
     let (state, pos, column) = unsafe { row_state(p, row) };
     let partial = if state.is_valid() {
         // SAFETY: forwarded (valid state and column, block-uniform call).
-        unsafe { fold_chunk::<L, C, LEAN, Q>(p, row, chunk_idx, state, pos, column) }
+        unsafe { fold_chunk::<L, D, LEAN, Q>(p, row, chunk_idx, state, pos, column) }
     } else {
         Partial::new(ArgMax::IDENTITY, state.flags) // block-uniform
     };
@@ -113,7 +113,7 @@ unsafe fn gumbel_sample<L: Load, C: Load, const LEAN: bool, const Q: u32>(p: &Gu
 /// # Safety
 /// Called by every thread of the block; `state` is valid and `column` checked.
 #[inline(always)]
-unsafe fn fold_chunk<L: Load, C: Load, const LEAN: bool, const Q: u32>(
+unsafe fn fold_chunk<L: Load, D: Load, const LEAN: bool, const Q: u32>(
     p: &GumbelParams,
     row: u32,
     chunk_idx: u32,
@@ -125,39 +125,39 @@ unsafe fn fold_chunk<L: Load, C: Load, const LEAN: bool, const Q: u32>(
     let (start, end) = chunk_range(p.vocab, p.chunk, chunk_idx);
     // SAFETY: row < rows.
     let logits = unsafe { logits_row::<L>(p, row) };
-    let cache = if !LEAN && p.cache != 0 && state.slot >= 0 {
-        let offset = state.slot as usize * p.cache_stride0 as usize + column as usize * p.cache_stride1 as usize;
-        // SAFETY: slot < num_slots and column < cache_k were checked; the host checked the extent.
-        unsafe { (p.cache as *mut C).add(offset) }
+    let draft_row = if !LEAN && p.draft_logits != 0 && state.slot >= 0 {
+        let offset = state.slot as usize * p.draft_stride0 as usize + column as usize * p.draft_stride1 as usize;
+        // SAFETY: slot < num_slots and column < draft_k were checked; the host checked the extent.
+        unsafe { (p.draft_logits as *mut D).add(offset) }
     } else {
         core::ptr::null_mut()
     };
     let stream = if p.drafting != 0 { Stream::Draft } else { Stream::Target };
     let sampler = Sampler::new(state.temperature, state.seed, pos, stream);
 
-    // The values a random row samples: the logits as the cache stores them
-    // where its dtype rounds them (SPEC §3.3: the verifier's `q` is then the
-    // law sampled). A padding row (no cache row) is greedy, and the host
-    // launches a rounding pair only with a cache.
-    let stored = L::DTYPE.rounds_into(C::DTYPE) && !cache.is_null();
+    // The values a random row samples: the logits as the draft logits store
+    // them where their dtype rounds them (SPEC §3.3: the verifier's `q` is
+    // then the law sampled). A padding row (no draft row) is greedy, and the
+    // host launches a rounding pair only with draft logits.
+    let stored = L::DTYPE.rounds_into(D::DTYPE) && !draft_row.is_null();
     let sampled = #[inline(always)]
     |raw: [L; 4]| {
         let v = widen(raw);
-        if stored { v.map(C::rounded) } else { v }
+        if stored { v.map(D::rounded) } else { v }
     };
 
     let mut best = ArgMax::IDENTITY;
     let mut nan = false;
     let none: *const L = core::ptr::null();
-    // Stores the quad's raw logits into the cache row, if there is one.
+    // Stores the quad's raw logits into the draft row, if there is one.
     let store = #[inline(always)]
     |x: u32, raw: [L; 4], n: u32| {
-        if !cache.is_null() {
+        if !draft_row.is_null() {
             // Constant lane indices keep `raw` in registers.
             let lane = |i: usize| {
                 if (i as u32) < n {
-                    // SAFETY: id < vocab <= cache width (the host's "narrower" check).
-                    unsafe { cache.add(x as usize + i).write(C::convert_from(raw[i])) };
+                    // SAFETY: id < vocab <= draft-logits width (the host's "narrower" check).
+                    unsafe { draft_row.add(x as usize + i).write(D::convert_from(raw[i])) };
                 }
             };
             lane(0);
@@ -258,11 +258,13 @@ unsafe fn complete(p: &GumbelParams, row: u32, chunk_idx: u32, partial: Partial)
     }
 }
 
-/// `gumbel_sample`'s two entry points for each (logits, cache) dtype pair,
-/// in a module per pair, exported under their `names` symbols.
+/// `gumbel_sample`'s two entry points for each (logits, draft logits) dtype
+/// pair, in a module per pair, exported under their `names` symbols.
 macro_rules! gumbel_kernels {
-    ($($pair:ident: $l:ident => $c:ident;)*) => {$(
-        #[doc = concat!("`gumbel_sample`'s kernels for ", stringify!($l), " logits and a ", stringify!($c), " cache.")]
+    ($($pair:ident: $l:ident => $d:ident;)*) => {$(
+        #[doc = concat!(
+            "`gumbel_sample`'s kernels for ", stringify!($l), " logits and ", stringify!($d), " draft logits."
+        )]
         pub mod $pair {
             use super::*;
 
@@ -270,10 +272,10 @@ macro_rules! gumbel_kernels {
             ///
             /// # Safety
             /// Launched by the host's validated launcher.
-            #[unsafe(export_name = kernel_symbol!(GUMBEL_SAMPLE, $l, $c))]
+            #[unsafe(export_name = kernel_symbol!(GUMBEL_SAMPLE, $l, $d))]
             pub unsafe extern "ptx-kernel" fn plain(p: GumbelParams) {
                 // SAFETY: the launcher validated `p` and the launch shape.
-                unsafe { gumbel_sample::<$l, $c, false, 4>(&p) }
+                unsafe { gumbel_sample::<$l, $d, false, 4>(&p) }
             }
 
             /// The same, its greedy loop one quad a batch
@@ -282,26 +284,26 @@ macro_rules! gumbel_kernels {
             ///
             /// # Safety
             /// Launched by the host's validated launcher.
-            #[unsafe(export_name = kernel_symbol!(GUMBEL_SAMPLE_SMALL, $l, $c))]
+            #[unsafe(export_name = kernel_symbol!(GUMBEL_SAMPLE_SMALL, $l, $d))]
             pub unsafe extern "ptx-kernel" fn small(p: GumbelParams) {
                 // SAFETY: the launcher validated `p` and the launch shape.
-                unsafe { gumbel_sample::<$l, $c, false, 1>(&p) }
+                unsafe { gumbel_sample::<$l, $d, false, 1>(&p) }
             }
         }
     )*};
 }
 
-/// `gumbel_sample` without a cache for these logits
+/// `gumbel_sample` without draft logits for these logits
 /// (`names::GUMBEL_SAMPLE_LEAN`, 64 registers), its noise loop loading two
 /// quads at a time: the host's pick for a grid of more than one wave (see
 /// module docs). Exported for the pair of the logits' dtype twice.
 macro_rules! gumbel_lean_kernels {
     ($($name:ident: $l:ident;)*) => {$(
-        /// `gumbel_sample` without a cache, in 64 registers (see the macro).
+        /// `gumbel_sample` without draft logits, in 64 registers (see the macro).
         ///
         /// # Safety
-        /// Launched by the host's validated launcher, for a call without a
-        /// cache (it writes none).
+        /// Launched by the host's validated launcher, for a call without
+        /// draft logits (it writes none).
         #[unsafe(export_name = kernel_symbol!(GUMBEL_SAMPLE_LEAN, $l, $l))]
         pub unsafe extern "ptx-kernel" fn $name(p: GumbelParams) {
             // SAFETY: the launcher validated `p` and the launch shape.
@@ -310,17 +312,7 @@ macro_rules! gumbel_lean_kernels {
     )*};
 }
 
-gumbel_kernels! {
-    f32_f32: f32 => f32;
-    f32_bf16: f32 => Bf16;
-    f32_f16: f32 => F16;
-    bf16_f32: Bf16 => f32;
-    bf16_bf16: Bf16 => Bf16;
-    bf16_f16: Bf16 => F16;
-    f16_f32: F16 => f32;
-    f16_bf16: F16 => Bf16;
-    f16_f16: F16 => F16;
-}
+for_each_dtype_pair!(gumbel_kernels);
 
 gumbel_lean_kernels! {
     lean_f32: f32;

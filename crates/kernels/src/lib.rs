@@ -8,7 +8,7 @@
 //! # Modules
 //!
 //! - [`gumbel`]: `gumbel_sample` (SPEC §3): Gumbel-max sampling and greedy
-//!   argmax of each row, the draft-logits cache written in drafting mode.
+//!   argmax of each row, the draft logits written in drafting mode.
 //! - [`rejection`]: `rejection_sample` (SPEC §4), one file per step:
 //!   `rejection/stats.rs` (pass 1, the rows' log-sum-exps and argmax),
 //!   `rejection/accept.rs` (the decision: **the accept rule**,
@@ -29,7 +29,8 @@
 //! The math both backends share (Philox streams, the Gumbel transform,
 //! log-space helpers, the accept test `accepts`) is in `specdec-core`, and so
 //! are the kernels' symbols and launch bounds (`specdec_core::names`): each
-//! entry point is exported as `kernel_symbol!` names it.
+//! entry point is exported as `kernel_symbol!` names it, for each dtype pair
+//! of `for_each_dtype_pair!` (defined here, used by both kernel tables).
 #![no_std]
 #![feature(
     abi_ptx,
@@ -42,6 +43,29 @@
     stmt_expr_attributes
 )]
 #![allow(internal_features)]
+
+/// Calls the macro `$m` once with the nine (logits, draft logits) dtype pairs
+/// that a kernel of `specdec_core::names::Pairs::All` is built for, one
+/// `module: logits => draft;` line per pair: `for_each_dtype_pair!(gumbel_kernels)`
+/// is `gumbel_kernels! { f32_f32: f32 => f32; f32_bf16: f32 => Bf16; … }`.
+/// The element types are named as `kernel_symbol!` takes them (`f32`, `Bf16`,
+/// `F16`), so the caller's module has `Bf16` and `F16` in scope. Defined
+/// before the modules so that every module can call it.
+macro_rules! for_each_dtype_pair {
+    ($m:ident) => {
+        $m! {
+            f32_f32: f32 => f32;
+            f32_bf16: f32 => Bf16;
+            f32_f16: f32 => F16;
+            bf16_f32: Bf16 => f32;
+            bf16_bf16: Bf16 => Bf16;
+            bf16_f16: Bf16 => F16;
+            f16_f32: F16 => f32;
+            f16_bf16: F16 => Bf16;
+            f16_f16: F16 => F16;
+        }
+    };
+}
 
 pub mod block;
 pub mod fold;

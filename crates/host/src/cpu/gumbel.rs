@@ -36,11 +36,11 @@ impl Cpu {
             row_stride: logits.row_stride,
         };
         let out = RowOut { tokens, row_status: row_status.as_deref_mut() };
-        let cache = draft_logits.as_mut();
+        let draft = draft_logits.as_mut();
         match &logits.data {
-            Values::F32(l) => with_cache(&rows, l, cache, out),
-            Values::BF16(l) => with_cache(&rows, l.as_core(), cache, out),
-            Values::F16(l) => with_cache(&rows, l.as_core(), cache, out),
+            Values::F32(l) => with_draft_logits(&rows, l, draft, out),
+            Values::BF16(l) => with_draft_logits(&rows, l.as_core(), draft, out),
+            Values::F16(l) => with_draft_logits(&rows, l.as_core(), draft, out),
         }
         Ok(())
     }
@@ -67,14 +67,14 @@ struct RowOut<'o, 'a> {
 }
 
 /// The draft logits and where each row's column starts in them.
-struct CacheRows<'c, 'd, C> {
-    data: &'c mut [C],
+struct DraftRows<'c, 'd, D> {
+    data: &'c mut [D],
     stride0: usize,
     stride1: usize,
     column: &'c Column<'d, Host>,
 }
 
-impl<C> CacheRows<'_, '_, C> {
+impl<D> DraftRows<'_, '_, D> {
     /// Where row `row`, on slot `slot` (`>= 0`), writes its logits.
     fn start(&self, row: usize, slot: i32) -> usize {
         let col = match self.column {
@@ -85,49 +85,49 @@ impl<C> CacheRows<'_, '_, C> {
     }
 }
 
-fn with_cache<L: Logit + Send + Sync>(
+fn with_draft_logits<L: Logit + Send + Sync>(
     rows: &Rows<'_>,
     logits: &[L],
-    cache: Option<&mut (DraftLogitsMut<'_, Host>, Column<'_, Host>)>,
+    draft: Option<&mut (DraftLogitsMut<'_, Host>, Column<'_, Host>)>,
     out: RowOut<'_, '_>,
 ) {
-    let Some((c, column)) = cache else {
+    let Some((draft, column)) = draft else {
         return sample_rows::<L, L>(rows, logits, None, out);
     };
-    let (stride0, stride1) = (c.shape.stride0, c.shape.stride1);
-    match &mut c.data {
-        ValuesMut::F32(d) => sample_rows(rows, logits, Some(CacheRows { data: d, stride0, stride1, column }), out),
+    let (stride0, stride1) = (draft.shape.stride0, draft.shape.stride1);
+    match &mut draft.data {
+        ValuesMut::F32(d) => sample_rows(rows, logits, Some(DraftRows { data: d, stride0, stride1, column }), out),
         ValuesMut::BF16(d) => {
-            sample_rows(rows, logits, Some(CacheRows { data: d.as_core_mut(), stride0, stride1, column }), out)
+            sample_rows(rows, logits, Some(DraftRows { data: d.as_core_mut(), stride0, stride1, column }), out)
         }
         ValuesMut::F16(d) => {
-            sample_rows(rows, logits, Some(CacheRows { data: d.as_core_mut(), stride0, stride1, column }), out)
+            sample_rows(rows, logits, Some(DraftRows { data: d.as_core_mut(), stride0, stride1, column }), out)
         }
     }
 }
 
 /// Every row, in order on this thread, or spread over rayon's current pool
 /// when [`super::parallel`] says so. Rows are independent, so both give the
-/// same outputs. In parallel each row gets its own cache row, split off the
-/// cache; a call where two rows write the same cache row (a race on the GPU)
+/// same outputs. In parallel each row gets its own draft row, split off the
+/// draft logits; a call where two rows write the same draft row (a race on the GPU)
 /// runs in order instead, so the last of them lands, as it always has.
-fn sample_rows<L: Logit + Sync, C: Logit + Send>(
+fn sample_rows<L: Logit + Sync, D: Logit + Send>(
     rows: &Rows<'_>,
     logits: &[L],
-    mut cache: Option<CacheRows<'_, '_, C>>,
+    mut draft: Option<DraftRows<'_, '_, D>>,
     mut out: RowOut<'_, '_>,
 ) {
     if super::parallel(rows.rows, rows.rows * rows.vocab) {
-        let split = match &mut cache {
+        let split = match &mut draft {
             None => Some((0..rows.rows).map(|_| None).collect()),
-            Some(c) => split_cache(rows, c),
+            Some(d) => split_draft_rows(rows, d),
         };
         if let Some(split) = split {
             let mut sampled = Vec::with_capacity(rows.rows);
             split
                 .into_par_iter()
                 .enumerate()
-                .map(|(row, cache_row)| sample_one(rows, logits, row, cache_row))
+                .map(|(row, draft_row)| sample_one(rows, logits, row, draft_row))
                 .collect_into_vec(&mut sampled);
             for (row, (token, nan)) in sampled.into_iter().enumerate() {
                 write_row(&mut out, row, token, nan);
@@ -137,28 +137,28 @@ fn sample_rows<L: Logit + Sync, C: Logit + Send>(
     }
     for row in 0..rows.rows {
         let slot = rows.slots[row];
-        let cache_row = match &mut cache {
-            Some(c) if slot >= 0 => {
-                let start = c.start(row, slot);
-                Some(&mut c.data[start..start + rows.vocab])
+        let draft_row = match &mut draft {
+            Some(d) if slot >= 0 => {
+                let start = d.start(row, slot);
+                Some(&mut d.data[start..start + rows.vocab])
             }
             _ => None,
         };
-        let (token, nan) = sample_one(rows, logits, row, cache_row);
+        let (token, nan) = sample_one(rows, logits, row, draft_row);
         write_row(&mut out, row, token, nan);
     }
 }
 
-/// Each row's cache row (`None` for a padding row), split off `cache` in
-/// address order; `None` if two rows write the same cache row. The cache's
-/// `(slot, column)` rows are validated disjoint, so distinct ones start at
+/// Each row's draft row (`None` for a padding row), split off `draft` in
+/// address order; `None` if two rows write the same draft row. The draft
+/// logits' `(slot, column)` rows are validated disjoint, so distinct ones start at
 /// least `vocab` apart.
-fn split_cache<'s, C>(rows: &Rows<'_>, cache: &'s mut CacheRows<'_, '_, C>) -> Option<Vec<Option<&'s mut [C]>>> {
+fn split_draft_rows<'s, D>(rows: &Rows<'_>, draft: &'s mut DraftRows<'_, '_, D>) -> Option<Vec<Option<&'s mut [D]>>> {
     let mut starts: Vec<(usize, usize)> =
-        (0..rows.rows).filter(|&r| rows.slots[r] >= 0).map(|r| (cache.start(r, rows.slots[r]), r)).collect();
+        (0..rows.rows).filter(|&r| rows.slots[r] >= 0).map(|r| (draft.start(r, rows.slots[r]), r)).collect();
     starts.sort_unstable();
-    let mut split: Vec<Option<&mut [C]>> = (0..rows.rows).map(|_| None).collect();
-    let (mut rest, mut at) = (&mut *cache.data, 0);
+    let mut split: Vec<Option<&mut [D]>> = (0..rows.rows).map(|_| None).collect();
+    let (mut rest, mut at) = (&mut *draft.data, 0);
     for (start, row) in starts {
         if start < at {
             return None;
@@ -172,12 +172,13 @@ fn split_cache<'s, C>(rows: &Rows<'_>, cache: &'s mut CacheRows<'_, '_, C>) -> O
 }
 
 /// Row `row`'s token and whether it holds a NaN; its raw logits go to
-/// `cache_row`, the row's own cache row (`None`: no cache or a padding row).
-fn sample_one<L: Logit, C: Logit>(
+/// `draft_row`, the row's own draft row (`None`: no draft logits or a padding
+/// row).
+fn sample_one<L: Logit, D: Logit>(
     rows: &Rows<'_>,
     logits: &[L],
     row: usize,
-    cache_row: Option<&mut [C]>,
+    draft_row: Option<&mut [D]>,
 ) -> (u32, bool) {
     let slot = rows.slots[row];
     let (t, seed) = if slot >= 0 { (rows.temperature[slot as usize], rows.seed[slot as usize]) } else { (0.0, 0) };
@@ -185,12 +186,12 @@ fn sample_one<L: Logit, C: Logit>(
     let start = row * rows.row_stride;
     let values = &logits[start..start + rows.vocab];
     if sampler.greedy {
-        if let Some(c) = cache_row {
-            copy(values, c);
+        if let Some(d) = draft_row {
+            copy(values, d);
         }
         first_argmax(rows.level, values)
     } else {
-        let (best, nan) = sample_row(rows.level, &sampler, values, cache_row);
+        let (best, nan) = sample_row(rows.level, &sampler, values, draft_row);
         (best.index, nan)
     }
 }
@@ -206,31 +207,31 @@ fn write_row(out: &mut RowOut<'_, '_>, row: usize, token: u32, nan: bool) {
     }
 }
 
-/// Ids per step of a random row with a cache: a step's logits stay in L1
-/// between their copy into the cache and their fold.
+/// Ids per step of a random row with draft logits: a step's logits stay in
+/// L1 between their copy into the draft row and their fold.
 const STEP: usize = 4096;
 
 /// A random row, folded exactly as a kernel thread folds it, four ids at a
-/// time (see [`simd`]), writing the cache as it goes. Where the cache's dtype
+/// time (see [`simd`]), writing the draft row as it goes. Where the draft dtype
 /// rounds the logits
 /// ([`DType::rounds_into`](specdec_core::dtype::DType::rounds_into)), the values folded are the
 /// stored ones (SPEC §3.3: the verifier's `q` is the distribution sampled).
-fn sample_row<L: Logit, C: Logit>(
+fn sample_row<L: Logit, D: Logit>(
     level: Level,
     sampler: &Sampler,
     values: &[L],
-    cache: Option<&mut [C]>,
+    draft: Option<&mut [D]>,
 ) -> (ArgMax, bool) {
-    let Some(cache) = cache else {
+    let Some(draft) = draft else {
         return simd::fold(level, sampler, ArgMax::IDENTITY, 0, values);
     };
-    let stored = L::DTYPE.rounds_into(C::DTYPE);
+    let stored = L::DTYPE.rounds_into(D::DTYPE);
     let (mut best, mut nan) = (ArgMax::IDENTITY, false);
-    for (step, (values, cache)) in values.chunks(STEP).zip(cache.chunks_mut(STEP)).enumerate() {
-        copy(values, cache);
+    for (step, (values, draft)) in values.chunks(STEP).zip(draft.chunks_mut(STEP)).enumerate() {
+        copy(values, draft);
         let base = (step * STEP) as u32;
         let (b, n) = if stored {
-            simd::fold(level, sampler, best, base, cache)
+            simd::fold(level, sampler, best, base, draft)
         } else {
             simd::fold(level, sampler, best, base, values)
         };
@@ -239,9 +240,9 @@ fn sample_row<L: Logit, C: Logit>(
     (best, nan)
 }
 
-/// The raw logits into the cache (SPEC §3.3: converted, bit-exact for equal dtypes).
-fn copy<L: Element, C: Element>(values: &[L], cache: &mut [C]) {
-    for (c, &v) in cache.iter_mut().zip(values) {
-        *c = C::convert_from(v);
+/// The raw logits into the draft row (SPEC §3.3: converted, bit-exact for equal dtypes).
+fn copy<L: Element, D: Element>(values: &[L], draft: &mut [D]) {
+    for (d, &v) in draft.iter_mut().zip(values) {
+        *d = D::convert_from(v);
     }
 }

@@ -24,7 +24,7 @@ use specdec_core::dtype::{Bf16, F16};
 /// has at least two of them and reads at least [`PARALLEL_MIN_LOGITS`] logits
 /// (`rows × V`, counting every target row); smaller calls run on the calling
 /// thread, where waking the pool would cost more than it saves. The outputs
-/// (tokens, row status, caches, counts) are bit-identical for any thread
+/// (tokens, row status, draft logits, counts) are bit-identical for any thread
 /// count: each unit's noise is keyed by its own seed, position and id, and
 /// each writes only its own outputs.
 ///

@@ -82,16 +82,16 @@ impl Cuda {
         if let Some((draft, column)) = &mut out.draft_logits {
             let (ptr, g) = draft.data.device_ptr_mut(stream);
             _g8 = Some(g);
-            p.cache = ptr;
-            p.cache_stride0 = draft.shape.stride0 as u64;
-            p.cache_stride1 = draft.shape.stride1 as u64;
-            p.cache_k = draft.shape.k as u32;
+            p.draft_logits = ptr;
+            p.draft_stride0 = draft.shape.stride0 as u64;
+            p.draft_stride1 = draft.shape.stride1 as u64;
+            p.draft_k = draft.shape.k as u32;
             match column {
-                Column::All(c) => p.cache_column = *c as u32,
+                Column::All(c) => p.draft_column = *c as u32,
                 Column::PerRow(cols) => {
                     let (ptr, g) = cols.device_ptr(stream);
                     _g9 = Some(g);
-                    p.cache_columns = ptr;
+                    p.draft_columns = ptr;
                 }
             }
         }

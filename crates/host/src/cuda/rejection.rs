@@ -95,9 +95,9 @@ impl Cuda {
         if let Some(d) = &args.draft_logits {
             let (ptr, g) = d.data.device_ptr(stream);
             _g8 = Some(g);
-            p.cache = ptr;
-            p.cache_stride0 = d.shape.stride0 as u64;
-            p.cache_stride1 = d.shape.stride1 as u64;
+            p.draft_logits = ptr;
+            p.draft_stride0 = d.shape.stride0 as u64;
+            p.draft_stride1 = d.shape.stride1 as u64;
         }
         let (tokens, tokens_i64, _g9) = out.tokens.device_ptr_mut(stream);
         (p.tokens, p.tokens_i64) = (tokens, tokens_i64 as u32);

@@ -6,7 +6,7 @@
 //! [`ResampleJob`] for token `j` with the floors its candidates start from.
 
 use super::stats::{OVERLAP_ROW, row_flags, row_kind, row_stats};
-use super::{JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, Request, ResampleJob, cache_row, target_row, write_request_token};
+use super::{JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, Request, ResampleJob, draft_row, target_row, write_request_token};
 use crate::block::warp_fold;
 use crate::gpu::{self, WARP};
 use crate::load::Load;
@@ -60,7 +60,7 @@ impl RowDecision {
 /// after every block of request `r < requests` published its statistics and
 /// thread 0 wrote the request to [`shared::request`] before a barrier.
 #[inline(always)]
-pub(super) unsafe fn decide<T: Load, C: Load, const OVERLAP: bool>(p: &RejectionParams, r: u32) {
+pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool>(p: &RejectionParams, r: u32) {
     // SAFETY: written by thread 0 before the barrier (caller).
     let req = &unsafe { shared::request().read() };
     let (warp, lane) = (gpu::thread_idx_x() / WARP, gpu::thread_idx_x() % WARP);
@@ -99,7 +99,7 @@ pub(super) unsafe fn decide<T: Load, C: Load, const OVERLAP: bool>(p: &Rejection
                 f32::NAN
             };
             // SAFETY: i <= n_r of a valid request; d is -1 or in 0..V.
-            if i == n || !unsafe { req.accepts::<T, C>(p, &mut row, mass) } {
+            if i == n || !unsafe { req.accepts::<T, D>(p, &mut row, mass) } {
                 mine = RowDecision { flags: mine.flags, ..row };
             }
         }
@@ -154,7 +154,7 @@ pub(super) unsafe fn decide<T: Load, C: Load, const OVERLAP: bool>(p: &Rejection
     } else {
         let mode = if j == n || dec.draft == -1 {
             JOB_TARGET
-        } else if p.cache == 0 {
+        } else if p.draft_logits == 0 {
             JOB_ONE_HOT
         } else {
             JOB_RESIDUAL
@@ -259,7 +259,7 @@ impl Request {
     /// `row.row < n_r` of a valid request, `row.draft` is `-1` or in `0..V`;
     /// `row` holds that row's argmax and log-sum-exps.
     #[inline(always)]
-    unsafe fn accepts<T: Load, C: Load>(&self, p: &RejectionParams, row: &mut RowDecision, mass: f32) -> bool {
+    unsafe fn accepts<T: Load, D: Load>(&self, p: &RejectionParams, row: &mut RowDecision, mass: f32) -> bool {
         let d = row.draft;
         if d == -1 {
             return false;
@@ -271,9 +271,9 @@ impl Request {
         // SAFETY: row0 + row < rows, 0 <= d < vocab.
         let t = unsafe { (*target_row::<T>(p, self.row0 + row.row).add(d as usize)).as_f32() };
         let log_p = sampler.scaled(t) - row.lse_t;
-        let log_q = if p.cache != 0 {
+        let log_q = if p.draft_logits != 0 {
             // SAFETY: valid slot, row.row < n_r <= max_drafts, d < vocab.
-            let q = unsafe { (*cache_row::<C>(p, self.slot.slot, row.row).add(d as usize)).as_f32() };
+            let q = unsafe { (*draft_row::<D>(p, self.slot.slot, row.row).add(d as usize)).as_f32() };
             sampler.scaled(q) - row.lse_q
         } else {
             0.0
@@ -284,7 +284,7 @@ impl Request {
         // Only a guess for the floors: the hardware's logarithm will do. `max`
         // ignores a NaN bound.
         let excess = gpu::fast_exp(log_q) - gpu::fast_exp(log_p);
-        row.log_excess = gpu::fast_ln(if p.cache != 0 { excess.max(mass) } else { excess });
+        row.log_excess = gpu::fast_ln(if p.draft_logits != 0 { excess.max(mass) } else { excess });
         false
     }
 }

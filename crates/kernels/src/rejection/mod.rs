@@ -2,13 +2,13 @@
 //! target, softmax-free, in two launches that never materialise a
 //! probability and write nothing of size rows × V.
 //!
-//! 1. `rejection_stats_{target}_{cache}` (or, for chunks of a few tiles,
+//! 1. `rejection_stats_{target}_{draft}` (or, for chunks of a few tiles,
 //!    its twin reading one quad a batch, `rejection_stats_small_…`, less
 //!    than half the code): grid `(requests·(K+1), chunks)`.
 //!    Block `(r·(K+1) + i, c)` reads chunk `c` of request `r`'s row `i` (if
 //!    `i <= n_r`): greedy requests reduce the target argmax; sampling requests
 //!    the target's (max, Σexp) of `t/T`, and for draft rows the draft's, from
-//!    cache column `i` of the request's slot (and, in the small twin, the
+//!    draft-logits column `i` of the request's slot (and, in the small twin, the
 //!    two rows' overlap, which bounds the residual's mass from below). One
 //!    [`Stats`] per block. The
 //!    request's last block (`crate::last_block`) then decides: each warp takes
@@ -19,7 +19,7 @@
 //!    Warp 0 writes the accepted drafts, `-1` padding, the counts, and a
 //!    [`ResampleJob`] saying what token `j` must be sampled from (or `-1`s, for a
 //!    request with a bad draft id), with all pass 2 needs of the request.
-//! 2. `rejection_resample_{target}_{cache}`: grid `(requests,
+//! 2. `rejection_resample_{target}_{draft}`: grid `(requests,
 //!    resample_chunks)`, each block `resample_chunk` ids (split for `requests`
 //!    rows, so a small batch still spreads over the GPU); for a grid of more
 //!    than one wave, its twin in 64 registers, `rejection_resample_lean_…`,
@@ -119,15 +119,15 @@ unsafe fn target_row<T>(p: &RejectionParams, row: u32) -> *const T {
     unsafe { (p.target as *const T).add(row as usize * p.row_stride as usize) }
 }
 
-/// Cache column `column` of `slot` (the draft logits of draft `column`).
+/// The draft row of draft `column` on `slot`: column `column` of the slot's draft logits.
 ///
 /// # Safety
-/// `p.cache != 0`, `0 <= slot < num_slots`, `column < max_drafts`.
+/// `p.draft_logits != 0`, `0 <= slot < num_slots`, `column < max_drafts`.
 #[inline(always)]
-unsafe fn cache_row<C>(p: &RejectionParams, slot: i32, column: u32) -> *const C {
-    let offset = slot as usize * p.cache_stride0 as usize + column as usize * p.cache_stride1 as usize;
-    // SAFETY: the host checked the cache covers num_slots × max_drafts rows of >= vocab.
-    unsafe { (p.cache as *const C).add(offset) }
+unsafe fn draft_row<D>(p: &RejectionParams, slot: i32, column: u32) -> *const D {
+    let offset = slot as usize * p.draft_stride0 as usize + column as usize * p.draft_stride1 as usize;
+    // SAFETY: the host checked the draft logits cover num_slots × max_drafts rows of >= vocab.
+    unsafe { (p.draft_logits as *const D).add(offset) }
 }
 
 /// Writes token `i` of request `r`.
@@ -141,11 +141,13 @@ unsafe fn write_request_token(p: &RejectionParams, r: u32, i: u32, token: i64) {
     unsafe { write_token(p.tokens, p.tokens_i64, at, token) }
 }
 
-/// The five entry points of `rejection_sample` for each (target, cache)
-/// dtype pair, in a module per pair, exported under their `names` symbols.
+/// The five entry points of `rejection_sample` for each (target, draft
+/// logits) dtype pair, in a module per pair, exported under their `names` symbols.
 macro_rules! rejection_kernels {
-    ($($pair:ident: $t:ident => $c:ident;)*) => {$(
-        #[doc = concat!("`rejection_sample`'s kernels for ", stringify!($t), " target and ", stringify!($c), " cache.")]
+    ($($pair:ident: $t:ident => $d:ident;)*) => {$(
+        #[doc = concat!(
+            "`rejection_sample`'s kernels for ", stringify!($t), " target and ", stringify!($d), " draft logits."
+        )]
         pub mod $pair {
             use super::*;
 
@@ -158,10 +160,10 @@ macro_rules! rejection_kernels {
             ///
             /// # Safety
             /// Launched by the host's checked launcher.
-            #[unsafe(export_name = kernel_symbol!(REJECTION_STATS, $t, $c))]
+            #[unsafe(export_name = kernel_symbol!(REJECTION_STATS, $t, $d))]
             pub unsafe extern "ptx-kernel" fn stats(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::stats::stats::<$t, $c, 4, false>(&p) }
+                unsafe { super::stats::stats::<$t, $d, 4, false>(&p) }
             }
 
             /// Pass 1 reading one quad a batch (`names::REJECTION_STATS_SMALL`):
@@ -172,20 +174,20 @@ macro_rules! rejection_kernels {
             ///
             /// # Safety
             /// Launched by the host's checked launcher.
-            #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_SMALL, $t, $c))]
+            #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_SMALL, $t, $d))]
             pub unsafe extern "ptx-kernel" fn stats_small(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::stats::stats::<$t, $c, 1, true>(&p) }
+                unsafe { super::stats::stats::<$t, $d, 1, true>(&p) }
             }
 
             /// Pass 2 of `rejection_sample` (`names::REJECTION_RESAMPLE`).
             ///
             /// # Safety
             /// Launched by the host's checked launcher.
-            #[unsafe(export_name = kernel_symbol!(REJECTION_RESAMPLE, $t, $c))]
+            #[unsafe(export_name = kernel_symbol!(REJECTION_RESAMPLE, $t, $d))]
             pub unsafe extern "ptx-kernel" fn resample(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::resample::resample::<$t, $c, 2>(&p) }
+                unsafe { super::resample::resample::<$t, $d, 2>(&p) }
             }
 
             /// Pass 2, the body of `resample` under the launch bounds of
@@ -194,10 +196,10 @@ macro_rules! rejection_kernels {
             ///
             /// # Safety
             /// Launched by the host's checked launcher.
-            #[unsafe(export_name = kernel_symbol!(REJECTION_RESAMPLE_LEAN, $t, $c))]
+            #[unsafe(export_name = kernel_symbol!(REJECTION_RESAMPLE_LEAN, $t, $d))]
             pub unsafe extern "ptx-kernel" fn resample_lean(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::resample::resample::<$t, $c, 2>(&p) }
+                unsafe { super::resample::resample::<$t, $d, 2>(&p) }
             }
 
             /// Pass 2 walking one quad a batch
@@ -206,23 +208,13 @@ macro_rules! rejection_kernels {
             ///
             /// # Safety
             /// Launched by the host's checked launcher.
-            #[unsafe(export_name = kernel_symbol!(REJECTION_RESAMPLE_SMALL, $t, $c))]
+            #[unsafe(export_name = kernel_symbol!(REJECTION_RESAMPLE_SMALL, $t, $d))]
             pub unsafe extern "ptx-kernel" fn resample_small(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::resample::resample::<$t, $c, 1>(&p) }
+                unsafe { super::resample::resample::<$t, $d, 1>(&p) }
             }
         }
     )*};
 }
 
-rejection_kernels! {
-    f32_f32: f32 => f32;
-    f32_bf16: f32 => Bf16;
-    f32_f16: f32 => F16;
-    bf16_f32: Bf16 => f32;
-    bf16_bf16: Bf16 => Bf16;
-    bf16_f16: Bf16 => F16;
-    f16_f32: F16 => f32;
-    f16_bf16: F16 => Bf16;
-    f16_f16: F16 => F16;
-}
+for_each_dtype_pair!(rejection_kernels);

@@ -6,7 +6,7 @@
 //! writes token `j` once the result is certified against the job's floors,
 //! or folds the row again unseeded.
 
-use super::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, ResampleJob, cache_row, target_row, write_request_token};
+use super::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, ResampleJob, draft_row, target_row, write_request_token};
 use crate::block::{Reduce, block_reduce, warp_best};
 use crate::fold::block_floor;
 use crate::gpu::{self, WARP};
@@ -26,7 +26,7 @@ use specdec_core::sample::{Resampled, Sampler};
 /// # Safety
 /// Launched by the host's checked launcher after pass 1 on the same stream.
 #[inline(always)]
-pub(super) unsafe fn resample<T: Load, C: Load, const Q: u32>(p: &RejectionParams) {
+pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32>(p: &RejectionParams) {
     let (r, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
     if r >= p.requests || c >= p.resample_chunks {
         return;
@@ -38,7 +38,7 @@ pub(super) unsafe fn resample<T: Load, C: Load, const Q: u32>(p: &RejectionParam
     }
     let (start, end) = chunk_range(p.vocab, p.resample_chunk, c);
     // SAFETY: every thread of the block is here; start % 4 == 0, end <= vocab.
-    let best = unsafe { resample_range::<T, C, Q>(p, &job, start, end, job.floors) };
+    let best = unsafe { resample_range::<T, D, Q>(p, &job, start, end, job.floors) };
     // SAFETY: all threads of the block reach this reduction.
     let reduced = unsafe { block_reduce(Candidates(best)) };
     // SAFETY: all of warp 0, once per block of an active request.
@@ -54,7 +54,7 @@ pub(super) unsafe fn resample<T: Load, C: Load, const Q: u32>(p: &RejectionParam
     let job = unsafe { (p.jobs as *const ResampleJob).add(r as usize).read_volatile() };
     let ninf = f32::NEG_INFINITY;
     // SAFETY: as above.
-    let best = unsafe { resample_range::<T, C, Q>(p, &job, 0, p.vocab, (ninf, ninf)) };
+    let best = unsafe { resample_range::<T, D, Q>(p, &job, 0, p.vocab, (ninf, ninf)) };
     // SAFETY: as above.
     let reduced = unsafe { block_reduce(Candidates(best)) };
     if tid == 0 {
@@ -75,7 +75,7 @@ pub(super) unsafe fn resample<T: Load, C: Load, const Q: u32>(p: &RejectionParam
 /// Every thread of the block calls this together; `job` is pass 1's for
 /// an active request; `start % 4 == 0`, `end <= vocab`.
 #[inline(always)]
-unsafe fn resample_range<T: Load, C: Load, const Q: u32>(
+unsafe fn resample_range<T: Load, D: Load, const Q: u32>(
     p: &RejectionParams,
     job: &ResampleJob,
     start: u32,
@@ -86,8 +86,8 @@ unsafe fn resample_range<T: Load, C: Load, const Q: u32>(
     // SAFETY: job.row < rows.
     let target = unsafe { target_row::<T>(p, job.row) };
     let draft = if job.mode == JOB_RESIDUAL {
-        // SAFETY: a residual job has a cache, a valid slot and column < n_r <= K.
-        unsafe { cache_row::<C>(p, job.slot, job.column) }
+        // SAFETY: a residual job has draft logits, a valid slot and column < n_r <= K.
+        unsafe { draft_row::<D>(p, job.slot, job.column) }
     } else {
         core::ptr::null()
     };

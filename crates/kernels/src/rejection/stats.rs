@@ -6,7 +6,7 @@
 //! request's rows, their chunks combined here ([`row_stats`]).
 
 use super::accept::decide;
-use super::{Request, cache_row, target_row};
+use super::{Request, draft_row, target_row};
 use crate::block::{Reduce, block_reduce, warp_best, warp_fold};
 use crate::fold::{fold_greedy, push_overlap, push_scaled, pushed_max};
 use crate::gpu::{self, WARP};
@@ -111,7 +111,7 @@ impl<const KIND: u32> Reduce for Row<KIND> {
 /// # Safety
 /// Launched by the host's checked launcher.
 #[inline(always)]
-pub(super) unsafe fn stats<T: Load, C: Load, const Q: u32, const OVERLAP: bool>(p: &RejectionParams) {
+pub(super) unsafe fn stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool>(p: &RejectionParams) {
     let (pair, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
     let k1 = p.max_drafts + 1;
     let k1 = k1.max(1); // max_drafts < u32::MAX (host-checked); keeps the panic path out
@@ -130,7 +130,7 @@ pub(super) unsafe fn stats<T: Load, C: Load, const Q: u32, const OVERLAP: bool>(
     // Block-uniform; the decision never reads the entries of other blocks.
     if req.slot.is_valid() && i <= req.drafts {
         // SAFETY: every thread of the block is here; i <= n_r of a valid request.
-        let acc = unsafe { row_chunk_stats::<T, C, Q, OVERLAP>(p, &req, i, c) };
+        let acc = unsafe { row_chunk_stats::<T, D, Q, OVERLAP>(p, &req, i, c) };
         if tid == 0 {
             // SAFETY: stats holds requests·(K+1)·chunks entries (workspace, host-sized).
             unsafe { (p.stats as *mut Stats).add(pair as usize * p.chunks as usize + c as usize).write(acc) };
@@ -147,7 +147,7 @@ pub(super) unsafe fn stats<T: Load, C: Load, const Q: u32, const OVERLAP: bool>(
         gpu::fence_device();
         // SAFETY: the whole block, after every block of request `r` published
         // and thread 0 wrote the request (before the barrier above).
-        unsafe { decide::<T, C, OVERLAP>(p, r) };
+        unsafe { decide::<T, D, OVERLAP>(p, r) };
     }
 }
 
@@ -156,7 +156,7 @@ pub(super) unsafe fn stats<T: Load, C: Load, const Q: u32, const OVERLAP: bool>(
 pub(super) fn row_kind<const OVERLAP: bool>(p: &RejectionParams, req: &Request, i: u32) -> u32 {
     if req.slot.greedy() {
         GREEDY_ROW
-    } else if OVERLAP && p.cache != 0 && i < req.drafts {
+    } else if OVERLAP && p.draft_logits != 0 && i < req.drafts {
         OVERLAP_ROW
     } else {
         SAMPLED_ROW
@@ -169,7 +169,7 @@ pub(super) fn row_kind<const OVERLAP: bool>(p: &RejectionParams, req: &Request, 
 /// # Safety
 /// Called by every thread of the block; `req` is valid and `i <= n_r`.
 #[inline(always)]
-unsafe fn row_chunk_stats<T: Load, C: Load, const Q: u32, const OVERLAP: bool>(
+unsafe fn row_chunk_stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool>(
     p: &RejectionParams,
     req: &Request,
     i: u32,
@@ -179,9 +179,9 @@ unsafe fn row_chunk_stats<T: Load, C: Load, const Q: u32, const OVERLAP: bool>(
     // SAFETY: row0 + i < offsets[r+1] <= rows.
     let target = unsafe { target_row::<T>(p, req.row0 + i) };
     let greedy = req.slot.greedy();
-    let draft = if !greedy && p.cache != 0 && i < req.drafts {
+    let draft = if !greedy && p.draft_logits != 0 && i < req.drafts {
         // SAFETY: valid non-padding slot (greedy covers -1), i < n_r <= max_drafts.
-        unsafe { cache_row::<C>(p, req.slot.slot, i) }
+        unsafe { draft_row::<D>(p, req.slot.slot, i) }
     } else {
         core::ptr::null()
     };
@@ -192,7 +192,7 @@ unsafe fn row_chunk_stats<T: Load, C: Load, const Q: u32, const OVERLAP: bool>(
     // in flight (pipelined), in the registers the other spends on its sums.
     // SAFETY (both): the rows hold >= vocab >= end elements; start % 4 == 0.
     if greedy {
-        let none: *const C = core::ptr::null();
+        let none: *const D = core::ptr::null();
         unsafe {
             for_each_quad::<true, Q, _, _>(
                 target,
