@@ -40,7 +40,7 @@ impl Cuda {
             ws,
             Variants {
                 op: names::REJECTION_STATS,
-                spread: Spread::Streaming,
+                spread: Spread::Verifier,
                 lean: None,
                 small: Some(names::REJECTION_STATS_SMALL),
             },
@@ -51,7 +51,7 @@ impl Cuda {
             ws,
             Variants {
                 op: names::REJECTION_RESAMPLE,
-                spread: Spread::Resample,
+                spread: Spread::Verifier,
                 lean: Some(names::REJECTION_RESAMPLE_LEAN),
                 small: Some(names::REJECTION_RESAMPLE_SMALL),
             },

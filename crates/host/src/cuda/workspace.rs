@@ -186,18 +186,18 @@ fn small(sm_count: u32, rows: usize, split: Split, blocks_per_sm: u32) -> bool {
 /// How many blocks per SM a kernel's split aims for at small batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Spread {
-    /// Two per SM, not more: each block pays a fixed cost (its row's chain
-    /// of dependent loads, a reduction, an arrival), and larger chunks prune
-    /// more noise; four per SM measured slower at small batch for the
-    /// streaming passes (benches/results/2026-12-02-design-measurements.md).
+    /// `gumbel_sample`: two per SM, not more: each block pays a fixed cost
+    /// (its row's chain of dependent loads, a reduction, an arrival), and
+    /// larger chunks prune more noise; four per SM measured slower at small
+    /// batch (benches/results/2026-12-02-design-measurements.md).
     Streaming,
-    /// The verifier's resample, latency-bound on too few warps at small and
-    /// medium batch (benches/results/2026-12-02-nvidia-h200-medium-batch-profile.md):
-    /// four per SM (then fitted to the kernel's waves) for up to one request
-    /// per two SMs, where two per SM give each row four chunks or more; two
-    /// above, where four per SM measured slower
-    /// (benches/results/2026-12-02-nvidia-h200-resample-spread-ab.md).
-    Resample,
+    /// The verifier's two passes, latency-bound on too few warps at small
+    /// and medium batch (benches/results/2026-12-02-nvidia-h200-medium-batch-profile.md):
+    /// four per SM (then fitted to the kernel's waves) for up to one of the
+    /// pass's rows per two SMs, two above, where four per SM measured slower
+    /// (benches/results/2026-12-02-nvidia-h200-resample-spread-ab.md,
+    /// 2026-12-02-nvidia-h200-stats-spread-ab.md).
+    Verifier,
 }
 
 /// The most blocks per SM any [`Spread`] aims for (what the scratch is sized for).
@@ -207,7 +207,7 @@ const MOST_BLOCKS_PER_SM: usize = 4;
 fn target_blocks(sm_count: u32, rows: usize, spread: Spread) -> usize {
     let sm_count = sm_count.max(1) as usize;
     let per_sm = match spread {
-        Spread::Resample if rows <= sm_count / 2 => MOST_BLOCKS_PER_SM,
+        Spread::Verifier if rows <= sm_count / 2 => MOST_BLOCKS_PER_SM,
         _ => 2,
     };
     per_sm * sm_count
@@ -280,7 +280,7 @@ mod tests {
         for rows in rows {
             for sm_count in [1, 2, 7, 108, 132, 144] {
                 for blocks_per_sm in [1, 2, 3, 4, 8] {
-                    for (vocab, spread) in vocabs.iter().flat_map(|&v| [(v, Spread::Streaming), (v, Spread::Resample)])
+                    for (vocab, spread) in vocabs.iter().flat_map(|&v| [(v, Spread::Streaming), (v, Spread::Verifier)])
                     {
                         let s = split(sm_count, rows, vocab, blocks_per_sm, spread);
                         let at = format!("{rows} rows of {vocab}, {sm_count} SMs × {blocks_per_sm}, {spread:?}: {s:?}");
@@ -325,26 +325,27 @@ mod tests {
         assert_eq!(balance_waves(512, 1, 32, 396), 1);
     }
 
-    /// Above one request per two SMs the resample splits as the streaming
-    /// passes do (four per SM measured slower there); below, it takes more chunks.
+    /// Above one row per two SMs the verifier's passes split as
+    /// `gumbel_sample` does (four per SM measured slower there); below, they
+    /// take more chunks.
     #[test]
-    fn the_resample_spreads_only_up_to_one_request_per_two_sms() {
+    fn the_verifier_spreads_only_up_to_one_row_per_two_sms() {
         for sm_count in [2, 7, 108, 132, 144] {
             for bps in [3, 4] {
                 let at = |rows: usize, spread| split(sm_count, rows, 151_936, bps, spread);
                 let half = sm_count as usize / 2;
                 for rows in half + 1..=4 * sm_count as usize {
-                    assert_eq!(at(rows, Spread::Resample), at(rows, Spread::Streaming), "{rows} rows, {sm_count} SMs");
+                    assert_eq!(at(rows, Spread::Verifier), at(rows, Spread::Streaming), "{rows} rows, {sm_count} SMs");
                 }
                 // Below, at least as many chunks as the streaming split.
                 if half >= 1 {
-                    assert!(at(half, Spread::Resample).chunks >= at(half, Spread::Streaming).chunks, "{sm_count} SMs");
+                    assert!(at(half, Spread::Verifier).chunks >= at(half, Spread::Streaming).chunks, "{sm_count} SMs");
                 }
             }
         }
         // An H200's 16 requests: 22 chunks a row where the streaming split makes 17.
         assert_eq!(
-            (split(132, 16, 151_936, 3, Spread::Resample).chunks, split(132, 16, 151_936, 3, Spread::Streaming).chunks),
+            (split(132, 16, 151_936, 3, Spread::Verifier).chunks, split(132, 16, 151_936, 3, Spread::Streaming).chunks),
             (22, 17)
         );
     }
@@ -354,9 +355,8 @@ mod tests {
     /// measured slower, nor a grid of more than one wave of short rows.
     #[test]
     fn the_small_variants_take_small_calls() {
-        let takes = |rows: usize, vocab: usize, bps: u32| {
-            small(132, rows, split(132, rows, vocab, bps, Spread::Streaming), bps)
-        };
+        let takes =
+            |rows: usize, vocab: usize, bps: u32| small(132, rows, split(132, rows, vocab, bps, Spread::Verifier), bps);
         for k1 in [2, 4, 5, 8] {
             assert!(takes(k1, 151_936, 4) && takes(k1, 32_000, 4), "pass 1 of one request of {k1} rows");
         }
@@ -369,7 +369,7 @@ mod tests {
         assert!(!takes(40_960, 4096, 4), "40,960 rows of 4 tiles: many waves");
         // The statistical suite's calls of one request (V = 4096, K = 3) on any GPU of 4 SMs or more.
         for sm_count in 4..=144 {
-            assert!(small(sm_count, 4, split(sm_count, 4, 4096, 4, Spread::Streaming), 4), "{sm_count} SMs");
+            assert!(small(sm_count, 4, split(sm_count, 4, 4096, 4, Spread::Verifier), 4), "{sm_count} SMs");
         }
     }
 }
