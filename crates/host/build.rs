@@ -4,7 +4,6 @@
 //! with the toolchain the repository pins, whatever toolchain builds this
 //! crate (`specdec_ptx_builder::Toolchain`).
 
-use specdec_core::layout::BLOCK_THREADS;
 use specdec_core::names;
 use specdec_ptx_builder::{LaunchBounds, PtxBuilder};
 use std::path::PathBuf;
@@ -21,7 +20,7 @@ fn main() {
     let target_dir = out.ancestors().nth(4).map(|t| t.join("ptx")).unwrap_or_else(|| out.join("ptx"));
     let bounds = names::symbols().map(|s| LaunchBounds {
         kernel: s.to_string(),
-        max_threads: BLOCK_THREADS,
+        max_threads: s.max_threads(),
         min_blocks: s.min_blocks(),
     });
     let builder = PtxBuilder::new(&kernels).target_dir(target_dir).launch_bounds(bounds);

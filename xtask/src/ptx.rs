@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use specdec_core::layout::BLOCK_THREADS;
 use specdec_core::names;
 use specdec_ptx_builder::{LaunchBounds, PtxBuilder};
 
@@ -134,7 +133,7 @@ fn build(kernels: &Path, arch: &str, target_dir: &Path) -> Result<PathBuf> {
     );
     let bounds = names::symbols().map(|s| LaunchBounds {
         kernel: s.to_string(),
-        max_threads: BLOCK_THREADS,
+        max_threads: s.max_threads(),
         min_blocks: s.min_blocks(),
     });
     let ptx = PtxBuilder::new(kernels)

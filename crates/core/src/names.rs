@@ -174,8 +174,14 @@ pub struct Symbol {
 }
 
 impl Symbol {
+    /// Its `.maxntid`: [`BLOCK_THREADS`](crate::layout::BLOCK_THREADS), the
+    /// block size every kernel is launched with.
+    pub const fn max_threads(self) -> u32 {
+        crate::layout::BLOCK_THREADS
+    }
+
     /// Its `.minnctapersm`: the blocks of [`BLOCK_THREADS`](crate::layout::BLOCK_THREADS) threads per SM
-    /// its registers must allow. Its `.maxntid` is [`BLOCK_THREADS`](crate::layout::BLOCK_THREADS).
+    /// its registers must allow.
     pub const fn min_blocks(self) -> u32 {
         match self.kernel.except {
             Some((l, d, blocks)) if l as u32 == self.logits as u32 && d as u32 == self.draft as u32 => blocks,
