@@ -16,6 +16,11 @@
 //!   (`ThreadPool::install`); throughput in rows (target rows for
 //!   verification), so time ÷ rows is the per-row time and the two pools'
 //!   ratio the scaling.
+//! - `filters_cpu`: random `gumbel_sample` (8 rows of V = 151936 f32) and
+//!   `rejection_sample` (B = 4, K = 3, V = 32000, bf16 draft logits sampled
+//!   with the same filters) unfiltered and with the issue's filter settings
+//!   (k = 50 and P = 0.9; k = 20; m = 0.05; P = 0.95), side by side:
+//!   throughput in rows, so each setting's time over `off`'s is its cost.
 //! - `host_overhead`: a whole call on the smallest input (`Backend::cpu()`,
 //!   rows = 1, V = 1), and the argument validation alone: calls whose only
 //!   error is in the last value checked, so every check runs and nothing is
@@ -24,8 +29,8 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use half::bf16;
 use specdec::{
-    Backend, Column, Cpu, DraftLogits, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Host, Logits,
-    RejectionOutput, RejectionSample, SamplingParams,
+    Backend, Column, Cpu, DraftLogits, DraftLogitsMut, DraftLogitsShape, Filters, GumbelOutput, GumbelSample, Host,
+    Logits, RejectionOutput, RejectionSample, SamplingParams,
 };
 use std::hint::black_box;
 use std::time::Duration;
@@ -181,6 +186,79 @@ fn verify(args: &RejectionSample<'_, Host>, tokens: &mut [i32], num_emitted: &mu
     Cpu.rejection_sample(black_box(args), &mut RejectionOutput::new(tokens, &mut *num_emitted))
         .expect("rejection_sample");
     black_box(num_emitted[0])
+}
+
+/// The filter settings of issue 28's speed targets, by name: `(top_k, top_p, min_p)`.
+const FILTERS: [(&str, i32, f32, f32); 5] = [
+    ("off", 0, 1.0, 0.0),
+    ("k=50 P=0.9", 50, 0.9, 0.0),
+    ("k=20", 20, 1.0, 0.0),
+    ("m=0.05", 0, 1.0, 0.05),
+    ("P=0.95", 0, 0.95, 0.0),
+];
+
+fn filters(c: &mut Criterion) {
+    let mut group = c.benchmark_group("filters_cpu");
+    let rows = 8;
+    let logits = normal(1, rows * V);
+    let slots: Vec<i32> = (0..rows as i32).collect();
+    let pos: Vec<u64> = (100..100 + rows as u64).collect();
+    let (temperature, seed) = (vec![T; rows], vec![7u64; rows]);
+    for (name, k, p, m) in FILTERS {
+        let (k, p, m) = (vec![k; rows], vec![p; rows], vec![m; rows]);
+        let table = || Filters::none().with_top_k(&k).with_top_p(&p).with_min_p(&m);
+        group.throughput(Throughput::Elements(rows as u64));
+        let params = SamplingParams::new(&temperature, &seed).with_filters(table());
+        let call = GumbelSample::new(Logits::new(&logits, rows, V), &slots, &pos, params);
+        let mut tokens = vec![0i32; rows];
+        group.bench_function(
+            BenchmarkId::new("gumbel_sample random T=0.8", format!("{name}/rows={rows}/V={V}")),
+            |b| {
+                b.iter(|| {
+                    Cpu.gumbel_sample(black_box(&call), &mut GumbelOutput::new(&mut tokens)).expect("gumbel_sample");
+                    black_box(tokens[0])
+                })
+            },
+        );
+    }
+    let (b, kd, vocab) = (4usize, 3usize, 32_000usize);
+    let rows = b * (kd + 1);
+    let target = normal(3, rows * vocab);
+    let noise = normal(4, rows * vocab);
+    let draft: Vec<bf16> = (0..b * kd * vocab).map(|e| bf16::from_f32(0.8 * target[e] + 0.6 * noise[e])).collect();
+    let offsets: Vec<i32> = (0..=b as i32).map(|r| r * (kd as i32 + 1)).collect();
+    // Each request's drafts: its draft rows' argmax (kept by every setting).
+    let drafts: Vec<i32> = (0..rows)
+        .map(|j| {
+            let (r, i) = (j / (kd + 1), j % (kd + 1));
+            if i == kd {
+                return -1;
+            }
+            let row = &draft[(r * kd + i) * vocab..(r * kd + i + 1) * vocab];
+            (0..vocab).max_by(|&a, &c| row[a].total_cmp(&row[c]).then(c.cmp(&a))).unwrap() as i32
+        })
+        .collect();
+    let (slots, pos, temperature, seed) =
+        ((0..b as i32).collect::<Vec<_>>(), (0..rows as u64).collect::<Vec<_>>(), vec![T; b], vec![7u64; b]);
+    for (name, k, p, m) in FILTERS {
+        let (k, p, m) = (vec![k; b], vec![p; b], vec![m; b]);
+        let table = || Filters::none().with_top_k(&k).with_top_p(&p).with_min_p(&m);
+        group.throughput(Throughput::Elements(rows as u64));
+        let args = RejectionSample {
+            target: Logits::new(&target, rows, vocab),
+            offsets: &offsets[..],
+            drafts: &drafts[..],
+            slots: &slots[..],
+            pos: &pos[..],
+            params: SamplingParams::new(&temperature, &seed).with_filters(table()),
+            max_drafts: kd,
+            draft_logits: Some(DraftLogits::new(&draft, DraftLogitsShape::dense(b, kd, vocab)).with_filters(table())),
+        };
+        let (mut tokens, mut num_emitted) = (vec![0i32; rows], vec![0i32; b]);
+        let id = BenchmarkId::new("rejection_sample bf16-draft T=0.8", format!("{name}/B={b}/K={kd}/V={vocab}"));
+        group.bench_function(id, |bench| bench.iter(|| verify(&args, &mut tokens, &mut num_emitted)));
+    }
+    group.finish();
 }
 
 /// A rayon pool of one thread, and one of every core of the machine (if more than one).
@@ -359,6 +437,6 @@ criterion_group! {
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = gumbel, memory_bound, rejection, threads, overhead
+    targets = gumbel, memory_bound, rejection, threads, filters, overhead
 }
 criterion_main!(benches);

@@ -1,5 +1,6 @@
 //! Owned host buffers for one `gumbel_sample` call, runnable on any backend.
 
+use crate::filters::FilterTable;
 use cudarc::driver::{CudaSlice, CudaStream, DriverError};
 use half::{bf16, f16};
 use specdec::{
@@ -268,6 +269,8 @@ pub struct Batch {
     pub temperature: Vec<f32>,
     pub seed: Vec<u64>,
     pub drafting: bool,
+    /// The slots' sampling filters (SPEC §7).
+    pub filters: FilterTable,
     pub draft_logits: Option<DraftLogitsSpec>,
     pub tokens_i64: bool,
 }
@@ -303,6 +306,7 @@ impl Batch {
             temperature: vec![t],
             seed: vec![seed],
             drafting: false,
+            filters: FilterTable::none(),
             draft_logits: None,
             tokens_i64: false,
         }
@@ -350,7 +354,7 @@ impl Batch {
     pub fn call(&self) -> GumbelSample<'_, Host> {
         let logits =
             Logits { data: self.logits.view(), rows: self.rows, vocab: self.vocab, row_stride: self.row_stride };
-        let params = SamplingParams::new(&self.temperature, &self.seed);
+        let params = SamplingParams::new(&self.temperature, &self.seed).with_filters(self.filters.view());
         GumbelSample { drafting: self.drafting, ..GumbelSample::new(logits, &self.slots, &self.pos, params) }
     }
 
@@ -424,6 +428,7 @@ impl Batch {
             temperature: self.temperature.clone(),
             seed: self.seed.clone(),
             drafting: self.drafting,
+            filters: self.filters.clone(),
             draft_logits: None,
             tokens_i64: self.tokens_i64,
         }

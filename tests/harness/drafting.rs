@@ -11,9 +11,11 @@
 //!   `gumbel_sample` gives each row ([`target_samples`]).
 
 use crate::batch::{Batch, ColumnSpec, DraftLogitsSpec, Values};
+use crate::filters::{FilterTable, filtered_probs};
 use crate::inputs::{PAST_VOCAB, Rng, TEMPERATURES, first_argmax, histogram};
 use crate::stats::{chi_square, softmax};
 use crate::verify::{Verified, Verify};
+use specdec::filter::Filter;
 use specdec::{Backend, DType, DraftLogitsShape};
 use std::ops::Range;
 
@@ -94,6 +96,13 @@ pub struct FixedPositions {
     /// Row `j` of the batch is at position `pos0 + j`.
     pub pos0: u64,
     pub seed: u64,
+    /// Every slot's filters on the target (SPEC §7).
+    pub target_filter: Filter,
+    /// The filters the drafter samples with.
+    pub draft_filter: Filter,
+    /// The filters the verifier is told the drafts were sampled with: the
+    /// drafter's, unless a test lies (the negative control of SPEC §7.3).
+    pub declared_draft_filter: Filter,
 }
 
 /// A [`FixedPositions`] batch, built and drafted.
@@ -117,6 +126,9 @@ impl FixedPositions {
             distinct_targets: true,
             pos0: 0,
             seed: 0x5EED_0AC0_C0DE_0001,
+            target_filter: Filter::OFF,
+            draft_filter: Filter::OFF,
+            declared_draft_filter: Filter::OFF,
         }
     }
 
@@ -147,11 +159,14 @@ impl FixedPositions {
         v.pos = (0..rows as u64).map(|j| self.pos0 + j).collect();
         v.temperature = vec![self.t; FIXED_SLOTS];
         v.seed = (0..FIXED_SLOTS as u64).map(|s| self.seed.wrapping_add(s * 0x9E37)).collect();
+        v.filters = FilterTable::of_slots(self.target_filter, FIXED_SLOTS);
+        v.draft_filters = FilterTable::of_slots(self.declared_draft_filter, FIXED_SLOTS);
         let targets: Vec<Vec<f32>> = (0..k1).map(|i| v.target.f32s(i * stride..i * stride + vocab)).collect();
         let drafts: Vec<Vec<f32>> =
             (0..self.k).map(|i| Values::from_f32(self.draft_dtype, &draft(i, &targets[i])).f32s(0..vocab)).collect();
         for (i, row) in drafts.iter().enumerate() {
             let mut b = drafting_batch(&v, row, self.draft_dtype, self.requests);
+            b.filters = FilterTable::of_slots(self.draft_filter, FIXED_SLOTS);
             b.pos = (0..self.requests).map(|r| v.pos[r * k1 + i]).collect();
             let tokens = b.run_parallel(backend).tokens;
             for (r, &tok) in tokens.iter().enumerate() {
@@ -224,10 +239,16 @@ fn kept_bins(probs: &[f64], draws: usize) -> usize {
 /// [`MIN_POSITION_DRAWS`] draws and two bins to compare. Returns the draws
 /// per position.
 pub fn check_positions(out: &Verified, targets: &[Vec<f32>], t: f32, ctx: &str) -> Vec<usize> {
+    check_filtered_positions(out, targets, t, Filter::OFF, ctx)
+}
+
+/// [`check_positions`] against the filtered targets `p'` of SPEC §7.2
+/// ([`filtered_probs`], the suite's reference); `Filter::OFF`: `softmax(target / T)`.
+pub fn check_filtered_positions(out: &Verified, targets: &[Vec<f32>], t: f32, filter: Filter, ctx: &str) -> Vec<usize> {
     (0..targets.len())
         .map(|i| {
             let tokens = emitted_at(out, i);
-            let p = probs(&targets[i], t);
+            let p = if filter == Filter::OFF { probs(&targets[i], t) } else { filtered_probs(&targets[i], t, filter) };
             let counts = histogram(&tokens, targets[i].len());
             if tokens.len() >= MIN_POSITION_DRAWS && kept_bins(&p, tokens.len()) >= 2 {
                 let fit = chi_square(&counts, &p);
@@ -301,6 +322,8 @@ fn tables_of(v: &Verify) -> Verify {
         seed: v.seed.clone(),
         max_drafts: v.max_drafts,
         draft: v.draft.clone(),
+        filters: v.filters.clone(),
+        draft_filters: v.draft_filters.clone(),
         tokens_i64: v.tokens_i64,
     }
 }
@@ -376,7 +399,8 @@ pub fn draft_row(v: &Verify, slot: i32, i: usize) -> Option<Vec<f32>> {
 
 /// What `gumbel_sample` (not drafting) returns for every target row of `v`,
 /// on `backend`, with the row's request's slot and the row's position: the
-/// token a placeholder, a bonus row or a request without drafts must emit.
+/// token a placeholder, a bonus row or a request without drafts must emit
+/// (from `p'` where the slot filters).
 pub fn target_samples(v: &Verify, backend: &Backend) -> Vec<i64> {
     let owner = request_of_rows(v);
     let mut b = Batch::broadcast(&target_row(v, 0), v.target.dtype(), v.rows, 1.0, 0, 0);
@@ -386,6 +410,7 @@ pub fn target_samples(v: &Verify, backend: &Backend) -> Vec<i64> {
     b.pos = v.pos.clone();
     b.temperature = v.temperature.clone();
     b.seed = v.seed.clone();
+    b.filters = v.filters.clone();
     b.run(backend).expect("gumbel_sample").tokens
 }
 

@@ -11,11 +11,13 @@
 
 pub mod batch;
 pub mod drafting;
+pub mod filters;
 pub mod inputs;
 pub mod robust;
 pub mod verify;
 
 pub use batch::{Batch, DraftLogitsSpec};
+pub use filters::FilterTable;
 /// The statistical acceptance rule and reference softmax (crate `specdec-stats`).
 pub use specdec_stats as stats;
 pub use specdec_stats::{ChiSquare, chi_square, tail_z};

@@ -642,6 +642,7 @@ impl GumbelCall {
             temperature,
             seed,
             drafting,
+            filters: crate::FilterTable::none(),
             draft_logits,
             tokens_i64,
         };
@@ -908,6 +909,8 @@ impl RejectionCall {
             seed,
             max_drafts,
             draft,
+            filters: crate::FilterTable::none(),
+            draft_filters: crate::FilterTable::none(),
             tokens_i64,
         };
         let readable = logits_ok(rows, vocab, row_stride, verify.target.len());
@@ -979,7 +982,9 @@ impl RejectionCall {
             params: SamplingParams::new(temperature.region(), seed.region()),
             max_drafts: v.max_drafts,
             draft_logits: match (&draft, &v.draft) {
-                (Some(d), Some((_, shape))) => Some(DraftLogits { data: d.view(), shape: *shape }),
+                (Some(d), Some((_, shape))) => {
+                    Some(DraftLogits { data: d.view(), shape: *shape, filters: specdec::Filters::none() })
+                }
                 _ => None,
             },
         };

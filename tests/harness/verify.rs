@@ -1,6 +1,7 @@
 //! Owned host buffers for one `rejection_sample` call, runnable on any backend.
 
 use crate::batch::Values;
+use crate::filters::FilterTable;
 use specdec::{Backend, DraftLogits, DraftLogitsShape, Host, Logits, RejectionOutput, RejectionSample, SamplingParams};
 
 /// A `rejection_sample` call's inputs, owned. Request `r` owns target rows
@@ -20,6 +21,10 @@ pub struct Verify {
     pub max_drafts: usize,
     /// Draft logits `[slots, k, width]` with their strides, or `None` (one-hot).
     pub draft: Option<(Values, DraftLogitsShape)>,
+    /// The slots' filters on the target (SPEC §7).
+    pub filters: FilterTable,
+    /// The filters the draft logits were sampled with, per slot.
+    pub draft_filters: FilterTable,
     pub tokens_i64: bool,
 }
 
@@ -67,6 +72,8 @@ impl Verify {
             seed: (0..requests as u64).map(|r| 1000 + r).collect(),
             max_drafts,
             draft: None,
+            filters: FilterTable::none(),
+            draft_filters: FilterTable::none(),
             tokens_i64: false,
         }
     }
@@ -93,9 +100,13 @@ impl Verify {
             drafts: &self.drafts[..],
             slots: &self.slots[..],
             pos: &self.pos[..],
-            params: SamplingParams::new(&self.temperature, &self.seed),
+            params: SamplingParams::new(&self.temperature, &self.seed).with_filters(self.filters.view()),
             max_drafts: self.max_drafts,
-            draft_logits: self.draft.as_ref().map(|(v, shape)| DraftLogits { data: v.view(), shape: *shape }),
+            draft_logits: self.draft.as_ref().map(|(v, shape)| DraftLogits {
+                data: v.view(),
+                shape: *shape,
+                filters: self.draft_filters.view(),
+            }),
         }
     }
 

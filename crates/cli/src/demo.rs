@@ -6,9 +6,11 @@
 //! `rejection_sample` call verifying the `K` drafts plus a bonus row per
 //! request against the target logits. Each request advances by the tokens it
 //! emitted. Every fourth request (3, 7, ...) is greedy; the others sample at
-//! `--temperature`. The emitted tokens are checked: greedy ones must be the
-//! target's argmax, random ones must follow the target distribution
-//! (chi-square over the tokens' ranks, see `model.rs`).
+//! `--temperature`, drafting and verifying with the filters `--top-k`,
+//! `--top-p` and `--min-p` (SPEC §7; greedy requests ignore them). The
+//! emitted tokens are checked: greedy ones must be the target's argmax,
+//! random ones must follow the filtered target distribution (chi-square over
+//! the tokens' ranks, see `model.rs`).
 //!
 //! Progress goes to stderr, never stdout: on a terminal a bar, shown once the
 //! run has taken a second (not with `--json`); off a terminal a plain line
@@ -18,15 +20,17 @@
 
 use crate::backend::{BackendArg, Chosen};
 use crate::error::{Failure, Result};
+use crate::filters::SlotFilters;
 use crate::model::{Model, PROFILES, mix};
 use crate::report::{Greedy, Position, Report, Sizes};
 use crate::text::{count, float};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use specdec::filter::{self, Filter};
 use specdec::{
     Backend, Column, DraftLogits, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Logits,
     RejectionOutput, RejectionSample, SamplingParams,
 };
-use specdec_stats::{chi_square_groups, softmax};
+use specdec_stats::chi_square_groups;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
@@ -40,8 +44,8 @@ const PROGRESS_AFTER_VAR: &str = "SPECDEC_PROGRESS_AFTER_MS";
 /// Each step drafts K tokens per request with `gumbel_sample` (drafting mode,
 /// filling the draft logits) and verifies them with `rejection_sample`.
 /// Prints the acceptance rate per draft position, tokens per verify, time per
-/// call, and checks the emitted tokens against the target (chi-square for
-/// sampled requests, the argmax chain for greedy ones).
+/// call, and checks the emitted tokens against the target (chi-square against
+/// the filtered target for sampled requests, the argmax chain for greedy ones).
 ///
 /// Progress goes to stderr: a bar on a terminal (not with --json); otherwise a
 /// line at each tenth of the run once it has lasted 2 s, or the milliseconds in
@@ -75,6 +79,18 @@ pub struct DemoArgs {
     /// logits (0: the draft equals the target and every draft is accepted).
     #[arg(long, default_value_t = 0.5, allow_hyphen_values = true)]
     draft_noise: f32,
+    /// Sample (draft and verify) from the top_k most likely tokens of each
+    /// row, ties kept (0: off).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    top_k: i64,
+    /// Sample from the most likely tokens of each row that hold top_p of its
+    /// probability, ties kept; in (0, 1] (1: off).
+    #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
+    top_p: f32,
+    /// Sample from the tokens of each row at least min_p times as likely as
+    /// its most likely one; in [0, 1] (0: off).
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    min_p: f32,
     /// Verify one-hot drafts (no draft logits, like EAGLE/MTP/n-gram drafters).
     #[arg(long)]
     one_hot: bool,
@@ -93,6 +109,8 @@ struct Config {
     temperature: f32,
     seed: u64,
     draft_noise: f32,
+    /// The filters of every random request (SPEC §7).
+    filter: Filter,
     one_hot: bool,
 }
 
@@ -116,6 +134,16 @@ impl DemoArgs {
         if !(self.draft_noise.is_finite() && self.draft_noise >= 0.0) {
             return bad(format!("--draft-noise must be a finite value >= 0, got {}", float(self.draft_noise)));
         }
+        // The library takes top_k as an i32.
+        let Some(top_k) = u32::try_from(self.top_k).ok().filter(|&k| k <= i32::MAX as u32) else {
+            return bad(format!("--top-k must be in 0 ..= {} (0: off), got {}", i32::MAX, self.top_k));
+        };
+        if !filter::top_p_is_valid(self.top_p) {
+            return bad(format!("--top-p must be in (0, 1] (1: off), got {}", float(self.top_p)));
+        }
+        if !filter::min_p_is_valid(self.min_p) {
+            return bad(format!("--min-p must be in [0, 1] (0: off), got {}", float(self.min_p)));
+        }
         // The target, draft-logits and draft-row buffers: B·(2K + 2)·V floats (this also bounds B).
         let elements = (batch as u128) * (2 * drafts as u128 + 2) * vocab as u128;
         if elements > 1 << 32 {
@@ -129,6 +157,7 @@ impl DemoArgs {
             temperature: self.temperature,
             seed,
             draft_noise: self.draft_noise,
+            filter: Filter { top_k, top_p: self.top_p, min_p: self.min_p },
             one_hot: self.one_hot,
         })
     }
@@ -216,6 +245,8 @@ struct Demo<'a> {
     greedy: Vec<bool>,
     temperature: Vec<f32>,
     seeds: Vec<u64>,
+    /// Every slot's filters, given to the drafter, the target and the draft logits alike.
+    filters: SlotFilters,
     slots: Vec<i32>,
     /// Each request's length: the position of its next token.
     len: Vec<u64>,
@@ -248,6 +279,7 @@ impl<'a> Demo<'a> {
             temperature: greedy.iter().map(|&g| if g { 0.0 } else { args.temperature }).collect(),
             greedy,
             seeds: (0..b as u64).map(|r| mix(args.seed ^ mix(r))).collect(),
+            filters: SlotFilters::uniform(args.filter, b, v),
             slots: (0..b as i32).collect(),
             // Prompt lengths: each request starts at its own position.
             len: (0..b as u64).map(|r| 16 + 5 * r).collect(),
@@ -286,7 +318,7 @@ impl<'a> Demo<'a> {
         }
         self.tally.model += t.elapsed();
         let logits = Logits::new(&self.draft_rows, b, v);
-        let params = SamplingParams::new(&self.temperature, &self.seeds);
+        let params = SamplingParams::new(&self.temperature, &self.seeds).with_filters(self.filters.view());
         let call = GumbelSample::new(logits, &self.slots, &self.draft_pos, params).drafting();
         let mut out = GumbelOutput::new(&mut self.draft_tokens);
         if !self.args.one_hot {
@@ -322,9 +354,11 @@ impl<'a> Demo<'a> {
             drafts: &self.drafts[..],
             slots: &self.slots[..],
             pos: &self.pos[..],
-            params: SamplingParams::new(&self.temperature, &self.seeds),
+            params: SamplingParams::new(&self.temperature, &self.seeds).with_filters(self.filters.view()),
             max_drafts: k,
-            draft_logits: (!self.args.one_hot).then(|| DraftLogits::new(&self.draft_logits, shape)),
+            // The drafts were drawn with the same filters: q is the draft logits' kept sets (SPEC §7.3).
+            draft_logits: (!self.args.one_hot)
+                .then(|| DraftLogits::new(&self.draft_logits, shape).with_filters(self.filters.view())),
         };
         let mut out = RejectionOutput::new(&mut self.tokens, &mut self.num_emitted).with_accepted(&mut self.accepted);
         let t = Instant::now();
@@ -400,8 +434,9 @@ impl<'a> Demo<'a> {
         let accepted: u64 = t.random.iter().chain(&t.greedy).map(|p| p.1).sum();
         let chi_square = (args.temperature > 0.0)
             .then(|| {
-                let probs: Vec<Vec<f64>> =
-                    (0..PROFILES.len()).map(|p| softmax(self.model.profile(p), f64::from(args.temperature))).collect();
+                let probs: Vec<Vec<f64>> = (0..PROFILES.len())
+                    .map(|p| filtered_target(self.model.profile(p), args.temperature, args.filter))
+                    .collect();
                 chi_square_groups(t.ranks.iter().map(|c| &c[..]).zip(probs.iter().map(|p| &p[..])))
             })
             .flatten();
@@ -422,6 +457,7 @@ impl<'a> Demo<'a> {
                 steps: args.steps,
                 temperature: args.temperature,
                 draft_noise: args.draft_noise,
+                filters: args.filter.into(),
                 one_hot: args.one_hot,
                 seed: args.seed,
             },
@@ -443,6 +479,24 @@ impl<'a> Demo<'a> {
             greedy,
         }
     }
+}
+
+/// The probability of each rank of a target profile (`logits` by rank) at
+/// temperature `t > 0` with `filter`: the filtered target `p'` of SPEC §7.2,
+/// the softmax (in f64) of the scaled logits on the kept set `S = {x >= τ}`,
+/// 0 elsewhere (`S` from the library, its normaliser computed here). A
+/// profile's rows are permutations of its values and a kept set depends on a
+/// row's values only, so this is the distribution of the rank emitted at any
+/// of its rows.
+fn filtered_target(logits: &[f32], t: f32, filter: Filter) -> Vec<f64> {
+    let tau = specdec::cpu::kept_set(logits, t, filter).threshold;
+    // The library's scaled logit: `logit · (1/T)`, `1/T` rounded once.
+    let scale = 1.0 / t;
+    let kept = |l: f32| l * scale >= tau;
+    let max = logits.iter().filter(|&&l| kept(l)).map(|&l| f64::from(l * scale)).fold(f64::NEG_INFINITY, f64::max);
+    let w: Vec<f64> = logits.iter().map(|&l| if kept(l) { (f64::from(l * scale) - max).exp() } else { 0.0 }).collect();
+    let sum: f64 = w.iter().sum();
+    w.into_iter().map(|x| x / sum).collect()
 }
 
 /// Progress on stderr, one call of `step` per step of the run.

@@ -3,6 +3,7 @@
 //! `1` for a failure while running (the GPU, writing the output, a failed
 //! exactness check).
 
+use crate::files::{DRAFT_FILTERS, FILTERS};
 use crate::text::{count, float};
 use std::process::ExitCode;
 
@@ -42,7 +43,8 @@ impl Failure {
     /// A library error of the call `sample` or `verify` made on an input
     /// file's tensors (`call`: `"gumbel_sample"` or `"rejection_sample"`), as
     /// a message naming the tensor at fault by its name in the file
-    /// (`draft_logits`, `draft_column`, `offsets`, ...) and what it had to be.
+    /// (`draft_logits`, `draft_column`, `offsets`, `top_p`, `draft_top_k`,
+    /// ...) and what it had to be.
     /// Errors the commands rule out before the call (lengths, extents,
     /// `vocab`, `max_drafts`) keep the library's wording after the call's
     /// name, as do failures while running.
@@ -59,6 +61,20 @@ impl Failure {
                  (at least {:e})",
                 float(value),
                 f32::MIN_POSITIVE
+            ),
+            E::InvalidTopK { slot, value, draft } => format!(
+                "tensor `{}`: entry {slot} is {value}, expected 0 (off) or a positive count",
+                filter_tensor(0, draft)
+            ),
+            E::InvalidTopP { slot, value, draft } => format!(
+                "tensor `{}`: entry {slot} is {}, expected a value in (0, 1] (1: off)",
+                filter_tensor(1, draft),
+                float(value)
+            ),
+            E::InvalidMinP { slot, value, draft } => format!(
+                "tensor `{}`: entry {slot} is {}, expected a value in [0, 1] (0: off)",
+                filter_tensor(2, draft),
+                float(value)
             ),
             E::InvalidOffsets { detail, .. } => format!("tensor `offsets`: {detail}"),
             E::ColumnOutOfRange { k: 0, .. } => {
@@ -100,6 +116,12 @@ impl Failure {
             Failure::Run(_) => ExitCode::from(1),
         }
     }
+}
+
+/// The file's name of filter `i` (0 `top_k`, 1 `top_p`, 2 `min_p`): the
+/// target's, or with `draft` the draft logits'.
+fn filter_tensor(i: usize, draft: bool) -> &'static str {
+    if draft { DRAFT_FILTERS[i] } else { FILTERS[i] }
 }
 
 pub type Result<T, E = Failure> = std::result::Result<T, E>;

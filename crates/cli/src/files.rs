@@ -6,6 +6,7 @@
 //! failed command never leaves a partial or stale-looking output behind.
 
 use crate::error::{Failure, Result};
+use crate::filters::SlotFilters;
 use half::{bf16, f16};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use specdec::{Host, Values, ValuesMut};
@@ -90,6 +91,12 @@ pub struct Tensors<'a> {
 const INT_SCALAR: &[Dtype] = &[Dtype::I32, Dtype::I64, Dtype::U32, Dtype::U64];
 /// The dtypes of logits and draft logits.
 const FLOAT: &[Dtype] = &[Dtype::F32, Dtype::BF16, Dtype::F16];
+/// The shape of the per-slot tensors after `temperature`, as errors name it.
+const SLOTS: &str = "[slots] (the length of `temperature`)";
+/// The names of the filter tensors (`top_k`, `top_p`, `min_p`): the
+/// target's, and those the draft logits were sampled with (`verify`).
+pub const FILTERS: [&str; 3] = ["top_k", "top_p", "min_p"];
+pub const DRAFT_FILTERS: [&str; 3] = ["draft_top_k", "draft_top_p", "draft_min_p"];
 
 impl<'a> Tensors<'a> {
     /// An input error if the file holds a tensor by a name it no longer has
@@ -99,6 +106,11 @@ impl<'a> Tensors<'a> {
             Ok(_) => Err(Failure::input(format!("tensor `{old}` is now named `{new}` (CHANGELOG.md)"))),
             Err(_) => Ok(()),
         }
+    }
+
+    /// Whether the file holds a tensor `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.st.tensor(name).is_ok()
     }
 
     fn find(&self, name: &'static str) -> Option<Tensor<'a>> {
@@ -224,8 +236,34 @@ impl<'a> Tensors<'a> {
             return Err(t.bad(format!("expected a 1-D shape [slots], found {:?}", t.view.shape())));
         };
         let temperature = decode(t.view.data(), f32::from_le_bytes);
-        let seed = self.u64s("seed", "[slots] (the length of `temperature`)", &[slots], true)?;
+        let seed = self.u64s("seed", SLOTS, &[slots], true)?;
         Ok((temperature, seed))
+    }
+
+    /// The optional sampling filters of `slots` slots, by the tensor names
+    /// `names` ([`FILTERS`] or [`DRAFT_FILTERS`]): `top_k` I32, `top_p` and
+    /// `min_p` F32, each `[slots]`. Their values are the library's to check.
+    pub fn filters(&self, names: [&'static str; 3], slots: usize) -> Result<SlotFilters> {
+        let [top_k, top_p, min_p] = names;
+        Ok(SlotFilters {
+            top_k: self.per_slot(top_k, Dtype::I32, slots, i32::from_le_bytes)?,
+            top_p: self.per_slot(top_p, Dtype::F32, slots, f32::from_le_bytes)?,
+            min_p: self.per_slot(min_p, Dtype::F32, slots, f32::from_le_bytes)?,
+        })
+    }
+
+    /// An optional tensor of `dtype` with shape `[slots]`.
+    fn per_slot<T, const N: usize>(
+        &self,
+        name: &'static str,
+        dtype: Dtype,
+        slots: usize,
+        from: fn([u8; N]) -> T,
+    ) -> Result<Option<Vec<T>>> {
+        let Some(t) = self.find(name) else { return Ok(None) };
+        t.dtype_in(&[dtype])?;
+        t.shape_is(SLOTS, &[slots])?;
+        Ok(Some(decode(t.view.data(), from)))
     }
 
     /// The vocabulary: the optional `vocab` scalar (`1 ..= width`), else the

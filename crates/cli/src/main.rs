@@ -14,6 +14,7 @@ mod backend;
 mod demo;
 mod error;
 mod files;
+mod filters;
 mod info;
 mod model;
 mod report;

@@ -2,6 +2,7 @@
 
 use crate::text::{count, float};
 use serde::Serialize;
+use specdec::filter::Filter;
 use specdec_stats::ChiSquare;
 
 #[derive(Debug, Serialize)]
@@ -48,8 +49,42 @@ pub struct Sizes {
     pub steps: usize,
     pub temperature: f32,
     pub draft_noise: f32,
+    /// The random requests' filters, as given (greedy requests ignore them).
+    pub filters: FilterValues,
     pub one_hot: bool,
     pub seed: u64,
+}
+
+/// `--top-k`, `--top-p`, `--min-p` (`0`, `1`, `0`: off).
+#[derive(Debug, Serialize)]
+pub struct FilterValues {
+    pub top_k: u32,
+    pub top_p: f32,
+    pub min_p: f32,
+}
+
+impl From<Filter> for FilterValues {
+    fn from(f: Filter) -> Self {
+        FilterValues { top_k: f.top_k, top_p: f.top_p, min_p: f.min_p }
+    }
+}
+
+impl FilterValues {
+    /// The filters that act on a row of `vocab` ids ("top_k 20, top_p 0.9"), or "none".
+    fn describe(&self, vocab: usize) -> String {
+        let f = Filter { top_k: self.top_k, top_p: self.top_p, min_p: self.min_p };
+        let mut on = Vec::new();
+        if f.has_top_k(vocab) {
+            on.push(format!("top_k {}", f.top_k));
+        }
+        if f.has_top_p() {
+            on.push(format!("top_p {}", float(f.top_p)));
+        }
+        if f.has_min_p() {
+            on.push(format!("min_p {}", float(f.min_p)));
+        }
+        if on.is_empty() { "none".into() } else { on.join(", ") }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -103,6 +138,7 @@ impl Report {
             count(s.steps as u64, "step")
         );
         println!("         draft noise {}, {drafts}, seed {}", float(s.draft_noise), s.seed);
+        println!("         filters: {}", s.filters.describe(s.vocab));
         println!();
         println!("acceptance per draft position (accepted / reached):");
         println!("  draft   all     random  greedy   reached");

@@ -2,7 +2,7 @@
 
 use crate::backend::BackendArg;
 use crate::error::{Failure, Result};
-use crate::files::{InputFile, Output, ScalarOrRows, check_output};
+use crate::files::{FILTERS, InputFile, Output, ScalarOrRows, check_output};
 use crate::text::count;
 use specdec::{Column, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Logits, SamplingParams};
 use std::path::PathBuf;
@@ -10,8 +10,9 @@ use std::path::PathBuf;
 /// Sample one token per row of a safetensors file (`gumbel_sample`)
 ///
 /// Gumbel-max sampling at each slot's temperature (greedy at T = 0), noise
-/// keyed by (seed, position, token); optionally stores the raw logits in the
-/// draft logits. The file format is in crates/cli/FORMAT.md.
+/// keyed by (seed, position, token), over each slot's kept set when the file
+/// gives filters (top_k, top_p, min_p); optionally stores the raw logits in
+/// the draft logits. The file format is in crates/cli/FORMAT.md.
 #[derive(Debug, clap::Args)]
 pub struct SampleArgs {
     /// safetensors file with `logits`, `slots`, `temperature`, `seed`, `positions`, ...
@@ -38,6 +39,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let slots = t.i32s("slots", ROWS, &[rows])?;
     let positions = t.u64s("positions", ROWS, &[rows], false)?;
     let (temperature, seed) = t.slot_table()?;
+    let filters = t.filters(FILTERS, temperature.len())?;
     let drafting = t.flag("drafting")?;
     let mut draft_logits = t.float_cube("draft_logits")?;
     let column = t.i32_scalar_or_rows("draft_column", rows)?;
@@ -62,7 +64,8 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let mut tokens = vec![0i32; rows];
     let mut row_status = vec![0u32; rows];
     let logits = Logits { data: logits.values(), rows, vocab, row_stride: width };
-    let call = GumbelSample::new(logits, &slots, &positions, SamplingParams::new(&temperature, &seed));
+    let params = SamplingParams::new(&temperature, &seed).with_filters(filters.view());
+    let call = GumbelSample::new(logits, &slots, &positions, params);
     let call = if drafting { call.drafting() } else { call };
     let mut out = GumbelOutput::new(&mut tokens).with_row_status(&mut row_status);
     if let (Some((data, [slots, k, width])), Some(column)) = (draft_logits.as_mut(), &column) {

@@ -2,7 +2,7 @@
 
 use crate::backend::BackendArg;
 use crate::error::{Failure, Result};
-use crate::files::{InputFile, Output, check_output};
+use crate::files::{DRAFT_FILTERS, FILTERS, InputFile, Output, check_output};
 use crate::text::count;
 use specdec::{DraftLogits, DraftLogitsShape, Logits, RejectionOutput, RejectionSample, SamplingParams};
 use std::path::PathBuf;
@@ -10,7 +10,9 @@ use std::path::PathBuf;
 /// Verify drafts against the target, from a safetensors file (`rejection_sample`)
 ///
 /// Exact speculative-sampling verification without a softmax, with full draft
-/// logits or one-hot drafts. The file format is in crates/cli/FORMAT.md.
+/// logits or one-hot drafts, against each slot's filtered target when the
+/// file gives filters (top_k, top_p, min_p; draft_top_k, ... for the filters
+/// the draft logits were sampled with). The file format is in crates/cli/FORMAT.md.
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
     /// safetensors file with `target`, `offsets`, `drafts`, `slots`, `positions`, ...
@@ -51,11 +53,21 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
         )));
     }
     let (temperature, seed) = t.slot_table()?;
+    let filters = t.filters(FILTERS, temperature.len())?;
     let max_drafts = t.required_int_scalar("max_drafts")?;
     let max_drafts = usize::try_from(max_drafts).ok().filter(|&k| k <= specdec::MAX_DRAFTS).ok_or_else(|| {
         Failure::input(format!("tensor `max_drafts`: value {max_drafts}, expected 0 ..= {}", specdec::MAX_DRAFTS))
     })?;
     let draft_logits = t.float_cube("draft_logits")?;
+    // The draft logits' filters say how those rows were sampled: without them they describe nothing.
+    if draft_logits.is_none()
+        && let Some(name) = DRAFT_FILTERS.iter().find(|name| t.has(name))
+    {
+        return Err(Failure::input(format!(
+            "tensor `{name}` is given without a `draft_logits` tensor (it says how the draft logits were sampled)"
+        )));
+    }
+    let draft_filters = t.filters(DRAFT_FILTERS, temperature.len())?;
     let backend = args.backend.open()?.backend;
 
     let width_out = max_drafts + 1;
@@ -69,11 +81,12 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
         drafts: &drafts[..],
         slots: &slots[..],
         pos: &positions[..],
-        params: SamplingParams::new(&temperature, &seed),
+        params: SamplingParams::new(&temperature, &seed).with_filters(filters.view()),
         max_drafts,
         draft_logits: draft_logits.as_ref().map(|(data, [slots, k, width])| DraftLogits {
             data: data.values(),
             shape: DraftLogitsShape::dense(*slots, *k, *width),
+            filters: draft_filters.view(),
         }),
     };
     let mut out = RejectionOutput::new(&mut tokens, &mut num_emitted)

@@ -83,6 +83,42 @@ fn demo_with_one_hot_drafts_and_hot_temperature() {
     assert_eq!(report["chi_square"]["passed"], true);
 }
 
+/// Filters on the random requests: drafted, verified and checked against
+/// the filtered target (chi-square over the kept ranks).
+#[test]
+fn demo_with_filters_passes_its_chi_square() {
+    let report = demo(&["--steps", "150", "--top-k", "20", "--top-p", "0.9"]);
+    check(&report, 3);
+    let filters = &report["sizes"]["filters"];
+    assert_eq!(filters["top_k"], 20, "{filters}");
+    assert!((f(&filters["top_p"]) - 0.9).abs() < 1e-6 && f(&filters["min_p"]) == 0.0, "{filters}");
+    let chi = &report["chi_square"];
+    assert_eq!(chi["passed"], true, "{chi}");
+    assert!(chi["df"].as_u64().unwrap() >= 5 && chi["draws"].as_u64().unwrap() > 1000, "{chi}");
+    // Each profile keeps at most 20 ranks: at most 4 · 19 degrees of freedom.
+    assert!(chi["df"].as_u64().unwrap() <= 76, "{chi}");
+    // min-p on one-hot drafts (q a point mass, whatever the drafter's filters).
+    let report = demo(&["--steps", "150", "--one-hot", "--temperature", "1.5", "--min-p", "0.05"]);
+    check(&report, 3);
+    assert_eq!(report["chi_square"]["passed"], true, "{}", report["chi_square"]);
+}
+
+/// The report without its timings (the only part of a run that varies).
+fn without_timings(mut report: Value) -> Value {
+    for key in ["us_per_sample_call", "us_per_verify_call", "model_seconds", "total_seconds"] {
+        report.as_object_mut().unwrap().remove(key).expect("a timing");
+    }
+    report
+}
+
+/// Filters given at their off values are no filters: the same report, token for token.
+#[test]
+fn demo_with_filters_off_reports_the_same_as_without() {
+    let off = demo(&["--steps", "20", "--top-k", "0", "--top-p", "1", "--min-p", "0"]);
+    let none = demo(&["--steps", "20"]);
+    assert_eq!(without_timings(off), without_timings(none));
+}
+
 #[test]
 fn demo_edge_cases() {
     // A draft equal to the target: every draft is accepted.
@@ -123,6 +159,22 @@ fn demo_rejects_negative_numbers_naming_the_flag() {
         (&["--drafts", "-1"][..], "--drafts must be in 1 ..= 64, got -1"),
         (&["--vocab", "-5"][..], "--vocab must be in 1 ..= 1073741824, got -5"),
         (&["--steps", "-1"][..], "--steps must be at least 1, got -1"),
+    ] {
+        assert_refused(&format!("{args:?}"), &run_demo(args, None), message);
+    }
+}
+
+/// Filter values out of range are refused, naming the flag.
+#[test]
+fn demo_rejects_bad_filters() {
+    for (args, message) in [
+        (&["--top-p", "0"][..], "--top-p must be in (0, 1] (1: off), got 0"),
+        (&["--top-p", "1.5"][..], "--top-p must be in (0, 1] (1: off), got 1.5"),
+        (&["--top-p", "NaN"][..], "--top-p must be in (0, 1] (1: off), got NaN"),
+        (&["--min-p", "2"][..], "--min-p must be in [0, 1] (0: off), got 2"),
+        (&["--min-p", "-0.5"][..], "--min-p must be in [0, 1] (0: off), got -0.5"),
+        (&["--top-k", "-1"][..], "--top-k must be in 0 ..= 2147483647 (0: off), got -1"),
+        (&["--top-k", "2147483648"][..], "--top-k must be in 0 ..= 2147483647 (0: off), got 2147483648"),
     ] {
         assert_refused(&format!("{args:?}"), &run_demo(args, None), message);
     }
@@ -224,6 +276,19 @@ fn report_wording_for_one_token_and_all_greedy() {
     let text = report_text(&["--batch", "4", "--drafts", "2", "--steps", "3", "--vocab", "64", "--temperature", "0"]);
     assert!(text.contains("batch 4 (all greedy), K = 2 drafts per step, vocab 64, 3 steps"), "{text}");
     assert!(text.contains("exactness, random requests: none (every request is greedy)"), "{text}");
+}
+
+/// The report lists the filters that act on the rows, or none.
+#[test]
+fn report_lists_the_filters() {
+    let small = ["--batch", "2", "--drafts", "1", "--steps", "2", "--vocab", "64"];
+    let text = report_text(&[&small[..], &["--top-k", "20", "--min-p", "0.05"]].concat());
+    assert!(text.contains("\n         filters: top_k 20, min_p 0.05\n"), "{text}");
+    // top_k >= V keeps every id.
+    for off in [&[][..], &["--top-k", "64", "--top-p", "1"][..]] {
+        let text = report_text(&[&small[..], off].concat());
+        assert!(text.contains("\n         filters: none\n"), "{off:?}: {text}");
+    }
 }
 
 #[test]

@@ -307,6 +307,62 @@ fn library_errors() {
     );
 }
 
+/// The filter tensors: a wrong dtype or shape is named like any tensor's, a
+/// value out of range (at a slot the call uses) as the entry of the tensor
+/// it is in, and draft logits' filters need draft logits.
+#[test]
+fn filter_errors() {
+    let top_p = with(sample_input(), "top_p", f32s(&[2], &[1.5, 1.0]));
+    fails("top-p-1.5", "sample", Some(top_p), "tensor `top_p`: entry 0 is 1.5, expected a value in (0, 1] (1: off)");
+    let top_k = with(sample_input(), "top_k", f32s(&[2], &[1.0, 0.0]));
+    fails("top-k-f32", "sample", Some(top_k), "tensor `top_k`: expected dtype I32, found F32");
+    let top_k = with(sample_input(), "top_k", i32s(&[3], &[1, 0, 0]));
+    fails(
+        "top-k-vs-slots",
+        "sample",
+        Some(top_k),
+        "tensor `top_k`: expected shape [slots] (the length of `temperature`) = [2], found [3]",
+    );
+    let min_p = with(sample_input(), "min_p", f32s(&[], &[0.1]));
+    fails(
+        "min-p-scalar",
+        "sample",
+        Some(min_p),
+        "tensor `min_p`: expected shape [slots] (the length of `temperature`)",
+    );
+    let top_k = with(verify_input(), "top_k", i32s(&[2], &[-1, 0]));
+    fails(
+        "top-k-negative",
+        "verify",
+        Some(top_k),
+        "tensor `top_k`: entry 0 is -1, expected 0 (off) or a positive count",
+    );
+    // Slot 1 is greedy: its filters are checked all the same.
+    let min_p = with(verify_input(), "min_p", f32s(&[2], &[0.0, 2.0]));
+    fails("min-p-2", "verify", Some(min_p), "tensor `min_p`: entry 1 is 2, expected a value in [0, 1] (0: off)");
+    let top_p = with(verify_input(), "top_p", f32s(&[2], &[f32::NAN, 1.0]));
+    fails("top-p-nan", "verify", Some(top_p), "tensor `top_p`: entry 0 is NaN, expected a value in (0, 1]");
+
+    let draft_top_k = with(verify_input(), "draft_top_k", i32s(&[2], &[1, 0]));
+    fails(
+        "draft-top-k-without-draft-logits",
+        "verify",
+        Some(draft_top_k),
+        "tensor `draft_top_k` is given without a `draft_logits` tensor",
+    );
+    let draft = with(verify_input(), "draft_logits", f32s(&[2, 1, 10], &[0.0; 20]));
+    let draft_top_p = with(draft, "draft_top_p", f32s(&[2], &[0.0, 1.0]));
+    fails(
+        "draft-top-p-0",
+        "verify",
+        Some(draft_top_p),
+        "tensor `draft_top_p`: entry 0 is 0, expected a value in (0, 1] (1: off)",
+    );
+    let draft = with(verify_input(), "draft_logits", f32s(&[2, 1, 10], &[0.0; 20]));
+    let draft_min_p = with(draft, "draft_min_p", i32s(&[2], &[0, 0]));
+    fails("draft-min-p-i32", "verify", Some(draft_min_p), "tensor `draft_min_p`: expected dtype F32, found I32");
+}
+
 /// A temperature too small to divide by is printed short (`1e-40`, not 40
 /// digits) and named as an entry of `temperature`.
 #[test]

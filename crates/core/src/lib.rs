@@ -18,6 +18,8 @@
 //! - §5 flags: [`status`]; parameter blocks of the kernels: [`layout`];
 //!   the records they keep in scratch: [`scratch`]; dtypes: [`dtype`];
 //!   the kernels' symbols and launch bounds: [`names`].
+//! - §7 filters: [`filter`] (the kept set's threshold from a row's tie
+//!   groups, fixed-point masses, the exact top-p comparison).
 //!
 //! The kernels that run these steps are in `specdec-kernels` (its
 //! `rejection/` files are named by step), the CPU twin in the host crate's
@@ -26,6 +28,7 @@
 
 pub mod argmax;
 pub mod dtype;
+pub mod filter;
 pub mod gumbel;
 pub mod layout;
 pub mod logspace;

@@ -10,7 +10,7 @@ use crate::cuda::Cuda;
 use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::{Device, Host};
-use crate::params::SamplingParams;
+use crate::params::{Filters, SamplingParams};
 use crate::rejection::{RejectionOutput, RejectionSample};
 use crate::tensor::{Column, DraftLogits, DraftLogitsMut, Element, Logits, Tokens, Values, ValuesMut};
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr};
@@ -83,6 +83,31 @@ impl Backend {
 
 fn upload<T: DeviceRepr>(stream: &Arc<CudaStream>, data: &[T]) -> Result<CudaSlice<T>> {
     Ok(stream.clone_htod(data)?)
+}
+
+/// A call's filter arrays, uploaded.
+struct DeviceFilters {
+    top_k: Option<CudaSlice<i32>>,
+    top_p: Option<CudaSlice<f32>>,
+    min_p: Option<CudaSlice<f32>>,
+}
+
+impl DeviceFilters {
+    fn of(s: &Arc<CudaStream>, host: &Filters<'_, Host>) -> Result<Self> {
+        Ok(DeviceFilters {
+            top_k: host.top_k.map(|k| upload(s, k)).transpose()?,
+            top_p: host.top_p.map(|p| upload(s, p)).transpose()?,
+            min_p: host.min_p.map(|m| upload(s, m)).transpose()?,
+        })
+    }
+
+    fn view(&self) -> Filters<'_, Device> {
+        Filters {
+            top_k: self.top_k.as_ref().map(|k| k.as_view()),
+            top_p: self.top_p.as_ref().map(|p| p.as_view()),
+            min_p: self.min_p.as_ref().map(|m| m.as_view()),
+        }
+    }
 }
 
 /// A device copy of logits or draft-logits elements of any dtype.
@@ -177,6 +202,7 @@ fn gumbel_on_device(cuda: &Cuda, args: &GumbelSample<'_, Host>, out: &mut Gumbel
     let logits = DeviceCopy::of_values(s, &args.logits.data)?;
     let (slots, pos) = (upload(s, args.slots)?, upload(s, args.pos)?);
     let (temperature, seed) = (upload(s, args.params.temperature)?, upload(s, args.params.seed)?);
+    let filters = DeviceFilters::of(s, &args.params.filters)?;
     let mut draft = out.draft_logits.as_ref().map(|(d, _)| DeviceCopy::of_values_mut(s, &d.data)).transpose()?;
     let columns = match &out.draft_logits {
         Some((_, Column::PerRow(cols))) => Some(upload(s, cols)?),
@@ -190,7 +216,7 @@ fn gumbel_on_device(cuda: &Cuda, args: &GumbelSample<'_, Host>, out: &mut Gumbel
         logits: Logits { data: logits.values(), rows, vocab: args.logits.vocab, row_stride: args.logits.row_stride },
         slots: slots.as_view(),
         pos: pos.as_view(),
-        params: SamplingParams::new(&temperature, &seed),
+        params: SamplingParams::new(&temperature, &seed).with_filters(filters.view()),
         drafting: args.drafting,
     };
     let mut dout =
@@ -226,6 +252,8 @@ fn rejection_on_device(
     let (offsets, drafts, slots, pos) =
         (upload(s, args.offsets)?, upload(s, args.drafts)?, upload(s, args.slots)?, upload(s, args.pos)?);
     let (temperature, seed) = (upload(s, args.params.temperature)?, upload(s, args.params.seed)?);
+    let filters = DeviceFilters::of(s, &args.params.filters)?;
+    let draft_filters = args.draft_logits.as_ref().map(|d| DeviceFilters::of(s, &d.filters)).transpose()?;
     let requests = args.slots.len();
     let mut tokens = DeviceTokens::like(s, &out.tokens)?;
     let mut num_emitted = s.alloc_zeros::<i32>(requests)?;
@@ -243,10 +271,10 @@ fn rejection_on_device(
         drafts: drafts.as_view(),
         slots: slots.as_view(),
         pos: pos.as_view(),
-        params: SamplingParams::new(&temperature, &seed),
+        params: SamplingParams::new(&temperature, &seed).with_filters(filters.view()),
         max_drafts: args.max_drafts,
-        draft_logits: match (&draft, &args.draft_logits) {
-            (Some(d), Some(h)) => Some(DraftLogits { data: d.values(), shape: h.shape }),
+        draft_logits: match (&draft, &args.draft_logits, &draft_filters) {
+            (Some(d), Some(h), Some(f)) => Some(DraftLogits { data: d.values(), shape: h.shape, filters: f.view() }),
             _ => None,
         },
     };

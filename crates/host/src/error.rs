@@ -33,6 +33,15 @@ pub enum Error {
     InvalidSlot { row: usize, slot: i32, num_slots: usize },
     #[error("slot {slot} has temperature {value:?}, expected 0 (greedy) or a positive, finite, normal value")]
     InvalidTemperature { slot: usize, value: f32 },
+    #[error("slot {slot} has top_k {value}{}, expected 0 (off) or a positive count", draft_suffix(*.draft))]
+    InvalidTopK { slot: usize, value: i32, draft: bool },
+    #[error("slot {slot} has top_p {value:?}{}, expected a value in (0, 1] (1: off)", draft_suffix(*.draft))]
+    InvalidTopP { slot: usize, value: f32, draft: bool },
+    #[error("slot {slot} has min_p {value:?}{}, expected a value in [0, 1] (0: off)", draft_suffix(*.draft))]
+    InvalidMinP { slot: usize, value: f32, draft: bool },
+    /// Filters are not fused into the CUDA kernels yet: the CPU backend has them.
+    #[error("sampling filters (top_k, top_p, min_p) are not supported by the CUDA backend yet; use the CPU backend")]
+    FiltersUnsupported,
     /// `entry` is the first entry of `offsets` that breaks a rule.
     #[error("invalid request offsets: {detail}")]
     InvalidOffsets { entry: usize, detail: String },
@@ -53,6 +62,10 @@ pub enum Error {
     WorkspaceContext,
     #[error("the workspace belongs to another stream: make one per stream (Cuda::workspace)")]
     WorkspaceStream,
+}
+
+fn draft_suffix(draft: bool) -> &'static str {
+    if draft { " in the draft logits' filters" } else { "" }
 }
 
 fn row_suffix(row: Option<usize>) -> String {

@@ -110,7 +110,8 @@ impl<M: Memory> GumbelSample<'_, M> {
 
 impl GumbelSample<'_, Host> {
     /// The checks the kernel makes on device-resident values, made on the host
-    /// where the values live there: slots, the temperatures of used slots, columns.
+    /// where the values live there: slots, the temperatures and filters of used
+    /// slots, columns.
     pub(crate) fn check_values(&self, out: &GumbelOutput<'_, Host>, shape: GumbelShape) -> Result<()> {
         for (row, &slot) in self.slots.iter().enumerate() {
             if slot == -1 {
@@ -123,6 +124,7 @@ impl GumbelSample<'_, Host> {
             if !status::temperature_is_valid(t) {
                 return Err(Error::InvalidTemperature { slot: slot as usize, value: t });
             }
+            self.params.filters.check_slot(slot as usize, false)?;
             if let Some((draft, Column::PerRow(cols))) = &out.draft_logits {
                 let c = cols[row];
                 if c < 0 || c as usize >= draft.shape.k {

@@ -49,13 +49,15 @@ pub use cuda::{Cuda, Workspace};
 pub use error::{Error, Result};
 pub use gumbel::{GumbelOutput, GumbelSample};
 pub use memory::{Device, Host, Memory};
-pub use params::SamplingParams;
+pub use params::{Filters, SamplingParams};
 pub use rejection::{MAX_DRAFTS, RejectionOutput, RejectionSample};
 pub use tensor::{
     Column, DType, DraftLogits, DraftLogitsMut, DraftLogitsShape, Element, Logits, MAX_VOCAB, TokenId, Tokens, Values,
     ValuesMut, View, ViewMut,
 };
 
+/// The sampling filters' rule (SPEC §7): a slot's [`filter::Filter`], its threshold and masses.
+pub use specdec_core::filter;
 /// Status flags the kernels raise for device-resident values (SPEC §5).
 pub use specdec_core::status;
 /// The shared random streams and noise, for callers that want to reproduce them.

@@ -114,6 +114,7 @@ impl<M: Memory> RejectionSample<'_, M> {
         }
         if let Some(d) = &self.draft_logits {
             d.shape.check(d.data.len(), self.target.vocab, num_slots)?;
+            d.filters.check(num_slots)?;
             if d.shape.k < self.max_drafts {
                 return Err(Error::DraftColumns { k: d.shape.k, max_drafts: self.max_drafts });
             }
@@ -137,6 +138,10 @@ impl RejectionSample<'_, Host> {
                 let t = self.params.temperature[slot as usize];
                 if !status::temperature_is_valid(t) {
                     return Err(Error::InvalidTemperature { slot: slot as usize, value: t });
+                }
+                self.params.filters.check_slot(slot as usize, false)?;
+                if let Some(d) = &self.draft_logits {
+                    d.filters.check_slot(slot as usize, true)?;
                 }
             }
             for row in o0 as usize..o1 as usize - 1 {

@@ -6,6 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::memory::{Device, Host, Memory};
+use crate::params::Filters;
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop};
 use half::{bf16, f16};
 pub use specdec_core::dtype::DType;
@@ -258,6 +259,10 @@ impl<'a, M: Memory> Logits<'a, M> {
 pub struct DraftLogits<'a, M: Memory> {
     pub data: Values<'a, M>,
     pub shape: DraftLogitsShape,
+    /// The filters each slot's drafts were sampled with (none: unfiltered),
+    /// which `rejection_sample` applies to the stored rows to reproduce the
+    /// draft distribution exactly (SPEC §7.3).
+    pub filters: Filters<'a, M>,
 }
 
 impl<'a, M: Memory> DraftLogits<'a, M> {
@@ -267,7 +272,14 @@ impl<'a, M: Memory> DraftLogits<'a, M> {
         B: View<'a, Memory = M>,
         B::Elem: Element,
     {
-        DraftLogits { data: B::Elem::values(data.view()), shape }
+        DraftLogits { data: B::Elem::values(data.view()), shape, filters: Filters::none() }
+    }
+
+    /// The same draft logits, sampled with `filters` per slot (what the
+    /// drafter's `gumbel_sample` had in its [`SamplingParams`](crate::SamplingParams)).
+    #[must_use]
+    pub fn with_filters(self, filters: Filters<'a, M>) -> Self {
+        DraftLogits { filters, ..self }
     }
 }
 

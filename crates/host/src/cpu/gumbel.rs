@@ -1,14 +1,17 @@
 //! `gumbel_sample` on the CPU: the twin of `crates/kernels/src/gumbel.rs`.
 
+use super::filter;
 use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax};
 use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Host;
+use crate::params::Filters;
 use crate::tensor::{Column, DraftLogitsMut, Tokens, Values, ValuesMut};
 use rayon::prelude::*;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
+use specdec_core::filter::Filter;
 use specdec_core::rng::Stream;
 use specdec_core::sample::Sampler;
 use specdec_core::status::NAN_LOGITS;
@@ -29,6 +32,7 @@ impl Cpu {
             pos,
             temperature: params.temperature,
             seed: params.seed,
+            filters: &params.filters,
             stream: if *drafting { Stream::Draft } else { Stream::Target },
             level: Level::detect(),
             rows: logits.rows,
@@ -47,11 +51,12 @@ impl Cpu {
 }
 
 /// The read-only per-call inputs.
-struct Rows<'r> {
+struct Rows<'r, 'a> {
     slots: &'r [i32],
     pos: &'r [u64],
     temperature: &'r [f32],
     seed: &'r [u64],
+    filters: &'r Filters<'a, Host>,
     stream: Stream,
     /// The instruction set random rows are folded with.
     level: Level,
@@ -86,7 +91,7 @@ impl<D> DraftRows<'_, '_, D> {
 }
 
 fn with_draft_logits<L: Logit + Send + Sync>(
-    rows: &Rows<'_>,
+    rows: &Rows<'_, '_>,
     logits: &[L],
     draft: Option<&mut (DraftLogitsMut<'_, Host>, Column<'_, Host>)>,
     out: RowOut<'_, '_>,
@@ -112,7 +117,7 @@ fn with_draft_logits<L: Logit + Send + Sync>(
 /// draft logits; a call where two rows write the same draft row (a race on the GPU)
 /// runs in order instead, so the last of them lands, as it always has.
 fn sample_rows<L: Logit + Sync, D: Logit + Send>(
-    rows: &Rows<'_>,
+    rows: &Rows<'_, '_>,
     logits: &[L],
     mut draft: Option<DraftRows<'_, '_, D>>,
     mut out: RowOut<'_, '_>,
@@ -153,7 +158,10 @@ fn sample_rows<L: Logit + Sync, D: Logit + Send>(
 /// address order; `None` if two rows write the same draft row. The draft
 /// logits' `(slot, column)` rows are validated disjoint, so distinct ones start at
 /// least `vocab` apart.
-fn split_draft_rows<'s, D>(rows: &Rows<'_>, draft: &'s mut DraftRows<'_, '_, D>) -> Option<Vec<Option<&'s mut [D]>>> {
+fn split_draft_rows<'s, D>(
+    rows: &Rows<'_, '_>,
+    draft: &'s mut DraftRows<'_, '_, D>,
+) -> Option<Vec<Option<&'s mut [D]>>> {
     let mut starts: Vec<(usize, usize)> =
         (0..rows.rows).filter(|&r| rows.slots[r] >= 0).map(|r| (draft.start(r, rows.slots[r]), r)).collect();
     starts.sort_unstable();
@@ -175,13 +183,18 @@ fn split_draft_rows<'s, D>(rows: &Rows<'_>, draft: &'s mut DraftRows<'_, '_, D>)
 /// `draft_row`, the row's own draft row (`None`: no draft logits or a padding
 /// row).
 fn sample_one<L: Logit, D: Logit>(
-    rows: &Rows<'_>,
+    rows: &Rows<'_, '_>,
     logits: &[L],
     row: usize,
     draft_row: Option<&mut [D]>,
 ) -> (u32, bool) {
     let slot = rows.slots[row];
-    let (t, seed) = if slot >= 0 { (rows.temperature[slot as usize], rows.seed[slot as usize]) } else { (0.0, 0) };
+    let (t, seed, filter) = if slot >= 0 {
+        let slot = slot as usize;
+        (rows.temperature[slot], rows.seed[slot], rows.filters.slot(slot))
+    } else {
+        (0.0, 0, Filter::OFF)
+    };
     let sampler = Sampler::new(t, seed, rows.pos[row], rows.stream);
     let start = row * rows.row_stride;
     let values = &logits[start..start + rows.vocab];
@@ -191,7 +204,7 @@ fn sample_one<L: Logit, D: Logit>(
         }
         first_argmax(rows.level, values)
     } else {
-        let (best, nan) = sample_row(rows.level, &sampler, values, draft_row);
+        let (best, nan) = sample_row(rows.level, &sampler, filter, values, draft_row);
         (best.index, nan)
     }
 }
@@ -216,12 +229,28 @@ const STEP: usize = 4096;
 /// rounds the logits
 /// ([`DType::rounds_into`](specdec_core::dtype::DType::rounds_into)), the values folded are the
 /// stored ones (SPEC §3.3: the verifier's `q` is the distribution sampled).
+/// A filtered row folds its kept set ([`kept`]) of those values (SPEC §7.3:
+/// the verifier reproduces it from the stored row).
 fn sample_row<L: Logit, D: Logit>(
     level: Level,
     sampler: &Sampler,
+    filter: Filter,
     values: &[L],
     draft: Option<&mut [D]>,
 ) -> (ArgMax, bool) {
+    if !filter.is_off(values.len()) {
+        return match draft {
+            None => fold_kept(level, sampler, filter, values),
+            Some(draft) => {
+                copy(values, draft);
+                if L::DTYPE.rounds_into(D::DTYPE) {
+                    fold_kept(level, sampler, filter, draft)
+                } else {
+                    fold_kept(level, sampler, filter, values)
+                }
+            }
+        };
+    }
     let Some(draft) = draft else {
         return simd::fold(level, sampler, ArgMax::IDENTITY, 0, values);
     };
@@ -238,6 +267,13 @@ fn sample_row<L: Logit, D: Logit>(
         (best, nan) = (b, nan | n);
     }
     (best, nan)
+}
+
+/// The Gumbel-max over the kept set of a filtered row `values`, and whether
+/// the row holds a NaN.
+fn fold_kept<L: Logit>(level: Level, sampler: &Sampler, filter: Filter, values: &[L]) -> (ArgMax, bool) {
+    let kept = filter::kept(level, sampler, values, filter);
+    (filter::fold_kept(level, sampler, values, &kept), kept.nan)
 }
 
 /// The raw logits into the draft row (SPEC §3.3: converted, bit-exact for equal dtypes).

@@ -7,9 +7,12 @@
 //! Values the kernels check on the device (slots, temperatures, columns) are
 //! host values here, so they come back as typed errors.
 
+mod filter;
 mod gumbel;
 mod rejection;
 mod simd;
+
+pub use filter::{KeptSet, kept_set};
 
 use half::{bf16, f16};
 use simd::{Level, Logit};

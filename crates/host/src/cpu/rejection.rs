@@ -4,6 +4,7 @@
 //! so it reads only the rows it needs; the kernels compute every row's
 //! statistics in parallel. Both apply the same `specdec-core` rules.
 
+use super::filter::{Kept, fold_kept, kept, masked};
 use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax, quads};
 use crate::error::Result;
@@ -12,11 +13,13 @@ use crate::rejection::{RejectionOutput, RejectionSample};
 use crate::tensor::{Tokens, Values};
 use rayon::prelude::*;
 use specdec_core::argmax::ArgMax;
+use specdec_core::filter::Filter;
 use specdec_core::gumbel::{COARSE_BOUND, TOP_BUCKET};
 use specdec_core::logspace::ln_residual;
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
 use specdec_core::status::NAN_LOGITS;
+use std::borrow::Cow;
 
 impl Cpu {
     /// `rejection_sample` (SPEC §4) on host buffers.
@@ -57,23 +60,17 @@ struct Request<'a, 'b, T, C> {
     row0: usize,
     slot: i32,
     sampler: Sampler,
+    /// The slot's filters on the target, and those its drafts were sampled with.
+    target_filter: Filter,
+    draft_filter: Filter,
     /// The vector code's instruction set.
     level: Level,
 }
 
-/// A row's log-sum-exps of its scaled target and draft logits (the draft's
-/// is `None` in one-hot mode), computed once per row.
-#[derive(Clone, Copy, Debug)]
-struct RowLse {
-    target: f32,
-    draft: Option<f32>,
-}
-
-/// The first rejected draft of a request: its id and its row's log-sum-exps.
-#[derive(Clone, Copy, Debug)]
+/// The first rejected draft of a request: its id and its row's distributions.
 struct Rejected {
     id: usize,
-    lse: RowLse,
+    dists: RowDists,
 }
 
 impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
@@ -97,41 +94,97 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
         first_argmax(self.level, self.target_row(i)).0
     }
 
-    /// Row `i`'s log-sum-exps.
-    fn lse(&self, i: usize) -> RowLse {
-        RowLse {
-            target: simd::lse(self.level, &self.sampler, self.target_row(i)),
-            draft: self.draft_row(i).map(|q| simd::lse(self.level, &self.sampler, q)),
+    /// A row's distribution under `filter` (SPEC §7.3).
+    fn dist<L: Logit>(&self, row: &[L], filter: Filter) -> Dist {
+        if filter.is_off(row.len()) {
+            Dist::Full { lse: simd::lse(self.level, &self.sampler, row) }
+        } else {
+            Dist::Kept(kept(self.level, &self.sampler, row, filter))
         }
     }
 
-    /// Whether draft `d` at row `i`, whose log-sum-exps are `lse`, passes
-    /// (SPEC §4 standard rule).
-    fn accepts(&self, i: usize, d: usize, lse: RowLse) -> bool {
+    /// Draft row `i`'s target distribution `p'` and the draft distribution
+    /// its draft was drawn from (none: one-hot).
+    fn dists(&self, i: usize) -> RowDists {
+        RowDists {
+            target: self.dist(self.target_row(i), self.target_filter),
+            draft: self.draft_row(i).map(|q| self.dist(q, self.draft_filter)),
+        }
+    }
+
+    /// Whether draft `d` at row `i`, of distributions `dists`, passes (SPEC §4
+    /// standard rule; a draft outside the target's kept set has `log p' = -inf`
+    /// and never does).
+    fn accepts(&self, i: usize, d: usize, dists: &RowDists) -> bool {
         let s = &self.sampler;
-        let log_p = s.scaled(self.target_row(i)[d].to_f32()) - lse.target;
-        let log_q = match (self.draft_row(i), lse.draft) {
-            (Some(q), Some(lse_q)) => s.scaled(q[d].to_f32()) - lse_q,
+        let log_p = dists.target.log_prob(s.scaled(self.target_row(i)[d].to_f32()));
+        let log_q = match (self.draft_row(i), &dists.draft) {
+            (Some(q), Some(dq)) => dq.log_prob(s.scaled(q[d].to_f32())),
             _ => 0.0,
         };
         accepts(random_u32(self.sampler.seed, self.pos(i), Stream::Accept, 0), log_q, log_p)
     }
 
-    /// The token at row `i` after a rejection (`None`: bonus row or
-    /// placeholder, sample the target).
+    /// The token at row `i` after a rejection, or, at a bonus row or
+    /// placeholder (`None`), from the target `p'`.
     fn resample(&self, i: usize, rejected: Option<Rejected>) -> u32 {
         let sampler = Sampler { pos: self.pos(i), ..self.sampler };
-        let Some(Rejected { id: rejected, lse }) = rejected else {
+        let row = self.target_row(i);
+        let Some(Rejected { id: rejected, dists }) = rejected else {
             // Residual and target candidates are both the target's: this is
             // gumbel_sample's fold of a random row, vectorised.
-            return simd::fold(self.level, &sampler, ArgMax::IDENTITY, 0, self.target_row(i)).0.index;
+            return match self.dist(row, self.target_filter) {
+                Dist::Full { .. } => simd::fold(self.level, &sampler, ArgMax::IDENTITY, 0, row).0.index,
+                Dist::Kept(k) => fold_kept(self.level, &sampler, row, &k).index,
+            };
         };
-        let row = self.target_row(i);
-        match self.draft_row(i).zip(lse.draft) {
-            Some((d, lse_q)) => resample_draft(self.level, &sampler, row, d, lse.target, lse_q),
-            None => resample_one_hot(self.level, &sampler, row, rejected),
+        let target = dists.target.row(&sampler, row);
+        match (self.draft_row(i), &dists.draft) {
+            (Some(d), Some(dq)) => {
+                resample_draft(self.level, &sampler, &target, &dq.row(&sampler, d), dists.target.lse(), dq.lse())
+            }
+            _ => resample_one_hot(self.level, &sampler, &target, rejected),
         }
     }
+}
+
+/// A row's distribution as the verifier sees it: the softmax of the whole
+/// row, or of a filter's kept set (SPEC §7.3).
+enum Dist {
+    Full { lse: f32 },
+    Kept(Kept),
+}
+
+impl Dist {
+    fn lse(&self) -> f32 {
+        match self {
+            Dist::Full { lse } => *lse,
+            Dist::Kept(k) => k.lse,
+        }
+    }
+
+    /// `log p` of an id of scaled value `y`.
+    fn log_prob(&self, y: f32) -> f32 {
+        match self {
+            Dist::Full { lse } => y - lse,
+            Dist::Kept(k) if k.holds(y) => y - k.lse,
+            Dist::Kept(_) => f32::NEG_INFINITY,
+        }
+    }
+
+    /// `row` as the distribution's logits: itself, or its kept set (every other id `-inf`).
+    fn row<'r, L: Logit>(&self, s: &Sampler, row: &'r [L]) -> Cow<'r, [L]> {
+        match self {
+            Dist::Full { .. } => row.into(),
+            Dist::Kept(k) => masked(s, row, k.tau),
+        }
+    }
+}
+
+/// A draft row's target and draft distributions (no draft: one-hot).
+struct RowDists {
+    target: Dist,
+    draft: Option<Dist>,
 }
 
 /// Ids per block of [`resample_draft`]: a multiple of every level's Philox block.
@@ -276,10 +329,15 @@ fn verify_request<T: Logit, C: Logit>(
     let (o0, o1) = (args.offsets[r] as usize, args.offsets[r + 1] as usize);
     let n = o1 - o0 - 1;
     let slot = args.slots[r];
-    let (t, seed) =
-        if slot >= 0 { (args.params.temperature[slot as usize], args.params.seed[slot as usize]) } else { (0.0, 0) };
+    let (t, seed, target_filter, draft_filter) = if slot >= 0 {
+        let slot = slot as usize;
+        let draft_filter = args.draft_logits.as_ref().map_or(Filter::OFF, |d| d.filters.slot(slot));
+        (args.params.temperature[slot], args.params.seed[slot], args.params.filters.slot(slot), draft_filter)
+    } else {
+        (0.0, 0, Filter::OFF, Filter::OFF)
+    };
     let sampler = Sampler::new(t, seed, 0, Stream::Target);
-    let req = Request { args, target, draft, row0: o0, slot, sampler, level };
+    let req = Request { args, target, draft, row0: o0, slot, sampler, target_filter, draft_filter, level };
     let greedy = req.sampler.greedy;
 
     if let Some(status) = status {
@@ -298,14 +356,17 @@ fn verify_request<T: Logit, C: Logit>(
             j = i;
             break;
         }
-        // A random row's log-sum-exps, kept for the resample if it rejects.
-        let lse = (!greedy).then(|| req.lse(i));
-        let ok = match lse {
-            None => d as u32 == req.argmax(i),
-            Some(lse) => req.accepts(i, d as usize, lse),
-        };
-        if !ok {
-            (j, rejected) = (i, lse.map(|lse| Rejected { id: d as usize, lse }));
+        if greedy {
+            if d as u32 != req.argmax(i) {
+                j = i;
+                break;
+            }
+            continue;
+        }
+        // A random row's distributions, kept for the resample if it rejects.
+        let dists = req.dists(i);
+        if !req.accepts(i, d as usize, &dists) {
+            (j, rejected) = (i, Some(Rejected { id: d as usize, dists }));
             break;
         }
     }

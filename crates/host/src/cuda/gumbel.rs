@@ -19,6 +19,8 @@ impl Cuda {
     ///
     /// # Errors
     /// Shape, stride and length errors before anything is launched;
+    /// [`Error::FiltersUnsupported`](crate::Error::FiltersUnsupported) for a call with
+    /// sampling filters (the CPU backend has them);
     /// [`Error::WorkspaceTooSmall`](crate::Error::WorkspaceTooSmall);
     /// [`Error::WorkspaceContext`](crate::Error::WorkspaceContext) or
     /// [`Error::WorkspaceStream`](crate::Error::WorkspaceStream) for a workspace made on
@@ -30,6 +32,9 @@ impl Cuda {
         out: &mut GumbelOutput<'_, Device>,
     ) -> Result<()> {
         let shape = args.check(out)?;
+        if !args.params.filters.is_none() {
+            return Err(crate::Error::FiltersUnsupported);
+        }
         let logits_dtype = args.logits.data.dtype();
         let draft_dtype = out.draft_logits.as_ref().map_or(logits_dtype, |(draft, _)| draft.data.dtype());
         // The lean kernels write no draft logits: a draft model's call keeps

@@ -20,6 +20,8 @@ impl Cuda {
     ///
     /// # Errors
     /// Shape, stride and length errors before anything is launched;
+    /// [`Error::FiltersUnsupported`](crate::Error::FiltersUnsupported) for a call with
+    /// sampling filters (the CPU backend has them);
     /// [`Error::WorkspaceTooSmall`](crate::Error::WorkspaceTooSmall) when `requests · (max_drafts + 1)`
     /// exceeds the workspace; [`Error::WorkspaceContext`](crate::Error::WorkspaceContext)
     /// or [`Error::WorkspaceStream`](crate::Error::WorkspaceStream) for a workspace made on
@@ -31,6 +33,9 @@ impl Cuda {
         out: &mut RejectionOutput<'_, Device>,
     ) -> Result<()> {
         let shape = args.check(out)?;
+        if !args.params.filters.is_none() || args.draft_logits.as_ref().is_some_and(|d| !d.filters.is_none()) {
+            return Err(crate::Error::FiltersUnsupported);
+        }
         let target_dtype = args.target.data.dtype();
         // Without draft logits their dtype is moot: take the narrowest,
         // whose kernels hold the fewest registers (more blocks per SM).

@@ -1,0 +1,256 @@
+//! Sampling filters on the CPU (SPEC §7). A filtered row's kept set
+//! `S = {x >= τ}` is found by one pass over the row that keeps candidates
+//! (values that can be at or above `τ`), skipping blocks whose maximum is
+//! below the running cutoff; `τ` comes from `specdec_core::filter::threshold`
+//! over the candidates' tie groups, the rule the kernels apply too. A small
+//! `S` is then sampled from its own ids (the Gumbel-max over the quads that
+//! hold them, as a fold of the row with every other id at `-inf` would give);
+//! a large one by that fold of the masked row.
+
+use super::simd::{self, Level, Logit};
+use specdec_core::argmax::ArgMax;
+use specdec_core::dtype::Element;
+use specdec_core::filter::{Filter, Group, mass, min_p_threshold, threshold};
+use specdec_core::logspace::Lse;
+use specdec_core::rng::Stream;
+use specdec_core::sample::Sampler;
+use std::borrow::Cow;
+
+/// Ids per block of the candidate pass (its maximum decides whether to look inside).
+const BLOCK: usize = 256;
+
+/// The most ids of `S` sampled from their own list; above it the masked row is folded.
+const SPARSE_MAX: usize = 4096;
+
+/// How far below the maximum a value can still have a non-zero mass
+/// (`ln 2^-MASS_BITS ≈ -22.18`, with room): top-p never puts `τ` lower.
+const MASS_RANGE: f32 = 23.0;
+
+/// A filtered row's kept set.
+pub(super) struct Kept {
+    /// `S = {i : scaled(x_i) >= tau}`.
+    pub tau: f32,
+    /// `LSE(S)` of the scaled values.
+    pub lse: f32,
+    /// The ids of `S`, ascending, when there are at most [`SPARSE_MAX`] of
+    /// them and `τ` is finite.
+    pub ids: Option<Vec<u32>>,
+    /// Whether the row holds a NaN.
+    pub nan: bool,
+}
+
+impl Kept {
+    /// Whether id `i`, of scaled value `y`, is in `S` (NaN never is).
+    pub fn holds(&self, y: f32) -> bool {
+        y >= self.tau
+    }
+}
+
+/// The candidates of a row for `filter`, in id order: `(scaled value, id)`
+/// of every id that can be in `S` or decide `τ`, and the row's largest
+/// scaled value (`-inf` if none). The cutoff under which a value is dropped:
+/// with top-k, the running `k`-th largest value (the row's is no smaller);
+/// without, `τ_m` of the running maximum, and with top-p also the lowest
+/// value with a mass (a value of mass 0 never becomes `τ_p`).
+fn candidates<L: Logit>(level: Level, s: &Sampler, values: &[L], filter: Filter) -> Candidates {
+    let top_k = filter.has_top_k(values.len()).then_some(filter.top_k as usize);
+    let from_max = |m: f32| {
+        if top_k.is_some() {
+            return f32::NEG_INFINITY;
+        }
+        let tau_m = if filter.has_min_p() { min_p_threshold(m, filter.min_p) } else { f32::NEG_INFINITY };
+        if filter.has_top_p() { tau_m.max(m - MASS_RANGE) } else { tau_m }
+    };
+    let (mut cands, mut max, mut cutoff_k, mut nan) = (Vec::new(), f32::NEG_INFINITY, f32::NEG_INFINITY, false);
+    let cap = top_k.map_or(usize::MAX, |k| k.saturating_mul(4).max(1024));
+    for (b, block) in values.chunks(BLOCK).enumerate() {
+        let (top, block_nan) = simd::block_max(level, block);
+        let top = s.scaled(top);
+        (max, nan) = (max.max(top), nan | block_nan);
+        let cutoff = from_max(max).max(cutoff_k);
+        // Scaling is monotone: a block whose largest scaled value is below
+        // the cutoff holds no candidate.
+        if top < cutoff || top == f32::NEG_INFINITY {
+            continue;
+        }
+        for (i, v) in block.iter().enumerate() {
+            let y = s.scaled(v.to_f32());
+            if y >= cutoff && y > f32::NEG_INFINITY {
+                cands.push((y, (b * BLOCK + i) as u32));
+            }
+        }
+        if let Some(k) = top_k
+            && cands.len() > cap
+        {
+            cutoff_k = kth_largest(cands.iter().map(|c| c.0).collect(), k);
+            cands.retain(|c| c.0 >= cutoff_k);
+        }
+    }
+    let cutoff = from_max(max).max(cutoff_k);
+    cands.retain(|c| c.0 >= cutoff);
+    Candidates { cands, max, nan }
+}
+
+/// What [`candidates`] finds.
+struct Candidates {
+    cands: Vec<(f32, u32)>,
+    max: f32,
+    nan: bool,
+}
+
+/// The `k`-th largest of `values` (`1 <= k <= len`), counted with multiplicity.
+fn kth_largest(mut values: Vec<f32>, k: usize) -> f32 {
+    *values.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1
+}
+
+/// `τ` of a row of raw logits `values` sampled by `s` (not greedy) with
+/// `filter` (not off), and its candidates (a superset of `S`).
+fn row_threshold<L: Logit>(level: Level, s: &Sampler, values: &[L], filter: Filter) -> (f32, Candidates) {
+    let found = candidates(level, s, values, filter);
+    let (cands, max) = (&found.cands, found.max);
+    if max == f32::NEG_INFINITY {
+        return (f32::NEG_INFINITY, found);
+    }
+    let vocab = values.len();
+    let mut ys: Vec<f32> = if filter.has_top_p() || filter.has_top_k(vocab) {
+        cands.iter().map(|c| c.0).collect()
+    } else {
+        // min-p alone: τ_m needs the maximum only.
+        vec![max]
+    };
+    if filter.has_top_k(vocab) && filter.top_k as usize <= ys.len() {
+        // Only the k largest and their ties decide τ_k; top-p and min-p keep a subset of them.
+        let kth = kth_largest(ys.clone(), filter.top_k as usize);
+        ys.retain(|&y| y >= kth);
+    }
+    ys.sort_unstable_by(|a, b| b.total_cmp(a));
+    let mut groups: Vec<Group> = Vec::new();
+    for y in ys {
+        match groups.last_mut() {
+            // `==`, not bits: -0 and +0 are one value.
+            Some(g) if g.value == y => g.count += 1,
+            _ => groups.push(Group { value: y, count: 1, mass: 0 }),
+        }
+    }
+    if max < f32::INFINITY {
+        for g in &mut groups {
+            g.mass = g.count as u64 * mass(g.value, max);
+        }
+    }
+    (threshold(&groups, filter, vocab), found)
+}
+
+/// The kept set of a filtered row (`filter` not off, `s` not greedy).
+pub(super) fn kept<L: Logit>(level: Level, s: &Sampler, values: &[L], filter: Filter) -> Kept {
+    let (tau, Candidates { mut cands, nan, .. }) = row_threshold(level, s, values, filter);
+    cands.retain(|c| c.0 >= tau);
+    let finite = tau > f32::NEG_INFINITY && tau < f32::INFINITY;
+    if cands.len() <= SPARSE_MAX && finite {
+        let lse = cands.iter().fold(Lse::EMPTY, |l, c| l.push(c.0)).value();
+        return Kept { tau, lse, ids: Some(cands.into_iter().map(|c| c.1).collect()), nan };
+    }
+    let lse = simd::lse(level, s, masked(s, values, tau).as_ref());
+    Kept { tau, lse, ids: None, nan }
+}
+
+/// `values` with every id outside `{scaled >= τ}` set to `-inf`, NaN included.
+pub(super) fn masked<'v, L: Element>(s: &Sampler, values: &'v [L], tau: f32) -> Cow<'v, [L]> {
+    let off = L::from_f32(f32::NEG_INFINITY);
+    values.iter().map(|&v| if s.scaled(v.to_f32()) >= tau { v } else { off }).collect::<Vec<L>>().into()
+}
+
+/// The Gumbel-max over the kept set `kept` of `values`: over the quads that
+/// hold its ids (every other lane at `-inf`) when it lists them, else over
+/// the masked row. Either is the fold of the masked row: a quad of `-inf`
+/// lanes never beats a finite candidate, and candidates combine in any order.
+pub(super) fn fold_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], kept: &Kept) -> ArgMax {
+    let Some(ids) = &kept.ids else {
+        return simd::fold(level, s, ArgMax::IDENTITY, 0, masked(s, values, kept.tau).as_ref()).0;
+    };
+    let mut best = ArgMax::IDENTITY;
+    let mut at = 0;
+    while at < ids.len() {
+        let base = ids[at] / 4 * 4;
+        let mut vals = [f32::NEG_INFINITY; 4];
+        while at < ids.len() && ids[at] < base + 4 {
+            vals[(ids[at] - base) as usize] = values[ids[at] as usize].to_f32();
+            at += 1;
+        }
+        let n = (values.len() as u32 - base).min(4);
+        best = s.fold_quad(best, base, vals, n);
+    }
+    best
+}
+
+/// A row's kept set as the CPU backend computes it (SPEC §7.2): the
+/// threshold `τ` (`S = {i : x_i >= τ}` with `x = logit · (1/T)`) and
+/// `LSE(S)` of the scaled values, the log-normaliser of the filtered `p'`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KeptSet {
+    pub threshold: f32,
+    pub lse: f32,
+}
+
+/// The kept set of `logits` (one row of exactly `V` logits: its length is
+/// the vocabulary, which decides whether `top_k` filters) at temperature `temperature` (`> 0`)
+/// with `filter`, as `gumbel_sample` and `rejection_sample` use it on the
+/// CPU: for tests and for callers that want `p'` itself.
+pub fn kept_set(logits: &[f32], temperature: f32, filter: Filter) -> KeptSet {
+    let s = Sampler::new(temperature, 0, 0, Stream::Target);
+    let level = Level::detect();
+    if filter.is_off(logits.len()) {
+        return KeptSet {
+            threshold: f32::NEG_INFINITY,
+            lse: simd::lse(level, &s, masked(&s, logits, f32::NEG_INFINITY).as_ref()),
+        };
+    }
+    let k = kept(level, &s, logits, filter);
+    KeptSet { threshold: k.tau, lse: k.lse }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use specdec_core::rng::random_u32;
+
+    /// The Gumbel-max over a kept set's own ids equals the fold of the
+    /// masked row, on every level, for kept sets from one id to thousands,
+    /// on rows with ties, `-inf` and NaN, ragged last quads included.
+    #[test]
+    fn the_sparse_fold_is_the_masked_fold() {
+        let word = |salt: u64, i: usize| random_u32(salt, i as u64, Stream::Accept, 0);
+        let mut paths = [0usize; 2];
+        for n in [1usize, 5, 999, 4097, 20_003] {
+            let row: Vec<f32> = (0..n)
+                .map(|i| match word(n as u64, i) % 40 {
+                    0 => f32::NEG_INFINITY,
+                    1 => f32::NAN,
+                    2..=9 => 1.5,
+                    w => w as f32 * 0.1 - 2.0,
+                })
+                .collect();
+            for filter in [
+                Filter { top_k: 1, ..Filter::OFF },
+                Filter { top_k: 50, top_p: 0.9, ..Filter::OFF },
+                Filter { top_k: 3000, ..Filter::OFF },
+                Filter { min_p: 0.2, ..Filter::OFF },
+                Filter { top_p: 0.5, ..Filter::OFF },
+            ] {
+                for (t, seed) in [(0.7f32, 3u64), (1.3, u64::MAX)] {
+                    let s = Sampler::new(t, seed, 99, Stream::Target);
+                    for &level in Level::ALL.iter().filter(|l| l.supported()) {
+                        let k = kept(level, &s, row.as_slice(), filter);
+                        let dense = Kept { ids: None, ..kept(level, &s, row.as_slice(), filter) };
+                        let (got, want) = (fold_kept(level, &s, &row, &k), fold_kept(level, &s, &row, &dense));
+                        paths[k.ids.is_some() as usize] += 1;
+                        let ctx = format!("n {n}, {filter:?}, T {t}, {level:?}, sparse {}", k.ids.is_some());
+                        assert_eq!(got.index, want.index, "{ctx}");
+                        let scalar = fold_kept(Level::Scalar, &s, &row, &dense);
+                        assert_eq!(want.index, scalar.index, "{ctx}: levels agree");
+                    }
+                }
+            }
+        }
+        assert!(paths[0] > 0 && paths[1] > 0, "both paths are tested: {paths:?}");
+    }
+}
