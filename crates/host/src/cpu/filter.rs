@@ -17,7 +17,7 @@ use specdec_core::sample::Sampler;
 use std::borrow::Cow;
 
 /// Ids per block of the candidate pass (its maximum decides whether to look inside).
-const BLOCK: usize = 256;
+const BLOCK: usize = 64;
 
 /// The most ids of `S` sampled from their own list; above it the masked row is folded.
 const SPARSE_MAX: usize = 4096;
@@ -48,46 +48,47 @@ impl Kept {
 
 /// The candidates of a row for `filter`, in id order: `(scaled value, id)`
 /// of every id that can be in `S` or decide `τ`, and the row's largest
-/// scaled value (`-inf` if none). The cutoff under which a value is dropped:
-/// with top-k, the running `k`-th largest value (the row's is no smaller);
-/// without, `τ_m` of the running maximum, and with top-p also the lowest
-/// value with a mass (a value of mass 0 never becomes `τ_p`).
+/// scaled value (`-inf` if none). Two passes: the blocks' maxima, then the
+/// blocks whose maximum reaches the cutoff under which no value matters —
+/// with top-k, the `k`-th largest block maximum (each of those blocks holds a
+/// value at least as large, so the row's `k`-th value is no smaller);
+/// without, `τ_m`, and with top-p also the lowest value with a mass (a value
+/// of mass 0 never becomes `τ_p`).
 fn candidates<L: Logit>(level: Level, s: &Sampler, values: &[L], filter: Filter) -> Candidates {
-    let top_k = filter.has_top_k(values.len()).then_some(filter.top_k as usize);
-    let from_max = |m: f32| {
-        if top_k.is_some() {
-            return f32::NEG_INFINITY;
-        }
-        let tau_m = if filter.has_min_p() { min_p_threshold(m, filter.min_p) } else { f32::NEG_INFINITY };
-        if filter.has_top_p() { tau_m.max(m - MASS_RANGE) } else { tau_m }
+    let mut nan = false;
+    // Scaling is monotone: the scaled maximum of a block is its maximum scaled.
+    let tops: Vec<f32> = values
+        .chunks(BLOCK)
+        .map(|block| {
+            let (top, block_nan) = simd::block_max(level, block);
+            nan |= block_nan;
+            s.scaled(top)
+        })
+        .collect();
+    let max = tops.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let cutoff = if filter.has_top_k(values.len()) {
+        let k = filter.top_k as usize;
+        if k <= tops.len() { kth_largest(tops.clone(), k) } else { f32::NEG_INFINITY }
+    } else {
+        let tau_m = if filter.has_min_p() { min_p_threshold(max, filter.min_p) } else { f32::NEG_INFINITY };
+        if filter.has_top_p() { tau_m.max(max - MASS_RANGE) } else { tau_m }
     };
-    let (mut cands, mut max, mut cutoff_k, mut nan) = (Vec::new(), f32::NEG_INFINITY, f32::NEG_INFINITY, false);
-    let cap = top_k.map_or(usize::MAX, |k| k.saturating_mul(4).max(1024));
-    for (b, block) in values.chunks(BLOCK).enumerate() {
-        let (top, block_nan) = simd::block_max(level, block);
-        let top = s.scaled(top);
-        (max, nan) = (max.max(top), nan | block_nan);
-        let cutoff = from_max(max).max(cutoff_k);
-        // Scaling is monotone: a block whose largest scaled value is below
-        // the cutoff holds no candidate.
+    let mut cands = Vec::new();
+    let mut ys = [0f32; BLOCK];
+    for (b, (block, &top)) in values.chunks(BLOCK).zip(&tops).enumerate() {
         if top < cutoff || top == f32::NEG_INFINITY {
             continue;
         }
-        for (i, v) in block.iter().enumerate() {
-            let y = s.scaled(v.to_f32());
+        // Branch-free, so that it vectorises; then the few that pass.
+        for (y, v) in ys.iter_mut().zip(block) {
+            *y = s.scaled(v.to_f32());
+        }
+        for (i, &y) in ys[..block.len()].iter().enumerate() {
             if y >= cutoff && y > f32::NEG_INFINITY {
                 cands.push((y, (b * BLOCK + i) as u32));
             }
         }
-        if let Some(k) = top_k
-            && cands.len() > cap
-        {
-            cutoff_k = kth_largest(cands.iter().map(|c| c.0).collect(), k);
-            cands.retain(|c| c.0 >= cutoff_k);
-        }
     }
-    let cutoff = from_max(max).max(cutoff_k);
-    cands.retain(|c| c.0 >= cutoff);
     Candidates { cands, max, nan }
 }
 
@@ -123,7 +124,12 @@ fn row_threshold<L: Logit>(level: Level, s: &Sampler, values: &[L], filter: Filt
         let kth = kth_largest(ys.clone(), filter.top_k as usize);
         ys.retain(|&y| y >= kth);
     }
-    ys.sort_unstable_by(|a, b| b.total_cmp(a));
+    // Largest first, by the order-preserving integer key of each value (faster than `total_cmp`).
+    let key = |y: f32| {
+        let b = y.to_bits();
+        if b >> 31 == 1 { !b } else { b | 1 << 31 }
+    };
+    ys.sort_unstable_by_key(|&y| std::cmp::Reverse(key(y)));
     let mut groups: Vec<Group> = Vec::new();
     for y in ys {
         match groups.last_mut() {
