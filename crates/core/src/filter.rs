@@ -170,11 +170,140 @@ pub fn threshold(groups: &[Group], filter: Filter, vocab: usize) -> f32 {
     for g in survivors {
         acc += g.mass;
         if top_p_reached(acc, total, filter.top_p) {
-            return g.value.max(tau_1);
+            return g.value;
         }
     }
     // Unreachable for top_p < 1 (acc = total reaches it); kept total.
     tau_1
+}
+
+/// The order-preserving key of a value: larger values have larger keys; `-0`
+/// is keyed as `+0` (one value), NaN is not a value.
+#[inline(always)]
+pub fn key(y: f32) -> u32 {
+    let b = (y + 0.0).to_bits();
+    if b >> 31 == 1 { !b } else { b | 1 << 31 }
+}
+
+/// The value of a [`key`].
+#[inline(always)]
+pub fn from_key(k: u32) -> f32 {
+    f32::from_bits(if k >> 31 == 1 { k & !(1 << 31) } else { !k })
+}
+
+/// Digits of a radix search over keys, 8 bits a round from the top.
+pub const DIGITS: usize = 256;
+/// Rounds of a radix search: four 8-bit digits of a 32-bit key.
+pub const ROUNDS: u32 = 4;
+
+/// A radix search for one key among a row's values, digit by digit from the
+/// top: the digits chosen so far. A round histograms the values whose key
+/// [`Radix::matches`] by their [`Radix::digit`] (counts for a rank, masses for
+/// top-p), picks a digit ([`count_digit`], [`mass_digit`]) and descends; after
+/// [`ROUNDS`] the prefix is the key. It is how a block of threads finds `τ`
+/// without sorting; the CPU twin runs it too ([`radix_threshold`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Radix {
+    pub prefix: u32,
+    pub round: u32,
+}
+
+impl Radix {
+    pub const START: Radix = Radix { prefix: 0, round: 0 };
+
+    /// Whether `key` agrees with the digits chosen so far.
+    #[inline(always)]
+    pub fn matches(self, key: u32) -> bool {
+        self.round == 0 || key >> (32 - 8 * self.round) == self.prefix >> (32 - 8 * self.round)
+    }
+
+    /// `key`'s digit in this round.
+    #[inline(always)]
+    pub fn digit(self, key: u32) -> usize {
+        ((key >> (24 - 8 * self.round)) & 0xff) as usize
+    }
+
+    /// The search after choosing `digit` this round.
+    #[inline(always)]
+    pub fn descend(self, digit: usize) -> Radix {
+        Radix { prefix: self.prefix | (digit as u32) << (24 - 8 * self.round), round: self.round + 1 }
+    }
+}
+
+/// The digit, from the top, that holds the `rank`-th largest key (`1 <=
+/// rank <=` the histogram's total), and that key's rank within the digit.
+#[inline(always)]
+pub fn count_digit(hist: &[u32; DIGITS], mut rank: u32) -> (usize, u32) {
+    let mut d = DIGITS - 1;
+    while d > 0 && rank > hist[d] {
+        rank -= hist[d];
+        d -= 1;
+    }
+    (d, rank)
+}
+
+/// The digit, from the top, where the top mass first reaches `top_p` of
+/// `total` ([`top_p_reached`]), given `acc` of the digits above this round's
+/// values, and the mass above that digit. The walk of [`threshold`], a
+/// digit's values at a time.
+#[inline(always)]
+pub fn mass_digit(hist: &[u64; DIGITS], mut acc: u64, total: u64, top_p: f32) -> (usize, u64) {
+    let mut d = DIGITS - 1;
+    while d > 0 && !top_p_reached(acc + hist[d], total, top_p) {
+        acc += hist[d];
+        d -= 1;
+    }
+    (d, acc)
+}
+
+/// [`threshold`] by radix search over `ys`, every value of a row that can
+/// decide it (not NaN, above `-inf`; all of them, or with top-k at least the
+/// top `top_k` and their ties, with top-p at least every value with a mass
+/// `>= τ_1`), `max` the row's maximum (finite), `masses[i] = mass(ys[i], max)`.
+/// Equal to [`threshold`] over the same values' tie groups.
+pub fn radix_threshold(ys: &[f32], masses: &[u64], max: f32, filter: Filter, vocab: usize) -> f32 {
+    let tau_m = if filter.has_min_p() { min_p_threshold(max, filter.min_p) } else { f32::NEG_INFINITY };
+    let mut tau_k = f32::NEG_INFINITY;
+    if filter.has_top_k(vocab) {
+        let k = filter.top_k as usize;
+        tau_k = if k > ys.len() {
+            // Fewer values than k: the smallest (-0 as +0, as keys have it).
+            ys.iter().copied().fold(f32::INFINITY, f32::min) + 0.0
+        } else {
+            let (mut radix, mut rank) = (Radix::START, k as u32);
+            while radix.round < ROUNDS {
+                let mut hist = [0u32; DIGITS];
+                for &y in ys {
+                    let k = key(y);
+                    if radix.matches(k) {
+                        hist[radix.digit(k)] += 1;
+                    }
+                }
+                let (d, r) = count_digit(&hist, rank);
+                (radix, rank) = (radix.descend(d), r);
+            }
+            from_key(radix.prefix)
+        };
+    }
+    let tau_1 = tau_m.max(tau_k);
+    if !filter.has_top_p() {
+        return tau_1;
+    }
+    let survivors = || ys.iter().zip(masses).filter(move |&(&y, _)| y >= tau_1);
+    let total: u64 = survivors().map(|(_, &m)| m).sum();
+    let (mut radix, mut acc) = (Radix::START, 0u64);
+    while radix.round < ROUNDS {
+        let mut hist = [0u64; DIGITS];
+        for (&y, &m) in survivors() {
+            let k = key(y);
+            if radix.matches(k) {
+                hist[radix.digit(k)] += m;
+            }
+        }
+        let (d, a) = mass_digit(&hist, acc, total, filter.top_p);
+        (radix, acc) = (radix.descend(d), a);
+    }
+    from_key(radix.prefix)
 }
 
 #[cfg(test)]
@@ -262,5 +391,77 @@ mod tests {
         assert_eq!(threshold(&[], f, 10), f32::NEG_INFINITY);
         let g = [Group { value: f32::INFINITY, count: 2, mass: 0 }, Group { value: 1.0, count: 1, mass: 0 }];
         assert_eq!(threshold(&g, f, 10), f32::INFINITY);
+    }
+
+    /// A row's tie groups, largest first, as `threshold` takes them.
+    fn groups_of(ys: &[f32], max: f32) -> [Group; 64] {
+        let mut sorted = [0f32; 64];
+        sorted[..ys.len()].copy_from_slice(ys);
+        let sorted = &mut sorted[..ys.len()];
+        sorted.sort_unstable_by(|a, b| b.total_cmp(a));
+        let mut g = [Group { value: 0.0, count: 0, mass: 0 }; 64];
+        let mut n = 0;
+        for &y in sorted.iter() {
+            if n > 0 && g[n - 1].value == y {
+                g[n - 1].count += 1;
+                g[n - 1].mass += mass(y, max);
+            } else {
+                g[n] = Group { value: y, count: 1, mass: mass(y, max) };
+                n += 1;
+            }
+        }
+        g
+    }
+
+    #[test]
+    fn keys_order_values_and_round_trip() {
+        let vals = [f32::NEG_INFINITY, -3.5, -1e-40, -0.0, 0.0, 1e-40, 2.0, f32::INFINITY];
+        for w in vals.windows(2) {
+            assert!(key(w[0]) <= key(w[1]), "{w:?}");
+        }
+        assert_eq!(key(-0.0), key(0.0));
+        for &v in &vals {
+            assert_eq!(from_key(key(v)), v + 0.0, "{v}");
+        }
+    }
+
+    /// The radix search finds the same `τ` as the walk over tie groups, on
+    /// rows of few distinct values (ties across every digit boundary), with
+    /// ±0, subnormals and far values, for every kind of filter.
+    #[test]
+    fn the_radix_search_is_the_group_walk() {
+        let mut next = crate::xorshift(0x5EA5C4);
+        for case in 0..400 {
+            let n = 1 + (next() % 63) as usize;
+            let levels = 1 + next() % 9;
+            let mut ys = [0f32; 64];
+            for y in ys[..n].iter_mut() {
+                let r = next();
+                *y = match r % 11 {
+                    0 => -0.0,
+                    1 => 1e-40,
+                    2 => -30.0,
+                    _ => ((r >> 8) % levels) as f32 * 0.37 - 1.0 + ((r >> 20) % levels) as f32 * 0.125,
+                };
+            }
+            let ys = &ys[..n];
+            let max = ys.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut masses = [0u64; 64];
+            for (m, &y) in masses.iter_mut().zip(ys) {
+                *m = mass(y, max);
+            }
+            let groups = groups_of(ys, max);
+            let ng = groups.iter().take_while(|g| g.count > 0).count();
+            for filter in [
+                Filter { top_k: 1 + (next() % 70) as u32, ..Filter::OFF },
+                Filter { top_p: (next() % 1000) as f32 / 1000.0 + 0.0005, ..Filter::OFF },
+                Filter { top_k: 1 + (next() % 20) as u32, top_p: 0.6, min_p: 0.2 },
+                Filter { min_p: 0.4, top_p: 0.3, ..Filter::OFF },
+            ] {
+                let want = threshold(&groups[..ng], filter, 1000);
+                let got = radix_threshold(ys, &masses[..n], max, filter, 1000);
+                assert_eq!(got.to_bits(), (want + 0.0).to_bits(), "case {case}, {filter:?}, {ys:?}");
+            }
+        }
     }
 }

@@ -10,7 +10,7 @@
 use super::simd::{self, Level, Logit};
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
-use specdec_core::filter::{Filter, Group, mass, min_p_threshold, threshold};
+use specdec_core::filter::{Filter, Group, key, mass, min_p_threshold, radix_threshold, threshold};
 use specdec_core::logspace::Lse;
 use specdec_core::rng::Stream;
 use specdec_core::sample::Sampler;
@@ -21,6 +21,11 @@ const BLOCK: usize = 64;
 
 /// The most ids of `S` sampled from their own list; above it the masked row is folded.
 const SPARSE_MAX: usize = 4096;
+
+/// The most candidates whose tie groups are sorted and walked
+/// (`filter::threshold`); above it `τ` is found by `filter::radix_threshold`
+/// (four histogram passes, the kernels' way), which gives the same.
+const GROUP_WALK_MAX: usize = 2048;
 
 /// How far below the maximum a value can still have a non-zero mass
 /// (`ln 2^-MASS_BITS ≈ -22.18`, with room): top-p never puts `τ` lower.
@@ -124,11 +129,11 @@ fn row_threshold<L: Logit>(level: Level, s: &Sampler, values: &[L], filter: Filt
         let kth = kth_largest(ys.clone(), filter.top_k as usize);
         ys.retain(|&y| y >= kth);
     }
-    // Largest first, by the order-preserving integer key of each value (faster than `total_cmp`).
-    let key = |y: f32| {
-        let b = y.to_bits();
-        if b >> 31 == 1 { !b } else { b | 1 << 31 }
-    };
+    if ys.len() > GROUP_WALK_MAX && max < f32::INFINITY {
+        // Many candidates (top-p over most of the row): a radix search, not a sort.
+        let masses: Vec<u64> = ys.iter().map(|&y| mass(y, max)).collect();
+        return (radix_threshold(&ys, &masses, max, filter, vocab), found);
+    }
     ys.sort_unstable_by_key(|&y| std::cmp::Reverse(key(y)));
     let mut groups: Vec<Group> = Vec::new();
     for y in ys {
