@@ -2,14 +2,14 @@
 //! greedy and padding requests mixed in one call give each what it gets
 //! alone, in any order and any chunking; filter values that disable
 //! themselves change nothing, bit for bit; greedy rows ignore filters; a
-//! filtered drafter still stores its raw logits. CPU only until the kernels
-//! filter (`filter_validation.rs` checks the CUDA backend's refusal).
+//! filtered drafter still stores its raw logits. Each test runs on the CPU
+//! and, with feature `gpu`, on CUDA (batches `$scale` times larger).
 
+use specdec::DType;
 use specdec::filter::Filter;
-use specdec::{Backend, DType};
 use specdec_suite::drafting::{RandomSpec, random_verify, run_split, select_requests};
 use specdec_suite::inputs::{Rng, first_argmax, random_batch, random_draft_logits};
-use specdec_suite::{FilterTable, Verified};
+use specdec_suite::{FilterTable, Verified, test_device};
 
 /// A slot's filters: off a quarter of the time, else some mix of the three.
 fn random_filter(rng: &mut Rng) -> Filter {
@@ -43,12 +43,14 @@ fn without_status(mut v: Verified) -> Verified {
     v
 }
 
-#[test]
-fn mixed_verify_batches_equal_their_requests_alone_in_any_order() {
-    let backend = Backend::cpu();
+/// Requests of a mixed verify batch and rows of a mixed gumbel batch (× scale).
+const MIXED_REQUESTS: usize = 24;
+const MIXED_ROWS: usize = 40;
+
+test_device!(mixed_verify_batches_equal_their_requests_alone_in_any_order, |backend, scale| {
     let mut rng = Rng::new(0xB47C);
     for (case, draft) in [Some(DType::BF16), Some(DType::F32), None].into_iter().enumerate() {
-        let mut v = random_verify(&mut rng, RandomSpec::new(999, 24, 4, DType::F32, draft));
+        let mut v = random_verify(&mut rng, RandomSpec::new(999, MIXED_REQUESTS * scale, 4, DType::F32, draft));
         let slots = v.temperature.len();
         v.filters = random_table(&mut rng, slots);
         if draft.is_some() {
@@ -72,14 +74,12 @@ fn mixed_verify_batches_equal_their_requests_alone_in_any_order() {
         assert_eq!(permuted, pick(&whole, &perm), "case {case}: permuted");
         assert_eq!(run_split(&v, &backend), whole, "case {case}: chunked");
     }
-}
+});
 
-#[test]
-fn mixed_gumbel_batches_equal_their_rows_alone_in_any_order() {
-    let backend = Backend::cpu();
+test_device!(mixed_gumbel_batches_equal_their_rows_alone_in_any_order, |backend, scale| {
     let mut rng = Rng::new(0x6B47);
     for dtype in [DType::F32, DType::BF16] {
-        let mut b = random_batch(&mut rng, dtype, 40, 777);
+        let mut b = random_batch(&mut rng, dtype, MIXED_ROWS * scale, 777);
         b.filters = random_table(&mut rng, b.temperature.len());
         let whole = b.run(&backend).expect("the mixed call");
         for r in 0..b.rows {
@@ -93,17 +93,15 @@ fn mixed_gumbel_batches_equal_their_rows_alone_in_any_order() {
         assert_eq!(permuted.tokens, perm.iter().map(|&r| whole.tokens[r]).collect::<Vec<_>>(), "{dtype:?}");
         assert_eq!(b.run_parallel(&backend).tokens, whole.tokens, "{dtype:?}: chunked");
     }
-}
+});
 
-/// `top_k` 0, `V` or more, `top_p` 1 and `min_p` 0 are no filter: the same
-/// tokens, statuses and draft logits as a call without filter arrays.
-#[test]
-fn filter_values_that_disable_themselves_change_nothing() {
-    let backend = Backend::cpu();
+// `top_k` 0, `V` or more, `top_p` 1 and `min_p` 0 are no filter: the same
+// tokens, statuses and draft logits as a call without filter arrays.
+test_device!(filter_values_that_disable_themselves_change_nothing, |backend, scale| {
     let mut rng = Rng::new(0x0FF);
     let vocab = 600;
     for off in [Filter::OFF, Filter { top_k: vocab as u32, ..Filter::OFF }, Filter { top_k: 1 << 20, ..Filter::OFF }] {
-        let mut b = random_batch(&mut rng, DType::F32, 20, vocab);
+        let mut b = random_batch(&mut rng, DType::F32, 20 * scale, vocab);
         b.drafting = true;
         b.draft_logits = Some(random_draft_logits(&mut rng, DType::BF16, &b));
         let mut filtered = b.clone();
@@ -112,7 +110,7 @@ fn filter_values_that_disable_themselves_change_nothing() {
         let (d, e) = (&filtered.draft_logits.as_ref().unwrap().data, &b.draft_logits.as_ref().unwrap().data);
         assert!((0..d.len()).all(|i| d.bits(i) == e.bits(i)), "{off:?}: draft logits");
 
-        let mut v = random_verify(&mut rng, RandomSpec::new(vocab, 16, 3, DType::F32, Some(DType::BF16)));
+        let mut v = random_verify(&mut rng, RandomSpec::new(vocab, 16 * scale, 3, DType::F32, Some(DType::BF16)));
         let mut filtered = v.clone();
         filtered.filters = FilterTable::uniform(off, v.temperature.len());
         filtered.draft_filters = FilterTable::uniform(off, v.temperature.len());
@@ -121,15 +119,13 @@ fn filter_values_that_disable_themselves_change_nothing() {
         filtered.draft = None;
         assert_eq!(filtered.run(&backend).unwrap(), v.run(&backend).unwrap(), "{off:?}: one-hot verify");
     }
-}
+});
 
-/// At T = 0 the argmax is always kept: greedy rows and requests emit the
-/// argmax chain whatever their slot's filters say.
-#[test]
-fn greedy_rows_ignore_filters() {
-    let backend = Backend::cpu();
+// At T = 0 the argmax is always kept: greedy rows and requests emit the
+// argmax chain whatever their slot's filters say.
+test_device!(greedy_rows_ignore_filters, |backend, scale| {
     let mut rng = Rng::new(0x6EED);
-    let mut b = random_batch(&mut rng, DType::F32, 30, 500);
+    let mut b = random_batch(&mut rng, DType::F32, 30 * scale, 500);
     b.temperature.fill(0.0);
     let plain = b.run(&backend).unwrap();
     b.filters = FilterTable::uniform(Filter { top_k: 1, top_p: 0.01, min_p: 0.9 }, b.temperature.len());
@@ -137,22 +133,20 @@ fn greedy_rows_ignore_filters() {
     for (r, &t) in plain.tokens.iter().enumerate() {
         assert_eq!(t as usize, first_argmax(&b.row(r)), "row {r}");
     }
-    let mut v = random_verify(&mut rng, RandomSpec::new(500, 12, 3, DType::F32, Some(DType::F32)));
+    let mut v = random_verify(&mut rng, RandomSpec::new(500, 12 * scale, 3, DType::F32, Some(DType::F32)));
     v.temperature.fill(0.0);
     let plain = v.run(&backend).unwrap();
     v.filters = FilterTable::uniform(Filter { top_k: 2, top_p: 0.5, min_p: 0.5 }, v.temperature.len());
     v.draft_filters = v.filters.clone();
     assert_eq!(v.run(&backend).unwrap(), plain);
-}
+});
 
-/// A filtered drafter stores its raw logits (SPEC §3.3): the verifier
-/// reapplies the filters to the stored rows (SPEC §7.3).
-#[test]
-fn a_filtered_drafter_stores_its_raw_logits() {
-    let backend = Backend::cpu();
+// A filtered drafter stores its raw logits (SPEC §3.3): the verifier
+// reapplies the filters to the stored rows (SPEC §7.3).
+test_device!(a_filtered_drafter_stores_its_raw_logits, |backend, scale| {
     let mut rng = Rng::new(0xD4AF);
     for dtype in [DType::F32, DType::BF16] {
-        let mut b = random_batch(&mut rng, DType::F32, 20, 700);
+        let mut b = random_batch(&mut rng, DType::F32, 20 * scale, 700);
         b.drafting = true;
         b.draft_logits = Some(random_draft_logits(&mut rng, dtype, &b));
         let mut filtered = b.clone();
@@ -162,4 +156,4 @@ fn a_filtered_drafter_stores_its_raw_logits() {
         let (d, e) = (&filtered.draft_logits.as_ref().unwrap().data, &b.draft_logits.as_ref().unwrap().data);
         assert!((0..d.len()).all(|i| d.bits(i) == e.bits(i)), "{dtype:?}: the stored rows differ");
     }
-}
+});

@@ -1,12 +1,13 @@
 //! Checking of the sampling filters (SPEC §5, §7.1): out-of-range `top_k`,
-//! `top_p`, `min_p` of a slot a call uses are typed errors before anything
-//! is written, on the CPU backend and through `Backend`'s host-data calls
-//! on a GPU (which check host values first); tables of the wrong length are
-//! length errors. The CUDA backend refuses filtered calls until its kernels
-//! filter (`Error::FiltersUnsupported`), and takes tables without filters.
+//! `top_p`, `min_p` of a slot a call uses, greedy slots included, are typed
+//! errors before anything is written, on the CPU backend and through
+//! `Backend`'s host-data calls on a GPU (which check host values first);
+//! unused slots are not read; tables of the wrong length are length errors.
+//! The same values in device memory are flagged by the kernels
+//! (`tests/filter_gpu.rs`).
 
 use specdec::filter::Filter;
-use specdec::{Backend, DraftLogitsShape, Error};
+use specdec::{DraftLogitsShape, Error};
 use specdec_suite::batch::Values;
 use specdec_suite::{Batch, FilterTable, Verify, test_device};
 
@@ -96,11 +97,33 @@ test_device!(bad_filter_values_are_typed_errors_and_nothing_is_written, |backend
     }
 });
 
-/// Slot 1 is used by no row or request: its values are never read (CPU:
-/// the CUDA backend refuses filter arrays altogether for now).
-#[test]
-fn bad_values_of_unused_slots_are_not_read() {
-    let backend = Backend::cpu();
+// A greedy row ignores its slot's filters (SPEC §7.1) but its values are
+// still checked, as a greedy slot's temperature is: a bad one is the same
+// typed error as on a sampling slot.
+test_device!(bad_filter_values_of_greedy_slots_are_typed_errors, |backend, scale| {
+    for (table, is) in bad_values() {
+        let mut b = gumbel();
+        b.temperature[2] = 0.0; // row 1's slot
+        b.filters = table.clone();
+        let (result, out) = b.run_keep(&backend);
+        let e = result.expect_err("a bad filter value of a greedy slot");
+        assert!(is(&e), "gumbel_sample: {e}");
+        assert!(out.untouched(), "gumbel_sample wrote outputs before failing: {e}");
+
+        let mut v = verify();
+        v.temperature[2] = 0.0; // request 0's slot
+        v.filters = table.clone();
+        let e = v.run(&backend).expect_err("a bad filter value of a greedy slot");
+        assert!(is(&e), "rejection_sample: {e}");
+        v.filters = FilterTable::none();
+        v.draft_filters = table;
+        let e = v.run(&backend).expect_err("a bad draft filter value of a greedy slot");
+        assert!(is(&e) && e.to_string().contains("draft logits' filters"), "rejection_sample draft filters: {e}");
+    }
+});
+
+// Slot 1 is used by no row or request: its values are never read.
+test_device!(bad_values_of_unused_slots_are_not_read, |backend, scale| {
     let mut t = FilterTable::per_slot(&[Filter::OFF; 3]);
     t.top_k.as_mut().unwrap()[1] = -5;
     t.top_p.as_mut().unwrap()[1] = 7.0;
@@ -112,7 +135,7 @@ fn bad_values_of_unused_slots_are_not_read() {
     v.filters = t.clone();
     v.draft_filters = t;
     v.run(&backend).expect("slot 1 is not used");
-}
+});
 
 test_device!(filter_tables_of_the_wrong_length_are_length_errors, |backend, scale| {
     for (which, table) in [
@@ -130,20 +153,3 @@ test_device!(filter_tables_of_the_wrong_length_are_length_errors, |backend, scal
         assert!(matches!(e, Error::LengthMismatch { what, expected: 3, .. } if what == which), "{e}");
     }
 });
-
-/// The CUDA backend has no filtering kernels yet: a call with filter arrays
-/// is refused before launch, with or without values that would filter.
-#[cfg(feature = "gpu")]
-#[test]
-fn the_cuda_backend_refuses_filtered_calls() {
-    let backend = specdec_suite::cuda();
-    let mut b = gumbel();
-    b.filters = FilterTable::uniform(Filter { top_k: 3, ..Filter::OFF }, 3);
-    assert!(matches!(b.run(&backend), Err(Error::FiltersUnsupported)));
-    let mut v = verify();
-    v.draft_filters = FilterTable::uniform(Filter::OFF, 3);
-    assert!(matches!(v.run(&backend), Err(Error::FiltersUnsupported)));
-    // Without filter arrays it runs.
-    assert!(gumbel().run(&backend).is_ok());
-    assert!(verify().run(&backend).is_ok());
-}

@@ -15,10 +15,10 @@
 
 use specdec::status::{INVALID, INVALID_COLUMN, INVALID_SLOT, INVALID_TEMPERATURE, NAN_LOGITS};
 use specdec::{
-    Backend, Column, Cuda, DType, Device, DraftLogitsMut, DraftLogitsShape, Error, GumbelOutput, GumbelSample, Logits,
-    SamplingParams, Workspace,
+    Backend, Column, Cuda, DType, DraftLogitsMut, DraftLogitsShape, Error, GumbelOutput, GumbelSample, Logits,
+    SamplingParams,
 };
-use specdec_suite::batch::{ColumnSpec, DeviceValues, Sampled};
+use specdec_suite::batch::ColumnSpec;
 use specdec_suite::inputs::{Rng, assert_same_tokens, first_bit_difference, random_batch, random_draft_logits};
 use specdec_suite::{Batch, DraftLogitsSpec};
 
@@ -86,54 +86,6 @@ fn gpu_matches_cpu_on_random_batches() {
 
 // --- The zero-copy API --------------------------------------------------------
 
-/// Runs `b` through [`Cuda::gumbel_sample`] with device copies of its buffers
-/// and workspace `ws`, then copies tokens, statuses and the draft logits back
-/// (the draft logits into `b`). Tokens start at `i32::MIN`/`i64::MIN` and statuses at
-/// `u32::MAX`, as in [`Batch::run_keep`]. Nothing is checked on the host
-/// beyond shapes: slots, temperatures and columns reach the kernel as they are.
-fn run_device(cuda: &Cuda, ws: &mut Workspace, b: &mut Batch) -> specdec::Result<Sampled> {
-    let s = cuda.stream();
-    let logits = DeviceValues::upload(s, &b.logits)?;
-    let mut draft_logits = b.draft_logits.as_ref().map(|c| DeviceValues::upload(s, &c.data)).transpose()?;
-    let columns = match b.draft_logits.as_ref().map(|c| &c.column) {
-        Some(ColumnSpec::PerRow(cols)) => Some(s.clone_htod(cols)?),
-        _ => None,
-    };
-    let (slots, pos) = (s.clone_htod(&b.slots)?, s.clone_htod(&b.pos)?);
-    let (temperature, seed) = (s.clone_htod(&b.temperature)?, s.clone_htod(&b.seed)?);
-    let mut t32 = s.clone_htod(&vec![i32::MIN; b.rows])?;
-    let mut t64 = s.clone_htod(&vec![i64::MIN; b.rows])?;
-    let mut status = s.clone_htod(&vec![u32::MAX; b.rows])?;
-    {
-        let call = GumbelSample::<Device> {
-            logits: Logits { data: logits.view(), rows: b.rows, vocab: b.vocab, row_stride: b.row_stride },
-            slots: slots.as_view(),
-            pos: pos.as_view(),
-            params: SamplingParams::new(&temperature, &seed),
-            drafting: b.drafting,
-        };
-        let out = if b.tokens_i64 { GumbelOutput::new(&mut t64) } else { GumbelOutput::new(&mut t32) };
-        let mut out = out.with_row_status(&mut status);
-        if let (Some(d), Some(c)) = (&mut draft_logits, &b.draft_logits) {
-            let column = match (&c.column, &columns) {
-                (ColumnSpec::All(col), _) => Column::All(*col),
-                (ColumnSpec::PerRow(_), Some(cols)) => Column::per_row(cols),
-                (ColumnSpec::PerRow(_), None) => unreachable!("per-row columns were uploaded"),
-            };
-            out = out.with_draft_logits(DraftLogitsMut { data: d.view_mut(), shape: c.shape() }, column);
-        }
-        cuda.gumbel_sample(ws, &call, &mut out)?;
-    }
-    let tokens =
-        if b.tokens_i64 { s.clone_dtoh(&t64)? } else { s.clone_dtoh(&t32)?.into_iter().map(i64::from).collect() };
-    let row_status = s.clone_dtoh(&status)?;
-    if let (Some(d), Some(c)) = (&draft_logits, &mut b.draft_logits) {
-        c.data = d.download(s)?;
-    }
-    s.synchronize()?;
-    Ok(Sampled { tokens, row_status })
-}
-
 /// Rows of the device-validation call: `(slot, per-row column, flags)`.
 /// Slots 1 and 2 have invalid temperatures; the draft logits have `DEVICE_K` columns.
 const DEVICE_ROWS: [(i32, i32, u32); 10] = [
@@ -184,7 +136,7 @@ fn device_values_are_validated_in_the_kernel() {
             let mut reference = b.select(&valid);
             let want = reference.run(&Backend::cpu()).unwrap_or_else(|e| panic!("{ctx}: cpu: {e}"));
 
-            let got = run_device(&cuda, &mut ws, &mut b).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            let got = b.run_device(&cuda, &mut ws).unwrap_or_else(|e| panic!("{ctx}: {e}"));
             for (r, &(slot, column, flags)) in DEVICE_ROWS.iter().enumerate() {
                 let row = format!("{ctx}: row {r} (slot {slot}, column {column})");
                 assert_eq!(got.row_status[r], flags, "{row}: status");
@@ -223,9 +175,9 @@ fn a_reused_workspace_matches_fresh_ones() {
             b.draft_logits.as_ref().map(|c| c.data.dtype())
         );
         let (mut reused, mut fresh, mut on_cpu) = (b.clone(), b.clone(), b);
-        let got = run_device(&cuda, &mut shared, &mut reused).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let got = reused.run_device(&cuda, &mut shared).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         let mut ws = cuda.workspace(rows).expect("workspace");
-        let want = run_device(&cuda, &mut ws, &mut fresh).unwrap_or_else(|e| panic!("{ctx}: fresh: {e}"));
+        let want = fresh.run_device(&cuda, &mut ws).unwrap_or_else(|e| panic!("{ctx}: fresh: {e}"));
         assert_eq!(got, want, "{ctx}: reused vs fresh workspace");
         assert_same_draft_logits(&reused, &fresh, &ctx);
         let cpu = on_cpu.run(&Backend::cpu()).unwrap_or_else(|e| panic!("{ctx}: cpu: {e}"));
@@ -236,7 +188,7 @@ fn a_reused_workspace_matches_fresh_ones() {
     assert_eq!(word & !NAN_LOGITS, 0, "status word {word:#x}");
 
     let mut too_big = random_batch(&mut rng, DType::F32, REUSE_MAX_ROWS + 1, 7);
-    let result = run_device(&cuda, &mut shared, &mut too_big);
+    let result = too_big.run_device(&cuda, &mut shared);
     assert!(
         matches!(result, Err(Error::WorkspaceTooSmall { needed, capacity }) if needed == REUSE_MAX_ROWS + 1 && capacity == REUSE_MAX_ROWS),
         "{result:?}"

@@ -5,110 +5,15 @@
 //! API; and a chi-square at a real LM vocabulary. Needs a GPU (feature `gpu`).
 #![cfg(feature = "gpu")]
 
-use specdec::noise::{exponential, gumbel};
-use specdec::rng::{Stream, random_u32};
 use specdec::status::{INVALID_DRAFT, INVALID_OFFSETS, INVALID_SLOT, INVALID_TEMPERATURE};
-use specdec::{Backend, DType, DraftLogits, Logits, RejectionOutput, RejectionSample, SamplingParams};
-use specdec_suite::batch::Values;
+use specdec::{Backend, DType};
+use specdec_suite::agreement::{Agreement, MIN_DECISIONS, compare, pick};
 use specdec_suite::drafting::{
-    Drafted, FixedPositions, RandomSpec, check_positions, draft_row, log_probs, perturbed, random_verify, run_split,
-    select_requests, target_row, zipf_logits,
+    Drafted, FixedPositions, RandomSpec, check_positions, perturbed, random_verify, run_split, select_requests,
+    zipf_logits,
 };
 use specdec_suite::inputs::Rng;
 use specdec_suite::{Verified, Verify, cuda, gpu_sized};
-
-/// Decisions and resample scores within this of their threshold may come out
-/// differently on the two backends (SPEC §4: the log-sum-exps are summed in
-/// different orders, so they differ in their last bits).
-const NEAR: f64 = 1e-5;
-/// The largest tolerated fraction of near-threshold decisions: about `2·NEAR`
-/// of decisions land there by chance; more means the comparison hides drift.
-const MAX_NEAR_RATE: f64 = 1e-4;
-/// Fewest decisions the comparison must see for that rate to mean anything.
-const MIN_DECISIONS: usize = 50_000;
-
-/// `log u + log q(d) − log p(d)` of draft `i` of request `r`, in f64 from
-/// the logits (accept iff negative).
-fn margin(v: &Verify, r: usize, i: usize) -> f64 {
-    let j = v.offsets[r] as usize + i;
-    let (slot, d) = (v.slots[r], v.drafts[j] as usize);
-    let t = v.temperature[slot as usize];
-    let log_u = -f64::from(exponential(random_u32(v.seed[slot as usize], v.pos[j], Stream::Accept, 0)));
-    let log_p = log_probs(&target_row(v, j), t)[d];
-    let log_q = draft_row(v, slot, i).map_or(0.0, |q| log_probs(&q, t)[d]);
-    log_u + log_q - log_p
-}
-
-/// The residual Gumbel-max scores `log(p − q)(x) + g(x)` of the ids `xs` at
-/// draft `i` of request `r`, in f64.
-fn residual_scores(v: &Verify, r: usize, i: usize, xs: [usize; 2]) -> Option<[f64; 2]> {
-    let j = v.offsets[r] as usize + i;
-    let slot = v.slots[r];
-    let t = v.temperature[slot as usize];
-    let (log_p, log_q) = (log_probs(&target_row(v, j), t), log_probs(&draft_row(v, slot, i)?, t));
-    Some(xs.map(|x| {
-        let w = (log_p[x].exp() - log_q[x].exp()).ln();
-        w + f64::from(gumbel(random_u32(v.seed[slot as usize], v.pos[j], Stream::Target, x as u32)))
-    }))
-}
-
-/// Counts of a CPU/GPU comparison.
-#[derive(Default, Debug)]
-struct Agreement {
-    decisions: usize,
-    near: usize,
-    near_mismatches: usize,
-}
-
-/// Request `r`'s tokens, counts and row statuses in `out`, for each `r` of
-/// `requests` (as if they had been run alone, in that order).
-fn pick(v: &Verify, out: &Verified, requests: &[usize]) -> Verified {
-    let k1 = v.max_drafts + 1;
-    Verified {
-        tokens: requests.iter().flat_map(|&r| out.tokens[r * k1..(r + 1) * k1].to_vec()).collect(),
-        num_emitted: requests.iter().map(|&r| out.num_emitted[r]).collect(),
-        accepted: requests.iter().map(|&r| out.accepted[r]).collect(),
-        row_status: requests
-            .iter()
-            .flat_map(|&r| out.row_status[v.offsets[r] as usize..v.offsets[r + 1] as usize].to_vec())
-            .collect(),
-    }
-}
-
-/// Compares GPU and CPU outputs of `requests` of `v` (output `k` is request
-/// `requests[k]`): equal, except a request whose first differing decision is
-/// near its threshold, or whose resampled token differs by a near-tie of
-/// residual scores. Counts the CPU's decisions and the near-threshold ones.
-fn compare(v: &Verify, cpu: &Verified, gpu: &Verified, requests: &[usize], tally: &mut Agreement, ctx: &str) {
-    assert_eq!(cpu.row_status, gpu.row_status, "{ctx}: row status");
-    for (k, &r) in requests.iter().enumerate() {
-        let greedy = v.is_greedy(r);
-        let (row0, n, acc) =
-            (v.offsets[r] as usize, (v.offsets[r + 1] - v.offsets[r] - 1) as usize, cpu.accepted[k] as usize);
-        if !greedy {
-            for i in (0..n.min(acc + 1)).take_while(|&i| v.drafts[row0 + i] != -1) {
-                tally.decisions += 1;
-                tally.near += (margin(v, r, i).abs() < NEAR) as usize;
-            }
-        }
-        if cpu.request(k) == gpu.request(k)
-            && (cpu.num_emitted[k], cpu.accepted[k]) == (gpu.num_emitted[k], gpu.accepted[k])
-        {
-            continue;
-        }
-        let why = format!("{ctx}: request {r} (slot {}) cpu {:?} gpu {:?}", v.slots[r], cpu.request(k), gpu.request(k));
-        assert!(!greedy, "{why}: greedy requests must agree exactly");
-        let first = acc.min(gpu.accepted[k].max(0) as usize);
-        let near = if acc != gpu.accepted[k] as usize {
-            margin(v, r, first).abs() < NEAR
-        } else {
-            let ids = [cpu.request(k)[first] as usize, gpu.request(k)[first] as usize];
-            residual_scores(v, r, first, ids).is_some_and(|[a, b]| (a - b).abs() < NEAR)
-        };
-        assert!(near, "{why}: they differ at position {first}, which is not near its threshold");
-        tally.near_mismatches += 1;
-    }
-}
 
 /// Random batches as (vocabulary, requests, most drafts per request): SPEC
 /// §6's vocabularies, and drafts beyond one warp's 32 lanes (pass 2 walks
@@ -130,9 +35,7 @@ fn gpu_tokens_equal_cpu_tokens_but_near_thresholds() {
         }
     }
     eprintln!("CPU vs GPU: {tally:?}");
-    assert!(tally.decisions >= MIN_DECISIONS, "{tally:?}: too few decisions to bound the near-threshold rate");
-    let rate = tally.near as f64 / tally.decisions as f64;
-    assert!(rate < MAX_NEAR_RATE, "{tally:?}: near-threshold rate {rate:.2e}");
+    tally.assert_rare_near(MIN_DECISIONS);
 }
 
 /// Calls of one or two requests, as a decoder's small batches make them:
@@ -201,50 +104,14 @@ struct DeviceRun {
     status: u32,
 }
 
-/// Runs `v` (f32 target, bf16 draft logits) through `Cuda::rejection_sample`
-/// on device buffers, outputs pre-filled with sentinels (`i32::MIN`, `u32::MAX`).
+/// Runs `v` through `Cuda::rejection_sample` on device buffers
+/// (`Verify::run_device`: outputs pre-filled with `i32::MIN`, `u32::MAX`)
+/// and reads the workspace's status word.
 fn run_on_device(v: &Verify) -> DeviceRun {
     let cuda = specdec::Cuda::on_device(0).expect("a CUDA device");
-    let s = cuda.stream();
-    let (Values::F32(target), Some((Values::BF16(draft), shape))) = (&v.target, &v.draft) else {
-        panic!("run_on_device takes an f32 target and bf16 draft logits")
-    };
-    let (requests, k1) = (v.requests(), v.max_drafts + 1);
-    let up = "host to device copy";
-    let (d_target, d_draft) = (s.clone_htod(&target[..]).expect(up), s.clone_htod(&draft[..]).expect(up));
-    let (d_offsets, d_drafts) = (s.clone_htod(&v.offsets[..]).expect(up), s.clone_htod(&v.drafts[..]).expect(up));
-    let (d_slots, d_pos) = (s.clone_htod(&v.slots[..]).expect(up), s.clone_htod(&v.pos[..]).expect(up));
-    let (d_t, d_seed) = (s.clone_htod(&v.temperature[..]).expect(up), s.clone_htod(&v.seed[..]).expect(up));
-    let mut d_tokens = s.clone_htod(&vec![i32::MIN; requests * k1][..]).expect(up);
-    let mut d_emitted = s.clone_htod(&vec![i32::MIN; requests][..]).expect(up);
-    let mut d_accepted = s.clone_htod(&vec![i32::MIN; requests][..]).expect(up);
-    let mut d_status = s.clone_htod(&vec![u32::MAX; v.rows][..]).expect(up);
-    let call = RejectionSample {
-        target: Logits::new(&d_target, v.rows, v.vocab).with_row_stride(v.row_stride),
-        offsets: d_offsets.as_view(),
-        drafts: d_drafts.as_view(),
-        slots: d_slots.as_view(),
-        pos: d_pos.as_view(),
-        params: SamplingParams::new(&d_t, &d_seed),
-        max_drafts: v.max_drafts,
-        draft_logits: Some(DraftLogits::new(&d_draft, *shape)),
-    };
-    let mut out = RejectionOutput::new(&mut d_tokens, &mut d_emitted)
-        .with_accepted(&mut d_accepted)
-        .with_row_status(&mut d_status);
-    let mut ws = cuda.workspace(requests * k1).expect("a workspace");
-    cuda.rejection_sample(&mut ws, &call, &mut out).expect("the launch");
-    let status = ws.take_status().expect("the status word");
-    let down = "device to host copy";
-    DeviceRun {
-        out: Verified {
-            tokens: s.clone_dtoh(&d_tokens).expect(down).into_iter().map(i64::from).collect(),
-            num_emitted: s.clone_dtoh(&d_emitted).expect(down),
-            accepted: s.clone_dtoh(&d_accepted).expect(down),
-            row_status: s.clone_dtoh(&d_status).expect(down),
-        },
-        status,
-    }
+    let mut ws = cuda.workspace(v.requests() * (v.max_drafts + 1)).expect("a workspace");
+    let out = v.run_device(&cuda, &mut ws).expect("the launch");
+    DeviceRun { out, status: ws.take_status().expect("the status word") }
 }
 
 #[test]

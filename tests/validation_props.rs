@@ -1,9 +1,11 @@
-//! Property tests of the host validation layer on the CPU backend (SPEC §3–§5).
+//! Property tests of the host validation layer on the CPU backend (SPEC §3–§5, §7.1).
 //!
 //! Random calls of `gumbel_sample` and `rejection_sample` with shapes,
 //! strides (0, overlapping, overflowing), dtypes, lengths, slots, draft-logits
-//! columns, offsets, draft ids, temperatures and K that are often wrong: every
-//! call returns `Ok` or a typed error exactly as the rules say, never panics,
+//! columns, offsets, draft ids, temperatures, filter values and K that are
+//! often wrong: every call returns `Ok` or a typed error exactly as the rules
+//! say (a bad filter value: its own `InvalidTopK` / `InvalidTopP` /
+//! `InvalidMinP`), never panics,
 //! writes nothing outside the buffers it was given (canaries around every
 //! buffer) and nothing at all when it fails, fills every output when it
 //! succeeds, and gives the same outputs when run again. The generators, the
@@ -30,7 +32,7 @@ use std::sync::Once;
 const SEED: u64 = 0x5EC_DEC;
 /// Cases per property, unless `PROPTEST_CASES` is set (about 0.2 s each).
 const CASES: u32 = 2048;
-/// The most choices one case reads (a generated call reads fewer than 200).
+/// The most choices one case reads (a generated call reads fewer than 220).
 const MAX_CHOICES: usize = 256;
 
 fn config() -> Config {

@@ -1,11 +1,12 @@
-//! Owned host buffers for one `gumbel_sample` call, runnable on any backend.
+//! Owned host buffers for one `gumbel_sample` call, runnable on any backend
+//! (and, copied to the device, through `Cuda::gumbel_sample`: [`Batch::run_device`]).
 
-use crate::filters::FilterTable;
+use crate::filters::{DeviceFilters, FilterTable};
 use cudarc::driver::{CudaSlice, CudaStream, DriverError};
 use half::{bf16, f16};
 use specdec::{
-    Backend, Column, DType, Device, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Host, Logits,
-    SamplingParams, TokenId,
+    Backend, Column, Cuda, DType, Device, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Host, Logits,
+    SamplingParams, TokenId, Workspace,
 };
 use std::sync::Arc;
 
@@ -348,6 +349,60 @@ impl Batch {
         };
         self.draft_logits = draft;
         (result, Sampled { tokens, row_status })
+    }
+
+    /// Runs the call through [`Cuda::gumbel_sample`] with device copies of
+    /// its buffers (the filter tables included) and workspace `ws`, then
+    /// copies tokens, statuses and the draft logits back (the draft logits
+    /// into `self`). Tokens start at `i32::MIN`/`i64::MIN` and statuses at
+    /// `u32::MAX`, as in [`Batch::run_keep`]. Nothing is checked on the host
+    /// beyond shapes: slots, temperatures, filter values and columns reach
+    /// the kernel as they are. The workspace's status word is the caller's.
+    pub fn run_device(&mut self, cuda: &Cuda, ws: &mut Workspace) -> specdec::Result<Sampled> {
+        let s = cuda.stream();
+        let logits = DeviceValues::upload(s, &self.logits)?;
+        let mut draft_logits = self.draft_logits.as_ref().map(|c| DeviceValues::upload(s, &c.data)).transpose()?;
+        let columns = match self.draft_logits.as_ref().map(|c| &c.column) {
+            Some(ColumnSpec::PerRow(cols)) => Some(s.clone_htod(cols)?),
+            _ => None,
+        };
+        let (slots, pos) = (s.clone_htod(&self.slots)?, s.clone_htod(&self.pos)?);
+        let (temperature, seed) = (s.clone_htod(&self.temperature)?, s.clone_htod(&self.seed)?);
+        let filters = DeviceFilters::upload(s, &self.filters)?;
+        let mut t32 = s.clone_htod(&vec![i32::MIN; self.rows])?;
+        let mut t64 = s.clone_htod(&vec![i64::MIN; self.rows])?;
+        let mut status = s.clone_htod(&vec![u32::MAX; self.rows])?;
+        {
+            let call = GumbelSample::<Device> {
+                logits: Logits { data: logits.view(), rows: self.rows, vocab: self.vocab, row_stride: self.row_stride },
+                slots: slots.as_view(),
+                pos: pos.as_view(),
+                params: SamplingParams::new(&temperature, &seed).with_filters(filters.view()),
+                drafting: self.drafting,
+            };
+            let out = if self.tokens_i64 { GumbelOutput::new(&mut t64) } else { GumbelOutput::new(&mut t32) };
+            let mut out = out.with_row_status(&mut status);
+            if let (Some(d), Some(c)) = (&mut draft_logits, &self.draft_logits) {
+                let column = match (&c.column, &columns) {
+                    (ColumnSpec::All(col), _) => Column::All(*col),
+                    (ColumnSpec::PerRow(_), Some(cols)) => Column::per_row(cols),
+                    (ColumnSpec::PerRow(_), None) => unreachable!("per-row columns were uploaded"),
+                };
+                out = out.with_draft_logits(DraftLogitsMut { data: d.view_mut(), shape: c.shape() }, column);
+            }
+            cuda.gumbel_sample(ws, &call, &mut out)?;
+        }
+        let tokens = if self.tokens_i64 {
+            s.clone_dtoh(&t64)?
+        } else {
+            s.clone_dtoh(&t32)?.into_iter().map(i64::from).collect()
+        };
+        let row_status = s.clone_dtoh(&status)?;
+        if let (Some(d), Some(c)) = (&draft_logits, &mut self.draft_logits) {
+            c.data = d.download(s)?;
+        }
+        s.synchronize()?;
+        Ok(Sampled { tokens, row_status })
     }
 
     /// The call's inputs (its outputs, the draft logits included, are the caller's).

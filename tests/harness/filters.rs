@@ -1,11 +1,14 @@
 //! Sampling filters in the suites (SPEC §7): owned per-slot filter tables
-//! ([`FilterTable`]) and a sort-based reference of the kept set, written
+//! ([`FilterTable`], and device copies for the zero-copy API,
+//! [`DeviceFilters`]) and a sort-based reference of the kept set, written
 //! here from SPEC §7.2 alone, independent of the backends' selection code:
 //! sort the scaled values, walk their tie groups from the top.
 
-use crate::drafting::scale;
+use crate::drafting::{log_probs, scale};
+use cudarc::driver::{CudaSlice, CudaStream, DriverError};
 use specdec::filter::{Filter, mass, min_p_threshold, top_p_reached};
-use specdec::{Filters, Host};
+use specdec::{Device, Filters, Host};
+use std::sync::Arc;
 
 /// The filter settings of issue 28's suites: `top_k` ∈ {1, 2, 20, 50, 1000},
 /// `top_p` ∈ {0.1, 0.9, 0.95}, `min_p` ∈ {0.05, 0.3}, and two combined.
@@ -92,6 +95,39 @@ impl FilterTable {
     }
 }
 
+/// Device copies of a [`FilterTable`]'s arrays (absent ones stay absent),
+/// for calls on device buffers: the values reach the kernels unchecked.
+pub struct DeviceFilters {
+    pub top_k: Option<CudaSlice<i32>>,
+    pub top_p: Option<CudaSlice<f32>>,
+    pub min_p: Option<CudaSlice<f32>>,
+}
+
+impl DeviceFilters {
+    pub fn upload(stream: &Arc<CudaStream>, table: &FilterTable) -> Result<Self, DriverError> {
+        Ok(DeviceFilters {
+            top_k: table.top_k.as_ref().map(|k| stream.clone_htod(k)).transpose()?,
+            top_p: table.top_p.as_ref().map(|p| stream.clone_htod(p)).transpose()?,
+            min_p: table.min_p.as_ref().map(|m| stream.clone_htod(m)).transpose()?,
+        })
+    }
+
+    /// As [`FilterTable::view`].
+    pub fn view(&self) -> Filters<'_, Device> {
+        let mut f = Filters::none();
+        if let Some(k) = &self.top_k {
+            f = f.with_top_k(k);
+        }
+        if let Some(p) = &self.top_p {
+            f = f.with_top_p(p);
+        }
+        if let Some(m) = &self.min_p {
+            f = f.with_min_p(m);
+        }
+        f
+    }
+}
+
 /// The scaled values of `row` as the backends round them (`x · (1/T)` in f32).
 fn scaled(row: &[f32], t: f32) -> Vec<f32> {
     let s = scale(t);
@@ -153,4 +189,23 @@ pub fn filtered_probs(row: &[f32], t: f32, f: Filter) -> Vec<f64> {
         .collect();
     let s: f64 = w.iter().sum();
     w.into_iter().map(|x| x / s).collect()
+}
+
+/// `log p'(x)` of every id in f64 (SPEC §7.2): the scaled values as the
+/// backends round them, normalised over [`reference_kept`] by a log-sum-exp
+/// taken in f64, `-inf` outside the set (NaN never kept). A filter that is
+/// off gives `drafting::log_probs`, the unfiltered rule.
+pub fn filtered_log_probs(row: &[f32], t: f32, f: Filter) -> Vec<f64> {
+    if f.is_off(row.len()) {
+        return log_probs(row, t);
+    }
+    let keep = reference_kept(row, t, f);
+    let kept = |x: f32, k: bool| if k && !x.is_nan() { f64::from(x) } else { f64::NEG_INFINITY };
+    let xs: Vec<f64> = scaled(row, t).into_iter().zip(keep).map(|(x, k)| kept(x, k)).collect();
+    let max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if max == f64::NEG_INFINITY {
+        return xs;
+    }
+    let lse = max + xs.iter().map(|&x| (x - max).exp()).sum::<f64>().ln();
+    xs.into_iter().map(|x| x - lse).collect()
 }

@@ -5,10 +5,13 @@
 //! - [`Batch`]: owned host buffers for a `gumbel_sample` call.
 //! - [`Verify`]: owned host buffers for a `rejection_sample` call.
 //! - [`chi_square`]: the SPEC §6 goodness-of-fit rule (crate `specdec-stats`, shared with the CLI).
+//! - [`agreement`]: CPU/GPU agreement of `rejection_sample` up to near-threshold decisions (SPEC §2.5).
+//! - [`filters`]: per-slot filter tables and a sort-based reference of the kept set (SPEC §7).
 //! - [`inputs`]: fixed-seed inputs and reference results (first argmax).
 //! - [`robust`]: hostile calls in guarded buffers, checked against a model of
 //!   the validation rules (property tests and the fuzz target).
 
+pub mod agreement;
 pub mod batch;
 pub mod drafting;
 pub mod filters;

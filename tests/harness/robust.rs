@@ -7,28 +7,34 @@
 //!   numbers, a fuzzer's bytes). Choice `0` is always the plainest one, so an
 //!   exhausted source, or one shrunk towards zeros, gives a simple valid call.
 //! - [`GumbelCall`], [`RejectionCall`]: a call with every input and output
-//!   length, shape, stride, slot, offset, draft id and temperature possibly
-//!   wrong; [`GumbelCall::check`] and [`RejectionCall::check`] run it on the CPU
-//!   backend and panic on any broken property:
+//!   length, shape, stride, slot, offset, draft id, temperature and filter
+//!   value (SPEC §7.1) possibly wrong; [`GumbelCall::check`] and
+//!   [`RejectionCall::check`] run it on the CPU backend and panic on any
+//!   broken property:
 //!   - the call does not panic (`catch_unwind`), and it is `Ok` exactly when
 //!     the model says the call is valid (interleaved but disjoint draft-logits
-//!     layouts included);
+//!     layouts included); a call that only a bad filter value of a used slot
+//!     makes invalid fails with that value's typed error (`InvalidTopK`,
+//!     `InvalidTopP`, `InvalidMinP` with its slot, value and table);
 //!   - canaries before and after every buffer are intact (nothing outside the
 //!     regions passed is written) and inputs are unchanged;
 //!   - a failed call wrote nothing; an `Ok` call wrote every output element,
 //!     each in range (`0..V`, or `-1` where documented), the draft logits exactly
-//!     where SPEC §3.3 says, greedy rows their argmax;
+//!     where SPEC §3.3 says, greedy rows their argmax, filtered sampling rows
+//!     ids of their kept set (`filters::reference_kept`);
 //!   - an `Ok` call run again gives bitwise the same outputs, and the same
 //!     tokens with the other token width.
 
 use crate::batch::{Batch, ColumnSpec, DraftLogitsSpec, Values};
+use crate::filters::{FilterTable, reference_kept};
 use crate::inputs::{Rng, first_argmax};
 use crate::verify::Verify;
 use half::{bf16, f16};
+use specdec::filter::Filter;
 use specdec::status::{NAN_LOGITS, temperature_is_valid};
 use specdec::{
-    Backend, Column, DType, DraftLogits, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Host, Logits,
-    MAX_DRAFTS, MAX_VOCAB, RejectionOutput, RejectionSample, SamplingParams,
+    Backend, Column, DType, DraftLogits, DraftLogitsMut, DraftLogitsShape, Error, Filters, GumbelOutput, GumbelSample,
+    Host, Logits, MAX_DRAFTS, MAX_VOCAB, RejectionOutput, RejectionSample, SamplingParams,
 };
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -300,6 +306,51 @@ fn read_out<T: Guard>(g: &Option<Guarded<T>>, what: &str) -> Option<Vec<T>> {
     })
 }
 
+/// A filter table's arrays, each guarded (absent ones stay absent).
+struct GuardedFilters {
+    top_k: Option<Guarded<i32>>,
+    top_p: Option<Guarded<f32>>,
+    min_p: Option<Guarded<f32>>,
+}
+
+impl GuardedFilters {
+    fn new(t: &FilterTable) -> Self {
+        GuardedFilters {
+            top_k: t.top_k.as_deref().map(Guarded::new),
+            top_p: t.top_p.as_deref().map(Guarded::new),
+            min_p: t.min_p.as_deref().map(Guarded::new),
+        }
+    }
+
+    /// The regions as a call reads them (as [`FilterTable::view`]).
+    fn view(&self) -> Filters<'_, Host> {
+        let mut f = Filters::none();
+        if let Some(k) = &self.top_k {
+            f = f.with_top_k(k.region());
+        }
+        if let Some(p) = &self.top_p {
+            f = f.with_top_p(p.region());
+        }
+        if let Some(m) = &self.min_p {
+            f = f.with_min_p(m.region());
+        }
+        f
+    }
+
+    /// Panics unless every array still holds `t`'s values and its canaries.
+    fn assert_holds(&self, t: &FilterTable, what: &str) {
+        if let (Some(g), Some(k)) = (&self.top_k, &t.top_k) {
+            g.assert_holds(k, &format!("{what} top_k"));
+        }
+        if let (Some(g), Some(p)) = (&self.top_p, &t.top_p) {
+            g.assert_holds(p, &format!("{what} top_p"));
+        }
+        if let (Some(g), Some(m)) = (&self.min_p, &t.min_p) {
+            g.assert_holds(m, &format!("{what} min_p"));
+        }
+    }
+}
+
 /// Runs `call`, turning a panic into a test failure that names `what` and
 /// shows the call (`ctx`).
 fn no_panic<R>(what: &str, ctx: &dyn std::fmt::Debug, call: impl FnOnce() -> R) -> R {
@@ -439,6 +490,55 @@ fn positions(c: &mut impl Choices, len: usize) -> Vec<u64> {
     (0..len).map(|_| if rng.below(4) == 0 { u64::MAX - rng.below(3) as u64 } else { rng.next_u64() }).collect()
 }
 
+/// A slot's `top_k`: mostly off or a count (`>= V` too), sometimes negative.
+fn top_k(c: &mut impl Choices) -> i32 {
+    match c.weighted(&[12, 1]) {
+        0 => c.pick(&[0, 1, 2, 5, 64, 1 << 20, i32::MAX]),
+        _ => c.pick(&[-1, -7, i32::MIN]),
+    }
+}
+
+/// A slot's `top_p`: mostly off or in `(0, 1]` (edges: the smallest
+/// subnormal, the largest value below 1), sometimes outside (NaN included).
+fn top_p(c: &mut impl Choices) -> f32 {
+    match c.weighted(&[12, 1]) {
+        0 => c.pick(&[1.0, 0.9, 0.5, 0.1, 1.0f32.next_down(), f32::MIN_POSITIVE, f32::from_bits(1)]),
+        _ => c.pick(&[0.0, -0.0, -0.5, 1.0f32.next_up(), 1.5, f32::NAN, f32::INFINITY, f32::NEG_INFINITY]),
+    }
+}
+
+/// A slot's `min_p`: mostly off or in `[0, 1]` (`-0` and subnormals
+/// included), sometimes outside (NaN included).
+fn min_p(c: &mut impl Choices) -> f32 {
+    match c.weighted(&[12, 1]) {
+        0 => c.pick(&[0.0, 0.05, 0.3, 1.0, -0.0, f32::from_bits(1), 1.0f32.next_down()]),
+        _ => c.pick(&[-0.1, -f32::from_bits(1), 1.0f32.next_up(), 1.5, f32::NAN, f32::INFINITY, f32::NEG_INFINITY]),
+    }
+}
+
+/// A filter table for `num_slots` slots: none half the time (the plainest
+/// choice); else each array given or not, its length rarely one off.
+fn filter_table<C: Choices>(c: &mut C, num_slots: usize) -> FilterTable {
+    if c.below(2) == 0 {
+        return FilterTable::none();
+    }
+    fn array<C: Choices, T>(c: &mut C, num_slots: usize, value: impl Fn(&mut C) -> T) -> Option<Vec<T>> {
+        (c.below(2) == 1).then(|| {
+            let len = match c.weighted(&[40, 1, 1]) {
+                0 => num_slots,
+                1 => num_slots + 1,
+                _ => num_slots.checked_sub(1).unwrap_or(1),
+            };
+            (0..len).map(|_| value(c)).collect()
+        })
+    }
+    FilterTable {
+        top_k: array(c, num_slots, |c| top_k(c)),
+        top_p: array(c, num_slots, |c| top_p(c)),
+        min_p: array(c, num_slots, |c| min_p(c)),
+    }
+}
+
 /// A draft-logits shape over `slots` slots and `k` columns of rows at
 /// least `vocab` wide, and its buffer length: dense, padded, transposed,
 /// zero or overlapping strides, strides that overflow, slots, columns and
@@ -505,6 +605,74 @@ fn logits_ok(rows: usize, vocab: usize, row_stride: usize, len: usize) -> bool {
 /// Whether `slot` may be used: padding, or in range with a valid temperature.
 fn slot_ok(slot: i32, temperature: &[f32]) -> bool {
     slot == -1 || usize::try_from(slot).is_ok_and(|s| s < temperature.len() && temperature_is_valid(temperature[s]))
+}
+
+/// Whether every array of a filter table has `num_slots` entries.
+fn filter_lengths_ok(t: &FilterTable, num_slots: usize) -> bool {
+    t.top_k.as_ref().is_none_or(|k| k.len() == num_slots)
+        && t.top_p.as_ref().is_none_or(|p| p.len() == num_slots)
+        && t.min_p.as_ref().is_none_or(|m| m.len() == num_slots)
+}
+
+/// The typed error of one bad filter value: the parameter, slot, the value's
+/// bits (NaN payloads compare) and whether it is in the draft logits' table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FilterError {
+    pub param: &'static str,
+    pub slot: usize,
+    pub bits: u32,
+    pub draft: bool,
+}
+
+impl FilterError {
+    /// The filter error `e` reports, if it is one.
+    fn of(e: &Error) -> Option<Self> {
+        let (param, slot, bits, draft) = match *e {
+            Error::InvalidTopK { slot, value, draft } => ("top_k", slot, value as u32, draft),
+            Error::InvalidTopP { slot, value, draft } => ("top_p", slot, value.to_bits(), draft),
+            Error::InvalidMinP { slot, value, draft } => ("min_p", slot, value.to_bits(), draft),
+            _ => return None,
+        };
+        Some(FilterError { param, slot, bits, draft })
+    }
+}
+
+/// The errors slot `slot`'s values in `t` may give (SPEC §7.1, written out
+/// here): one per value out of its range (`top_k < 0`; `top_p` outside
+/// `(0, 1]`, `min_p` outside `[0, 1]`, NaN outside both).
+fn filter_errors(t: &FilterTable, slot: usize, draft: bool) -> Vec<FilterError> {
+    let error = |param, bits| FilterError { param, slot, bits, draft };
+    let mut errors = Vec::new();
+    if let Some(k) = t.top_k.as_ref().filter(|k| k[slot] < 0) {
+        errors.push(error("top_k", k[slot] as u32));
+    }
+    if let Some(p) = t.top_p.as_ref().filter(|p| !(p[slot] > 0.0 && p[slot] <= 1.0)) {
+        errors.push(error("top_p", p[slot].to_bits()));
+    }
+    if let Some(m) = t.min_p.as_ref().filter(|m| !(m[slot] >= 0.0 && m[slot] <= 1.0)) {
+        errors.push(error("min_p", m[slot].to_bits()));
+    }
+    errors
+}
+
+/// Panics unless a call whose only fault is a bad filter value failed with
+/// one of the errors `want` lists.
+fn assert_filter_error(got: Option<FilterError>, want: &[FilterError], e: &str, ctx: &str) {
+    assert!(
+        got.is_some_and(|g| want.contains(&g)),
+        "a call invalid only by its filter values {want:?} failed with {e}: {ctx}"
+    );
+}
+
+/// Panics unless a sampling row's `token` is in the kept set of `row` at
+/// temperature `t` under `filter` (SPEC §7.2), where the row has a value
+/// above `-inf` (else SPEC §3.4's token 0 needs no set).
+fn assert_kept(row: &[f32], t: f32, filter: Filter, token: i64, what: &str) {
+    if filter.is_off(row.len()) || row.iter().all(|&x| x.is_nan() || x == f32::NEG_INFINITY) {
+        return;
+    }
+    let kept = reference_kept(row, t, filter);
+    assert!(kept[token as usize], "{what}: token {token} is outside the kept set of {filter:?} at T {t}: {row:?}");
 }
 
 /// How a row's token was drawn.
@@ -595,6 +763,8 @@ pub struct GumbelCall {
 pub struct GumbelRun {
     /// The error in its `Debug` form.
     pub result: Result<(), String>,
+    /// The error, if it is a bad filter value's.
+    pub filter_error: Option<FilterError>,
     /// Widened to i64; `i64::MIN` where nothing was written.
     pub tokens: Vec<i64>,
     pub row_status: Option<Vec<u32>>,
@@ -611,6 +781,7 @@ impl GumbelCall {
         let logits = values(c, dtype, len);
         let (temperature, seed) = table(c);
         let num_slots = temperature.len();
+        let filters = filter_table(c, num_slots);
         let slots = (0..c.len_near(rows)).map(|_| slot(c, num_slots)).collect();
         let positions_len = c.len_near(rows);
         let pos = positions(c, positions_len);
@@ -642,20 +813,26 @@ impl GumbelCall {
             temperature,
             seed,
             drafting,
-            filters: crate::FilterTable::none(),
+            filters,
             draft_logits,
             tokens_i64,
         };
         GumbelCall { batch, tokens_len, row_status_len }
     }
 
-    /// Whether SPEC §3 and §5 make this call valid (worked out here, not by the crate).
+    /// Whether SPEC §3, §5 and §7.1 make this call valid (worked out here, not by the crate).
     pub fn valid(&self) -> bool {
+        self.valid_but_filters() && self.filter_errors().is_empty()
+    }
+
+    /// Whether the call is valid but for the filter values of its used slots.
+    fn valid_but_filters(&self) -> bool {
         let b = &self.batch;
         let rows = b.rows;
         let num_slots = b.temperature.len();
         let shapes = logits_ok(rows, b.vocab, b.row_stride, b.logits.len())
             && b.seed.len() == num_slots
+            && filter_lengths_ok(&b.filters, num_slots)
             && b.slots.len() == rows
             && b.pos.len() == rows
             && self.tokens_len == rows
@@ -680,6 +857,14 @@ impl GumbelCall {
             })
     }
 
+    /// The errors the bad filter values of used slots may give, given
+    /// [`Self::valid_but_filters`].
+    fn filter_errors(&self) -> Vec<FilterError> {
+        let b = &self.batch;
+        let used = b.slots.iter().filter_map(|&s| usize::try_from(s).ok());
+        used.flat_map(|s| filter_errors(&b.filters, s, false)).collect()
+    }
+
     /// Runs the call on `backend` with every buffer guarded; panics if it
     /// panics, writes outside a region or changes an input.
     pub fn run(&self, backend: &Backend, tokens_i64: bool) -> GumbelRun {
@@ -689,6 +874,7 @@ impl GumbelCall {
         let pos = Guarded::new(&b.pos);
         let temperature = Guarded::new(&b.temperature);
         let seed = Guarded::new(&b.seed);
+        let filters = GuardedFilters::new(&b.filters);
         let mut draft_logits = b.draft_logits.as_ref().map(|c| GuardedValues::new(&c.data));
         let columns = match b.draft_logits.as_ref().map(|c| &c.column) {
             Some(ColumnSpec::PerRow(cols)) => Some(Guarded::new(cols)),
@@ -701,7 +887,7 @@ impl GumbelCall {
                 logits: Logits { data: logits.view(), rows: b.rows, vocab: b.vocab, row_stride: b.row_stride },
                 slots: slots.region(),
                 pos: pos.region(),
-                params: SamplingParams::new(temperature.region(), seed.region()),
+                params: SamplingParams::new(temperature.region(), seed.region()).with_filters(filters.view()),
                 drafting: b.drafting,
             };
             let mut out = tokens.gumbel_output();
@@ -724,6 +910,7 @@ impl GumbelCall {
         pos.assert_holds(&b.pos, "positions");
         temperature.assert_holds(&b.temperature, "temperatures");
         seed.assert_holds(&b.seed, "seeds");
+        filters.assert_holds(&b.filters, "filters");
         if let (Some(g), Some(ColumnSpec::PerRow(cols))) = (&columns, b.draft_logits.as_ref().map(|c| &c.column)) {
             g.assert_holds(cols, "draft-logits columns");
         }
@@ -731,6 +918,7 @@ impl GumbelCall {
             c.assert_intact("draft logits");
         }
         GumbelRun {
+            filter_error: result.as_ref().err().and_then(FilterError::of),
             result: result.map_err(|e| format!("{e:?}")),
             tokens: tokens.tokens("tokens"),
             row_status: read_out(&row_status, "row status"),
@@ -763,6 +951,9 @@ impl GumbelCall {
         let first = self.run(&Backend::cpu(), b.tokens_i64);
         let ctx = format!("{self:#?}");
         if let Some(e) = judge(&first.result, self.valid(), &ctx) {
+            if self.valid_but_filters() {
+                assert_filter_error(first.filter_error, &self.filter_errors(), e, &ctx);
+            }
             assert!(first.tokens.iter().all(|&t| t == i64::MIN), "a failed call ({e}) wrote tokens: {ctx}");
             let untouched = first.row_status.iter().flatten().all(|&s| s == u32::MAX);
             assert!(untouched, "a failed call ({e}) wrote row status: {ctx}");
@@ -782,7 +973,12 @@ impl GumbelCall {
                 _ => b.row(r),
             };
             let draw = if greedy { Draw::Greedy } else { Draw::Sample };
-            assert_row_token(&row, first.tokens[r], draw, &format!("row {r} (slot {slot}): {ctx}"));
+            let what = format!("row {r} (slot {slot}): {ctx}");
+            assert_row_token(&row, first.tokens[r], draw, &what);
+            if !greedy {
+                let (t, filter) = (b.temperature[slot as usize], b.filters.slot(slot as usize));
+                assert_kept(&row, t, filter, first.tokens[r], &what);
+            }
             if let Some(s) = &first.row_status {
                 assert_eq!(s[r], nan_status(&row), "row {r}: status: {ctx}");
             }
@@ -831,6 +1027,8 @@ pub struct RejectionCall {
 pub struct RejectionRun {
     /// The error in its `Debug` form.
     pub result: Result<(), String>,
+    /// The error, if it is a bad filter value's.
+    pub filter_error: Option<FilterError>,
     /// Widened to i64; `i64::MIN` where nothing was written.
     pub tokens: Vec<i64>,
     pub num_emitted: Vec<i32>,
@@ -870,6 +1068,7 @@ impl RejectionCall {
         let target = values(c, dtype, len);
         let (temperature, seed) = table(c);
         let num_slots = temperature.len();
+        let filters = filter_table(c, num_slots);
         let draft_ids: Vec<DraftChoice> = (0..c.len_near(rows))
             .map(|_| match c.weighted(&[8, 8, 2, 1]) {
                 0 => DraftChoice::Argmax,
@@ -891,6 +1090,8 @@ impl RejectionCall {
             let dtype = c.pick(&DType::ALL);
             (values(c, dtype, len), shape)
         });
+        // The drafts' filters travel with the draft logits (none in one-hot mode).
+        let draft_filters = if draft.is_some() { filter_table(c, num_slots) } else { FilterTable::none() };
         let tokens_i64 = c.below(2) == 1;
         let tokens_len = c.len_near(requests * (max_drafts + 1));
         let num_emitted_len = c.len_near(requests);
@@ -909,8 +1110,8 @@ impl RejectionCall {
             seed,
             max_drafts,
             draft,
-            filters: crate::FilterTable::none(),
-            draft_filters: crate::FilterTable::none(),
+            filters,
+            draft_filters,
             tokens_i64,
         };
         let readable = logits_ok(rows, vocab, row_stride, verify.target.len());
@@ -926,13 +1127,20 @@ impl RejectionCall {
         RejectionCall { verify, tokens_len, num_emitted_len, accepted_len, row_status_len }
     }
 
-    /// Whether SPEC §4 and §5 make this call valid (worked out here, not by the crate).
+    /// Whether SPEC §4, §5 and §7.1 make this call valid (worked out here, not by the crate).
     pub fn valid(&self) -> bool {
+        self.valid_but_filters() && self.filter_errors().is_empty()
+    }
+
+    /// Whether the call is valid but for the filter values of its used slots.
+    fn valid_but_filters(&self) -> bool {
         let v = &self.verify;
         let (rows, requests, num_slots) = (v.rows, v.slots.len(), v.temperature.len());
         let k1 = v.max_drafts + 1;
         let shapes = logits_ok(rows, v.vocab, v.row_stride, v.target.len())
             && v.seed.len() == num_slots
+            && filter_lengths_ok(&v.filters, num_slots)
+            && (v.draft.is_none() || filter_lengths_ok(&v.draft_filters, num_slots))
             && v.max_drafts <= MAX_DRAFTS
             && v.offsets.len() == requests + 1
             && v.drafts.len() == rows
@@ -957,6 +1165,21 @@ impl RejectionCall {
             })
     }
 
+    /// The errors the bad filter values of used slots may give (the drafts'
+    /// table only with draft logits), given [`Self::valid_but_filters`].
+    fn filter_errors(&self) -> Vec<FilterError> {
+        let v = &self.verify;
+        let used = v.slots.iter().filter_map(|&s| usize::try_from(s).ok());
+        used.flat_map(|s| {
+            let mut errors = filter_errors(&v.filters, s, false);
+            if v.draft.is_some() {
+                errors.extend(filter_errors(&v.draft_filters, s, true));
+            }
+            errors
+        })
+        .collect()
+    }
+
     /// Runs the call on `backend` with every buffer guarded; panics if it
     /// panics, writes outside a region or changes an input.
     pub fn run(&self, backend: &Backend, tokens_i64: bool) -> RejectionRun {
@@ -969,6 +1192,7 @@ impl RejectionCall {
         let pos = Guarded::new(&v.pos);
         let temperature = Guarded::new(&v.temperature);
         let seed = Guarded::new(&v.seed);
+        let (filters, draft_filters) = (GuardedFilters::new(&v.filters), GuardedFilters::new(&v.draft_filters));
         let mut tokens = GuardedTokens::new(self.tokens_len, tokens_i64);
         let mut num_emitted = Guarded::filled(self.num_emitted_len, i32::MIN);
         let mut accepted = guarded_out(self.accepted_len, i32::MIN);
@@ -979,11 +1203,11 @@ impl RejectionCall {
             drafts: drafts.region(),
             slots: slots.region(),
             pos: pos.region(),
-            params: SamplingParams::new(temperature.region(), seed.region()),
+            params: SamplingParams::new(temperature.region(), seed.region()).with_filters(filters.view()),
             max_drafts: v.max_drafts,
             draft_logits: match (&draft, &v.draft) {
                 (Some(d), Some((_, shape))) => {
-                    Some(DraftLogits { data: d.view(), shape: *shape, filters: specdec::Filters::none() })
+                    Some(DraftLogits { data: d.view(), shape: *shape, filters: draft_filters.view() })
                 }
                 _ => None,
             },
@@ -1008,8 +1232,11 @@ impl RejectionCall {
         pos.assert_holds(&v.pos, "positions");
         temperature.assert_holds(&v.temperature, "temperatures");
         seed.assert_holds(&v.seed, "seeds");
+        filters.assert_holds(&v.filters, "filters");
+        draft_filters.assert_holds(&v.draft_filters, "draft logits' filters");
         num_emitted.assert_intact("num_emitted");
         RejectionRun {
+            filter_error: result.as_ref().err().and_then(FilterError::of),
             result: result.map_err(|e| format!("{e:?}")),
             tokens: tokens.tokens("tokens"),
             num_emitted: num_emitted.region().to_vec(),
@@ -1024,6 +1251,9 @@ impl RejectionCall {
         let first = self.run(&Backend::cpu(), v.tokens_i64);
         let ctx = format!("{self:#?}");
         if let Some(e) = judge(&first.result, self.valid(), &ctx) {
+            if self.valid_but_filters() {
+                assert_filter_error(first.filter_error, &self.filter_errors(), e, &ctx);
+            }
             let untouched = first.tokens.iter().all(|&t| t == i64::MIN)
                 && first.num_emitted.iter().chain(first.accepted.iter().flatten()).all(|&n| n == i32::MIN)
                 && first.row_status.iter().flatten().all(|&s| s == u32::MAX);
@@ -1054,6 +1284,8 @@ impl RejectionCall {
                 } else {
                     let x = row[d as usize];
                     assert!(!x.is_nan() && x != f32::NEG_INFINITY, "{what}: draft {i} ({d}) with p = 0 was accepted");
+                    let (t, filter) = (v.temperature[slot as usize], v.filters.slot(slot as usize));
+                    assert_kept(&row, t, filter, token, &format!("{what}: accepted draft {i}"));
                 }
             }
             // The greedy chain stops at the first placeholder or mismatch (SPEC §4).
@@ -1064,6 +1296,10 @@ impl RejectionCall {
             let last = target_row(v, o0 + j);
             let draw = if greedy { Draw::Greedy } else { Draw::Resample };
             assert_row_token(&last, tokens[j], draw, &format!("{what}: emitted token {j}"));
+            if !greedy {
+                let (t, filter) = (v.temperature[slot as usize], v.filters.slot(slot as usize));
+                assert_kept(&last, t, filter, tokens[j], &format!("{what}: emitted token {j}"));
+            }
         }
         if let Some(s) = &first.row_status {
             for (row, &status) in s.iter().enumerate() {

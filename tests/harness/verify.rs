@@ -1,8 +1,12 @@
-//! Owned host buffers for one `rejection_sample` call, runnable on any backend.
+//! Owned host buffers for one `rejection_sample` call, runnable on any backend
+//! (and, copied to the device, through `Cuda::rejection_sample`: [`Verify::run_device`]).
 
-use crate::batch::Values;
-use crate::filters::FilterTable;
-use specdec::{Backend, DraftLogits, DraftLogitsShape, Host, Logits, RejectionOutput, RejectionSample, SamplingParams};
+use crate::batch::{DeviceValues, Values};
+use crate::filters::{DeviceFilters, FilterTable};
+use specdec::{
+    Backend, Cuda, Device, DraftLogits, DraftLogitsShape, Host, Logits, RejectionOutput, RejectionSample,
+    SamplingParams, Workspace,
+};
 
 /// A `rejection_sample` call's inputs, owned. Request `r` owns target rows
 /// `offsets[r] .. offsets[r+1]`.
@@ -130,5 +134,68 @@ impl Verify {
             t.into_iter().map(i64::from).collect()
         };
         Ok(Verified { tokens, num_emitted, accepted, row_status })
+    }
+
+    /// Runs the call through [`Cuda::rejection_sample`] with device copies
+    /// of its buffers (filter tables included) and workspace `ws`, then
+    /// copies the outputs back. Outputs start at `i32::MIN` (`i64::MIN`
+    /// tokens) and statuses at `u32::MAX`, as in [`Verify::run`]. Nothing is
+    /// checked on the host beyond shapes: slots, offsets, draft ids,
+    /// temperatures and filter values reach the kernels as they are. The
+    /// workspace's status word is the caller's.
+    pub fn run_device(&self, cuda: &Cuda, ws: &mut Workspace) -> specdec::Result<Verified> {
+        let s = cuda.stream();
+        let (requests, k1) = (self.requests(), self.max_drafts + 1);
+        let target = DeviceValues::upload(s, &self.target)?;
+        let draft = match &self.draft {
+            Some((d, shape)) => Some((DeviceValues::upload(s, d)?, *shape)),
+            None => None,
+        };
+        let (offsets, drafts) = (s.clone_htod(&self.offsets)?, s.clone_htod(&self.drafts)?);
+        let (slots, pos) = (s.clone_htod(&self.slots)?, s.clone_htod(&self.pos)?);
+        let (temperature, seed) = (s.clone_htod(&self.temperature)?, s.clone_htod(&self.seed)?);
+        let (filters, draft_filters) =
+            (DeviceFilters::upload(s, &self.filters)?, DeviceFilters::upload(s, &self.draft_filters)?);
+        let mut t32 = s.clone_htod(&vec![i32::MIN; requests * k1])?;
+        let mut t64 = s.clone_htod(&vec![i64::MIN; requests * k1])?;
+        let mut num_emitted = s.clone_htod(&vec![i32::MIN; requests])?;
+        let mut accepted = s.clone_htod(&vec![i32::MIN; requests])?;
+        let mut row_status = s.clone_htod(&vec![u32::MAX; self.rows])?;
+        {
+            let call = RejectionSample::<Device> {
+                target: Logits { data: target.view(), rows: self.rows, vocab: self.vocab, row_stride: self.row_stride },
+                offsets: offsets.as_view(),
+                drafts: drafts.as_view(),
+                slots: slots.as_view(),
+                pos: pos.as_view(),
+                params: SamplingParams::new(&temperature, &seed).with_filters(filters.view()),
+                max_drafts: self.max_drafts,
+                draft_logits: draft.as_ref().map(|(d, shape)| DraftLogits {
+                    data: d.view(),
+                    shape: *shape,
+                    filters: draft_filters.view(),
+                }),
+            };
+            let out = if self.tokens_i64 {
+                RejectionOutput::new(&mut t64, &mut num_emitted)
+            } else {
+                RejectionOutput::new(&mut t32, &mut num_emitted)
+            };
+            let mut out = out.with_accepted(&mut accepted).with_row_status(&mut row_status);
+            cuda.rejection_sample(ws, &call, &mut out)?;
+        }
+        let tokens = if self.tokens_i64 {
+            s.clone_dtoh(&t64)?
+        } else {
+            s.clone_dtoh(&t32)?.into_iter().map(i64::from).collect()
+        };
+        let out = Verified {
+            tokens,
+            num_emitted: s.clone_dtoh(&num_emitted)?,
+            accepted: s.clone_dtoh(&accepted)?,
+            row_status: s.clone_dtoh(&row_status)?,
+        };
+        s.synchronize()?;
+        Ok(out)
     }
 }

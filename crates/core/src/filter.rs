@@ -232,9 +232,13 @@ impl Radix {
 
 /// The digit, from the top, that holds the `rank`-th largest key (`1 <=
 /// rank <=` the histogram's total), and that key's rank within the digit.
+/// `hist` is a round's [`DIGITS`] counts, or a run of consecutive digits of
+/// them, the digit then its index in the run (a kernel's warp gives each lane
+/// a run, and the lane whose run holds the key searches it, `rank` less the
+/// counts above the run).
 #[inline(always)]
-pub fn count_digit(hist: &[u32; DIGITS], mut rank: u32) -> (usize, u32) {
-    let mut d = DIGITS - 1;
+pub fn count_digit(hist: &[u32], mut rank: u32) -> (usize, u32) {
+    let mut d = hist.len() - 1;
     while d > 0 && rank > hist[d] {
         rank -= hist[d];
         d -= 1;
@@ -245,10 +249,11 @@ pub fn count_digit(hist: &[u32; DIGITS], mut rank: u32) -> (usize, u32) {
 /// The digit, from the top, where the top mass first reaches `top_p` of
 /// `total` ([`top_p_reached`]), given `acc` of the digits above this round's
 /// values, and the mass above that digit. The walk of [`threshold`], a
-/// digit's values at a time.
+/// digit's values at a time; `hist` a round's masses or a run of them, as
+/// for [`count_digit`].
 #[inline(always)]
-pub fn mass_digit(hist: &[u64; DIGITS], mut acc: u64, total: u64, top_p: f32) -> (usize, u64) {
-    let mut d = DIGITS - 1;
+pub fn mass_digit(hist: &[u64], mut acc: u64, total: u64, top_p: f32) -> (usize, u64) {
+    let mut d = hist.len() - 1;
     while d > 0 && !top_p_reached(acc + hist[d], total, top_p) {
         acc += hist[d];
         d -= 1;

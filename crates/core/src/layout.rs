@@ -16,6 +16,30 @@ pub const WARPS: u32 = BLOCK_THREADS / 32;
 /// `shared::Shared` (a slot per warp for the block's reductions, then one
 /// record for the whole block), which asserts it.
 pub const SHARED_BYTES: u32 = 352;
+/// Dynamic shared memory of the filter threshold kernels, in bytes: the size
+/// of the kernels' `threshold::ThresholdShared` (its histograms and the
+/// values a search keeps), which asserts it.
+pub const THRESHOLD_SHARED_BYTES: u32 = 11_400;
+
+/// A call's per-slot sampling filters (SPEC §7) in device memory, each table
+/// `[num_slots]` or 0 (that filter off for every slot).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct FilterTables {
+    /// `i32`: `0` off, `< 0` invalid.
+    pub top_k: u64,
+    /// `f32` in `(0, 1]`.
+    pub top_p: u64,
+    /// `f32` in `[0, 1]`.
+    pub min_p: u64,
+}
+
+impl FilterTables {
+    /// Whether no table is given (the call is unfiltered).
+    pub fn is_none(&self) -> bool {
+        self.top_k == 0 && self.top_p == 0 && self.min_p == 0
+    }
+}
 
 /// Parameters of `gumbel_sample` (SPEC §3). Row `r` owns `logits + r*row_stride`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -49,6 +73,11 @@ pub struct GumbelParams {
     pub row_status: u64,
     /// One `u32`: OR of every flag raised.
     pub status: u64,
+    /// The slots' filters; with any, the filtered kernels run and
+    /// `thresholds` is `f32 [rows]` scratch: each row's `τ` (SPEC §7.2),
+    /// `-inf` for a row kept whole, NaN for one whose filter values are bad.
+    pub filters: FilterTables,
+    pub thresholds: u64,
     pub rows: u32,
     pub vocab: u32,
     pub num_slots: u32,
@@ -103,6 +132,14 @@ pub struct RejectionParams {
     pub row_status: u64,
     /// One `u32`: OR of every flag raised.
     pub status: u64,
+    /// The slots' filters on the target and those the drafts were sampled
+    /// with (SPEC §7.3); with any, the filtered kernels run and `thresholds`
+    /// is `f32 [2, requests · (max_drafts + 1)]` scratch: the `τ` of row `i`
+    /// of request `r` at `r · (max_drafts + 1) + i`, the target's then the
+    /// draft's (`-inf`: kept whole; NaN in the target's: bad filter values).
+    pub filters: FilterTables,
+    pub draft_filters: FilterTables,
+    pub thresholds: u64,
     pub rows: u32,
     pub vocab: u32,
     pub requests: u32,

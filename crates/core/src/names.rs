@@ -36,6 +36,11 @@ macro_rules! kernel_symbol {
     (@name REJECTION_RESAMPLE) => { "rejection_resample" };
     (@name REJECTION_RESAMPLE_LEAN) => { "rejection_resample_lean" };
     (@name REJECTION_RESAMPLE_SMALL) => { "rejection_resample_small" };
+    (@name GUMBEL_THRESHOLD) => { "gumbel_threshold" };
+    (@name GUMBEL_SAMPLE_FILTERED) => { "gumbel_sample_filtered" };
+    (@name REJECTION_THRESHOLD) => { "rejection_threshold" };
+    (@name REJECTION_STATS_FILTERED) => { "rejection_stats_filtered" };
+    (@name REJECTION_RESAMPLE_FILTERED) => { "rejection_resample_filtered" };
     // `DType::name` of each element type.
     (@dtype f32) => { "f32" };
     (@dtype Bf16) => { "bf16" };
@@ -123,8 +128,36 @@ pub const REJECTION_RESAMPLE_LEAN: Kernel =
 pub const REJECTION_RESAMPLE_SMALL: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_RESAMPLE_SMALL), pairs: Pairs::All, min_blocks: 3, except: None };
 
+/// The threshold `τ` of each filtered row of a `gumbel_sample` call (SPEC
+/// §7.2), one block per row, before [`GUMBEL_SAMPLE_FILTERED`]; its draft
+/// dtype is the one sampled values are rounded to (SPEC §3.3). Not bounded:
+/// one block a row, its loops waiting on memory, not on occupancy.
+pub const GUMBEL_THRESHOLD: Kernel =
+    Kernel { name: kernel_symbol!(@name GUMBEL_THRESHOLD), pairs: Pairs::All, min_blocks: 1, except: None };
+
+/// `gumbel_sample` of a call with filters: [`GUMBEL_SAMPLE`]'s body, every
+/// value below its row's `τ` masked. Its plain twin's bounds.
+pub const GUMBEL_SAMPLE_FILTERED: Kernel =
+    Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE_FILTERED), pairs: Pairs::All, min_blocks: 3, except: None };
+
+/// The thresholds of a `rejection_sample` call with filters: one block per
+/// target row and per draft row of each request, before
+/// [`REJECTION_STATS_FILTERED`]. Not bounded, as [`GUMBEL_THRESHOLD`].
+pub const REJECTION_THRESHOLD: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD), pairs: Pairs::All, min_blocks: 1, except: None };
+
+/// Pass 1 of a call with filters: [`REJECTION_STATS`]'s body over the masked
+/// rows, at 3 blocks per SM (the masks' thresholds take registers).
+pub const REJECTION_STATS_FILTERED: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED), pairs: Pairs::All, min_blocks: 3, except: None };
+
+/// Pass 2 of a call with filters: [`REJECTION_RESAMPLE`]'s body over the
+/// masked rows, its bounds.
+pub const REJECTION_RESAMPLE_FILTERED: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_RESAMPLE_FILTERED), pairs: Pairs::All, min_blocks: 3, except: None };
+
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 8] = [
+pub const ALL: [Kernel; 13] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -133,6 +166,11 @@ pub const ALL: [Kernel; 8] = [
     REJECTION_RESAMPLE,
     REJECTION_RESAMPLE_LEAN,
     REJECTION_RESAMPLE_SMALL,
+    GUMBEL_THRESHOLD,
+    GUMBEL_SAMPLE_FILTERED,
+    REJECTION_THRESHOLD,
+    REJECTION_STATS_FILTERED,
+    REJECTION_RESAMPLE_FILTERED,
 ];
 
 impl Kernel {
@@ -230,14 +268,15 @@ mod tests {
     #[test]
     fn the_macro_spells_each_symbol() {
         check!(GUMBEL_SAMPLE GUMBEL_SAMPLE_LEAN GUMBEL_SAMPLE_SMALL REJECTION_STATS REJECTION_STATS_SMALL
-            REJECTION_RESAMPLE REJECTION_RESAMPLE_LEAN REJECTION_RESAMPLE_SMALL);
+            REJECTION_RESAMPLE REJECTION_RESAMPLE_LEAN REJECTION_RESAMPLE_SMALL GUMBEL_THRESHOLD
+            GUMBEL_SAMPLE_FILTERED REJECTION_THRESHOLD REJECTION_STATS_FILTERED REJECTION_RESAMPLE_FILTERED);
         assert_eq!(kernel_symbol!(GUMBEL_SAMPLE, Bf16, f32), "gumbel_sample_bf16_f32");
     }
 
     #[test]
     fn the_table() {
         let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
-        assert_eq!(all.len(), 7 * 9 + 3);
+        assert_eq!(all.len(), 12 * 9 + 3);
         let mut unique = all.clone();
         unique.sort();
         unique.dedup();

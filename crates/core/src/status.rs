@@ -22,8 +22,14 @@ pub const INVALID_DRAFT: u32 = 1 << 4;
 /// more than `K` drafts.
 pub const INVALID_OFFSETS: u32 = 1 << 5;
 
+/// The slot's sampling filters (SPEC §7) hold a bad value: `top_k < 0`,
+/// `top_p` outside `(0, 1]` or `min_p` outside `[0, 1]` (NaN included), on
+/// the target's filters or, in `rejection_sample`, the drafts'.
+pub const INVALID_FILTER: u32 = 1 << 6;
+
 /// Flags that make a row's (or request's) output invalid (tokens `-1`).
-pub const INVALID: u32 = INVALID_SLOT | INVALID_TEMPERATURE | INVALID_COLUMN | INVALID_DRAFT | INVALID_OFFSETS;
+pub const INVALID: u32 =
+    INVALID_SLOT | INVALID_TEMPERATURE | INVALID_COLUMN | INVALID_DRAFT | INVALID_OFFSETS | INVALID_FILTER;
 
 /// A temperature is valid when it is `0` (greedy) or a positive, finite,
 /// normal float: subnormal `T` would make the scale `1/T` infinite.

@@ -39,9 +39,6 @@ pub enum Error {
     InvalidTopP { slot: usize, value: f32, draft: bool },
     #[error("slot {slot} has min_p {value:?}{}, expected a value in [0, 1] (0: off)", draft_suffix(*.draft))]
     InvalidMinP { slot: usize, value: f32, draft: bool },
-    /// Filters are not fused into the CUDA kernels yet: the CPU backend has them.
-    #[error("sampling filters (top_k, top_p, min_p) are not supported by the CUDA backend yet; use the CPU backend")]
-    FiltersUnsupported,
     /// `entry` is the first entry of `offsets` that breaks a rule.
     #[error("invalid request offsets: {detail}")]
     InvalidOffsets { entry: usize, detail: String },

@@ -2,13 +2,15 @@
 //! what it returns; the unsafe ones say what the caller must uphold.
 
 use core::arch::nvptx;
-use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 unsafe extern "C" {
     #[link_name = "llvm.nvvm.shfl.sync.bfly.f32"]
     fn shfl_sync_bfly_f32(mask: u32, value: f32, lane_mask: i32, clamp: i32) -> f32;
     #[link_name = "llvm.nvvm.shfl.sync.bfly.i32"]
     fn shfl_sync_bfly_i32(mask: u32, value: i32, lane_mask: i32, clamp: i32) -> i32;
+    #[link_name = "llvm.nvvm.shfl.sync.up.i32"]
+    fn shfl_sync_up_i32(mask: u32, value: i32, delta: i32, clamp: i32) -> i32;
     #[link_name = "llvm.nvvm.shfl.sync.idx.i32"]
     fn shfl_sync_idx_i32(mask: u32, value: i32, lane: i32, clamp: i32) -> i32;
     #[link_name = "llvm.nvvm.ex2.approx.ftz.f"]
@@ -146,6 +148,36 @@ pub unsafe fn warp_min_u32(value: u32) -> u32 {
 pub unsafe fn warp_or_u32(value: u32) -> u32 {
     // SAFETY: the caller guarantees a converged, full warp.
     unsafe { redux_sync_or(value as i32, FULL_MASK as i32) as u32 }
+}
+
+/// The value of lane `lane − delta` of the warp (its own below `delta`).
+///
+/// # Safety
+/// All 32 lanes of the warp must be active and execute this call together.
+#[inline(always)]
+pub unsafe fn shfl_up_u32(value: u32, delta: u32) -> u32 {
+    // SAFETY: the caller guarantees a converged, full warp.
+    unsafe { shfl_sync_up_i32(FULL_MASK, value as i32, delta as i32, 0) as u32 }
+}
+
+/// Atomically adds `value` to the `u32` at `ptr` (no ordering), returning the old value.
+///
+/// # Safety
+/// As for [`atomic_max_i32`].
+#[inline(always)]
+pub unsafe fn atomic_add_u32(ptr: *mut u32, value: u32) -> u32 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { AtomicU32::from_ptr(ptr).fetch_add(value, Ordering::Relaxed) }
+}
+
+/// Atomically adds `value` to the `u64` at `ptr` (no ordering).
+///
+/// # Safety
+/// As for [`atomic_max_i32`], 8-byte aligned.
+#[inline(always)]
+pub unsafe fn atomic_add_u64(ptr: *mut u64, value: u64) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { AtomicU64::from_ptr(ptr).fetch_add(value, Ordering::Relaxed) };
 }
 
 /// Atomically adds 1 to the `u32` at `ptr` (device scope, no ordering: see

@@ -16,6 +16,12 @@
 //! A random row writing draft logits whose dtype rounds the logits samples
 //! them as the draft logits store them (SPEC §3.3), so the verifier's `q` is the law drawn.
 //!
+//! A call with sampling filters (SPEC §7) runs `gumbel_threshold_{logits}_{draft}`
+//! first, grid `(rows)`, one block per row writing the row's `τ` into
+//! `thresholds` (`crate::threshold`), then `gumbel_sample_filtered_{logits}_{draft}`,
+//! this kernel with every sampled value outside the row's kept set at `-inf`
+//! and rows of bad filter values flagged `INVALID_FILTER`.
+//!
 //! Calls without draft logits may take `gumbel_sample_lean_{logits}_{logits}`
 //! instead: the same in 64 registers, whose noise loop loads a batch's quads
 //! two at a time, and which writes no draft logits (the host takes it for grids of
@@ -30,6 +36,7 @@ use crate::last_block;
 use crate::load::{Load, any_nan, for_each_quad, for_each_quad_shared, widen};
 use crate::row::{SlotState, chunk_range, write_token};
 use crate::shared;
+use crate::threshold::{load_filter, mask, row_threshold};
 use core::cell::Cell;
 use specdec_core::argmax::{ArgMax, Floored};
 use specdec_core::dtype::{Bf16, F16};
@@ -37,7 +44,7 @@ use specdec_core::kernel_symbol;
 use specdec_core::layout::GumbelParams;
 use specdec_core::rng::Stream;
 use specdec_core::sample::{NO_LANE, Sampler};
-use specdec_core::status::{INVALID, INVALID_COLUMN, NAN_LOGITS};
+use specdec_core::status::{INVALID, INVALID_COLUMN, INVALID_FILTER, NAN_LOGITS};
 
 /// The row state plus its draft-logits column check.
 ///
@@ -75,12 +82,13 @@ unsafe fn logits_row<L>(p: &GumbelParams, row: u32) -> *const L {
     unsafe { (p.logits as *const L).add(row as usize * p.row_stride as usize) }
 }
 
-/// `Q`: the quads a batch of the greedy loop.
+/// `Q`: the quads a batch of the greedy loop; `FILTERED`: a call with
+/// filters, after the threshold kernel.
 ///
 /// # Safety
 /// Launched as described in the module docs, with a validated `p`.
 #[inline(always)]
-unsafe fn gumbel_sample<L: Load, D: Load, const LEAN: bool, const Q: u32>(p: &GumbelParams) {
+unsafe fn gumbel_sample<L: Load, D: Load, const LEAN: bool, const Q: u32, const FILTERED: bool>(p: &GumbelParams) {
     let (row, chunk_idx, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
     if row >= p.rows || chunk_idx >= p.chunks {
         return; // whole block: no barrier is skipped by part of it
@@ -93,10 +101,15 @@ unsafe fn gumbel_sample<L: Load, D: Load, const LEAN: bool, const Q: u32>(p: &Gu
         unsafe { gpu::prefetch_l2(logits_row::<L>(p, row).add(first as usize)) };
     }
     // SAFETY: row < rows.
-    let (state, pos, column) = unsafe { row_state(p, row) };
+    let (mut state, pos, column) = unsafe { row_state(p, row) };
+    // SAFETY: thresholds holds `rows` entries, written by the threshold kernel.
+    let tau = if FILTERED { unsafe { *(p.thresholds as *const f32).add(row as usize) } } else { f32::NEG_INFINITY };
+    if tau.is_nan() {
+        state.flags |= INVALID_FILTER;
+    }
     let partial = if state.is_valid() {
         // SAFETY: forwarded (valid state and column, block-uniform call).
-        unsafe { fold_chunk::<L, D, LEAN, Q>(p, row, chunk_idx, state, pos, column) }
+        unsafe { fold_chunk::<L, D, LEAN, Q, FILTERED>(p, row, chunk_idx, state, pos, column, tau) }
     } else {
         Partial::new(ArgMax::IDENTITY, state.flags) // block-uniform
     };
@@ -108,18 +121,20 @@ unsafe fn gumbel_sample<L: Load, D: Load, const LEAN: bool, const Q: u32>(p: &Gu
 }
 
 /// This block's chunk of the row, reduced over the block (valid in warp 0);
-/// greedy rows `Q` quads a batch.
+/// greedy rows `Q` quads a batch; with `FILTERED`, a random row's values
+/// masked to `{x >= tau}` (`crate::threshold::mask`).
 ///
 /// # Safety
 /// Called by every thread of the block; `state` is valid and `column` checked.
 #[inline(always)]
-unsafe fn fold_chunk<L: Load, D: Load, const LEAN: bool, const Q: u32>(
+unsafe fn fold_chunk<L: Load, D: Load, const LEAN: bool, const Q: u32, const FILTERED: bool>(
     p: &GumbelParams,
     row: u32,
     chunk_idx: u32,
     state: SlotState,
     pos: u64,
     column: u32,
+    tau: f32,
 ) -> Partial {
     let tid = gpu::thread_idx_x();
     let (start, end) = chunk_range(p.vocab, p.chunk, chunk_idx);
@@ -140,11 +155,14 @@ unsafe fn fold_chunk<L: Load, D: Load, const LEAN: bool, const Q: u32>(
     // then the law sampled). A padding row (no draft row) is greedy, and the
     // host launches a rounding pair only with draft logits.
     let stored = L::DTYPE.rounds_into(D::DTYPE) && !draft_row.is_null();
-    let sampled = #[inline(always)]
+    let as_stored = #[inline(always)]
     |raw: [L; 4]| {
         let v = widen(raw);
         if stored { v.map(D::rounded) } else { v }
     };
+    // Those values masked to the row's kept set (NaN are flagged before).
+    let sampled = #[inline(always)]
+    |v: [f32; 4]| if FILTERED { mask(v, tau, &sampler) } else { v };
 
     let mut best = ArgMax::IDENTITY;
     let mut nan = false;
@@ -195,14 +213,15 @@ unsafe fn fold_chunk<L: Load, D: Load, const LEAN: bool, const Q: u32>(
                 walk,
                 |x, raw, n| {
                     let c = cell.get();
-                    let (folded, lead) = sampler.fold_quad_lead(c.probe(), x, sampled(raw), n);
+                    let (folded, lead) = sampler.fold_quad_lead(c.probe(), x, sampled(as_stored(raw)), n);
                     cell.set(c.settle(folded));
                     led.set(lead);
                 },
                 |x, raw, n| {
                     store(x, raw, n);
-                    let vals = sampled(raw);
+                    let vals = as_stored(raw);
                     nan |= any_nan(vals, n);
+                    let vals = sampled(vals);
                     let c = cell.get();
                     let skip = led.replace(NO_LANE);
                     cell.set(c.settle(sampler.fold_quad_skipping(c.probe(), x, vals, n, skip)));
@@ -258,7 +277,52 @@ unsafe fn complete(p: &GumbelParams, row: u32, chunk_idx: u32, partial: Partial)
     }
 }
 
-/// `gumbel_sample`'s two entry points for each (logits, draft logits) dtype
+/// The threshold kernel (see module docs): row `blockIdx.x`'s `τ` into
+/// `thresholds`: `-inf` for a row sampled whole (padding, greedy, filters
+/// off, or a bad slot, temperature or column, which the sampling kernel
+/// flags), NaN for a slot whose filter values are bad (SPEC §5: checked for
+/// greedy slots too, as the CPU twin does), else the `τ` of the values the
+/// row samples (rounded to the draft logits' dtype where they store a
+/// rounding one: SPEC §3.3).
+///
+/// # Safety
+/// Launched by the host's validated launcher, grid `(rows)`, with
+/// `layout::THRESHOLD_SHARED_BYTES` of shared memory.
+#[inline(always)]
+unsafe fn gumbel_threshold<L: Load, D: Load>(p: &GumbelParams) {
+    let row = gpu::block_idx_x();
+    if row >= p.rows {
+        return; // whole block
+    }
+    // SAFETY: row < rows.
+    let (state, _, _) = unsafe { row_state(p, row) };
+    let tau = if !state.is_valid() || state.slot < 0 {
+        f32::NEG_INFINITY
+    } else {
+        // SAFETY: 0 <= slot < num_slots (a valid state).
+        match unsafe { load_filter(&p.filters, state.slot as usize) } {
+            None => f32::NAN,
+            Some(f) if state.greedy() || f.is_off(p.vocab as usize) => f32::NEG_INFINITY,
+            Some(f) => {
+                let sampler = Sampler::new(state.temperature, 0, 0, Stream::Target);
+                let stored = L::DTYPE.rounds_into(D::DTYPE) && p.draft_logits != 0;
+                let value = |raw: L| {
+                    let v = raw.as_f32();
+                    sampler.scaled(if stored { D::rounded(v) } else { v })
+                };
+                // SAFETY: every thread of the block is here (the state is
+                // block-uniform); the row holds `vocab` elements.
+                unsafe { row_threshold(logits_row::<L>(p, row), p.vocab, value, f) }
+            }
+        }
+    };
+    if gpu::thread_idx_x() == 0 {
+        // SAFETY: thresholds holds `rows` entries (workspace, host-sized).
+        unsafe { (p.thresholds as *mut f32).add(row as usize).write(tau) };
+    }
+}
+
+/// `gumbel_sample`'s four entry points (plain, filtered, threshold, small) for each (logits, draft logits) dtype
 /// pair, in a module per pair, exported under their `names` symbols.
 macro_rules! gumbel_kernels {
     ($($pair:ident: $l:ident => $d:ident;)*) => {$(
@@ -275,7 +339,30 @@ macro_rules! gumbel_kernels {
             #[unsafe(export_name = kernel_symbol!(GUMBEL_SAMPLE, $l, $d))]
             pub unsafe extern "ptx-kernel" fn plain(p: GumbelParams) {
                 // SAFETY: the launcher validated `p` and the launch shape.
-                unsafe { gumbel_sample::<$l, $d, false, 4>(&p) }
+                unsafe { gumbel_sample::<$l, $d, false, 4, false>(&p) }
+            }
+
+            /// The same for a call with filters, after `threshold`
+            /// (`names::GUMBEL_SAMPLE_FILTERED`; see module docs).
+            ///
+            /// # Safety
+            /// Launched by the host's validated launcher after `threshold` on the same stream.
+            #[unsafe(export_name = kernel_symbol!(GUMBEL_SAMPLE_FILTERED, $l, $d))]
+            pub unsafe extern "ptx-kernel" fn filtered(p: GumbelParams) {
+                // SAFETY: the launcher validated `p` and the launch shape.
+                unsafe { gumbel_sample::<$l, $d, false, 4, true>(&p) }
+            }
+
+            /// The rows' thresholds of a call with filters
+            /// (`names::GUMBEL_THRESHOLD`; see module docs).
+            ///
+            /// # Safety
+            /// Launched by the host's validated launcher, grid `(rows)`, with
+            /// `layout::THRESHOLD_SHARED_BYTES` of shared memory.
+            #[unsafe(export_name = kernel_symbol!(GUMBEL_THRESHOLD, $l, $d))]
+            pub unsafe extern "ptx-kernel" fn threshold(p: GumbelParams) {
+                // SAFETY: the launcher validated `p` and the launch shape.
+                unsafe { gumbel_threshold::<$l, $d>(&p) }
             }
 
             /// The same, its greedy loop one quad a batch
@@ -287,7 +374,7 @@ macro_rules! gumbel_kernels {
             #[unsafe(export_name = kernel_symbol!(GUMBEL_SAMPLE_SMALL, $l, $d))]
             pub unsafe extern "ptx-kernel" fn small(p: GumbelParams) {
                 // SAFETY: the launcher validated `p` and the launch shape.
-                unsafe { gumbel_sample::<$l, $d, false, 1>(&p) }
+                unsafe { gumbel_sample::<$l, $d, false, 1, false>(&p) }
             }
         }
     )*};
@@ -307,7 +394,7 @@ macro_rules! gumbel_lean_kernels {
         #[unsafe(export_name = kernel_symbol!(GUMBEL_SAMPLE_LEAN, $l, $l))]
         pub unsafe extern "ptx-kernel" fn $name(p: GumbelParams) {
             // SAFETY: the launcher validated `p` and the launch shape.
-            unsafe { gumbel_sample::<$l, $l, true, 4>(&p) }
+            unsafe { gumbel_sample::<$l, $l, true, 4, false>(&p) }
         }
     )*};
 }

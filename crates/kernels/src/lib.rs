@@ -24,6 +24,10 @@
 //! - [`shared`]: the launch's dynamic shared memory, typed (`Shared`).
 //! - [`row`]: a row as both operations see it: its slot's sampling
 //!   parameters as read and checked on the device, its chunks, its token store.
+//! - [`threshold`]: sampling filters (SPEC §7): a slot's filters as read
+//!   on the device, the threshold `τ` of a filtered row by one block (the
+//!   threshold kernels of both operations), and the mask the filtered
+//!   kernels apply with it.
 //! - [`gpu`]: the intrinsics.
 //!
 //! The math both backends share (Philox streams, the Gumbel transform,
@@ -76,6 +80,7 @@ pub mod load;
 pub mod rejection;
 pub mod row;
 pub mod shared;
+pub mod threshold;
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {

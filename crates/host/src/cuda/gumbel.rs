@@ -1,8 +1,9 @@
 //! `gumbel_sample` on the GPU: checks, then the one launch of
 //! `crates/kernels/src/gumbel.rs` (the kernel or its lean or small variant,
-//! as the workspace's rules pick).
+//! as the workspace's rules pick), or for a call with filters, the
+//! threshold kernel and the filtered variant.
 
-use super::{Cuda, Launch, Spread, Variants, Workspace, launch};
+use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch};
 use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Device;
@@ -15,12 +16,11 @@ impl Cuda {
     /// `gumbel_sample` (SPEC §3) on device buffers, enqueued on this backend's
     /// stream. No allocation, no synchronisation. Slots, temperatures and
     /// per-row columns are checked in the kernel: a bad one makes its row's
-    /// token `-1`, sets its row status and the workspace's status word.
+    /// token `-1`, sets its row status and the workspace's status word; so do
+    /// bad filter values (`status::INVALID_FILTER`).
     ///
     /// # Errors
     /// Shape, stride and length errors before anything is launched;
-    /// [`Error::FiltersUnsupported`](crate::Error::FiltersUnsupported) for a call with
-    /// sampling filters (the CPU backend has them);
     /// [`Error::WorkspaceTooSmall`](crate::Error::WorkspaceTooSmall);
     /// [`Error::WorkspaceContext`](crate::Error::WorkspaceContext) or
     /// [`Error::WorkspaceStream`](crate::Error::WorkspaceStream) for a workspace made on
@@ -32,25 +32,29 @@ impl Cuda {
         out: &mut GumbelOutput<'_, Device>,
     ) -> Result<()> {
         let shape = args.check(out)?;
-        if !args.params.filters.is_none() {
-            return Err(crate::Error::FiltersUnsupported);
-        }
+        let filtered = !args.params.filters.is_none();
         let logits_dtype = args.logits.data.dtype();
         let draft_dtype = out.draft_logits.as_ref().map_or(logits_dtype, |(draft, _)| draft.data.dtype());
         // The lean kernels write no draft logits: a draft model's call keeps
         // the registers for its stores (benches/results/2026-12-02-design-measurements.md).
         let lean = out.draft_logits.is_none().then_some(names::GUMBEL_SAMPLE_LEAN);
-        let Launch { kernel, split } = self.launch_for(
-            ws,
+        let variants = if filtered {
+            Variants { op: names::GUMBEL_SAMPLE_FILTERED, spread: Spread::Streaming, lean: None, small: None }
+        } else {
             Variants {
                 op: names::GUMBEL_SAMPLE,
                 spread: Spread::Streaming,
                 lean,
                 small: Some(names::GUMBEL_SAMPLE_SMALL),
-            },
-            (logits_dtype, draft_dtype),
-            (shape.rows, args.logits.vocab),
-        )?;
+            }
+        };
+        let threshold = if filtered {
+            Some(self.kernels.function(names::GUMBEL_THRESHOLD.symbol(logits_dtype, draft_dtype))?)
+        } else {
+            None
+        };
+        let Launch { kernel, split } =
+            self.launch_for(ws, variants, (logits_dtype, draft_dtype), (shape.rows, args.logits.vocab))?;
         let stream = &*self.stream;
         let workspace = ws.on(stream)?;
 
@@ -100,12 +104,16 @@ impl Cuda {
                 }
             }
         }
+        let (tables, _g10) = filter_tables(&args.params.filters, stream);
+        p.filters = tables;
         p.partials = workspace.scratch;
+        p.thresholds = workspace.scratch + ws.thresholds_region();
         p.status = workspace.status;
         p.counters = workspace.counters;
         // SAFETY: every pointer above comes from a view whose length `check`
-        // matched against the shape; `split` sized chunks within the workspace
-        // (capacity ≥ rows · chunks, counters ≥ rows) and chunk · chunks ≥ vocab.
-        unsafe { launch::gumbel_sample(&kernel, stream, p) }
+        // matched against the shape (each filter table `num_slots`); `split`
+        // sized chunks within the workspace (capacity ≥ rows · chunks,
+        // counters ≥ rows, thresholds ≥ rows) and chunk · chunks ≥ vocab.
+        unsafe { launch::gumbel_sample(&kernel, threshold.as_ref(), stream, p) }
     }
 }

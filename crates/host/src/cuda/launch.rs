@@ -10,7 +10,7 @@
 use super::Kernel;
 use crate::error::Result;
 use cudarc::driver::{CudaStream, result};
-use specdec_core::layout::{BLOCK_THREADS, GumbelParams, RejectionParams, SHARED_BYTES};
+use specdec_core::layout::{BLOCK_THREADS, GumbelParams, RejectionParams, SHARED_BYTES, THRESHOLD_SHARED_BYTES};
 use std::ffi::c_void;
 
 /// Launches `kernel` over `grid` with `params`, a `#[repr(C)]` block of
@@ -20,6 +20,21 @@ use std::ffi::c_void;
 /// `params` is the parameter block `kernel` declares and every pointer in it
 /// is valid for what the kernel does over `grid`.
 unsafe fn launch<P>(kernel: &Kernel, stream: &CudaStream, grid: (u32, u32), params: &P) -> Result<()> {
+    // SAFETY: forwarded; the sampling kernels' shared memory.
+    unsafe { launch_shared(kernel, stream, grid, SHARED_BYTES, params) }
+}
+
+/// [`launch`] with `shared` bytes of dynamic shared memory.
+///
+/// # Safety
+/// As for [`launch`]; `shared` is what `kernel` expects.
+unsafe fn launch_shared<P>(
+    kernel: &Kernel,
+    stream: &CudaStream,
+    grid: (u32, u32),
+    shared: u32,
+    params: &P,
+) -> Result<()> {
     let mut args = [params as *const P as *mut c_void];
     // SAFETY: the caller guarantees `params`; block size and shared memory
     // are what the kernels' reductions expect; the driver copies the
@@ -29,7 +44,7 @@ unsafe fn launch<P>(kernel: &Kernel, stream: &CudaStream, grid: (u32, u32), para
             kernel.function.cu_function(),
             (grid.0, grid.1, 1),
             (BLOCK_THREADS, 1, 1),
-            SHARED_BYTES,
+            shared,
             stream.cu_stream(),
             &mut args,
         )
@@ -44,13 +59,26 @@ unsafe fn launch<P>(kernel: &Kernel, stream: &CudaStream, grid: (u32, u32), para
 /// pointer valid on `stream` for the extent its shape fields imply, `rows ·
 /// chunks` partials and `rows` zeroed counters in the workspace, `chunk ·
 /// chunks >= vocab`.
-pub(super) unsafe fn gumbel_sample(kernel: &Kernel, stream: &CudaStream, p: GumbelParams) -> Result<()> {
+/// With filters (`threshold`, the kernel that writes `p.thresholds` first),
+/// also `rows` thresholds in the workspace.
+pub(super) unsafe fn gumbel_sample(
+    kernel: &Kernel,
+    threshold: Option<&Kernel>,
+    stream: &CudaStream,
+    p: GumbelParams,
+) -> Result<()> {
     if p.rows == 0 {
         return Ok(());
     }
     stream.context().bind_to_thread()?;
-    // SAFETY: the caller guarantees `p`; the grid covers rows × chunks.
-    unsafe { launch(kernel, stream, (p.rows, p.chunks), &p) }
+    // SAFETY: the caller guarantees `p`; the threshold grid is one block a
+    // row, the sampling grid covers rows × chunks, in order on one stream.
+    unsafe {
+        if let Some(threshold) = threshold {
+            launch_shared(threshold, stream, (p.rows, 1), THRESHOLD_SHARED_BYTES, &p)?;
+        }
+        launch(kernel, stream, (p.rows, p.chunks), &p)
+    }
 }
 
 /// Launches the two passes of `rejection_sample`.
@@ -60,9 +88,11 @@ pub(super) unsafe fn gumbel_sample(kernel: &Kernel, stream: &CudaStream, p: Gumb
 /// pointer valid on `stream` for the extent its shape fields imply; the
 /// workspace regions hold `requests·(K+1)·chunks` stats, `requests` jobs,
 /// `requests·resample_chunks` partials and `requests` zeroed counters; `chunk ·
-/// chunks >= vocab` and `resample_chunk · resample_chunks >= vocab`.
+/// chunks >= vocab` and `resample_chunk · resample_chunks >= vocab`. With
+/// filters (`threshold`, which writes `p.thresholds` first), also
+/// `2·requests·(K+1)` thresholds.
 pub(super) unsafe fn rejection_sample(
-    (stats, resample): (&Kernel, &Kernel),
+    (threshold, stats, resample): (Option<&Kernel>, &Kernel, &Kernel),
     stream: &CudaStream,
     p: RejectionParams,
 ) -> Result<()> {
@@ -74,6 +104,9 @@ pub(super) unsafe fn rejection_sample(
     // SAFETY: the caller guarantees `p`; each grid matches its pass (module
     // docs of kernels::rejection), and the passes run in order on one stream.
     unsafe {
+        if let Some(threshold) = threshold {
+            launch_shared(threshold, stream, (pairs, 2), THRESHOLD_SHARED_BYTES, &p)?;
+        }
         launch(stats, stream, (pairs, p.chunks), &p)?;
         launch(resample, stream, (p.requests, p.resample_chunks), &p)
     }

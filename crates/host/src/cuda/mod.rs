@@ -16,9 +16,12 @@ pub use workspace::Workspace;
 use workspace::{Split, Spread};
 
 use crate::error::{Error, Result};
+use crate::memory::Device;
+use crate::params::Filters;
 use crate::tensor::DType;
 use cudarc::driver::sys::CUdevice_attribute;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtr, SyncOnDrop};
+use specdec_core::layout::FilterTables;
 use specdec_core::layout::{BLOCK_THREADS, SHARED_BYTES};
 use specdec_core::names::{Kernel as KernelName, Symbol};
 use specdec_core::sample::FLOOR_MARGIN;
@@ -204,4 +207,16 @@ impl Cuda {
     pub fn workspace(&self, max_rows: usize) -> Result<Workspace> {
         Workspace::new(&self.stream, self.sm_count, max_rows)
     }
+}
+
+/// The device addresses of `filters`' tables (0 for each absent one), and
+/// the guards that record cudarc's events for them after the launch.
+fn filter_tables<'s>(
+    filters: &'s Filters<'_, Device>,
+    stream: &'s CudaStream,
+) -> (FilterTables, [Option<SyncOnDrop<'s>>; 3]) {
+    let (top_k, g1) = filters.top_k.as_ref().map(|t| t.device_ptr(stream)).unzip();
+    let (top_p, g2) = filters.top_p.as_ref().map(|t| t.device_ptr(stream)).unzip();
+    let (min_p, g3) = filters.min_p.as_ref().map(|t| t.device_ptr(stream)).unzip();
+    (FilterTables { top_k: top_k.unwrap_or(0), top_p: top_p.unwrap_or(0), min_p: min_p.unwrap_or(0) }, [g1, g2, g3])
 }

@@ -1,8 +1,9 @@
 //! `rejection_sample` on the GPU: checks, then the two launches of
 //! `crates/kernels/src/rejection/` (each kernel or its lean or small
-//! variant, as the workspace's rules pick).
+//! variant, as the workspace's rules pick); for a call with filters, the
+//! threshold kernel first and the filtered variants of both passes.
 
-use super::{Cuda, Launch, Spread, Variants, Workspace, launch};
+use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch};
 use crate::error::Result;
 use crate::memory::Device;
 use crate::rejection::{RejectionOutput, RejectionSample};
@@ -16,12 +17,10 @@ impl Cuda {
     /// backend's stream. No allocation, no synchronisation. Offsets, slots,
     /// temperatures and draft ids are checked in the kernels: a request with
     /// a bad one gets tokens `-1` and `num_emitted = 0`, and the workspace's
-    /// status word says why.
+    /// status word says why (bad filter values: `status::INVALID_FILTER`).
     ///
     /// # Errors
     /// Shape, stride and length errors before anything is launched;
-    /// [`Error::FiltersUnsupported`](crate::Error::FiltersUnsupported) for a call with
-    /// sampling filters (the CPU backend has them);
     /// [`Error::WorkspaceTooSmall`](crate::Error::WorkspaceTooSmall) when `requests · (max_drafts + 1)`
     /// exceeds the workspace; [`Error::WorkspaceContext`](crate::Error::WorkspaceContext)
     /// or [`Error::WorkspaceStream`](crate::Error::WorkspaceStream) for a workspace made on
@@ -33,36 +32,43 @@ impl Cuda {
         out: &mut RejectionOutput<'_, Device>,
     ) -> Result<()> {
         let shape = args.check(out)?;
-        if !args.params.filters.is_none() || args.draft_logits.as_ref().is_some_and(|d| !d.filters.is_none()) {
-            return Err(crate::Error::FiltersUnsupported);
-        }
+        let filtered =
+            !args.params.filters.is_none() || args.draft_logits.as_ref().is_some_and(|d| !d.filters.is_none());
         let target_dtype = args.target.data.dtype();
         // Without draft logits their dtype is moot: take the narrowest,
         // whose kernels hold the fewest registers (more blocks per SM).
         let draft_dtype = args.draft_logits.as_ref().map_or(DType::BF16, |d| d.data.dtype());
         let dtypes = (target_dtype, draft_dtype);
-        let Launch { kernel: stats, split } = self.launch_for(
-            ws,
-            Variants {
-                op: names::REJECTION_STATS,
-                spread: Spread::Verifier,
-                lean: None,
-                small: Some(names::REJECTION_STATS_SMALL),
-            },
-            dtypes,
-            (shape.requests * (args.max_drafts + 1), args.target.vocab),
-        )?;
-        let Launch { kernel: resample, split: resample_split } = self.launch_for(
-            ws,
-            Variants {
-                op: names::REJECTION_RESAMPLE,
-                spread: Spread::Verifier,
-                lean: Some(names::REJECTION_RESAMPLE_LEAN),
-                small: Some(names::REJECTION_RESAMPLE_SMALL),
-            },
-            dtypes,
-            (shape.requests, args.target.vocab),
-        )?;
+        let threshold = if filtered {
+            Some(self.kernels.function(names::REJECTION_THRESHOLD.symbol(target_dtype, draft_dtype))?)
+        } else {
+            None
+        };
+        let (stats_variants, resample_variants) = if filtered {
+            (
+                Variants { op: names::REJECTION_STATS_FILTERED, spread: Spread::Verifier, lean: None, small: None },
+                Variants { op: names::REJECTION_RESAMPLE_FILTERED, spread: Spread::Verifier, lean: None, small: None },
+            )
+        } else {
+            (
+                Variants {
+                    op: names::REJECTION_STATS,
+                    spread: Spread::Verifier,
+                    lean: None,
+                    small: Some(names::REJECTION_STATS_SMALL),
+                },
+                Variants {
+                    op: names::REJECTION_RESAMPLE,
+                    spread: Spread::Verifier,
+                    lean: Some(names::REJECTION_RESAMPLE_LEAN),
+                    small: Some(names::REJECTION_RESAMPLE_SMALL),
+                },
+            )
+        };
+        let Launch { kernel: stats, split } =
+            self.launch_for(ws, stats_variants, dtypes, (shape.requests * (args.max_drafts + 1), args.target.vocab))?;
+        let Launch { kernel: resample, split: resample_split } =
+            self.launch_for(ws, resample_variants, dtypes, (shape.requests, args.target.vocab))?;
         let stream = &*self.stream;
         let workspace = ws.on(stream)?;
 
@@ -96,14 +102,19 @@ impl Cuda {
             floor_margin: self.floor_margin,
             ..RejectionParams::default()
         };
-        let mut _g8 = None;
+        let (mut _g8, mut _g13) = (None, None);
         if let Some(d) = &args.draft_logits {
             let (ptr, g) = d.data.device_ptr(stream);
             _g8 = Some(g);
             p.draft_logits = ptr;
             p.draft_stride0 = d.shape.stride0 as u64;
             p.draft_stride1 = d.shape.stride1 as u64;
+            let (tables, g) = filter_tables(&d.filters, stream);
+            _g13 = Some(g);
+            p.draft_filters = tables;
         }
+        let (tables, _g14) = filter_tables(&args.params.filters, stream);
+        p.filters = tables;
         let (tokens, tokens_i64, _g9) = out.tokens.device_ptr_mut(stream);
         (p.tokens, p.tokens_i64) = (tokens, tokens_i64 as u32);
         let (num_emitted, _g10) = out.num_emitted.device_ptr_mut(stream);
@@ -124,12 +135,15 @@ impl Cuda {
         p.stats = workspace.scratch + stats_at;
         p.jobs = workspace.scratch + jobs_at;
         p.partials = workspace.scratch + partials_at;
+        p.thresholds = workspace.scratch + ws.thresholds_region();
         p.status = workspace.status;
         p.counters = workspace.counters;
         // SAFETY: every pointer comes from a view whose length `check` matched
         // against the shape; the splits bounded requests·(K+1)·chunks and
         // requests·resample_chunks by the workspace's regions (and requests <=
-        // rows <= its counters), and chunk · chunks >= vocab (both splits).
-        unsafe { launch::rejection_sample((&stats, &resample), stream, p) }
+        // rows <= its counters; 2·requests·(K+1) <= 2·max_rows thresholds),
+        // and chunk · chunks >= vocab (both splits); each filter table has
+        // `num_slots` entries.
+        unsafe { launch::rejection_sample((threshold.as_ref(), &stats, &resample), stream, p) }
     }
 }

@@ -12,10 +12,13 @@ use std::sync::Arc;
 const STATS_BYTES: usize = size_of::<Stats>();
 /// Bytes of one resample job.
 const JOB_BYTES: usize = size_of::<ResampleJob>();
+/// Bytes of a row's filter thresholds: the target's `τ` and the draft's (f32 each).
+const THRESHOLD_BYTES: usize = 2 * size_of::<f32>();
 
 /// Device scratch for calls of up to `max_rows` rows (`gumbel_sample`) or
 /// `requests · (max_drafts + 1)` rows (`rejection_sample`): per-block partial
-/// results, O(rows + SMs) entries, never rows × V; one arrival counter per row
+/// results, O(rows + SMs) entries, never rows × V; a filtered row's two
+/// thresholds (8 bytes a row); one arrival counter per row
 /// (zero between calls: the kernels reset what they count); and the status
 /// word the kernels OR their flags into. Create it once; calls then allocate
 /// nothing. It is used on the stream it was made on only
@@ -56,7 +59,7 @@ impl Workspace {
         let entries = entries(sm_count, max_rows).ok_or(Error::OutOfMemory { bytes: usize::MAX, max_rows })?;
         let bytes = entries
             .checked_mul(STATS_BYTES + PARTIAL_BYTES)
-            .and_then(|b| max_rows.checked_mul(JOB_BYTES).and_then(|j| b.checked_add(j)))
+            .and_then(|b| max_rows.checked_mul(JOB_BYTES + THRESHOLD_BYTES).and_then(|j| b.checked_add(j)))
             .ok_or(Error::OutOfMemory { bytes: usize::MAX, max_rows })?;
         let out_of_memory = |e: DriverError| match e.0 {
             CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory { bytes, max_rows },
@@ -160,6 +163,13 @@ impl Workspace {
         let partials = self.entries * STATS_BYTES;
         let jobs = partials + self.entries * PARTIAL_BYTES;
         (0, jobs as u64, partials as u64)
+    }
+
+    /// Byte offset in `scratch` of the filters' thresholds, `2 · max_rows`
+    /// f32 after the jobs: a filtered call's `τ` of each row (both
+    /// operations' `thresholds`).
+    pub(crate) fn thresholds_region(&self) -> u64 {
+        (self.entries * (STATS_BYTES + PARTIAL_BYTES) + self.max_rows * JOB_BYTES) as u64
     }
 }
 

@@ -5,12 +5,13 @@
 //! as `j`, write the accepted tokens and counts, and hand pass 2 the
 //! [`ResampleJob`] for token `j` with the floors its candidates start from.
 
-use super::stats::{OVERLAP_ROW, row_flags, row_kind, row_stats};
+use super::stats::{OVERLAP_ROW, row_flags, row_kind, row_stats, thresholds};
 use super::{JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, Request, ResampleJob, draft_row, target_row, write_request_token};
 use crate::block::warp_fold;
 use crate::gpu::{self, WARP};
 use crate::load::Load;
 use crate::shared;
+use crate::threshold::log_prob;
 use specdec_core::layout::{RejectionParams, WARPS};
 use specdec_core::logspace::residual_mass_bound;
 use specdec_core::rng::{Stream, random_u32};
@@ -60,7 +61,7 @@ impl RowDecision {
 /// after every block of request `r < requests` published its statistics and
 /// thread 0 wrote the request to [`shared::request`] before a barrier.
 #[inline(always)]
-pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool>(p: &RejectionParams, r: u32) {
+pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERED: bool>(p: &RejectionParams, r: u32) {
     // SAFETY: written by thread 0 before the barrier (caller).
     let req = &unsafe { shared::request().read() };
     let (warp, lane) = (gpu::thread_idx_x() / WARP, gpu::thread_idx_x() % WARP);
@@ -99,7 +100,7 @@ pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool>(p: &Rejection
                 f32::NAN
             };
             // SAFETY: i <= n_r of a valid request; d is -1 or in 0..V.
-            if i == n || !unsafe { req.accepts::<T, D>(p, &mut row, mass) } {
+            if i == n || !unsafe { req.accepts::<T, D, FILTERED>(p, r, &mut row, mass) } {
                 mine = RowDecision { flags: mine.flags, ..row };
             }
         }
@@ -257,9 +258,17 @@ impl Request {
     ///
     /// # Safety
     /// `row.row < n_r` of a valid request, `row.draft` is `-1` or in `0..V`;
-    /// `row` holds that row's argmax and log-sum-exps.
+    /// `row` holds that row's argmax and log-sum-exps. With `FILTERED`, of
+    /// request `r` after the threshold kernel: `p` and `q` are the kept sets'
+    /// (`crate::threshold::log_prob`), `log p' = -inf` outside the target's.
     #[inline(always)]
-    unsafe fn accepts<T: Load, D: Load>(&self, p: &RejectionParams, row: &mut RowDecision, mass: f32) -> bool {
+    unsafe fn accepts<T: Load, D: Load, const FILTERED: bool>(
+        &self,
+        p: &RejectionParams,
+        r: u32,
+        row: &mut RowDecision,
+        mass: f32,
+    ) -> bool {
         let d = row.draft;
         if d == -1 {
             return false;
@@ -268,13 +277,19 @@ impl Request {
             return d as u32 == row.best;
         }
         let sampler = self.sampler(0);
+        let (tau_t, tau_q) = if FILTERED {
+            // SAFETY: r < requests, row.row < n_r (caller).
+            unsafe { thresholds(p, r, row.row) }
+        } else {
+            (f32::NEG_INFINITY, f32::NEG_INFINITY)
+        };
         // SAFETY: row0 + row < rows, 0 <= d < vocab.
         let t = unsafe { (*target_row::<T>(p, self.row0 + row.row).add(d as usize)).as_f32() };
-        let log_p = sampler.scaled(t) - row.lse_t;
+        let log_p = log_prob(sampler.scaled(t), tau_t, row.lse_t);
         let log_q = if p.draft_logits != 0 {
             // SAFETY: valid slot, row.row < n_r <= max_drafts, d < vocab.
             let q = unsafe { (*draft_row::<D>(p, self.slot.slot, row.row).add(d as usize)).as_f32() };
-            sampler.scaled(q) - row.lse_q
+            log_prob(sampler.scaled(q), tau_q, row.lse_q)
         } else {
             0.0
         };

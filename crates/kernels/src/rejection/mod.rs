@@ -37,6 +37,14 @@
 //!    reached their floors (`Resampled::certified`); otherwise, with
 //!    probability `exp(−e^FLOOR_MARGIN)`, it folds the whole row again unseeded.
 //!
+//! A call with sampling filters (SPEC §7.3) runs `rejection_threshold_{target}_{draft}`
+//! first, grid `(requests·(K+1), 2)`: the `τ` of each target row and each
+//! draft row (`threshold.rs`), and then `rejection_stats_filtered_…` and
+//! `rejection_resample_filtered_…`, the two passes over the rows masked to
+//! their kept sets: the target's `p'` and the draft's `q'`, so that the
+//! log-sum-exps are `LSE(S)`, a draft outside the target's `S` has
+//! `log p' = -inf` and the residual and bonus never leave `S`.
+//!
 //! Resampled and bonus tokens use the target stream of their row, so a request
 //! with no drafts gets exactly `gumbel_sample`'s token for its bonus row.
 //!
@@ -51,6 +59,7 @@
 //!   `max(p − q, 0)` (draft logits), `p` without the draft (one-hot), or `p`
 //!   itself (the bonus row), all in `resample_range`; the chunks' combine and
 //!   its certification against the floors.
+//! - `threshold.rs`: the filtered rows' thresholds.
 //! - `mod.rs`: what the steps share (the request as loaded and checked, row
 //!   addressing, where a request's tokens go, the [`ResampleJob`] handed from
 //!   the decision to pass 2) and the table of kernels, exported under the
@@ -62,6 +71,7 @@
 mod accept;
 mod resample;
 mod stats;
+mod threshold;
 
 pub use accept::RowDecision;
 
@@ -141,7 +151,7 @@ unsafe fn write_request_token(p: &RejectionParams, r: u32, i: u32, token: i64) {
     unsafe { write_token(p.tokens, p.tokens_i64, at, token) }
 }
 
-/// The five entry points of `rejection_sample` for each (target, draft
+/// The eight entry points of `rejection_sample` for each (target, draft
 /// logits) dtype pair, in a module per pair, exported under their `names` symbols.
 macro_rules! rejection_kernels {
     ($($pair:ident: $t:ident => $d:ident;)*) => {$(
@@ -163,7 +173,7 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_STATS, $t, $d))]
             pub unsafe extern "ptx-kernel" fn stats(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::stats::stats::<$t, $d, 4, false>(&p) }
+                unsafe { super::stats::stats::<$t, $d, 4, false, false>(&p) }
             }
 
             /// Pass 1 reading one quad a batch (`names::REJECTION_STATS_SMALL`):
@@ -177,7 +187,39 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_SMALL, $t, $d))]
             pub unsafe extern "ptx-kernel" fn stats_small(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::stats::stats::<$t, $d, 1, true>(&p) }
+                unsafe { super::stats::stats::<$t, $d, 1, true, false>(&p) }
+            }
+
+            /// The thresholds of a call with filters (`names::REJECTION_THRESHOLD`).
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher (grid and shared
+            /// memory as `threshold.rs` says).
+            #[unsafe(export_name = kernel_symbol!(REJECTION_THRESHOLD, $t, $d))]
+            pub unsafe extern "ptx-kernel" fn threshold(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::threshold::thresholds::<$t, $d>(&p) }
+            }
+
+            /// Pass 1 of a call with filters, after `threshold`
+            /// (`names::REJECTION_STATS_FILTERED`).
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher.
+            #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_FILTERED, $t, $d))]
+            pub unsafe extern "ptx-kernel" fn stats_filtered(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::stats::stats::<$t, $d, 4, false, true>(&p) }
+            }
+
+            /// Pass 2 of a call with filters (`names::REJECTION_RESAMPLE_FILTERED`).
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher.
+            #[unsafe(export_name = kernel_symbol!(REJECTION_RESAMPLE_FILTERED, $t, $d))]
+            pub unsafe extern "ptx-kernel" fn resample_filtered(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::resample::resample::<$t, $d, 2, true>(&p) }
             }
 
             /// Pass 2 of `rejection_sample` (`names::REJECTION_RESAMPLE`).
@@ -187,7 +229,7 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_RESAMPLE, $t, $d))]
             pub unsafe extern "ptx-kernel" fn resample(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::resample::resample::<$t, $d, 2>(&p) }
+                unsafe { super::resample::resample::<$t, $d, 2, false>(&p) }
             }
 
             /// Pass 2, the body of `resample` under the launch bounds of
@@ -199,7 +241,7 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_RESAMPLE_LEAN, $t, $d))]
             pub unsafe extern "ptx-kernel" fn resample_lean(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::resample::resample::<$t, $d, 2>(&p) }
+                unsafe { super::resample::resample::<$t, $d, 2, false>(&p) }
             }
 
             /// Pass 2 walking one quad a batch
@@ -211,7 +253,7 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_RESAMPLE_SMALL, $t, $d))]
             pub unsafe extern "ptx-kernel" fn resample_small(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::resample::resample::<$t, $d, 1>(&p) }
+                unsafe { super::resample::resample::<$t, $d, 1, false>(&p) }
             }
         }
     )*};

@@ -6,6 +6,7 @@
 //! writes token `j` once the result is certified against the job's floors,
 //! or folds the row again unseeded.
 
+use super::stats::thresholds;
 use super::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, ResampleJob, draft_row, target_row, write_request_token};
 use crate::block::{Reduce, block_reduce, warp_best};
 use crate::fold::block_floor;
@@ -14,6 +15,7 @@ use crate::last_block;
 use crate::load::{Load, for_each_quad_shared, widen};
 use crate::row::chunk_range;
 use crate::shared;
+use crate::threshold::{kept, mask};
 use core::cell::Cell;
 use specdec_core::argmax::Floored;
 use specdec_core::layout::RejectionParams;
@@ -21,12 +23,13 @@ use specdec_core::logspace::ln_residual;
 use specdec_core::rng::Stream;
 use specdec_core::sample::{Resampled, Sampler};
 
-/// Pass 2 (see module docs), its walks taking up to `Q` quads a batch.
+/// Pass 2 (see module docs), its walks taking up to `Q` quads a batch; with
+/// `FILTERED`, over the job's rows masked to their kept sets.
 ///
 /// # Safety
 /// Launched by the host's checked launcher after pass 1 on the same stream.
 #[inline(always)]
-pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32>(p: &RejectionParams) {
+pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32, const FILTERED: bool>(p: &RejectionParams) {
     let (r, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
     if r >= p.requests || c >= p.resample_chunks {
         return;
@@ -38,7 +41,7 @@ pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32>(p: &RejectionParam
     }
     let (start, end) = chunk_range(p.vocab, p.resample_chunk, c);
     // SAFETY: every thread of the block is here; start % 4 == 0, end <= vocab.
-    let best = unsafe { resample_range::<T, D, Q>(p, &job, start, end, job.floors) };
+    let best = unsafe { resample_range::<T, D, Q, FILTERED>(p, r, &job, start, end, job.floors) };
     // SAFETY: all threads of the block reach this reduction.
     let reduced = unsafe { block_reduce(Candidates(best)) };
     // SAFETY: all of warp 0, once per block of an active request.
@@ -54,7 +57,7 @@ pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32>(p: &RejectionParam
     let job = unsafe { (p.jobs as *const ResampleJob).add(r as usize).read_volatile() };
     let ninf = f32::NEG_INFINITY;
     // SAFETY: as above.
-    let best = unsafe { resample_range::<T, D, Q>(p, &job, 0, p.vocab, (ninf, ninf)) };
+    let best = unsafe { resample_range::<T, D, Q, FILTERED>(p, r, &job, 0, p.vocab, (ninf, ninf)) };
     // SAFETY: as above.
     let reduced = unsafe { block_reduce(Candidates(best)) };
     if tid == 0 {
@@ -70,19 +73,28 @@ pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32>(p: &RejectionParam
 /// Ids `start .. end` of the job's row folded by the block, up to `Q` quads a
 /// batch, each candidate floored first at its seed in `floors`, then by its
 /// block's best value after each batch (see [`Floored`]); valid in thread 0.
+/// With `FILTERED`, the target and draft values masked to the kept sets of
+/// the job's row (`crate::threshold`): the residual of `p'` and `q'`.
 ///
 /// # Safety
 /// Every thread of the block calls this together; `job` is pass 1's for
-/// an active request; `start % 4 == 0`, `end <= vocab`.
+/// active request `r`; `start % 4 == 0`, `end <= vocab`.
 #[inline(always)]
-unsafe fn resample_range<T: Load, D: Load, const Q: u32>(
+unsafe fn resample_range<T: Load, D: Load, const Q: u32, const FILTERED: bool>(
     p: &RejectionParams,
+    r: u32,
     job: &ResampleJob,
     start: u32,
     end: u32,
     floors: (f32, f32),
 ) -> Resampled {
     let sampler = Sampler::new(job.temperature, job.seed, job.pos, Stream::Target);
+    let (tau_t, tau_q) = if FILTERED {
+        // SAFETY: r < requests, the job's column <= n_r; the threshold kernel wrote them.
+        unsafe { thresholds(p, r, job.column) }
+    } else {
+        (f32::NEG_INFINITY, f32::NEG_INFINITY)
+    };
     // SAFETY: job.row < rows.
     let target = unsafe { target_row::<T>(p, job.row) };
     let draft = if job.mode == JOB_RESIDUAL {
@@ -109,6 +121,7 @@ unsafe fn resample_range<T: Load, D: Load, const Q: u32>(
             #[inline(always)]
             |x, t, n| {
                 let (t, (res_floor, tgt_floor)) = (widen(t), cell.get());
+                let t = if FILTERED { mask(t, tau_t, &sampler) } else { t };
                 let b = Resampled { residual: res_floor.probe(), target: tgt_floor.probe() };
                 let folded = match job.mode {
                     JOB_RESIDUAL => {
@@ -117,8 +130,9 @@ unsafe fn resample_range<T: Load, D: Load, const Q: u32>(
                         // no draft registers live through the loop.
                         let res = |i: usize, tgt: f32| {
                             // SAFETY (in the walk's unsafe block): x + i < end <= vocab: an id of the draft row.
-                            let q = (*draft.add(x as usize + i)).as_f32();
-                            ln_residual(tgt - job.lse_t, sampler.scaled(q) - job.lse_q)
+                            let q = sampler.scaled((*draft.add(x as usize + i)).as_f32());
+                            let q = if FILTERED { kept(q, tau_q) } else { q };
+                            ln_residual(tgt - job.lse_t, q - job.lse_q)
                         };
                         sampler.fold_resample_logits(b, x, t, job.lse_t, res, n)
                     }

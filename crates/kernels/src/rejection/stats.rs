@@ -6,19 +6,21 @@
 //! request's rows, their chunks combined here ([`row_stats`]).
 
 use super::accept::decide;
+use super::threshold::entry;
 use super::{Request, draft_row, target_row};
 use crate::block::{Reduce, block_reduce, warp_best, warp_fold};
 use crate::fold::{fold_greedy, push_overlap, push_scaled, pushed_max};
 use crate::gpu::{self, WARP};
 use crate::last_block;
-use crate::load::{Load, for_each_quad, widen};
+use crate::load::{Load, any_nan, for_each_quad, widen};
 use crate::row::chunk_range;
 use crate::shared;
+use crate::threshold::mask;
 use specdec_core::argmax::{floor_key, floor_value};
 use specdec_core::layout::RejectionParams;
 use specdec_core::logspace::{Lse, centre, recentre};
 use specdec_core::scratch::Stats;
-use specdec_core::status::NAN_LOGITS;
+use specdec_core::status::{INVALID_FILTER, NAN_LOGITS};
 
 /// The kinds of row, by what their [`Stats`] hold: a greedy request's
 /// argmax; a sampling request's log-sum-exps (of the target, and of the
@@ -106,12 +108,16 @@ impl<const KIND: u32> Reduce for Row<KIND> {
 }
 
 /// Pass 1 (see module docs), its loops reading `Q` quads a batch, keeping
-/// the overlap of draft rows with draft logits if `OVERLAP`.
+/// the overlap of draft rows with draft logits if `OVERLAP`, over the rows
+/// masked to their kept sets if `FILTERED`.
 ///
 /// # Safety
-/// Launched by the host's checked launcher.
+/// Launched by the host's checked launcher (with `FILTERED`, after the
+/// threshold kernel on the same stream).
 #[inline(always)]
-pub(super) unsafe fn stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool>(p: &RejectionParams) {
+pub(super) unsafe fn stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool, const FILTERED: bool>(
+    p: &RejectionParams,
+) {
     let (pair, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
     let k1 = p.max_drafts + 1;
     let k1 = k1.max(1); // max_drafts < u32::MAX (host-checked); keeps the panic path out
@@ -130,7 +136,7 @@ pub(super) unsafe fn stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool>(
     // Block-uniform; the decision never reads the entries of other blocks.
     if req.slot.is_valid() && i <= req.drafts {
         // SAFETY: every thread of the block is here; i <= n_r of a valid request.
-        let acc = unsafe { row_chunk_stats::<T, D, Q, OVERLAP>(p, &req, i, c) };
+        let acc = unsafe { row_chunk_stats::<T, D, Q, OVERLAP, FILTERED>(p, &req, r, i, c) };
         if tid == 0 {
             // SAFETY: stats holds requests·(K+1)·chunks entries (workspace, host-sized).
             unsafe { (p.stats as *mut Stats).add(pair as usize * p.chunks as usize + c as usize).write(acc) };
@@ -147,7 +153,7 @@ pub(super) unsafe fn stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool>(
         gpu::fence_device();
         // SAFETY: the whole block, after every block of request `r` published
         // and thread 0 wrote the request (before the barrier above).
-        unsafe { decide::<T, D, OVERLAP>(p, r) };
+        unsafe { decide::<T, D, OVERLAP, FILTERED>(p, r) };
     }
 }
 
@@ -163,15 +169,18 @@ pub(super) fn row_kind<const OVERLAP: bool>(p: &RejectionParams, req: &Request, 
     }
 }
 
-/// Chunk `c` of row `i` of `req`, reduced over the block (valid in thread 0),
-/// `Q` quads a batch.
+/// Chunk `c` of row `i` of `req` (request `r`), reduced over the block
+/// (valid in thread 0), `Q` quads a batch; with `FILTERED`, a sampling
+/// row's target and draft values masked to their kept sets
+/// (`crate::threshold::mask`) and a row of bad filter values flagged.
 ///
 /// # Safety
 /// Called by every thread of the block; `req` is valid and `i <= n_r`.
 #[inline(always)]
-unsafe fn row_chunk_stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool>(
+unsafe fn row_chunk_stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool, const FILTERED: bool>(
     p: &RejectionParams,
     req: &Request,
+    r: u32,
     i: u32,
     c: u32,
 ) -> Stats {
@@ -188,6 +197,15 @@ unsafe fn row_chunk_stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool>(
     let sampler = req.sampler(0);
     let mut acc = Stats::IDENTITY;
     let mut nan = false;
+    let (tau_t, tau_q) = if FILTERED {
+        // SAFETY: thresholds holds both entries of every row (the threshold kernel wrote them).
+        unsafe { thresholds(p, r, i) }
+    } else {
+        (f32::NEG_INFINITY, f32::NEG_INFINITY)
+    };
+    if tau_t.is_nan() {
+        acc.flags |= INVALID_FILTER;
+    }
     // Two loops, as in `gumbel_sample`: the greedy one keeps twice the loads
     // in flight (pipelined), in the registers the other spends on its sums.
     // SAFETY (both): the rows hold >= vocab >= end elements; start % 4 == 0.
@@ -214,7 +232,12 @@ unsafe fn row_chunk_stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool>(
                 gpu::thread_idx_x(),
                 #[inline(always)]
                 |_x, t, q, n| {
-                    let (t, q) = (widen(t), widen(q));
+                    let (mut t, mut q) = (widen(t), widen(q));
+                    if FILTERED {
+                        // The mask turns a kept set's NaN into -inf: flagged here.
+                        nan |= any_nan(t, n);
+                        (t, q) = (mask(t, tau_t, &sampler), mask(q, tau_q, &sampler));
+                    }
                     let (target, target_nan) = push_scaled(acc.target, t, n, &sampler);
                     if !draft.is_null() && !OVERLAP {
                         // NaN draft logits are skipped, not flagged: the row's flag is the target's.
@@ -268,6 +291,17 @@ pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32) -
             _ => last_block::gather(entries as *const Row<SAMPLED_ROW>, p.chunks).0,
         }
     }
+}
+
+/// The thresholds of row `i` of request `r`: the target's and the draft's `τ`.
+///
+/// # Safety
+/// The threshold kernel of this call wrote them (`r < requests`, `i <= max_drafts`).
+#[inline(always)]
+pub(super) unsafe fn thresholds(p: &RejectionParams, r: u32, i: u32) -> (f32, f32) {
+    let at = p.thresholds as *const f32;
+    // SAFETY: both entries lie in the 2·requests·(K+1) of the region (caller).
+    unsafe { (*at.add(entry(p, r, i, 0)), *at.add(entry(p, r, i, 1))) }
 }
 
 /// The first of the `chunks` [`Stats`] entries of row `i` of request `r`.
