@@ -130,10 +130,13 @@ pub fn kept(y: f32, tau: f32) -> f32 {
 
 /// `log p` of an id of scaled value `y` in a row of kept set `{x >= tau}`
 /// and log-sum-exp `lse` (of that set): `-inf` outside it, as the CPU twin
-/// has it (`tau = -inf`: the whole row's).
+/// has it (`tau = -inf`: the whole row's). A `-inf` value gives `y - lse`
+/// whatever `tau`: `-inf` where `lse` is not, and NaN in a row without a
+/// value above `-inf` (`tau = -f32::MAX`, `lse = -inf`), where the CPU
+/// twin's `τ` is `-inf` and keeps it.
 #[inline(always)]
 pub fn log_prob(y: f32, tau: f32, lse: f32) -> f32 {
-    if tau == f32::NEG_INFINITY || y >= tau { y - lse } else { f32::NEG_INFINITY }
+    if tau == f32::NEG_INFINITY || y >= tau || y == f32::NEG_INFINITY { y - lse } else { f32::NEG_INFINITY }
 }
 
 /// A quad of raw values `v` of a row sampled by `sampler`, masked to its
