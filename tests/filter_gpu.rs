@@ -19,26 +19,13 @@
 
 use specdec::filter::Filter;
 use specdec::status::{INVALID_FILTER, NAN_LOGITS};
-use specdec::{Backend, Cuda, DType, Error};
+use specdec::{Backend, DType, Error};
 use specdec_suite::agreement::{Agreement, MIN_DECISIONS, compare, pick};
 use specdec_suite::batch::{ColumnSpec, Values};
 use specdec_suite::drafting::{RandomSpec, draft_logits_like, random_verify, run_split, select_requests};
 use specdec_suite::filters::SETTINGS;
-use specdec_suite::inputs::{Rng, assert_same_tokens, first_bit_difference, random_batch, random_draft_logits};
-use specdec_suite::{Batch, DraftLogitsSpec, FilterTable, Verify};
-
-fn cuda() -> Cuda {
-    Cuda::on_device(0).unwrap_or_else(|e| panic!("the GPU suite needs a CUDA device: {e}"))
-}
-
-/// Panics with `ctx` unless the two runs' draft logits are bitwise equal.
-fn assert_same_draft_logits(a: &Batch, b: &Batch, ctx: &str) {
-    if let (Some(x), Some(y)) = (&a.draft_logits, &b.draft_logits)
-        && let Some(i) = first_bit_difference(&x.data, &y.data)
-    {
-        panic!("{ctx}: draft logits differ at element {i}: {:#x} vs {:#x}", x.data.bits(i), y.data.bits(i));
-    }
-}
+use specdec_suite::inputs::{Rng, assert_same_draft_logits, assert_same_tokens, random_batch, random_draft_logits};
+use specdec_suite::{Batch, DraftLogitsSpec, FilterTable, Verify, cuda, cuda_device};
 
 /// Whether `e` is the typed error of a bad filter value (SPEC §7.1).
 fn is_filter_error(e: &Error) -> bool {
@@ -132,7 +119,7 @@ const GUMBEL_SHAPES: [(usize, usize, usize); 4] = [(1, 33, 3), (999, 40, 3), (40
 
 #[test]
 fn filtered_gumbel_batches_match_the_cpu_bit_for_bit() {
-    let gpu = Backend::Cuda(cuda());
+    let gpu = cuda();
     let mut rng = Rng::new(0xF17_6B0);
     let mut covered = Covered::new();
     for (vocab, rows, trials) in GUMBEL_SHAPES {
@@ -180,7 +167,7 @@ const VERIFY_SIZES: [(usize, usize, usize); 5] =
 
 #[test]
 fn filtered_rejection_batches_match_the_cpu_but_near_thresholds() {
-    let (gpu, mut rng, mut tally) = (Backend::Cuda(cuda()), Rng::new(0xF17_6B1), Agreement::default());
+    let (gpu, mut rng, mut tally) = (cuda(), Rng::new(0xF17_6B1), Agreement::default());
     let mut covered = Covered::new();
     for (vocab, requests, k) in VERIFY_SIZES {
         for target in DType::ALL {
@@ -232,7 +219,7 @@ const TWINS: [usize; 2] = [17, 600];
 
 #[test]
 fn a_drafter_that_rounds_its_logits_filters_the_stored_values() {
-    let gpu = Backend::Cuda(cuda());
+    let gpu = cuda();
     let mut rng = Rng::new(0x4B0D);
     let mut row: Vec<f32> = (0..ROUNDING_VOCAB).map(|_| rng.uniform(-6.0, -2.0)).collect();
     (row[TWINS[0]], row[TWINS[1]]) = (1.0, 1.0 + 1.0 / 1024.0);
@@ -330,7 +317,7 @@ fn one_nan(v: &mut Values, at: usize) {
 
 #[test]
 fn bad_device_filter_values_flag_the_rows_of_their_slot() {
-    let cuda = cuda();
+    let cuda = cuda_device();
     let rows = ROW_SLOTS.len();
     let mut ws = cuda.workspace(rows).expect("workspace");
     let mut rng = Rng::new(0xBAD_F117);
@@ -414,7 +401,7 @@ fn draft_table() -> FilterTable {
 
 #[test]
 fn bad_device_filter_values_flag_the_requests_of_their_slot() {
-    let cuda = cuda();
+    let cuda = cuda_device();
     let requests = ROW_SLOTS.len();
     let mut ws = cuda.workspace(requests * (DEVICE_K + 1)).expect("workspace");
     let mut rng = Rng::new(0xBAD_F118);

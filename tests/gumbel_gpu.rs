@@ -15,25 +15,11 @@
 
 use specdec::status::{INVALID, INVALID_COLUMN, INVALID_SLOT, INVALID_TEMPERATURE, NAN_LOGITS};
 use specdec::{
-    Backend, Column, Cuda, DType, DraftLogitsMut, DraftLogitsShape, Error, GumbelOutput, GumbelSample, Logits,
-    SamplingParams,
+    Backend, Column, DType, DraftLogitsMut, DraftLogitsShape, Error, GumbelOutput, GumbelSample, Logits, SamplingParams,
 };
 use specdec_suite::batch::ColumnSpec;
-use specdec_suite::inputs::{Rng, assert_same_tokens, first_bit_difference, random_batch, random_draft_logits};
-use specdec_suite::{Batch, DraftLogitsSpec};
-
-fn cuda() -> Cuda {
-    Cuda::on_device(0).unwrap_or_else(|e| panic!("the GPU suite needs a CUDA device: {e}"))
-}
-
-/// Panics with `ctx` unless the two runs' draft logits are bitwise equal.
-fn assert_same_draft_logits(a: &Batch, b: &Batch, ctx: &str) {
-    if let (Some(x), Some(y)) = (&a.draft_logits, &b.draft_logits)
-        && let Some(i) = first_bit_difference(&x.data, &y.data)
-    {
-        panic!("{ctx}: draft logits differ at element {i}: {:#x} vs {:#x}", x.data.bits(i), y.data.bits(i));
-    }
-}
+use specdec_suite::inputs::{Rng, assert_same_draft_logits, assert_same_tokens, random_batch, random_draft_logits};
+use specdec_suite::{DraftLogitsSpec, cuda, cuda_device};
 
 // --- GPU = CPU on random batches (SPEC §2.5) ---------------------------------
 
@@ -45,7 +31,7 @@ const RANDOM_TRIALS: usize = 3;
 
 #[test]
 fn gpu_matches_cpu_on_random_batches() {
-    let gpu = Backend::Cuda(cuda());
+    let gpu = cuda();
     let mut rng = Rng::new(0x69B0);
     for (vocab, rows) in RANDOM_SHAPES {
         for logits in DType::ALL {
@@ -106,7 +92,7 @@ const DEVICE_VOCAB: usize = 3001;
 
 #[test]
 fn device_values_are_validated_in_the_kernel() {
-    let cuda = cuda();
+    let cuda = cuda_device();
     let mut ws = cuda.workspace(DEVICE_ROWS.len()).expect("workspace");
     let mut rng = Rng::new(0xDE71CE);
     for (logits, draft) in [(DType::F32, DType::F32), (DType::BF16, DType::F16), (DType::F16, DType::BF16)] {
@@ -159,7 +145,7 @@ const REUSE_CALLS: usize = 40;
 
 #[test]
 fn a_reused_workspace_matches_fresh_ones() {
-    let cuda = cuda();
+    let cuda = cuda_device();
     let mut shared = cuda.workspace(REUSE_MAX_ROWS).expect("workspace");
     let mut rng = Rng::new(0x3E05E);
     for call in 0..REUSE_CALLS {
@@ -202,7 +188,7 @@ const FAR: usize = 1 << 32;
 #[test]
 fn offsets_past_u32_elements_are_not_truncated() -> specdec::Result<()> {
     use half::bf16;
-    let cuda = cuda();
+    let cuda = cuda_device();
     let s = cuda.stream();
     let vocab = 1000;
     // Greedy rows whose maxima differ: row 0 at id 10, row 1 at id 900.

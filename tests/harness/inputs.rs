@@ -153,6 +153,15 @@ pub fn random_draft_logits(rng: &mut Rng, dtype: DType, batch: &Batch) -> DraftL
     DraftLogitsSpec::strided(dtype, slots, k, width, stride0, stride1, column)
 }
 
+/// Panics with `ctx` unless the two runs' draft logits are bitwise equal.
+pub fn assert_same_draft_logits(a: &Batch, b: &Batch, ctx: &str) {
+    if let (Some(x), Some(y)) = (&a.draft_logits, &b.draft_logits)
+        && let Some(i) = first_bit_difference(&x.data, &y.data)
+    {
+        panic!("{ctx}: draft logits differ at element {i}: {:#x} vs {:#x}", x.data.bits(i), y.data.bits(i));
+    }
+}
+
 /// The first index where two buffers differ bitwise (dtype included), if any.
 pub fn first_bit_difference(a: &Values, b: &Values) -> Option<usize> {
     if a.dtype() != b.dtype() || a.len() != b.len() {

@@ -34,10 +34,12 @@ pub const GPU: bool = cfg!(feature = "gpu");
 /// The CUDA backend on device 0. The GPU suite must not pass without a GPU,
 /// so this panics with the reason when there is none.
 pub fn cuda() -> Backend {
-    match specdec::Cuda::on_device(0) {
-        Ok(c) => Backend::Cuda(c),
-        Err(e) => panic!("the GPU suite needs a CUDA device: {e}"),
-    }
+    Backend::Cuda(cuda_device())
+}
+
+/// [`cuda`]'s device itself, for calls on device buffers.
+pub fn cuda_device() -> specdec::Cuda {
+    specdec::Cuda::on_device(0).unwrap_or_else(|e| panic!("the GPU suite needs a CUDA device: {e}"))
 }
 
 /// The GPU suite's usual sample-size scale: big samples are cheap on a GPU.
