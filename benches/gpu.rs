@@ -26,6 +26,16 @@
 //!   the latency case B = 1, K = 4, V = 151936 with bf16 draft logits; and
 //!   the batches serving engines run: all three with f32 and with bf16 target
 //!   logits at B ∈ {2, 4, 8, 32} × K ∈ {2, 4, 5}, V = 151936.
+//! - Sampling filters (SPEC §7), at T = 1 (`FILTER_T`), the filter the same
+//!   on every slot: `rejection_sample` with bf16 draft logits (f32 target,
+//!   V = 151936; the draft logits without filters) at (B, K) ∈ {(1, 7),
+//!   (64, 7), (256, 7), (1, 4)} × {top_k 50 + top_p 0.9, top_k 20, min_p
+//!   0.05, top_p 0.95}, and `gumbel_sample` random at 1024 × 151936 with
+//!   top_k 50 + top_p 0.9. Each filtered case (name suffix ` T=1 +k50p0.9`,
+//!   ` +k20`, ` +minp0.05`, ` +p0.95`) runs beside the same call without
+//!   filter arrays (the name less the `+` suffix; kept by `--only` with it),
+//!   and its time over that call's is printed, in `bench.md`'s "Filtered
+//!   cases" table and as `filtered_ratio` in `bench.json`.
 //!
 //! Draft logits are `0.8·target + 0.6·noise` (both N(0, 1)-like), which makes
 //! the expected acceptance at T = 0.8 about 0.69 per draft; drafts are sampled
@@ -54,8 +64,9 @@
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, result};
 use half::bf16;
+use specdec::filter::Filter;
 use specdec::{
-    Column, Cuda, Device, DraftLogits, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Logits,
+    Column, Cuda, Device, DraftLogits, DraftLogitsMut, DraftLogitsShape, Filters, GumbelOutput, GumbelSample, Logits,
     RejectionOutput, RejectionSample, SamplingParams, Workspace,
 };
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams};
@@ -87,8 +98,21 @@ const ENGINE_REQUESTS: [usize; 4] = [2, 4, 8, 32];
 const ENGINE_DRAFTS: [usize; 3] = [2, 4, 5];
 /// The vocabulary of the Zipf, bf16-target, latency and engine-batch cases.
 const V_MAIN: usize = 151_936;
-/// The temperature of every non-greedy case.
+/// The temperature of every non-greedy case without filters.
 const T: f32 = 0.8;
+/// The temperature of the filtered cases and of the unfiltered calls beside them.
+const FILTER_T: f32 = 1.0;
+/// The filters of the filtered verification cases (the same on every slot).
+const VERIFY_FILTERS: [Filter; 4] = [
+    Filter { top_k: 50, top_p: 0.9, min_p: 0.0 },
+    Filter { top_k: 20, top_p: 1.0, min_p: 0.0 },
+    Filter { top_k: 0, top_p: 1.0, min_p: 0.05 },
+    Filter { top_k: 0, top_p: 0.95, min_p: 0.0 },
+];
+/// The filters of the filtered sampling case (random, 1024 rows of `V_MAIN`).
+const SAMPLE_FILTERS: [Filter; 1] = [Filter { top_k: 50, top_p: 0.9, min_p: 0.0 }];
+/// (B, K) of the filtered verification cases (bf16 draft logits, f32 target, `V_MAIN`).
+const FILTER_BATCHES: [(usize, usize); 4] = [(1, 7), (64, 7), (256, 7), (1, 4)];
 
 /// Rows of the logits buffers: B = 256 requests of K + 1 = 8 rows.
 const MAX_ROWS: usize = 2048;
@@ -224,6 +248,11 @@ struct Case {
     timing: Timing,
     /// Mean accepted drafts per request (verification).
     accepted: Option<f64>,
+    /// The filter on every slot of a filtered case (`Filter::OFF`: the
+    /// unfiltered call beside them, at `FILTER_T`); `None` for the others.
+    filter: Option<Filter>,
+    /// The name of the same call unfiltered, measured beside it (filtered cases).
+    unfiltered: Option<String>,
 }
 
 impl Case {
@@ -231,15 +260,28 @@ impl Case {
         self.bytes / self.timing.us / 1e3
     }
 
-    fn json(&self, copy_gbs: f64) -> String {
+    /// The time of the same call unfiltered (a filtered case whose unfiltered call ran).
+    fn unfiltered_us(&self, cases: &[Case]) -> Option<f64> {
+        let name = self.unfiltered.as_ref()?;
+        cases.iter().find(|c| c.name == *name).map(|c| c.timing.us)
+    }
+
+    fn json(&self, copy_gbs: f64, unfiltered_us: Option<f64>) -> String {
         let opt = |v: Option<usize>| v.map_or("null".to_string(), |v| v.to_string());
         let dtype = self.draft_dtype.map_or("null".to_string(), json_str);
         let accepted = self.accepted.map_or("null".to_string(), |a| format!("{a:.3}"));
+        let filter = self.filter.map_or("null".to_string(), |f| {
+            format!("{{\"top_k\":{},\"top_p\":{},\"min_p\":{}}}", f.top_k, f.top_p, f.min_p)
+        });
+        let unfiltered = self.unfiltered.as_deref().map_or("null".to_string(), json_str);
+        let ratio = unfiltered_us.map_or("null".to_string(), |u| format!("{:.4}", self.timing.us / u));
+        let unfiltered_us = unfiltered_us.map_or("null".to_string(), |u| format!("{u:.2}"));
         format!(
             "{{\"case\":{},\"op\":{},\"mode\":{},\"logits_dtype\":{},\"draft_dtype\":{dtype},\"input\":{},\
              \"vocab\":{},\"rows\":{},\"requests\":{},\"max_drafts\":{},\"temperature\":{},\"latency\":{},\
              \"us\":{:.2},\"reps\":{},\"bytes\":{},\"gbs\":{:.1},\"copy_fraction\":{:.4},\
-             \"accepted_per_request\":{accepted}}}",
+             \"accepted_per_request\":{accepted},\"filter\":{filter},\"unfiltered_case\":{unfiltered},\
+             \"unfiltered_us\":{unfiltered_us},\"filtered_ratio\":{ratio}}}",
             json_str(&self.name),
             json_str(self.op),
             json_str(self.mode),
@@ -336,9 +378,9 @@ impl HostCase {
 
 /// The host-time cases (see the module docs).
 const HOST_SPECS: [Spec; 3] = [
-    Spec::Gumbel { mode: SampleMode::Random, zipf: false, vocab: V_MAIN, rows: 1 },
-    Spec::Rejection { mode: VerifyMode::Bf16Draft, bf16_target: false, b: 1, k: 4, vocab: V_MAIN },
-    Spec::Rejection { mode: VerifyMode::Bf16Draft, bf16_target: false, b: 256, k: 7, vocab: V_MAIN },
+    Spec::Gumbel { mode: SampleMode::Random, zipf: false, vocab: V_MAIN, rows: 1, filter: None },
+    Spec::Rejection { mode: VerifyMode::Bf16Draft, bf16_target: false, b: 1, k: 4, vocab: V_MAIN, filter: None },
+    Spec::Rejection { mode: VerifyMode::Bf16Draft, bf16_target: false, b: 256, k: 7, vocab: V_MAIN, filter: None },
 ];
 
 /// A kernel that does nothing, taking a parameter block of
@@ -375,8 +417,24 @@ impl EmptyKernel {
 /// One case of the grid.
 #[derive(Clone, Copy)]
 enum Spec {
-    Gumbel { mode: SampleMode, zipf: bool, vocab: usize, rows: usize },
-    Rejection { mode: VerifyMode, bf16_target: bool, b: usize, k: usize, vocab: usize },
+    /// `filter`: `None` for a case at `T` without filters; `Some` for one at
+    /// `FILTER_T` with that filter on every slot (`Filter::OFF`: no filter
+    /// arrays, the unfiltered call the filtered ones are compared with).
+    Gumbel {
+        mode: SampleMode,
+        zipf: bool,
+        vocab: usize,
+        rows: usize,
+        filter: Option<Filter>,
+    },
+    Rejection {
+        mode: VerifyMode,
+        bf16_target: bool,
+        b: usize,
+        k: usize,
+        vocab: usize,
+        filter: Option<Filter>,
+    },
 }
 
 /// The whole grid, in the order it runs (verification grouped by vocabulary).
@@ -385,31 +443,55 @@ fn grid() -> Vec<Spec> {
     for mode in [SampleMode::Greedy, SampleMode::Random, SampleMode::Drafting] {
         for vocab in SAMPLE_VOCABS {
             for rows in SAMPLE_ROWS {
-                grid.push(Spec::Gumbel { mode, zipf: false, vocab, rows });
+                grid.push(Spec::Gumbel { mode, zipf: false, vocab, rows, filter: None });
             }
         }
     }
-    grid.push(Spec::Gumbel { mode: SampleMode::Random, zipf: true, vocab: V_MAIN, rows: 1024 });
+    grid.push(Spec::Gumbel { mode: SampleMode::Random, zipf: true, vocab: V_MAIN, rows: 1024, filter: None });
+    // Filtered sampling at T = FILTER_T, each beside the same call unfiltered.
+    for filter in std::iter::once(Filter::OFF).chain(SAMPLE_FILTERS) {
+        grid.push(Spec::Gumbel {
+            mode: SampleMode::Random,
+            zipf: false,
+            vocab: V_MAIN,
+            rows: 1024,
+            filter: Some(filter),
+        });
+    }
     for vocab in VERIFY_VOCABS {
         for mode in [VerifyMode::Greedy, VerifyMode::OneHot, VerifyMode::Bf16Draft] {
             for k in VERIFY_DRAFTS {
                 for b in VERIFY_REQUESTS {
-                    grid.push(Spec::Rejection { mode, bf16_target: false, b, k, vocab });
+                    grid.push(Spec::Rejection { mode, bf16_target: false, b, k, vocab, filter: None });
                 }
             }
             if vocab == V_MAIN {
-                grid.push(Spec::Rejection { mode, bf16_target: true, b: 64, k: 3, vocab });
+                grid.push(Spec::Rejection { mode, bf16_target: true, b: 64, k: 3, vocab, filter: None });
             }
         }
         if vocab == V_MAIN {
-            grid.push(Spec::Rejection { mode: VerifyMode::Bf16Draft, bf16_target: false, b: 1, k: 4, vocab });
+            grid.push(Spec::Rejection {
+                mode: VerifyMode::Bf16Draft,
+                bf16_target: false,
+                b: 1,
+                k: 4,
+                vocab,
+                filter: None,
+            });
             for bf16_target in [false, true] {
                 for mode in [VerifyMode::Greedy, VerifyMode::OneHot, VerifyMode::Bf16Draft] {
                     for k in ENGINE_DRAFTS {
                         for b in ENGINE_REQUESTS {
-                            grid.push(Spec::Rejection { mode, bf16_target, b, k, vocab });
+                            grid.push(Spec::Rejection { mode, bf16_target, b, k, vocab, filter: None });
                         }
                     }
+                }
+            }
+            // Filtered verification at T = FILTER_T, each beside the same call unfiltered.
+            for (b, k) in FILTER_BATCHES {
+                for filter in std::iter::once(Filter::OFF).chain(VERIFY_FILTERS) {
+                    let mode = VerifyMode::Bf16Draft;
+                    grid.push(Spec::Rejection { mode, bf16_target: false, b, k, vocab, filter: Some(filter) });
                 }
             }
         }
@@ -440,22 +522,41 @@ impl Spec {
     /// The case name, shared with `benches/torch_baseline.py` (the report joins on it).
     fn name(&self) -> String {
         match *self {
-            Spec::Gumbel { mode, zipf, vocab, rows } => {
+            Spec::Gumbel { mode, zipf, vocab, rows, filter } => {
                 let dtype = if mode == SampleMode::Drafting { "f32->bf16" } else { "f32" };
                 let input = if zipf { " zipf" } else { "" };
-                format!("gumbel_sample {} {dtype}{input} V={vocab} rows={rows}", mode.name())
+                format!("gumbel_sample {} {dtype}{input} V={vocab} rows={rows}{}", mode.name(), filter_name(filter))
             }
-            Spec::Rejection { mode, bf16_target, b, k, vocab } => {
+            Spec::Rejection { mode, bf16_target, b, k, vocab, filter } => {
                 let target = if bf16_target { "bf16" } else { "f32" };
-                format!("rejection_sample {} {target} B={b} K={k} V={vocab}", mode.name())
+                format!("rejection_sample {} {target} B={b} K={k} V={vocab}{}", mode.name(), filter_name(filter))
             }
         }
+    }
+
+    /// The filter on every slot, when one acts.
+    fn active_filter(&self) -> Option<Filter> {
+        let (Spec::Gumbel { filter, .. } | Spec::Rejection { filter, .. }) = *self;
+        filter.filter(|&f| f != Filter::OFF)
+    }
+
+    /// The same call without filters that a filtered case is compared with.
+    fn unfiltered(&self) -> Option<Spec> {
+        self.active_filter()?;
+        Some(match *self {
+            Spec::Gumbel { mode, zipf, vocab, rows, .. } => {
+                Spec::Gumbel { mode, zipf, vocab, rows, filter: Some(Filter::OFF) }
+            }
+            Spec::Rejection { mode, bf16_target, b, k, vocab, .. } => {
+                Spec::Rejection { mode, bf16_target, b, k, vocab, filter: Some(Filter::OFF) }
+            }
+        })
     }
 
     /// The measured case: parameters, minimal bytes, timing and (verification) mean accepted drafts.
     fn case(&self, timing: Timing, accepted: Option<f64>) -> Case {
         match *self {
-            Spec::Gumbel { mode, zipf, vocab, rows } => {
+            Spec::Gumbel { mode, zipf, vocab, rows, filter } => {
                 let drafting = mode == SampleMode::Drafting;
                 // One read of every row, plus the bf16 draft-logits write when drafting.
                 let per_element = if drafting { 4 + 2 } else { 4 };
@@ -470,14 +571,16 @@ impl Spec {
                     rows,
                     requests: None,
                     max_drafts: None,
-                    temperature: if mode == SampleMode::Greedy { 0.0 } else { T },
-                    latency: rows == 1 && vocab == V_MAIN && mode == SampleMode::Random && !zipf,
+                    temperature: temperature(mode == SampleMode::Greedy, filter),
+                    latency: rows == 1 && vocab == V_MAIN && mode == SampleMode::Random && !zipf && filter.is_none(),
                     bytes: (rows * vocab * per_element) as f64,
                     timing,
                     accepted,
+                    filter,
+                    unfiltered: self.unfiltered().map(|u| u.name()),
                 }
             }
-            Spec::Rejection { mode, bf16_target, b, k, vocab } => {
+            Spec::Rejection { mode, bf16_target, b, k, vocab, filter } => {
                 let rows = b * (k + 1);
                 let t_size = if bf16_target { 2 } else { 4 };
                 // Every target row once; every draft row used; one row per request re-read
@@ -499,14 +602,45 @@ impl Spec {
                     rows,
                     requests: Some(b),
                     max_drafts: Some(k),
-                    temperature: if mode == VerifyMode::Greedy { 0.0 } else { T },
-                    latency: b == 1 && k == 4,
+                    temperature: temperature(mode == VerifyMode::Greedy, filter),
+                    latency: b == 1 && k == 4 && filter.is_none(),
                     bytes: (rows * vocab * t_size + draft_bytes + reread) as f64,
                     timing,
                     accepted,
+                    filter,
+                    unfiltered: self.unfiltered().map(|u| u.name()),
                 }
             }
         }
+    }
+}
+
+/// The name suffix of a case's filter: none without one (at `T`), ` T=1` for
+/// the unfiltered call at `FILTER_T`, then e.g. ` +k50p0.9` for a filter.
+fn filter_name(filter: Option<Filter>) -> String {
+    let Some(f) = filter else { return String::new() };
+    let mut name = format!(" T={FILTER_T}");
+    if f != Filter::OFF {
+        name.push_str(" +");
+    }
+    if f.top_k > 0 {
+        write!(name, "k{}", f.top_k).unwrap();
+    }
+    if f.top_p < 1.0 {
+        write!(name, "p{}", f.top_p).unwrap();
+    }
+    if f.min_p > 0.0 {
+        write!(name, "minp{}", f.min_p).unwrap();
+    }
+    name
+}
+
+/// A case's temperature: 0 greedy, `FILTER_T` with a filter (or beside one), else `T`.
+fn temperature(greedy: bool, filter: Option<Filter>) -> f32 {
+    match (greedy, filter) {
+        (true, _) => 0.0,
+        (false, Some(_)) => FILTER_T,
+        (false, None) => T,
     }
 }
 
@@ -586,9 +720,10 @@ struct Buffers {
     slots: CudaSlice<i32>,
     pos: CudaSlice<u64>,
     seeds: CudaSlice<u64>,
-    /// Per-slot temperatures: all 0 (greedy) and all `T`.
+    /// Per-slot temperatures: all 0 (greedy), all `T` and all `FILTER_T`.
     greedy: CudaSlice<f32>,
     random: CudaSlice<f32>,
+    filter_t: CudaSlice<f32>,
     tokens: CudaSlice<i32>,
 }
 
@@ -598,6 +733,15 @@ impl Buffers {
         match bf16_target {
             false => Logits::new(self.logits.slice(..rows * vocab), rows, vocab),
             true => Logits::new(self.target_bf16.slice(..rows * vocab), rows, vocab),
+        }
+    }
+
+    /// The per-slot temperatures of a case: greedy, or `T` without a filter, or `FILTER_T`.
+    fn temps(&self, greedy: bool, filter: Option<Filter>) -> &CudaSlice<f32> {
+        match (greedy, filter) {
+            (true, _) => &self.greedy,
+            (false, Some(_)) => &self.filter_t,
+            (false, None) => &self.random,
         }
     }
 
@@ -615,8 +759,46 @@ impl Buffers {
             seeds: s.clone_dtod(&self.seeds).unwrap_or_else(setup),
             greedy: s.clone_dtod(&self.greedy).unwrap_or_else(setup),
             random: s.clone_dtod(&self.random).unwrap_or_else(setup),
+            filter_t: s.clone_dtod(&self.filter_t).unwrap_or_else(setup),
             tokens: s.clone_dtod(&self.tokens).unwrap_or_else(setup),
         }
+    }
+}
+
+/// Device arrays of one filter on each of `MAX_ROWS` slots: only those of
+/// the filters that act (none for `Filter::OFF`, a call without filters).
+struct FilterArrays {
+    top_k: Option<CudaSlice<i32>>,
+    top_p: Option<CudaSlice<f32>>,
+    min_p: Option<CudaSlice<f32>>,
+}
+
+impl FilterArrays {
+    fn upload(s: &Arc<CudaStream>, filter: Option<Filter>, case: &str) -> FilterArrays {
+        let f = filter.unwrap_or(Filter::OFF);
+        let top_k = (f.top_k > 0).then(|| s.clone_htod(&vec![f.top_k as i32; MAX_ROWS]));
+        let top_p = (f.top_p < 1.0).then(|| s.clone_htod(&vec![f.top_p; MAX_ROWS]));
+        let min_p = (f.min_p > 0.0).then(|| s.clone_htod(&vec![f.min_p; MAX_ROWS]));
+        FilterArrays {
+            top_k: top_k.transpose().unwrap_or_else(|e| fail(case, e)),
+            top_p: top_p.transpose().unwrap_or_else(|e| fail(case, e)),
+            min_p: min_p.transpose().unwrap_or_else(|e| fail(case, e)),
+        }
+    }
+
+    /// The filters of the first `slots` slots.
+    fn view(&self, slots: usize) -> Filters<'_, Device> {
+        let mut f = Filters::none();
+        if let Some(k) = &self.top_k {
+            f = f.with_top_k(k.slice(..slots));
+        }
+        if let Some(p) = &self.top_p {
+            f = f.with_top_p(p.slice(..slots));
+        }
+        if let Some(m) = &self.min_p {
+            f = f.with_min_p(m.slice(..slots));
+        }
+        f
     }
 }
 
@@ -671,15 +853,33 @@ impl Bench {
             case.timing.reps,
             case.accepted.map_or(String::new(), |a| format!(", {a:.2} accepted per request")),
         );
+        if let Some(u) = case.unfiltered_us(&self.cases) {
+            println!("{:<58} {:>9.2} × the unfiltered call ({u:.1} µs)", "  filtered / unfiltered", case.timing.us / u);
+        }
         self.cases.push(case);
     }
 
-    fn gumbel(&mut self, clock: Clock, mode: SampleMode, zipf: bool, vocab: usize, rows: usize) {
-        let name = Spec::Gumbel { mode, zipf, vocab, rows }.name();
+    fn gumbel(
+        &mut self,
+        clock: Clock,
+        mode: SampleMode,
+        zipf: bool,
+        vocab: usize,
+        rows: usize,
+        filter: Option<Filter>,
+    ) {
+        let spec = Spec::Gumbel { mode, zipf, vocab, rows, filter };
+        let name = spec.name();
+        let filters = FilterArrays::upload(&self.stream, filter, &name);
         let Bench { cuda, timer, ws, buf, .. } = self;
-        let Buffers { logits, zipf: zipf_logits, written, slots, pos, seeds, greedy, random, tokens, .. } = buf;
+        let Buffers { logits, zipf: zipf_logits, written, slots, pos, seeds, greedy, random, filter_t, tokens, .. } =
+            buf;
         let logits = if zipf { &*zipf_logits } else { &*logits };
-        let temps = if mode == SampleMode::Greedy { &*greedy } else { &*random };
+        let temps = match (mode == SampleMode::Greedy, filter) {
+            (true, _) => &*greedy,
+            (false, Some(_)) => &*filter_t,
+            (false, None) => &*random,
+        };
         let drafting = mode == SampleMode::Drafting;
         let call = |_: &Arc<CudaStream>| {
             let args = GumbelSample {
@@ -688,7 +888,8 @@ impl Bench {
                     Logits::new(logits.slice(..rows * vocab), rows, vocab),
                     slots.slice(..rows),
                     pos.slice(..rows),
-                    SamplingParams::new(temps.slice(..DRAFT_SLOTS), seeds.slice(..DRAFT_SLOTS)),
+                    SamplingParams::new(temps.slice(..DRAFT_SLOTS), seeds.slice(..DRAFT_SLOTS))
+                        .with_filters(filters.view(DRAFT_SLOTS)),
                 )
             };
             let mut out = GumbelOutput::new(tokens.slice_mut(..rows));
@@ -704,15 +905,15 @@ impl Bench {
         if let Some(t) = out.iter().find(|&&t| t < 0 || t as usize >= vocab) {
             fail(&name, format!("token {t} is out of range 0..{vocab}"));
         }
-        self.push(clock, Spec::Gumbel { mode, zipf, vocab, rows }.case(timing, None));
+        self.push(clock, spec.case(timing, None));
     }
 
     /// Measures `spec` by `clock`, verification with draft ids `drafts`.
     fn run(&mut self, clock: Clock, spec: Spec, drafts: &[i32]) {
         match spec {
-            Spec::Gumbel { mode, zipf, vocab, rows } => self.gumbel(clock, mode, zipf, vocab, rows),
-            Spec::Rejection { mode, bf16_target, b, k, vocab } => {
-                self.rejection(clock, mode, bf16_target, b, k, vocab, drafts)
+            Spec::Gumbel { mode, zipf, vocab, rows, filter } => self.gumbel(clock, mode, zipf, vocab, rows, filter),
+            Spec::Rejection { mode, bf16_target, b, k, vocab, filter } => {
+                self.rejection(clock, mode, bf16_target, b, k, vocab, filter, drafts)
             }
         }
     }
@@ -750,9 +951,11 @@ impl Bench {
         b: usize,
         k: usize,
         vocab: usize,
+        filter: Option<Filter>,
         drafts: &[i32],
     ) {
-        let name = Spec::Rejection { mode, bf16_target, b, k, vocab }.name();
+        let spec = Spec::Rejection { mode, bf16_target, b, k, vocab, filter };
+        let name = spec.name();
         let rows = b * (k + 1);
         let s = self.stream.clone();
         let offsets: Vec<i32> = (0..=b as i32).map(|r| r * (k as i32 + 1)).collect();
@@ -761,8 +964,9 @@ impl Bench {
         let mut num_emitted = s.alloc_zeros::<i32>(b).unwrap_or_else(|e| fail(&name, e));
         let mut accepted = s.alloc_zeros::<i32>(b).unwrap_or_else(|e| fail(&name, e));
         let mut vtokens = s.alloc_zeros::<i32>(b * (k + 1)).unwrap_or_else(|e| fail(&name, e));
+        let filters = FilterArrays::upload(&s, filter, &name);
         let Bench { cuda, timer, ws, buf, .. } = self;
-        let temps = if mode == VerifyMode::Greedy { &buf.greedy } else { &buf.random };
+        let temps = buf.temps(mode == VerifyMode::Greedy, filter);
         // Draft `i` of request `r` is row `r·(K+1) + i` of the draft buffer, beside its target row.
         let draft_shape =
             DraftLogitsShape { slots: VERIFY_SLOTS, k, width: vocab, stride0: (k + 1) * vocab, stride1: vocab };
@@ -773,7 +977,8 @@ impl Bench {
                 drafts: ddrafts.as_view(),
                 slots: buf.slots.slice(..b),
                 pos: buf.pos.slice(..rows),
-                params: SamplingParams::new(temps.slice(..VERIFY_SLOTS), buf.seeds.slice(..VERIFY_SLOTS)),
+                params: SamplingParams::new(temps.slice(..VERIFY_SLOTS), buf.seeds.slice(..VERIFY_SLOTS))
+                    .with_filters(filters.view(VERIFY_SLOTS)),
                 max_drafts: k,
                 draft_logits: (mode == VerifyMode::Bf16Draft).then(|| DraftLogits::new(&buf.draft, draft_shape)),
             };
@@ -798,7 +1003,7 @@ impl Bench {
         }
         let mean_accepted = acc.iter().map(|&a| a as f64).sum::<f64>() / b as f64;
 
-        self.push(clock, Spec::Rejection { mode, bf16_target, b, k, vocab }.case(timing, Some(mean_accepted)));
+        self.push(clock, spec.case(timing, Some(mean_accepted)));
     }
 }
 
@@ -866,7 +1071,15 @@ impl Options {
 
     /// The grid, less the cases `--only` leaves out.
     fn grid(&self) -> Vec<Spec> {
-        let grid: Vec<Spec> = grid().into_iter().filter(|spec| self.wants(&spec.name())).collect();
+        // A filtered case kept keeps the unfiltered call it is compared with.
+        let all = grid();
+        let partners: Vec<String> = all
+            .iter()
+            .filter(|spec| self.wants(&spec.name()))
+            .filter_map(|spec| Some(spec.unfiltered()?.name()))
+            .collect();
+        let grid: Vec<Spec> =
+            all.into_iter().filter(|spec| self.wants(&spec.name()) || partners.contains(&spec.name())).collect();
         if grid.is_empty() && self.host_specs().is_empty() {
             fail("arguments", format!("no case name contains any of {:?}", self.only));
         }
@@ -928,6 +1141,7 @@ fn main() {
         seeds: s.clone_htod(&vec![7u64; MAX_ROWS]).unwrap_or_else(setup),
         greedy: s.clone_htod(&vec![0f32; MAX_ROWS]).unwrap_or_else(setup),
         random: s.clone_htod(&vec![T; MAX_ROWS]).unwrap_or_else(setup),
+        filter_t: s.clone_htod(&vec![FILTER_T; MAX_ROWS]).unwrap_or_else(setup),
         tokens: s.alloc_zeros::<i32>(MAX_ROWS).unwrap_or_else(setup),
     };
     drop((host, host_draft, host_zipf, host_target_bf16));
@@ -1001,6 +1215,7 @@ fn dry_run(options: &Options) {
             let bytes = spec.case(copy_timing, None).bytes;
             // A made-up curve: a fixed cost, then a fraction of the copy bandwidth.
             let us = 6.0 + bytes / (copy.gbs() * 1e3 * 0.7);
+            let us = if spec.active_filter().is_some() { 1.3 * us } else { us };
             let accepted = matches!(spec, Spec::Rejection { .. }).then_some(1.0);
             spec.case(Timing { us, reps: if us > LONG_US { reps.min(REPS_LONG) } else { reps } }, accepted)
         })
@@ -1051,6 +1266,17 @@ fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], host: &[HostC
         let (us, gbs) = (c.timing.us, c.gbs());
         writeln!(md, "| {} | {us:.1} | {gbs:.0} | {:.0} | {accepted} |", c.name, 100.0 * gbs / copy_gbs).unwrap();
     }
+    let filtered: Vec<(&Case, f64)> = cases.iter().filter_map(|c| Some((c, c.unfiltered_us(cases)?))).collect();
+    if !filtered.is_empty() {
+        md.push_str(&format!(
+            "\nFiltered cases (T = {FILTER_T}, the filter on every slot; verification with unfiltered bf16 draft \
+             logits), each beside the same call without filters (its name less the `+` suffix):\n\n\
+             | filtered case | µs | unfiltered µs | filtered / unfiltered |\n| --- | ---: | ---: | ---: |\n"
+        ));
+        for (c, u) in filtered {
+            writeln!(md, "| {} | {:.1} | {u:.1} | {:.2} |", c.name, c.timing.us, c.timing.us / u).unwrap();
+        }
+    }
     if !host.is_empty() {
         md.push_str("\n| host time per call | µs | cudarc event tracking |\n| --- | ---: | --- |\n");
         for h in host {
@@ -1060,7 +1286,7 @@ fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], host: &[HostC
     println!("\n{md}");
 
     let unix_time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let cases: Vec<String> = cases.iter().map(|c| format!("  {}", c.json(copy_gbs))).collect();
+    let cases: Vec<String> = cases.iter().map(|c| format!("  {}", c.json(copy_gbs, c.unfiltered_us(cases)))).collect();
     let host: Vec<String> = host.iter().map(|h| format!("  {}", h.json())).collect();
     let json = format!(
         "{{\"device\":{},\"unix_time\":{unix_time},\"wall_s\":{wall_s:.1},\"reps\":{reps},\"reps_long\":{},\

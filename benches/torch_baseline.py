@@ -25,6 +25,15 @@ The math (functions `sample_*` and `verify`, device-agnostic):
   product), at the first rejection sample the residual (p - q).clamp_min(0)
   normalised with multinomial, and when all K are accepted the bonus from the
   last row's p. Output tokens [B, K+1] padded with -1, num_emitted [B].
+- sampling filters (`apply_filters`, the cases named `... T=1 +k50p0.9` etc.):
+  on the fp32 scaled logits, min-p as `x >= max + ln(min_p)`, then one
+  descending sort for top-k (`x >= k-th largest`) and top-p (keep while the
+  softmax mass before a value is < top_p, over the survivors), the rest set
+  to -inf and scattered back; then the sampling or verification above (the
+  target's p filtered, the draft logits' q not). Each filtered case runs
+  beside the same call unfiltered at the same T = 1 (the name less the `+`
+  suffix), and its time over that call's is printed and stored as
+  `filtered_ratio`.
 
 Timing (as in benches/gpu.rs): per case, an eager warm-up, then the call is
 captured in a CUDA graph (torch.cuda.graph) and replayed; a case whose capture
@@ -65,6 +74,12 @@ T = 0.8
 MAX_ROWS = 2048  # B = 256 requests of K + 1 = 8 rows
 LOGITS_LEN = MAX_ROWS * V_MAIN  # covers 2048 x 151936 and 1024 x 262144
 DRAFT_SLOTS, DRAFT_K, DRAFT_COLUMN = 1024, 8, 3
+# The filtered cases (as benches/gpu.rs): (top_k, top_p, min_p), off values 0, 1, 0; all at FILTER_T.
+FILTER_T = 1.0
+FILTER_OFF = (0, 1.0, 0.0)
+VERIFY_FILTERS = [(50, 0.9, 0.0), (20, 1.0, 0.0), (0, 1.0, 0.05), (0, 0.95, 0.0)]
+SAMPLE_FILTERS = [(50, 0.9, 0.0)]
+FILTER_BATCHES = [(1, 7), (64, 7), (256, 7), (1, 4)]  # (B, K): bf16 draft logits, f32 target, V_MAIN
 
 REPS, REPS_LONG, LONG_US = 50, 20, 5000.0
 FLUSH_BYTES = 512 << 20
@@ -79,19 +94,42 @@ def rejection_name(mode, target_dtype, b, k, vocab):
     return f"rejection_sample {mode} {target_dtype} B={b} K={k} V={vocab}"
 
 
+def filter_name(filt):
+    """The name suffix of benches/gpu.rs: none (no filter, at T), " T=1" (unfiltered, at FILTER_T), " T=1 +k50p0.9"."""
+    if filt is None:
+        return ""
+    top_k, top_p, min_p = filt
+    name = f" T={FILTER_T:g}"
+    if filt != FILTER_OFF:
+        name += " +"
+    if top_k > 0:
+        name += f"k{top_k}"
+    if top_p < 1.0:
+        name += f"p{top_p:g}"
+    if min_p > 0.0:
+        name += f"minp{min_p:g}"
+    return name
+
+
+def filter_dict(filt):
+    return None if filt is None else dict(top_k=filt[0], top_p=filt[1], min_p=filt[2])
+
+
 def verify_grid(vocab, quick):
-    """The verification cases at `vocab` as (mode, target dtype, B, K): those of benches/gpu.rs's grid."""
+    """The verification cases at `vocab` as (mode, target dtype, B, K, filter): those of benches/gpu.rs's grid."""
     modes = ["greedy", "one-hot", "bf16-draft"]
-    grid = [(m, "f32", b, k) for m in modes for k in VERIFY_DRAFTS for b in VERIFY_REQUESTS]
+    grid = [(m, "f32", b, k, None) for m in modes for k in VERIFY_DRAFTS for b in VERIFY_REQUESTS]
     if vocab == V_MAIN:
-        grid += [(m, "bf16", 64, 3) for m in modes] + [("bf16-draft", "f32", 1, 4)]
+        grid += [(m, "bf16", 64, 3, None) for m in modes] + [("bf16-draft", "f32", 1, 4, None)]
         grid += [
-            (m, target_dtype, b, k)
+            (m, target_dtype, b, k, None)
             for target_dtype in ["f32", "bf16"]
             for m in modes
             for k in ENGINE_DRAFTS
             for b in ENGINE_REQUESTS
         ]
+        # Filtered, each beside the same call unfiltered (FILTER_OFF) at FILTER_T.
+        grid += [("bf16-draft", "f32", b, k, f) for b, k in FILTER_BATCHES for f in [FILTER_OFF] + VERIFY_FILTERS]
     if quick:
         grid = [case for case in grid if case[2] in QUICK_REQUESTS]
     return grid
@@ -121,6 +159,34 @@ def sample_multinomial(logits, temps):
 SAMPLERS = {"gumbel-argmax": sample_gumbel, "softmax-multinomial": sample_multinomial}
 
 
+def apply_filters(x, filt):
+    """Sort-based top-k / top-p / min-p on scaled fp32 logits x [..., V]: the ids filtered out set to -inf.
+
+    min-p keeps x >= max + ln(min_p) (p >= min_p * p_max); top-k keeps x >= the k-th largest (ties kept);
+    top-p keeps, of the survivors sorted descending, each value whose softmax mass before it is < top_p.
+    """
+    top_k, top_p, min_p = filt
+    x = x.float()
+    if min_p > 0.0:
+        x = x.masked_fill(x < x.amax(dim=-1, keepdim=True) + math.log(min_p), -math.inf)
+    if top_k > 0 or top_p < 1.0:
+        sorted_x, idx = torch.sort(x, dim=-1, descending=True)
+        if top_k > 0:
+            sorted_x = sorted_x.masked_fill(sorted_x < sorted_x[..., top_k - 1 : top_k], -math.inf)
+        if top_p < 1.0:
+            probs = torch.softmax(sorted_x, dim=-1)
+            sorted_x = sorted_x.masked_fill(probs.cumsum(dim=-1) - probs >= top_p, -math.inf)
+        x = x.scatter(-1, idx, sorted_x)
+    return x
+
+
+def sample_filtered(sampler, logits, temps, filt):
+    """Random sampling of the filtered scaled logits (FILTER_OFF: the plain sampler)."""
+    if filt == FILTER_OFF:
+        return sampler(logits, temps)
+    return sampler(apply_filters(logits / temps, filt), 1.0)
+
+
 def sample_drafting(sampler, logits, temps, draft_logits, slots, column):
     """Sample (draft noise is just more torch.rand), then store the raw logits in the draft logits."""
     tokens = sampler(logits, temps)
@@ -128,13 +194,14 @@ def sample_drafting(sampler, logits, temps, draft_logits, slots, column):
     return tokens
 
 
-def verify(target, draft, drafts, temps, mode):
+def verify(target, draft, drafts, temps, mode, filt=None):
     """Rejection sampling of B requests with K drafts each.
 
     target: [B*(K+1), V] raw logits (request r owns rows r*(K+1) .. r*(K+1)+K, the last its bonus row);
     draft: [B, K, V] raw draft logits, or None (mode "one-hot" or "greedy");
     drafts: [B, K] int64 draft tokens; temps: [B] per-request temperature;
-    mode: "greedy" | "one-hot" | "bf16-draft".
+    mode: "greedy" | "one-hot" | "bf16-draft"; filt: the target's (top_k, top_p, min_p), or None (the draft
+    logits are never filtered).
     Returns (tokens [B, K+1] padded with -1, num_emitted [B]).
     """
     b, k = drafts.shape
@@ -147,7 +214,10 @@ def verify(target, draft, drafts, temps, mode):
         last = top[req, n_acc]  # the argmax at the first mismatch, or the bonus row's
     else:
         t_rows = temps[:, None].expand(b, k + 1).reshape(-1, 1)  # each request's T on each of its rows
-        p = torch.softmax(target / t_rows, dim=-1, dtype=torch.float32).view(b, k + 1, v)
+        scaled = target / t_rows
+        if filt is not None and filt != FILTER_OFF:
+            scaled = apply_filters(scaled, filt)
+        p = torch.softmax(scaled, dim=-1, dtype=torch.float32).view(b, k + 1, v)
         p_d = p[:, :k].gather(2, drafts[..., None]).squeeze(2)
         if mode == "one-hot":
             q = None
@@ -209,6 +279,18 @@ def check():
         ok &= chi2_ok(counts, p, f"{name} sampling")
     greedy = sample_greedy(logits)
     ok &= bool((greedy == row.argmax()).all())
+    # Filters: the kept sets of a row of distinct values, and sampling from the filtered distribution.
+    x = torch.tensor([3.0, 1.0, 2.0, 0.0, -1.0, 2.5])  # softmax: 0.50, 0.07, 0.18, 0.03, 0.01, 0.30
+    kept = lambda f: sorted(torch.nonzero(apply_filters(x, f) > -math.inf).flatten().tolist())  # noqa: E731
+    good = kept((2, 1.0, 0.0)) == [0, 5] and kept((0, 0.7, 0.0)) == [0, 5] and kept((0, 1.0, 0.3)) == [0, 2, 5]
+    good &= kept((0, 0.4, 0.0)) == [0] and kept((3, 0.7, 0.0)) == [0, 5] and kept(FILTER_OFF) == list(range(6))
+    print(f"  {'ok  ' if good else 'FAIL'} filter kept sets")
+    ok &= good
+    for name, sampler in SAMPLERS.items():
+        filt = (8, 0.95, 0.0)
+        counts = torch.bincount(sample_filtered(sampler, logits, temps, filt), minlength=v)
+        p_filtered = torch.softmax(apply_filters(row / T, filt), dim=-1)
+        ok &= chi2_ok(counts, p_filtered, f"{name} sampling, filter {filt}")
 
     # Drafting stores the raw logits (bf16) at the rows' slots, column 3 only.
     draft_logits = torch.zeros(8, DRAFT_K, v, dtype=torch.bfloat16)
@@ -229,13 +311,15 @@ def check():
     temps = torch.full((b,), T)
     target = t_rows.repeat(b, 1)
     q = torch.softmax(d_rows / T, dim=-1)
-    p = torch.softmax(t_rows / T, dim=-1)
-    for mode in ["bf16-draft", "one-hot"]:
+    verify_checks = [("bf16-draft", None), ("one-hot", None), ("bf16-draft", (4, 0.9, 0.0)), ("one-hot", (0, 1.0, 0.2))]
+    for mode, filt in verify_checks:
+        scaled = t_rows / T if filt is None else apply_filters(t_rows / T, filt)
+        p = torch.softmax(scaled, dim=-1)
         draft = d_rows.to(torch.bfloat16).expand(b, k, v) if mode == "bf16-draft" else None
         # Drafts ~ the q the verifier sees (the bf16-rounded draft logits); any q for one-hot drafts.
         q_seen = torch.softmax(d_rows.to(torch.bfloat16).float() / T, dim=-1) if draft is not None else q
         drafts = torch.stack([torch.multinomial(q_seen[i], b, replacement=True) for i in range(k)], dim=1)
-        tokens, emitted = verify(target, draft, drafts, temps, mode)
+        tokens, emitted = verify(target, draft, drafts, temps, mode, filt)
         good = bool(((emitted >= 1) & (emitted <= k + 1)).all())
         good &= bool(((tokens >= 0).sum(dim=1) == emitted).all())
         ok &= good
@@ -243,7 +327,7 @@ def check():
             # Position i is emitted iff the first i drafts were accepted; given that, it is ~ p_i.
             sel = emitted > i
             counts = torch.bincount(tokens[sel, i], minlength=v)
-            ok &= chi2_ok(counts, p[i], f"verify {mode}: position {i} ({int(sel.sum())} emitted)")
+            ok &= chi2_ok(counts, p[i], f"verify {mode}{'' if filt is None else f', filter {filt}'}: position {i} ({int(sel.sum())} emitted)")
         print(f"       accepted per request {float((emitted - 1).float().mean()):.2f}")
     # Greedy: output = the target argmax chain.
     top = t_rows.argmax(dim=-1)
@@ -359,6 +443,7 @@ def run(out_dir, only, quick, dry_run):
     zipf = -1.1 * torch.log1p(ranks.float())
     del ranks
     temps_all = torch.full((MAX_ROWS,), T, device=dev)
+    filter_temps_all = torch.full((MAX_ROWS,), FILTER_T, device=dev)
     slots_all = torch.arange(MAX_ROWS, device=dev)
     sync(dev)
     print(f"inputs made in {time.time() - t0:.1f} s")
@@ -382,11 +467,24 @@ def run(out_dir, only, quick, dry_run):
             variants=variants,
             accepted_per_request=accepted,
         )
+        # A filtered case's time over the same call's unfiltered, measured just before it.
+        unfiltered = case.pop("unfiltered_case", None)
+        base_us = next((c["us"] for c in cases if c["case"] == unfiltered), None)
+        if base_us is not None:
+            ratio = round(case["us"] / base_us, 4)
+            case.update(unfiltered_case=unfiltered, unfiltered_us=base_us, filtered_ratio=ratio)
         cases.append(case)
         others = ", ".join(f"{n} {r['us']:.1f} µs ({r['method']})" for n, r in variants.items())
         extra = f", {accepted:.2f} accepted per request" if accepted is not None else ""
         print(f"{case['case']:<58} {case['us']:>9.1f} µs  [{others}]{extra}")
+        if base_us is not None:
+            what = "  filtered / unfiltered"
+            print(f"{what:<58} {case['filtered_ratio']:>9.2f} × the unfiltered call ({base_us:.1f} µs)")
         outputs_check()
+
+    def unfiltered_name(name, filt):
+        """The unfiltered call beside a filtered case (None for the others)."""
+        return name.split(" +")[0] if filt is not None and filt != FILTER_OFF else None
 
     def wanted(name):
         return selected is None or selected.search(name)
@@ -445,14 +543,40 @@ def run(out_dir, only, quick, dry_run):
         record(case, variants, lambda: None)
     zipf = None
 
+    # Filtered sampling at FILTER_T, beside the same call unfiltered.
+    sample_name = gumbel_name("random", False, V_MAIN, 1024)
+    sample_cases = [(f, sample_name + filter_name(f)) for f in [FILTER_OFF] + SAMPLE_FILTERS]
+    partners = {unfiltered_name(n, f) for f, n in sample_cases if wanted(n)}
+    for filt, name in sample_cases:
+        if not (wanted(name) or name in partners):
+            continue
+        logits = base[: 1024 * V_MAIN].view(1024, V_MAIN)
+        temps = filter_temps_all[:1024, None]
+        variants = {}
+        for vname, sampler in SAMPLERS.items():
+            us, reps, method, outputs = timer.time(name, lambda s=sampler: sample_filtered(s, logits, temps, filt))
+            variants[vname] = {"us": us, "reps": reps, "method": method}
+            t = outputs.cpu()
+            if bool(((t < 0) | (t >= V_MAIN)).any()):
+                fail(name, "token out of range")
+        case = dict(
+            case=name, op="gumbel_sample", mode="random", logits_dtype="f32", draft_dtype=None, input="normal",
+            vocab=V_MAIN, rows=1024, requests=None, max_drafts=None, temperature=FILTER_T, latency=False,
+            filter=filter_dict(filt), unfiltered_case=unfiltered_name(name, filt),
+        )
+        record(case, variants, lambda: None)
+
     # Verification.
     for vocab in verify_vocabs:
         draft_rows = draft_flat[: MAX_ROWS * vocab].view(MAX_ROWS, vocab)
         sampled = sample_gumbel(draft_rows, temps_all[:, None])  # drafts ~ q
         greedy_drafts = torch.argmax(draft_rows, dim=-1)
-        for mode, target_dtype, b, k in verify_grid(vocab, quick):
-            name = rejection_name(mode, target_dtype, b, k, vocab)
-            if not wanted(name):
+        grid = verify_grid(vocab, quick)
+        # A filtered case kept keeps the unfiltered call it is compared with.
+        names = [rejection_name(m, dt, b, k, vocab) + filter_name(f) for m, dt, b, k, f in grid]
+        partners = {unfiltered_name(n, c[4]) for n, c in zip(names, grid) if wanted(n)}
+        for (mode, target_dtype, b, k, filt), name in zip(grid, names):
+            if not (wanted(name) or name in partners):
                 continue
             rows = b * (k + 1)
             target = base[: rows * vocab].view(rows, vocab)
@@ -463,9 +587,12 @@ def run(out_dir, only, quick, dry_run):
             draft = None
             if mode == "bf16-draft":
                 draft = draft_rows[:rows].view(b, k + 1, vocab)[:, :k].contiguous()
-            temps = torch.zeros(b, device=dev) if mode == "greedy" else temps_all[:b]
+            if mode == "greedy":
+                temps = torch.zeros(b, device=dev)
+            else:
+                temps = (temps_all if filt is None else filter_temps_all)[:b]
             us, reps, method, (tokens, emitted) = timer.time(
-                name, lambda: verify(target, draft, drafts, temps, mode)
+                name, lambda: verify(target, draft, drafts, temps, mode, filt)
             )
             tokens, emitted = tokens.cpu(), emitted.cpu()
 
@@ -479,7 +606,9 @@ def run(out_dir, only, quick, dry_run):
             case = dict(
                 case=name, op="rejection_sample", mode=mode, logits_dtype=target_dtype,
                 draft_dtype="bf16" if mode == "bf16-draft" else None, input="normal", vocab=vocab, rows=rows,
-                requests=b, max_drafts=k, temperature=0.0 if mode == "greedy" else T, latency=b == 1 and k == 4,
+                requests=b, max_drafts=k, temperature=0.0 if mode == "greedy" else (T if filt is None else FILTER_T),
+                latency=b == 1 and k == 4 and filt is None, filter=filter_dict(filt),
+                unfiltered_case=unfiltered_name(name, filt),
             )
             accepted = float((emitted - 1).float().mean())
             way = "argmax-verify" if mode == "greedy" else "softmax-verify"

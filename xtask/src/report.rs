@@ -37,6 +37,11 @@ struct Case {
     bytes: f64,
     gbs: f64,
     reps: u64,
+    /// Whether it is a filtered case or the unfiltered call beside them
+    /// (`filter` given; left out of the plots).
+    filter_case: bool,
+    /// A filtered case's unfiltered call's µs, measured beside it.
+    unfiltered_us: Option<f64>,
 }
 
 impl Case {
@@ -211,7 +216,10 @@ struct TargetSummary<'a> {
     median: Option<f64>,
 }
 
+/// The filtered cases (and the unfiltered calls beside them) are left out:
+/// the target is the unfiltered calls' floor.
 fn target_summary(cases: &[Case], copy_gbs: f64) -> TargetSummary<'_> {
+    let cases: Vec<&Case> = cases.iter().filter(|c| !c.filter_case).collect();
     let ratios: Vec<f64> = cases.iter().map(|c| target_ratio(c, copy_gbs)).collect();
     let mut worst: Option<(&str, f64)> = None;
     for (c, &r) in cases.iter().zip(&ratios) {
@@ -331,6 +339,8 @@ fn read_bench(path: &Path) -> Result<Bench> {
             bytes: num(c, "bytes", path)?,
             gbs: num(c, "gbs", path)?,
             reps: num(c, "reps", path)? as u64,
+            filter_case: c.get("filter").is_some_and(|f| !f.is_null()),
+            unfiltered_us: c.get("unfiltered_us").and_then(Value::as_f64),
         });
     }
     let mut host: BTreeMap<String, (Option<f64>, Option<f64>)> = BTreeMap::new();
@@ -563,6 +573,19 @@ fn markdown(bench: &Bench, torch: Option<&Torch>, previous: Option<&Previous>, s
         md.push_str("## Latency cases\n\n");
         table(&mut md, &latency);
     }
+    let filtered: Vec<(&Case, f64)> = bench.cases.iter().filter_map(|c| Some((c, c.unfiltered_us?))).collect();
+    if !filtered.is_empty() {
+        md.push_str(
+            "## Sampling filters\n\n\
+             Each filtered case (the filter on every slot; name suffix `+…`) beside the same call without filters, \
+             measured in the same run (the name less the suffix).\n\n\
+             | case | specdec µs | unfiltered µs | filtered / unfiltered |\n| --- | ---: | ---: | ---: |\n",
+        );
+        for (c, u) in filtered {
+            writeln!(md, "| {} | {:.1} | {u:.1} | {:.2} |", c.name, c.us, c.us / u).unwrap();
+        }
+        md.push('\n');
+    }
 
     if !bench.host.is_empty() {
         md.push_str(&host_section(&bench.host));
@@ -631,7 +654,7 @@ struct Panel<'a> {
 fn panels(bench: &Bench) -> Vec<Panel<'_>> {
     let mut groups: BTreeMap<(String, u64, u64), Vec<&Case>> = BTreeMap::new();
     for c in &bench.cases {
-        if c.input != "normal" || (c.op == "rejection_sample" && c.logits_dtype != "f32") {
+        if c.input != "normal" || c.filter_case || (c.op == "rejection_sample" && c.logits_dtype != "f32") {
             continue;
         }
         groups.entry((c.op.clone(), c.vocab, c.max_drafts.unwrap_or(0))).or_default().push(c);
@@ -872,6 +895,8 @@ mod tests {
             bytes,
             gbs: bytes / us / 1e3,
             reps: 50,
+            filter_case: false,
+            unfiltered_us: None,
         }
     }
 
@@ -936,6 +961,16 @@ mod tests {
         let none = target_summary(&[], copy);
         assert_eq!(none, TargetSummary { met: 0, total: 0, worst: None, median: None });
         assert_eq!(none.line(), "Memory-floor target: 0 / 0 cases meet it.");
+    }
+
+    /// The filtered cases and the unfiltered calls beside them are not counted against the target.
+    #[test]
+    fn the_summary_leaves_out_the_filter_cases() {
+        let copy = 4000.0;
+        let filtered = Case { filter_case: true, unfiltered_us: Some(11.0), ..case("a T=1 +k20", 44.0, 4e6) };
+        let cases = [case("a", 11.0, 4e6), Case { filter_case: true, ..case("a T=1", 11.0, 4e6) }, filtered];
+        let summary = target_summary(&cases, copy);
+        assert_eq!((summary.met, summary.total, summary.worst.map(|(name, _)| name)), (1, 1, Some("a")));
     }
 
     /// A bench.json of `cases` (name, µs, bytes) on `device` at copy 4000 GB/s.
