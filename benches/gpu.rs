@@ -788,17 +788,10 @@ impl FilterArrays {
 
     /// The filters of the first `slots` slots.
     fn view(&self, slots: usize) -> Filters<'_, Device> {
-        let mut f = Filters::none();
-        if let Some(k) = &self.top_k {
-            f = f.with_top_k(k.slice(..slots));
-        }
-        if let Some(p) = &self.top_p {
-            f = f.with_top_p(p.slice(..slots));
-        }
-        if let Some(m) = &self.min_p {
-            f = f.with_min_p(m.slice(..slots));
-        }
-        f
+        let top_k = self.top_k.as_ref().map(|k| k.slice(..slots));
+        let (top_p, min_p) =
+            (self.top_p.as_ref().map(|p| p.slice(..slots)), self.min_p.as_ref().map(|m| m.slice(..slots)));
+        Filters { top_k, top_p, min_p }
     }
 }
 

@@ -81,17 +81,7 @@ impl FilterTable {
 
     /// The table as a call reads it.
     pub fn view(&self) -> Filters<'_, Host> {
-        let mut f = Filters::none();
-        if let Some(k) = &self.top_k {
-            f = f.with_top_k(k);
-        }
-        if let Some(p) = &self.top_p {
-            f = f.with_top_p(p);
-        }
-        if let Some(m) = &self.min_p {
-            f = f.with_min_p(m);
-        }
-        f
+        Filters { top_k: self.top_k.as_deref(), top_p: self.top_p.as_deref(), min_p: self.min_p.as_deref() }
     }
 }
 
@@ -114,17 +104,9 @@ impl DeviceFilters {
 
     /// As [`FilterTable::view`].
     pub fn view(&self) -> Filters<'_, Device> {
-        let mut f = Filters::none();
-        if let Some(k) = &self.top_k {
-            f = f.with_top_k(k);
-        }
-        if let Some(p) = &self.top_p {
-            f = f.with_top_p(p);
-        }
-        if let Some(m) = &self.min_p {
-            f = f.with_min_p(m);
-        }
-        f
+        let top_k = self.top_k.as_ref().map(|k| k.as_view());
+        let (top_p, min_p) = (self.top_p.as_ref().map(|p| p.as_view()), self.min_p.as_ref().map(|m| m.as_view()));
+        Filters { top_k, top_p, min_p }
     }
 }
 
