@@ -24,7 +24,7 @@ use specdec_suite::agreement::{Agreement, MIN_DECISIONS, compare, pick};
 use specdec_suite::batch::{ColumnSpec, Values};
 use specdec_suite::drafting::{RandomSpec, draft_logits_like, random_verify, run_split, select_requests};
 use specdec_suite::filters::SETTINGS;
-use specdec_suite::inputs::{Rng, assert_same_draft_logits, assert_same_tokens, random_batch, random_draft_logits};
+use specdec_suite::inputs::{Rng, assert_gpu_matches_cpu, assert_same_draft_logits, random_batch, random_draft_logits};
 use specdec_suite::{Batch, DraftLogitsSpec, FilterTable, Verify, cuda, cuda_device};
 
 /// Whether `e` is the typed error of a bad filter value (SPEC §7.1).
@@ -147,12 +147,7 @@ fn filtered_gumbel_batches_match_the_cpu_bit_for_bit() {
                         "V {vocab} rows {rows} logits {logits:?} draft logits {draft:?} trial {trial} (filters {:?})",
                         b.filters
                     );
-                    let (mut on_gpu, mut on_cpu) = (b.clone(), b);
-                    let got = on_gpu.run(&gpu).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-                    let want = on_cpu.run(&Backend::cpu()).unwrap_or_else(|e| panic!("{ctx}: cpu: {e}"));
-                    assert_same_tokens(&got.tokens, &want.tokens, &ctx);
-                    assert_eq!(got.row_status, want.row_status, "{ctx}: row status");
-                    assert_same_draft_logits(&on_gpu, &on_cpu, &ctx);
+                    assert_gpu_matches_cpu(b, &gpu, &ctx);
                 }
             }
         }
@@ -234,11 +229,7 @@ fn a_drafter_that_rounds_its_logits_filters_the_stored_values() {
         let ctx = format!("draft logits {draft:?}");
         let mut case = b.clone();
         case.draft_logits = Some(DraftLogitsSpec::dense(draft, ROUNDING_ROWS, 1, ROUNDING_VOCAB, ColumnSpec::All(0)));
-        let (mut on_gpu, mut on_cpu) = (case.clone(), case);
-        let got = on_gpu.run(&gpu).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-        let want = on_cpu.run(&Backend::cpu()).unwrap_or_else(|e| panic!("{ctx}: cpu: {e}"));
-        assert_same_tokens(&got.tokens, &want.tokens, &ctx);
-        assert_same_draft_logits(&on_gpu, &on_cpu, &ctx);
+        let got = assert_gpu_matches_cpu(case, &gpu, &ctx);
         let counts = TWINS.map(|x| got.tokens.iter().filter(|&&t| t == x as i64).count());
         assert_eq!(counts[0] + counts[1], ROUNDING_ROWS, "{ctx}: top-1 keeps only the maximum's group: {counts:?}");
         if twins_kept {

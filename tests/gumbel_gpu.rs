@@ -18,7 +18,9 @@ use specdec::{
     Backend, Column, DType, DraftLogitsMut, DraftLogitsShape, Error, GumbelOutput, GumbelSample, Logits, SamplingParams,
 };
 use specdec_suite::batch::ColumnSpec;
-use specdec_suite::inputs::{Rng, assert_same_draft_logits, assert_same_tokens, random_batch, random_draft_logits};
+use specdec_suite::inputs::{
+    Rng, assert_gpu_matches_cpu, assert_same_draft_logits, assert_same_tokens, random_batch, random_draft_logits,
+};
 use specdec_suite::{DraftLogitsSpec, cuda, cuda_device};
 
 // --- GPU = CPU on random batches (SPEC §2.5) ---------------------------------
@@ -58,12 +60,7 @@ fn gpu_matches_cpu_on_random_batches() {
                         b.drafting,
                         b.tokens_i64
                     );
-                    let (mut on_gpu, mut on_cpu) = (b.clone(), b);
-                    let got = on_gpu.run(&gpu).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-                    let want = on_cpu.run(&Backend::cpu()).unwrap_or_else(|e| panic!("{ctx}: cpu: {e}"));
-                    assert_same_tokens(&got.tokens, &want.tokens, &ctx);
-                    assert_eq!(got.row_status, want.row_status, "{ctx}: row status");
-                    assert_same_draft_logits(&on_gpu, &on_cpu, &ctx);
+                    assert_gpu_matches_cpu(b, &gpu, &ctx);
                 }
             }
         }

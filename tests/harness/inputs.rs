@@ -2,8 +2,8 @@
 //! fixed-seed generator, structured logits, random batches and draft logits, and the
 //! argmax rule computed without the backends.
 
-use crate::batch::{Batch, ColumnSpec, DraftLogitsSpec, Values};
-use specdec::DType;
+use crate::batch::{Batch, ColumnSpec, DraftLogitsSpec, Sampled, Values};
+use specdec::{Backend, DType};
 
 /// SplitMix64: fast, fixed-seed randomness for building inputs (the samplers'
 /// own randomness always comes from the backend under test).
@@ -151,6 +151,19 @@ pub fn random_draft_logits(rng: &mut Rng, dtype: DType, batch: &Batch) -> DraftL
         ColumnSpec::PerRow((0..batch.rows).map(|_| rng.below(k) as i32).collect())
     };
     DraftLogitsSpec::strided(dtype, slots, k, width, stride0, stride1, column)
+}
+
+/// Runs `batch` on `gpu` and on the CPU backend and panics with `ctx` unless
+/// their tokens, row statuses and draft logits are bitwise equal; returns the
+/// GPU's outputs.
+pub fn assert_gpu_matches_cpu(batch: Batch, gpu: &Backend, ctx: &str) -> Sampled {
+    let (mut on_gpu, mut on_cpu) = (batch.clone(), batch);
+    let got = on_gpu.run(gpu).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    let want = on_cpu.run(&Backend::cpu()).unwrap_or_else(|e| panic!("{ctx}: cpu: {e}"));
+    assert_same_tokens(&got.tokens, &want.tokens, ctx);
+    assert_eq!(got.row_status, want.row_status, "{ctx}: row status");
+    assert_same_draft_logits(&on_gpu, &on_cpu, ctx);
+    got
 }
 
 /// Panics with `ctx` unless the two runs' draft logits are bitwise equal.
