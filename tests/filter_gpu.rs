@@ -155,6 +155,44 @@ fn filtered_gumbel_batches_match_the_cpu_bit_for_bit() {
     covered.assert_all("gumbel_sample");
 }
 
+/// The filters of [`every_threshold_path_matches_the_cpu`], one per path of
+/// the threshold kernel (`specdec-kernels`' `threshold`): candidates pooled
+/// (top-k, with top-p; min-p with top-p), too many candidates for a block's
+/// or the row's pool (top-k 250, and tie-heavy rows), none needed (min-p
+/// alone) or none bounded (top-p alone, the row searched).
+const PATHS: [Filter; 7] = [
+    Filter { top_k: 2, top_p: 1.0, min_p: 0.0 },
+    Filter { top_k: 128, top_p: 1.0, min_p: 0.0 },
+    Filter { top_k: 150, top_p: 0.5, min_p: 0.0 },
+    Filter { top_k: 250, top_p: 1.0, min_p: 0.0 },
+    Filter { top_k: 0, top_p: 0.3, min_p: 0.2 },
+    Filter { top_k: 0, top_p: 1.0, min_p: 0.9 },
+    Filter { top_k: 0, top_p: 0.2, min_p: 0.0 },
+];
+
+/// Every path of the threshold kernel gives the CPU's tokens, on many rows
+/// of small kept sets (a `τ` off by one value changes some row's token),
+/// plain and tie-heavy, in rows of several blocks, in rows longer than the
+/// blocks keep (V = 300,000, searched whole), and in a call of more rows
+/// than the workspace keeps threshold scratch for (5,000: one block a row).
+#[test]
+fn every_threshold_path_matches_the_cpu() {
+    let gpu = cuda();
+    let mut rng = Rng::new(0x7A0_9A75);
+    for (vocab, rows) in [(40_000, 256), (300_000, 8), (999, 5000)] {
+        for ties in [false, true] {
+            for filter in PATHS {
+                let mut b = random_batch(&mut rng, DType::F32, rows, vocab);
+                b.filters = FilterTable::uniform(filter, b.temperature.len());
+                if ties {
+                    make_ties(&mut b.logits);
+                }
+                assert_gpu_matches_cpu(b, &gpu, &format!("V {vocab} rows {rows} ties {ties} {filter:?}"));
+            }
+        }
+    }
+}
+
 /// `(vocab, requests, most drafts per request)` of the random verify
 /// batches: SPEC §6's vocabularies, and drafts beyond one warp's 32 lanes.
 const VERIFY_SIZES: [(usize, usize, usize); 5] =

@@ -17,9 +17,17 @@ pub const WARPS: u32 = BLOCK_THREADS / 32;
 /// record for the whole block), which asserts it.
 pub const SHARED_BYTES: u32 = 352;
 /// Dynamic shared memory of the filter threshold kernels, in bytes: the size
-/// of the kernels' `threshold::ThresholdShared` (its histograms and the
-/// values a search keeps), which asserts it.
-pub const THRESHOLD_SHARED_BYTES: u32 = 11_400;
+/// of the kernels' `threshold::ThresholdShared` (a chunk's values, its
+/// summary, the histograms of a search), which asserts it. Under the 48 KiB
+/// a launch gets without opting in.
+pub const THRESHOLD_SHARED_BYTES: u32 = 38_048;
+/// Ids per block of the threshold kernels where a row's summaries cover it
+/// ([`SUMMARY_CHUNKS`] of them): the values a block keeps in shared memory.
+pub const THRESHOLD_CHUNK: u32 = 8 * TILE;
+/// The most blocks per row of a threshold kernel, each with its summary in
+/// the row's [`crate::scratch::FilterScratch`]: rows up to
+/// `SUMMARY_CHUNKS · THRESHOLD_CHUNK` = 262,144 ids take the summaries' path.
+pub const SUMMARY_CHUNKS: u32 = 32;
 
 /// A call's per-slot sampling filters (SPEC §7) in device memory, each table
 /// `[num_slots]` or 0 (that filter off for every slot).
@@ -78,6 +86,11 @@ pub struct GumbelParams {
     /// `-inf` for a row kept whole, NaN for one whose filter values are bad.
     pub filters: FilterTables,
     pub thresholds: u64,
+    /// `FilterScratch [rows]` (workspace): the threshold kernel's summaries.
+    pub filter_scratch: u64,
+    /// Blocks per row of the threshold kernel, each `threshold_chunk` ids.
+    pub threshold_chunk: u32,
+    pub threshold_chunks: u32,
     pub rows: u32,
     pub vocab: u32,
     pub num_slots: u32,
@@ -140,6 +153,12 @@ pub struct RejectionParams {
     pub filters: FilterTables,
     pub draft_filters: FilterTables,
     pub thresholds: u64,
+    /// `FilterScratch [2, requests · (max_drafts + 1)]` (workspace), as
+    /// `thresholds`: the threshold kernel's summaries.
+    pub filter_scratch: u64,
+    /// Blocks per row of the threshold kernel, each `threshold_chunk` ids.
+    pub threshold_chunk: u32,
+    pub threshold_chunks: u32,
     pub rows: u32,
     pub vocab: u32,
     pub requests: u32,

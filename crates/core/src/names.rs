@@ -129,22 +129,24 @@ pub const REJECTION_RESAMPLE_SMALL: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_RESAMPLE_SMALL), pairs: Pairs::All, min_blocks: 3, except: None };
 
 /// The threshold `τ` of each filtered row of a `gumbel_sample` call (SPEC
-/// §7.2), one block per row, before [`GUMBEL_SAMPLE_FILTERED`]; its draft
-/// dtype is the one sampled values are rounded to (SPEC §3.3). Not bounded:
-/// one block a row, its loops waiting on memory, not on occupancy.
+/// §7.2), the blocks of a row each a chunk, before
+/// [`GUMBEL_SAMPLE_FILTERED`]; its draft dtype is the one sampled values are
+/// rounded to (SPEC §3.3). Bounded at 3 blocks per SM (its shared memory,
+/// `layout::THRESHOLD_SHARED_BYTES`, would leave room for five; at four its
+/// merge spills).
 pub const GUMBEL_THRESHOLD: Kernel =
-    Kernel { name: kernel_symbol!(@name GUMBEL_THRESHOLD), pairs: Pairs::All, min_blocks: 1, except: None };
+    Kernel { name: kernel_symbol!(@name GUMBEL_THRESHOLD), pairs: Pairs::All, min_blocks: 3, except: None };
 
 /// `gumbel_sample` of a call with filters: [`GUMBEL_SAMPLE`]'s body, every
 /// value below its row's `τ` masked. Its plain twin's bounds.
 pub const GUMBEL_SAMPLE_FILTERED: Kernel =
     Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE_FILTERED), pairs: Pairs::All, min_blocks: 3, except: None };
 
-/// The thresholds of a `rejection_sample` call with filters: one block per
-/// target row and per draft row of each request, before
-/// [`REJECTION_STATS_FILTERED`]. Not bounded, as [`GUMBEL_THRESHOLD`].
+/// The thresholds of a `rejection_sample` call with filters: the blocks of
+/// each target row and each draft row of each request, before
+/// [`REJECTION_STATS_FILTERED`]. Bounded as [`GUMBEL_THRESHOLD`].
 pub const REJECTION_THRESHOLD: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD), pairs: Pairs::All, min_blocks: 1, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD), pairs: Pairs::All, min_blocks: 3, except: None };
 
 /// Pass 1 of a call with filters: [`REJECTION_STATS`]'s body over the masked
 /// rows, at 3 blocks per SM (the masks' thresholds take registers).

@@ -75,3 +75,34 @@ impl ResampleJob {
         pos: 0,
     };
 }
+
+/// Values a row's threshold blocks may keep for its merge
+/// ([`FilterScratch::pool`]).
+pub const POOL: usize = 4096;
+
+/// One block's summary of its chunk of a filtered row: the chunk's values
+/// that count (not NaN, above `-inf`), their largest, smallest and number,
+/// and whether the candidates it kept are incomplete (`overflow != 0`).
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct Summary {
+    pub max: f32,
+    pub min: f32,
+    pub count: u32,
+    pub overflow: u32,
+}
+
+/// The scratch of one filtered row of a threshold kernel (SPEC §7.2): each
+/// block's [`Summary`], the candidates the blocks keep (`pool[..cursor]`:
+/// when no block overflowed, every value of the row that can decide `τ`),
+/// and the row's arrival counter. `counter` and `cursor` are zero between
+/// calls (the row's last block resets them). 16-byte aligned: the merge
+/// reads summaries and pool 16 bytes a load.
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+pub struct FilterScratch {
+    pub summaries: [Summary; crate::layout::SUMMARY_CHUNKS as usize],
+    pub pool: [f32; POOL],
+    pub counter: u32,
+    pub cursor: u32,
+}

@@ -92,6 +92,13 @@ impl<'a, M: Memory> Filters<'a, M> {
         self.top_k.is_none() && self.top_p.is_none() && self.min_p.is_none()
     }
 
+    /// Whether a slot's filters may bound the values that decide its `τ`
+    /// from part of a row (a top-k array, or both top-p and min-p): where
+    /// none can, the CUDA threshold kernel keeps no candidates.
+    pub(crate) fn bounds_candidates(&self) -> bool {
+        self.top_k.is_some() || (self.top_p.is_some() && self.min_p.is_some())
+    }
+
     /// Every given array has `num_slots` entries.
     pub(crate) fn check(&self, num_slots: usize) -> Result<()> {
         if let Some(k) = &self.top_k {

@@ -47,7 +47,12 @@ pub fn fold_greedy(sampler: &Sampler, best: ArgMax, x: u32, v: [f32; 4], n: u32,
 #[inline(always)]
 pub fn push_scaled(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> (Lse, bool) {
     // `max` ignores NaN; the scale is positive, so it commutes with scaling.
-    let m = v[0].max(v[1]).max(v[2].max(v[3])) * sampler.scale;
+    let top = v[0].max(v[1]).max(v[2].max(v[3]));
+    if top == f32::NEG_INFINITY {
+        // Every lane -inf or NaN (a filtered row's masked quads): nothing to add.
+        return (lse, any_nan(v, n));
+    }
+    let m = top * sampler.scale;
     if n == 4 && m.is_finite() && m > -0.5 * f32::MAX && lse.max != f32::INFINITY {
         let max = if m > lse.max { m } else { lse.max };
         let term = |i: usize| gpu::fast_exp(core::intrinsics::fmaf32(v[i], sampler.scale, -max));

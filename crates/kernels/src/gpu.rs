@@ -27,6 +27,8 @@ unsafe extern "C" {
     fn redux_sync_umin(value: i32, mask: i32) -> i32;
     #[link_name = "llvm.nvvm.barrier0.or"]
     fn barrier0_or(predicate: i32) -> i32;
+    #[link_name = "llvm.nvvm.barrier0.popc"]
+    fn barrier0_popc(predicate: i32) -> i32;
     #[link_name = "llvm.trap"]
     fn llvm_trap() -> !;
 }
@@ -73,6 +75,17 @@ pub unsafe fn sync_threads() {
 pub unsafe fn sync_threads_or(predicate: bool) -> bool {
     // SAFETY: the caller guarantees the barrier is reached block-uniformly.
     unsafe { barrier0_or(predicate as i32) != 0 }
+}
+
+/// `__syncthreads_count(predicate)`: a barrier that also tells every thread
+/// in how many threads of the block `predicate` was true.
+///
+/// # Safety
+/// As for [`sync_threads`].
+#[inline(always)]
+pub unsafe fn sync_threads_count(predicate: bool) -> u32 {
+    // SAFETY: the caller guarantees the barrier is reached block-uniformly.
+    unsafe { barrier0_popc(predicate as i32) as u32 }
 }
 
 /// Butterfly shuffle across the full warp: the value of lane `lane ^ lane_mask`.

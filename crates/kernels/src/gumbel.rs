@@ -17,8 +17,8 @@
 //! them as the draft logits store them (SPEC §3.3), so the verifier's `q` is the law drawn.
 //!
 //! A call with sampling filters (SPEC §7) runs `gumbel_threshold_{logits}_{draft}`
-//! first, grid `(rows)`, one block per row writing the row's `τ` into
-//! `thresholds` (`crate::threshold`), then `gumbel_sample_filtered_{logits}_{draft}`,
+//! first, grid `(rows, threshold_chunks)`, the blocks of a row writing its
+//! `τ` into `thresholds` (`crate::threshold`), then `gumbel_sample_filtered_{logits}_{draft}`,
 //! this kernel with every sampled value outside the row's kept set at `-inf`
 //! and rows of bad filter values flagged `INVALID_FILTER`.
 //!
@@ -36,7 +36,7 @@ use crate::last_block;
 use crate::load::{Load, any_nan, for_each_quad, for_each_quad_shared, widen};
 use crate::row::{SlotState, chunk_range, write_token};
 use crate::shared;
-use crate::threshold::{load_filter, mask, row_threshold};
+use crate::threshold::{chunk_threshold, load_filter, mask};
 use core::cell::Cell;
 use specdec_core::argmax::{ArgMax, Floored};
 use specdec_core::dtype::{Bf16, F16};
@@ -44,6 +44,7 @@ use specdec_core::kernel_symbol;
 use specdec_core::layout::GumbelParams;
 use specdec_core::rng::Stream;
 use specdec_core::sample::{NO_LANE, Sampler};
+use specdec_core::scratch::FilterScratch;
 use specdec_core::status::{INVALID, INVALID_COLUMN, INVALID_FILTER, NAN_LOGITS};
 
 /// The row state plus its draft-logits column check.
@@ -277,46 +278,58 @@ unsafe fn complete(p: &GumbelParams, row: u32, chunk_idx: u32, partial: Partial)
     }
 }
 
-/// The threshold kernel (see module docs): row `blockIdx.x`'s `τ` into
-/// `thresholds`: `-inf` for a row sampled whole (padding, greedy, filters
-/// off, or a bad slot, temperature or column, which the sampling kernel
-/// flags), NaN for a slot whose filter values are bad (SPEC §5: checked for
-/// greedy slots too, as the CPU twin does), else the `τ` of the values the
-/// row samples (rounded to the draft logits' dtype where they store a
-/// rounding one: SPEC §3.3).
+/// The threshold kernel (see module docs), block `(row, c)`: chunk `c` of
+/// row `row` for its `τ` in `thresholds`, written by the row's last block
+/// (`crate::threshold::chunk_threshold`); for a row sampled whole (padding,
+/// greedy, filters off, or a bad slot, temperature or column, which the
+/// sampling kernel flags) block 0 writes `-inf`, for a slot whose filter
+/// values are bad NaN (SPEC §5: checked for greedy slots too, as the CPU
+/// twin does). The values searched are those the row samples (rounded to
+/// the draft logits' dtype where they store a rounding one: SPEC §3.3).
 ///
 /// # Safety
-/// Launched by the host's validated launcher, grid `(rows)`, with
-/// `layout::THRESHOLD_SHARED_BYTES` of shared memory.
+/// Launched by the host's validated launcher, grid `(rows,
+/// threshold_chunks)`, with `layout::THRESHOLD_SHARED_BYTES` of shared memory.
 #[inline(always)]
 unsafe fn gumbel_threshold<L: Load, D: Load>(p: &GumbelParams) {
-    let row = gpu::block_idx_x();
-    if row >= p.rows {
+    let (row, c) = (gpu::block_idx_x(), gpu::block_idx_y());
+    if row >= p.rows || c >= p.threshold_chunks {
         return; // whole block
     }
     // SAFETY: row < rows.
     let (state, _, _) = unsafe { row_state(p, row) };
-    let tau = if !state.is_valid() || state.slot < 0 {
-        f32::NEG_INFINITY
+    let filter = if !state.is_valid() || state.slot < 0 {
+        Err(f32::NEG_INFINITY)
     } else {
         // SAFETY: 0 <= slot < num_slots (a valid state).
         match unsafe { load_filter(&p.filters, state.slot as usize) } {
-            None => f32::NAN,
-            Some(f) if state.greedy() || f.is_off(p.vocab as usize) => f32::NEG_INFINITY,
-            Some(f) => {
-                let sampler = Sampler::new(state.temperature, 0, 0, Stream::Target);
-                let stored = L::DTYPE.rounds_into(D::DTYPE) && p.draft_logits != 0;
-                let value = |raw: L| {
-                    let v = raw.as_f32();
-                    sampler.scaled(if stored { D::rounded(v) } else { v })
-                };
-                // SAFETY: every thread of the block is here (the state is
-                // block-uniform); the row holds `vocab` elements.
-                unsafe { row_threshold(logits_row::<L>(p, row), p.vocab, value, f) }
-            }
+            None => Err(f32::NAN),
+            Some(f) if state.greedy() || f.is_off(p.vocab as usize) => Err(f32::NEG_INFINITY),
+            Some(f) => Ok(f),
         }
     };
-    if gpu::thread_idx_x() == 0 {
+    let tau = match filter {
+        Err(tau) if c == 0 => Some(tau),
+        Err(_) => None,
+        Ok(f) => {
+            let sampler = Sampler::new(state.temperature, 0, 0, Stream::Target);
+            let stored = L::DTYPE.rounds_into(D::DTYPE) && p.draft_logits != 0;
+            let value = |raw: L| {
+                let v = raw.as_f32();
+                sampler.scaled(if stored { D::rounded(v) } else { v })
+            };
+            // Past the workspace's entries only where `threshold_chunks = 1` (never read).
+            let scratch = (p.filter_scratch as *mut FilterScratch).wrapping_add(row as usize);
+            let split = (p.threshold_chunk, c, p.threshold_chunks);
+            // SAFETY: every thread of the block is here (the state is
+            // block-uniform), and each block of the row once; the row holds
+            // `vocab` elements.
+            unsafe { chunk_threshold(logits_row::<L>(p, row), p.vocab, value, f, scratch, split) }
+        }
+    };
+    if let Some(tau) = tau
+        && gpu::thread_idx_x() == 0
+    {
         // SAFETY: thresholds holds `rows` entries (workspace, host-sized).
         unsafe { (p.thresholds as *mut f32).add(row as usize).write(tau) };
     }

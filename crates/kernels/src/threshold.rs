@@ -1,31 +1,43 @@
 //! Sampling filters on the device (SPEC §7): a slot's filters as read and
 //! checked where they live ([`load_filter`]), the threshold `τ` of a
-//! filtered row's kept set `S = {x >= τ}` ([`row_threshold`], one block per
-//! row, in the threshold kernels that run before the filtered sampling
-//! kernels), and what those kernels do with it ([`mask`], [`kept`]).
+//! filtered row's kept set `S = {x >= τ}` ([`chunk_threshold`], in the
+//! threshold kernels that run before the filtered sampling kernels), and
+//! what those kernels do with it ([`mask`], [`kept`]).
 //!
 //! `τ` is `specdec_core::filter`'s: the row's maximum, then for top-k and
 //! for top-p a radix search each over the values' keys (`filter::Radix`),
-//! the search the CPU twin runs (`filter::radix_threshold`). A round
-//! histograms the values that agree with the digits chosen so far in shared
-//! memory by integer atomics — counts, and for top-p the values'
-//! `filter::mass`es — exact in any order (SPEC §7.4); warp 0 picks the digit,
-//! each lane a run of [`RUN`] digits, the lane whose run holds it searching
-//! the run (`filter::count_digit`, `filter::mass_digit`). A round whose
-//! values fit [`CAP`] copies them into shared memory as it reads them, and
-//! the rounds after it read them there: the row is read once for its maximum
-//! and at most four times a search, fewer where the candidates narrow fast.
+//! the search the CPU twin runs (`filter::radix_threshold`). A filtered row
+//! is read by several blocks, each a chunk of [`CAP`] ids held in shared
+//! memory: each block summarises its chunk (maximum, minimum, count) and,
+//! where the filters bound the values that can decide `τ` from the chunk
+//! alone ([`Keep`]: top-k, or min-p with top-p), appends those candidates
+//! to the row's pool in the workspace (`FilterScratch`); the row's last block
+//! to arrive merges the summaries and searches the pool in shared memory —
+//! one read of the row. Where no bound exists (top-p alone) or a block's
+//! candidates overflowed, the last block searches the row itself, up to
+//! four more reads, fewer where the candidates narrow into shared memory.
+//! A search round histograms the values that agree with the digits chosen
+//! so far in shared memory by integer atomics — counts, and for top-p the
+//! values' `filter::mass`es — exact in any order (SPEC §7.4); warp 0 picks
+//! the digit, each lane a run of [`RUN`] digits, the lane whose run holds it
+//! searching the run (`filter::count_digit`, `filter::mass_digit`).
 
 use crate::gpu::{self, WARP};
+use crate::last_block;
 use crate::load::{Load, for_each_quad};
 use specdec_core::filter::{
     self, DIGITS, Filter, ROUNDS, Radix, count_digit, from_key, key, mass, mass_digit, min_p_threshold, top_p_reached,
 };
-use specdec_core::layout::{BLOCK_THREADS, FilterTables, THRESHOLD_SHARED_BYTES, WARPS};
+use specdec_core::layout::{BLOCK_THREADS, FilterTables, THRESHOLD_CHUNK, THRESHOLD_SHARED_BYTES, TILE, WARPS};
 use specdec_core::sample::Sampler;
+use specdec_core::scratch::{FilterScratch, POOL, Summary};
 
-/// The most values a search keeps in shared memory.
-pub const CAP: usize = 2048;
+/// The most values a block keeps in shared memory: its chunk's, or a
+/// search's.
+pub const CAP: usize = THRESHOLD_CHUNK as usize;
+/// The most candidates a block of a filtered row keeps ([`Keep`]); a block
+/// with more overflows (its row is searched whole).
+const CANDIDATES: usize = 512;
 /// Digits per lane of warp 0's pick.
 const RUN: usize = DIGITS / WARP as usize;
 
@@ -34,11 +46,21 @@ const RUN: usize = DIGITS / WARP as usize;
 pub struct ThresholdShared {
     masses: [u64; DIGITS],
     counts: [u32; DIGITS],
+    /// The block's chunk of values (`-inf` for those that do not count),
+    /// then, in a row's last block, the values a search keeps.
     values: [f32; CAP],
+    /// The block's candidates ([`Keep`]), before they go to the pool.
+    candidates: [f32; CANDIDATES],
     scans: [Scan; WARPS as usize],
     pick: Pick,
+    /// The row's summaries merged, in its last block.
+    merged: Summary,
     /// Values kept in `values` by the round that keeps them.
     kept: u32,
+    /// The block's candidates found, then the row's in its pool.
+    found: u32,
+    /// Where the block's candidates go in the pool.
+    base: u32,
     _pad: u32,
 }
 
@@ -63,6 +85,79 @@ struct Scan {
     max: f32,
     min: f32,
     count: u32,
+}
+
+impl Scan {
+    const EMPTY: Scan = Scan { max: f32::NEG_INFINITY, min: f32::INFINITY, count: 0 };
+
+    #[inline(always)]
+    fn push(self, y: f32) -> Scan {
+        Scan { max: self.max.max(y), min: self.min.min(y), count: self.count + 1 }
+    }
+
+    #[inline(always)]
+    fn combine(self, o: Scan) -> Scan {
+        Scan { max: self.max.max(o.max), min: self.min.min(o.min), count: self.count + o.count }
+    }
+}
+
+/// The block's [`Scan`] of each thread's `s`, in every thread.
+///
+/// # Safety
+/// Every thread of the block calls this together; the launch's shared memory.
+#[inline(always)]
+unsafe fn block_scan(s: Scan) -> Scan {
+    let (warp, lane) = (gpu::thread_idx_x() / WARP, gpu::thread_idx_x() % WARP);
+    // SAFETY (all): every thread is here (caller), so every warp is full;
+    // the slots are this scan's alone, read after the barrier, and the
+    // barrier before it orders them after any earlier scan's reads.
+    unsafe {
+        let s = Scan {
+            max: crate::block::warp_fold(s.max, gpu::shfl_bfly_f32, f32::max),
+            min: crate::block::warp_fold(s.min, gpu::shfl_bfly_f32, f32::min),
+            count: crate::block::warp_fold(s.count, gpu::shfl_bfly_u32, |a, b| a + b),
+        };
+        let scans = &raw mut (*shared()).scans as *mut Scan;
+        gpu::sync_threads();
+        if lane == 0 {
+            scans.add(warp as usize).write(s);
+        }
+        gpu::sync_threads();
+        let mut all = Scan::EMPTY;
+        for w in 0..WARPS as usize {
+            all = all.combine(scans.add(w).read());
+        }
+        all
+    }
+}
+
+/// Bits of the key [`kth_largest`] finds.
+const KTH_BITS: u32 = 20;
+
+/// The `k`-th largest (`k >= 1`) of the block's per-thread values `mine`
+/// (`-inf`: the thread has none), `-inf` if fewer than `k` threads have
+/// one, or a value a little below it: the top [`KTH_BITS`] of its key
+/// found bit by bit from the top, one counting barrier a bit. At least `k`
+/// of the values are at or above what it returns.
+///
+/// # Safety
+/// Every thread of the block calls this together.
+#[inline(always)]
+unsafe fn kth_largest(mine: f32, k: u32) -> f32 {
+    // Every value's key is above 0 (that of -inf is 0x007f_ffff).
+    let my = if mine > f32::NEG_INFINITY { key(mine) } else { 0 };
+    let mut prefix = 0u32;
+    let mut bit = 1u32 << 31;
+    // The top KTH_BITS bits (sign, exponent, 11 of the mantissa): a cut at
+    // most 2^-11 of its value below the exact one, for a third of the barriers.
+    while bit >= 1 << (32 - KTH_BITS) {
+        // SAFETY: every thread is here (caller); the loop is uniform.
+        if unsafe { gpu::sync_threads_count(my >= prefix | bit) } >= k {
+            prefix |= bit;
+        }
+        bit >>= 1;
+    }
+    if prefix == 0 { f32::NEG_INFINITY } else { from_key(prefix) }
 }
 
 /// A round's outcome, from warp 0 to the block.
@@ -143,48 +238,201 @@ pub fn log_prob(y: f32, tau: f32, lse: f32) -> f32 {
 /// kept set as [`kept`] says of their scaled values.
 #[inline(always)]
 pub fn mask(v: [f32; 4], tau: f32, sampler: &Sampler) -> [f32; 4] {
+    // A quad whose largest value is below `τ` (most quads of a filtered
+    // row): masked whole, on one bound (`scaled_bound >= scaled`, both
+    // monotone); NaN lanes go with it, as `kept` takes them out.
+    if tau > f32::NEG_INFINITY && sampler.scaled_bound(v[0].max(v[1]).max(v[2].max(v[3]))) < tau {
+        return [f32::NEG_INFINITY; 4];
+    }
     v.map(|x| if kept(sampler.scaled(x), tau) == f32::NEG_INFINITY { f32::NEG_INFINITY } else { x })
 }
 
-/// `τ` of a row of `vocab` raw values at `row` whose value as sampled is
-/// `value(raw)` (scaled, and rounded where the sampler rounds), filtered by
-/// `filter` (not off): SPEC §7.2, as `specdec_core::filter::threshold`
-/// gives it. A row without a value above `-inf` gets `-f32::MAX`: every
+/// What the blocks of a filtered row keep of their chunks as candidates
+/// for the row's merge ([`chunk_threshold`]): a superset of the values that
+/// decide `τ`, found from the chunk alone.
+#[derive(Clone, Copy, PartialEq)]
+enum Keep {
+    /// Top-k (with or without top-p and min-p): every value `>=` the
+    /// `top_k`-th largest of the block's per-thread maxima. At least
+    /// `top_k` of the block's values are `>=` it, so it is at most the
+    /// row's `τ_k`, and every value `>= τ_k` (all of `S_1`) is kept.
+    TopK(u32),
+    /// Top-p with min-p, no top-k: every value `>=` the block's maximum
+    /// plus `ln(min_p)`, at most `τ_m` (the row's maximum is at least the
+    /// block's): all of `S_1`.
+    MinP(f32),
+    /// None: min-p alone needs only the maximum, and top-p alone searches
+    /// the row (its survivors can be most of it).
+    Nothing,
+}
+
+/// Block `c` of the `chunks` blocks of a filtered row of `vocab` raw values
+/// at `row`, whose value as sampled is `value(raw)` (scaled, and rounded
+/// where the sampler rounds), filtered by `filter` (not off), `chunk` ids a
+/// block: `τ` (SPEC §7.2, as `specdec_core::filter::threshold` gives it) in
+/// every thread of the row's last block to arrive, `None` in the others.
+///
+/// Each block reads its chunk once, keeps its values in shared memory,
+/// writes its [`Summary`] and, as [`Keep`] says, its candidates to the
+/// row's pool; the last block merges: the maximum, `τ_m`, and `τ_k` and
+/// `τ_p` by radix searches over the pool (`Row::search`), or over the row
+/// where a block's candidates overflowed or top-p has no top-k or min-p to
+/// bound it. A row without a value above `-inf` gets `-f32::MAX`: every
 /// `-inf` stays, and its NaN become `-inf` as in the CPU twin's kept set
 /// ([`kept`]; `-inf` would mean "not filtered").
 ///
 /// # Safety
-/// Every thread of the block calls this together (it holds barriers); the
-/// launch requested `layout::THRESHOLD_SHARED_BYTES`; `row` is valid for
-/// `vocab` elements.
+/// Every thread of the block calls this together (it holds barriers), and
+/// every block `0..chunks` of the row once in the launch; the launch
+/// requested `layout::THRESHOLD_SHARED_BYTES`; `row` is valid for `vocab`
+/// elements; `scratch` is the row's, its counter and cursor zero, unless
+/// `chunks = 1` (then never read: it may be past the workspace's);
+/// `chunks <= SUMMARY_CHUNKS`, `chunk · chunks >= vocab`, `c < chunks`.
 #[inline(always)]
-pub unsafe fn row_threshold<L: Load>(row: *const L, vocab: u32, value: impl Fn(L) -> f32, filter: Filter) -> f32 {
+pub unsafe fn chunk_threshold<L: Load>(
+    row: *const L,
+    vocab: u32,
+    value: impl Fn(L) -> f32,
+    filter: Filter,
+    scratch: *mut FilterScratch,
+    (chunk, c, chunks): (u32, u32, u32),
+) -> Option<f32> {
     let row = Row { row, vocab, value };
-    // SAFETY (all): forwarded.
-    let scan = unsafe { row.scan() };
-    if scan.count == 0 {
-        return -f32::MAX;
+    // One block a row needs no candidates: it searches the row itself.
+    let staged = chunk as usize <= CAP && chunks > 1;
+    let keep = if !staged {
+        Keep::Nothing
+    } else if filter.has_top_k(vocab as usize) {
+        Keep::TopK(filter.top_k)
+    } else if filter.has_min_p() && filter.has_top_p() {
+        Keep::MinP(filter.min_p)
+    } else {
+        Keep::Nothing
+    };
+    // SAFETY (all): forwarded; `scratch` is the row's where `chunks > 1`
+    // (a block that keeps nothing touches no scratch).
+    let summary = unsafe { row.summarize(keep, scratch, chunk * c, (chunk * c).saturating_add(chunk).min(vocab)) };
+    let merged = if chunks == 1 { Some((summary, 0)) } else { unsafe { merge(scratch, summary, c, chunks) } };
+    let (all, pooled) = merged?;
+    if all.count == 0 {
+        return Some(-f32::MAX);
     }
-    if scan.max == f32::INFINITY {
-        return f32::INFINITY;
+    if all.max == f32::INFINITY {
+        return Some(f32::INFINITY);
     }
-    let tau_m = if filter.has_min_p() { min_p_threshold(scan.max, filter.min_p) } else { f32::NEG_INFINITY };
-    let (mut tau_k, mut above) = (f32::NEG_INFINITY, scan.count);
+    // The pool holds every value that decides `τ`: search it in shared memory.
+    let kept = if keep != Keep::Nothing && all.overflow == 0 {
+        // SAFETY: `pooled <= POOL <= CAP` values, published before the blocks were counted in.
+        unsafe { load_pool(scratch, pooled) };
+        Some(pooled)
+    } else {
+        None
+    };
+    let tau_m = if filter.has_min_p() { min_p_threshold(all.max, filter.min_p) } else { f32::NEG_INFINITY };
+    let (mut tau_k, mut above) = (f32::NEG_INFINITY, all.count);
     if filter.has_top_k(vocab as usize) {
-        if filter.top_k >= scan.count {
+        if filter.top_k >= all.count {
             // Every value is kept: the smallest (`-0` as `+0`, as keys have it).
-            tau_k = scan.min + 0.0;
+            tau_k = all.min + 0.0;
         } else {
-            let (tau, pick) = unsafe { row.search(By::Count, scan.max, f32::NEG_INFINITY, filter, scan.count) };
+            let members = kept.unwrap_or(all.count);
+            let (tau, pick) = unsafe { row.search(By::Count, all.max, f32::NEG_INFINITY, filter, members, kept) };
             // The values at or above `τ_k`: an upper bound on top-p's survivors.
             (tau_k, above) = (tau, filter.top_k - pick.rank + pick.members);
         }
     }
     let tau_1 = tau_m.max(tau_k);
     if !filter.has_top_p() {
-        return tau_1;
+        return Some(tau_1);
     }
-    unsafe { row.search(By::Mass, scan.max, tau_1, filter, above) }.0
+    Some(unsafe { row.search(By::Mass, all.max, tau_1, filter, kept.map_or(above, |n| n.min(above)), kept) }.0)
+}
+
+/// Block `c` of a row of `chunks > 1` blocks with its `summary`: publishes
+/// it to the row's scratch and, in every thread of the row's last block to
+/// arrive, returns the row's summaries merged (`overflow` also where the pool
+/// overflowed) and the number of candidates in its pool; `None` in the others.
+///
+/// # Safety
+/// As for [`chunk_threshold`]; every thread of the block calls this together.
+#[inline(always)]
+unsafe fn merge(scratch: *mut FilterScratch, summary: Summary, c: u32, chunks: u32) -> Option<(Summary, u32)> {
+    let tid = gpu::thread_idx_x();
+    // SAFETY (all): the row's scratch (caller); the launch's shared memory,
+    // written by thread 0 and read after the barrier.
+    let sh = unsafe { shared() };
+    let summaries = unsafe { &raw mut (*scratch).summaries as *mut Summary };
+    if tid == 0 {
+        // SAFETY: c < chunks <= SUMMARY_CHUNKS (caller).
+        unsafe { summaries.add(c as usize).write(summary) };
+    }
+    // Warp 0 counts the block in; the row's last block merges with all its warps.
+    let last = tid < WARP && unsafe { last_block::arrive(&raw mut (*scratch).counter, chunks) };
+    if !unsafe { gpu::sync_threads_or(last) } {
+        return None;
+    }
+    gpu::fence_device();
+    let merged = unsafe { (&raw mut (*sh).merged) };
+    if tid < WARP {
+        // SAFETY: every block published its summary before it was counted in (fenced).
+        let s = if tid < chunks {
+            // SAFETY: tid < chunks <= SUMMARY_CHUNKS.
+            unsafe { gpu::load_relaxed(summaries.add(tid as usize)) }
+        } else {
+            Summary { max: f32::NEG_INFINITY, min: f32::INFINITY, count: 0, overflow: 0 }
+        };
+        let all = unsafe {
+            Summary {
+                max: crate::block::warp_fold(s.max, gpu::shfl_bfly_f32, f32::max),
+                min: crate::block::warp_fold(s.min, gpu::shfl_bfly_f32, f32::min),
+                count: crate::block::warp_fold(s.count, gpu::shfl_bfly_u32, |a, b| a + b),
+                overflow: gpu::warp_or_u32(s.overflow),
+            }
+        };
+        if tid == 0 {
+            let cursor = unsafe { &raw mut (*scratch).cursor };
+            // The blocks' candidates; past the pool, some did not fit (overflowed).
+            let n = unsafe { gpu::atomic_add_u32(cursor, 0) };
+            unsafe { gpu::atomic_store(cursor, 0) };
+            let overflow = all.overflow | (n as usize > POOL) as u32;
+            unsafe { merged.write(Summary { overflow, ..all }) };
+            unsafe { (&raw mut (*sh).found).write(n) };
+        }
+    }
+    unsafe { gpu::sync_threads() };
+    let all = unsafe { merged.read() };
+    let pooled = unsafe { (&raw const (*sh).found).read() };
+    Some((all, pooled))
+}
+
+/// The first `n` values of the row's pool into the shared `values` (the
+/// search's kept values), read 16 bytes a load from L2.
+///
+/// # Safety
+/// Every thread of the block calls this together; `n <= POOL` values were
+/// published to the pool by blocks counted in before (fenced).
+#[inline(always)]
+unsafe fn load_pool(scratch: *const FilterScratch, n: u32) {
+    const { assert!(POOL <= CAP) };
+    let tid = gpu::thread_idx_x();
+    // SAFETY (all): the pool is 16-byte aligned and holds POOL values;
+    // the launch's shared memory, read by the search after the barrier.
+    unsafe {
+        let pool = &raw const (*scratch).pool as *const [f32; 4];
+        let values = &raw mut (*shared()).values as *mut f32;
+        let mut q = tid;
+        while q * 4 < n {
+            let v = gpu::load_relaxed(pool.add(q as usize));
+            for (l, &y) in v.iter().enumerate() {
+                let at = q as usize * 4 + l;
+                if at < n as usize {
+                    values.add(at).write(y);
+                }
+            }
+            q += BLOCK_THREADS;
+        }
+        gpu::sync_threads();
+    }
 }
 
 /// The row a block searches.
@@ -200,7 +448,7 @@ impl<L: Load, F: Fn(L) -> f32> Row<L, F> {
     /// each thread some of them.
     ///
     /// # Safety
-    /// As for [`row_threshold`]; `n <= CAP` values were kept.
+    /// As for [`chunk_threshold`] (its last block); `n <= CAP` values were kept.
     #[inline(always)]
     unsafe fn for_each(&self, kept: Option<u32>, mut f: impl FnMut(f32)) {
         let tid = gpu::thread_idx_x();
@@ -218,7 +466,7 @@ impl<L: Load, F: Fn(L) -> f32> Row<L, F> {
         let none: *const L = core::ptr::null();
         // SAFETY: the row holds `vocab` elements (caller).
         unsafe {
-            for_each_quad::<false, 4, L, L>(self.row, none, 0, self.vocab, tid, |_, raw, _, n| {
+            for_each_quad::<false, 2, L, L>(self.row, none, 0, self.vocab, tid, |_, raw, _, n| {
                 // Constant lane indices keep `raw` in registers.
                 let mut lane = |i: usize| {
                     if (i as u32) < n {
@@ -236,52 +484,130 @@ impl<L: Load, F: Fn(L) -> f32> Row<L, F> {
         };
     }
 
-    /// The row's [`Scan`], in every thread.
+    /// This block's chunk `start .. end` of the row: its [`Summary`] and,
+    /// as `keep` says, its candidates appended to the row's pool (the chunk's
+    /// values staged in the shared `values` on the way).
     ///
     /// # Safety
-    /// As for [`row_threshold`].
+    /// As for [`chunk_threshold`]; `end - start <= CAP` unless `keep` is
+    /// [`Keep::Nothing`].
     #[inline(always)]
-    unsafe fn scan(&self) -> Scan {
-        let mut s = Scan { max: f32::NEG_INFINITY, min: f32::INFINITY, count: 0 };
-        // SAFETY: forwarded.
+    unsafe fn summarize(&self, keep: Keep, scratch: *mut FilterScratch, start: u32, end: u32) -> Summary {
+        let tid = gpu::thread_idx_x();
+        // SAFETY (all): the launch's shared memory (caller); every access to
+        // another thread's slots is between barriers all threads reach.
+        let sh = unsafe { shared() };
+        let values = unsafe { &raw mut (*sh).values as *mut f32 };
+        let candidates = unsafe { &raw mut (*sh).candidates as *mut f32 };
+        let (found, base) = unsafe { (&raw mut (*sh).found, &raw mut (*sh).base) };
+        if tid == 0 {
+            // Read after the scan's barriers.
+            unsafe { found.write(0) };
+        }
+        let stage = keep != Keep::Nothing;
+        let mut s = Scan::EMPTY;
+        let none: *const L = core::ptr::null();
+        // SAFETY: the row holds `vocab >= end` elements (caller).
         unsafe {
-            self.for_each(None, |y| {
-                s = Scan { max: s.max.max(y), min: s.min.min(y), count: s.count + 1 };
+            for_each_quad::<true, 4, L, L>(self.row, none, start, end, tid, |x, raw, _, n| {
+                // Constant lane indices keep `raw` in registers.
+                let mut lane = |i: usize| {
+                    if (i as u32) < n {
+                        let y = (self.value)(raw[i]);
+                        let counts = y > f32::NEG_INFINITY;
+                        if counts {
+                            s = s.push(y);
+                        }
+                        if stage {
+                            // SAFETY: x + i - start < end - start <= CAP (caller).
+                            values.add((x - start) as usize + i).write(if counts { y } else { f32::NEG_INFINITY });
+                        }
+                    }
+                };
+                lane(0);
+                lane(1);
+                lane(2);
+                lane(3);
             })
         };
-        let (warp, lane) = (gpu::thread_idx_x() / WARP, gpu::thread_idx_x() % WARP);
-        // SAFETY (all): every thread is here (caller), so every warp is full;
-        // the slots are the scan's alone, read after the barrier.
-        unsafe {
-            s = Scan {
-                max: crate::block::warp_fold(s.max, gpu::shfl_bfly_f32, f32::max),
-                min: crate::block::warp_fold(s.min, gpu::shfl_bfly_f32, f32::min),
-                count: crate::block::warp_fold(s.count, gpu::shfl_bfly_u32, |a, b| a + b),
-            };
-            let scans = &raw mut (*shared()).scans as *mut Scan;
-            if lane == 0 {
-                scans.add(warp as usize).write(s);
+        let own_max = s.max;
+        let block = unsafe { block_scan(s) };
+        let mut summary = Summary { max: block.max, min: block.min, count: block.count, overflow: 0 };
+        let cut = match keep {
+            Keep::Nothing => return summary,
+            // SAFETY: block-uniform (the count is every thread's).
+            Keep::TopK(k) if block.count > k => unsafe { kth_largest(own_max, k) },
+            Keep::TopK(_) => f32::NEG_INFINITY,
+            Keep::MinP(min_p) => min_p_threshold(block.max, min_p),
+        };
+        // The thread's own staged values (its own writes: no barrier).
+        let mut x = start + 4 * tid;
+        while x < end {
+            for i in 0..4 {
+                if x + i < end {
+                    // SAFETY: x + i - start < CAP, written by this thread above.
+                    let y = unsafe { *values.add((x + i - start) as usize) };
+                    if y >= cut && y > f32::NEG_INFINITY {
+                        // SAFETY: shared memory; `at` checked.
+                        let at = unsafe { gpu::atomic_add_u32(found, 1) } as usize;
+                        if at < CANDIDATES {
+                            unsafe { candidates.add(at).write(y) };
+                        }
+                    }
+                }
             }
-            gpu::sync_threads();
-            let mut all = Scan { max: f32::NEG_INFINITY, min: f32::INFINITY, count: 0 };
-            for w in 0..WARPS as usize {
-                let o = scans.add(w).read();
-                all = Scan { max: all.max.max(o.max), min: all.min.min(o.min), count: all.count + o.count };
-            }
-            all
+            x += TILE;
         }
+        unsafe { gpu::sync_threads() };
+        let n = unsafe { found.read() };
+        if n as usize > CANDIDATES {
+            summary.overflow = 1;
+            return summary;
+        }
+        if tid == 0 {
+            // Past the pool, the merge sees the cursor overflowed.
+            unsafe { base.write(gpu::atomic_add_u32(&raw mut (*scratch).cursor, n)) };
+        }
+        unsafe { gpu::sync_threads() };
+        let at = unsafe { base.read() } as usize;
+        if at + n as usize > POOL {
+            summary.overflow = 1;
+            return summary;
+        }
+        let pool = unsafe { &raw mut (*scratch).pool as *mut f32 };
+        let mut j = tid;
+        while j < n {
+            // SAFETY: at + j < at + n <= POOL; j < n <= CANDIDATES.
+            unsafe { pool.add(at + j as usize).write(*candidates.add(j as usize)) };
+            j += BLOCK_THREADS;
+        }
+        // Published before warp 0 counts the block in (`last_block::arrive`).
+        gpu::fence_device();
+        unsafe { gpu::sync_threads() };
+        summary
     }
 
     /// The radix search of `by` over the row's values `>= floor`, `max` the
     /// row's maximum (finite), `members` an upper bound on those values:
     /// `τ` and the last round's [`Pick`]. For [`By::Count`], `τ` is the
     /// `filter.top_k`-th largest (`top_k < members`); for [`By::Mass`], the
-    /// value where the top mass first reaches `filter.top_p` of theirs.
+    /// value where the top mass first reaches `filter.top_p` of theirs. With
+    /// `kept = Some(n)`, over the `n` values in the shared `values`, which
+    /// hold every value of the row that can decide it; else over the row,
+    /// its candidates kept in shared memory from the first round where they fit.
     ///
     /// # Safety
-    /// As for [`row_threshold`].
+    /// As for [`chunk_threshold`] (its last block).
     #[inline(always)]
-    unsafe fn search(&self, by: By, max: f32, floor: f32, filter: Filter, mut members: u32) -> (f32, Pick) {
+    unsafe fn search(
+        &self,
+        by: By,
+        max: f32,
+        floor: f32,
+        filter: Filter,
+        mut members: u32,
+        mut kept: Option<u32>,
+    ) -> (f32, Pick) {
         let tid = gpu::thread_idx_x();
         // SAFETY: the launch's shared memory (caller).
         let sh = unsafe { shared() };
@@ -290,7 +616,6 @@ impl<L: Load, F: Fn(L) -> f32> Row<L, F> {
         let kept_at = unsafe { &raw mut (*sh).kept };
         let mut pick = Pick { acc: 0, total: 0, digit: 0, rank: filter.top_k, members };
         let mut radix = Radix::START;
-        let mut kept: Option<u32> = None;
         while radix.round < ROUNDS {
             let keep = kept.is_none() && members as usize <= CAP;
             // SAFETY (all below): shared memory of the launch, every access

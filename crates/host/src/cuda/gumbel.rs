@@ -3,7 +3,7 @@
 //! as the workspace's rules pick), or for a call with filters, the
 //! threshold kernel and the filtered variant.
 
-use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch};
+use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
 use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Device;
@@ -108,12 +108,18 @@ impl Cuda {
         p.filters = tables;
         p.partials = workspace.scratch;
         p.thresholds = workspace.scratch + ws.thresholds_region();
+        p.filter_scratch = workspace.scratch + ws.filter_scratch_region();
+        let keeps = args.params.filters.bounds_candidates();
+        let filter_split = threshold_split(args.logits.vocab, keeps, split, (shape.rows, ws.filter_entries()));
+        (p.threshold_chunk, p.threshold_chunks) = (filter_split.chunk, filter_split.chunks);
         p.status = workspace.status;
         p.counters = workspace.counters;
         // SAFETY: every pointer above comes from a view whose length `check`
         // matched against the shape (each filter table `num_slots`); `split`
         // sized chunks within the workspace (capacity ≥ rows · chunks,
-        // counters ≥ rows, thresholds ≥ rows) and chunk · chunks ≥ vocab.
+        // counters ≥ rows, thresholds ≥ rows, filter scratch ≥ rows unless the
+        // threshold split is one block a row) and chunk · chunks ≥ vocab (both
+        // splits; the threshold's within its summaries).
         unsafe { launch::gumbel_sample(&kernel, threshold.as_ref(), stream, p) }
     }
 }

@@ -60,7 +60,9 @@ unsafe fn launch_shared<P>(
 /// chunks` partials and `rows` zeroed counters in the workspace, `chunk ·
 /// chunks >= vocab`.
 /// With filters (`threshold`, the kernel that writes `p.thresholds` first),
-/// also `rows` thresholds in the workspace.
+/// also `rows` thresholds and (unless `threshold_chunks = 1`) zeroed filter scratch entries in the
+/// workspace, `threshold_chunk · threshold_chunks >= vocab` and
+/// `threshold_chunks <= SUMMARY_CHUNKS`.
 pub(super) unsafe fn gumbel_sample(
     kernel: &Kernel,
     threshold: Option<&Kernel>,
@@ -71,11 +73,11 @@ pub(super) unsafe fn gumbel_sample(
         return Ok(());
     }
     stream.context().bind_to_thread()?;
-    // SAFETY: the caller guarantees `p`; the threshold grid is one block a
-    // row, the sampling grid covers rows × chunks, in order on one stream.
+    // SAFETY: the caller guarantees `p`; the threshold grid covers rows ×
+    // threshold_chunks, the sampling grid rows × chunks, in order on one stream.
     unsafe {
         if let Some(threshold) = threshold {
-            launch_shared(threshold, stream, (p.rows, 1), THRESHOLD_SHARED_BYTES, &p)?;
+            launch_shared(threshold, stream, (p.rows, p.threshold_chunks), THRESHOLD_SHARED_BYTES, &p)?;
         }
         launch(kernel, stream, (p.rows, p.chunks), &p)
     }
@@ -90,7 +92,9 @@ pub(super) unsafe fn gumbel_sample(
 /// `requests·resample_chunks` partials and `requests` zeroed counters; `chunk ·
 /// chunks >= vocab` and `resample_chunk · resample_chunks >= vocab`. With
 /// filters (`threshold`, which writes `p.thresholds` first), also
-/// `2·requests·(K+1)` thresholds.
+/// `2·requests·(K+1)` thresholds and (unless `threshold_chunks = 1`) zeroed
+/// filter scratch entries, and the
+/// threshold split as for [`gumbel_sample`].
 pub(super) unsafe fn rejection_sample(
     (threshold, stats, resample): (Option<&Kernel>, &Kernel, &Kernel),
     stream: &CudaStream,
@@ -105,7 +109,7 @@ pub(super) unsafe fn rejection_sample(
     // docs of kernels::rejection), and the passes run in order on one stream.
     unsafe {
         if let Some(threshold) = threshold {
-            launch_shared(threshold, stream, (pairs, 2), THRESHOLD_SHARED_BYTES, &p)?;
+            launch_shared(threshold, stream, (2 * pairs, p.threshold_chunks), THRESHOLD_SHARED_BYTES, &p)?;
         }
         launch(stats, stream, (pairs, p.chunks), &p)?;
         launch(resample, stream, (p.requests, p.resample_chunks), &p)

@@ -13,7 +13,7 @@ mod workspace;
 
 pub use workspace::Workspace;
 
-use workspace::{Split, Spread};
+use workspace::{Split, Spread, threshold_split};
 
 use crate::error::{Error, Result};
 use crate::memory::Device;

@@ -3,7 +3,7 @@
 //! variant, as the workspace's rules pick); for a call with filters, the
 //! threshold kernel first and the filtered variants of both passes.
 
-use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch};
+use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
 use crate::error::Result;
 use crate::memory::Device;
 use crate::rejection::{RejectionOutput, RejectionSample};
@@ -136,13 +136,21 @@ impl Cuda {
         p.jobs = workspace.scratch + jobs_at;
         p.partials = workspace.scratch + partials_at;
         p.thresholds = workspace.scratch + ws.thresholds_region();
+        p.filter_scratch = workspace.scratch + ws.filter_scratch_region();
+        let keeps = args.params.filters.bounds_candidates()
+            || args.draft_logits.as_ref().is_some_and(|d| d.filters.bounds_candidates());
+        let entries = 2 * shape.requests * (args.max_drafts + 1);
+        let filter_split = threshold_split(args.target.vocab, keeps, split, (entries, ws.filter_entries()));
+        (p.threshold_chunk, p.threshold_chunks) = (filter_split.chunk, filter_split.chunks);
         p.status = workspace.status;
         p.counters = workspace.counters;
         // SAFETY: every pointer comes from a view whose length `check` matched
         // against the shape; the splits bounded requests·(K+1)·chunks and
         // requests·resample_chunks by the workspace's regions (and requests <=
-        // rows <= its counters; 2·requests·(K+1) <= 2·max_rows thresholds),
-        // and chunk · chunks >= vocab (both splits); each filter table has
+        // rows <= its counters; 2·requests·(K+1) <= 2·max_rows thresholds, and
+        // filter scratch entries unless the threshold split is one block a
+        // row), and chunk · chunks >= vocab (all three splits, the
+        // threshold's within its summaries); each filter table has
         // `num_slots` entries.
         unsafe { launch::rejection_sample((threshold.as_ref(), &stats, &resample), stream, p) }
     }

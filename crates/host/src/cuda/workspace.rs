@@ -3,8 +3,8 @@
 use crate::error::{Error, Result};
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, DriverError};
-use specdec_core::layout::TILE;
-use specdec_core::scratch::{PARTIAL_BYTES, ResampleJob, Stats};
+use specdec_core::layout::{SUMMARY_CHUNKS, THRESHOLD_CHUNK, TILE};
+use specdec_core::scratch::{FilterScratch, PARTIAL_BYTES, ResampleJob, Stats};
 use std::mem::size_of;
 use std::sync::Arc;
 
@@ -14,11 +14,18 @@ const STATS_BYTES: usize = size_of::<Stats>();
 const JOB_BYTES: usize = size_of::<ResampleJob>();
 /// Bytes of a row's filter thresholds: the target's `τ` and the draft's (f32 each).
 const THRESHOLD_BYTES: usize = 2 * size_of::<f32>();
+/// The most filtered rows (threshold entries: a `rejection_sample` call's
+/// target and draft rows, a `gumbel_sample` call's rows) a workspace keeps a
+/// threshold kernel's scratch for (16,912 bytes each: 69 MB): a call with
+/// more splits its rows one block each, which needs none (and is slower).
+const FILTER_ENTRIES: usize = 4096;
 
 /// Device scratch for calls of up to `max_rows` rows (`gumbel_sample`) or
 /// `requests · (max_drafts + 1)` rows (`rejection_sample`): per-block partial
 /// results, O(rows + SMs) entries, never rows × V; a filtered row's two
-/// thresholds (8 bytes a row); one arrival counter per row
+/// thresholds (8 bytes a row) and, for up to `FILTER_ENTRIES` of them, the
+/// threshold kernel's scratch (its blocks' summaries and candidates); one
+/// arrival counter per row
 /// (zero between calls: the kernels reset what they count); and the status
 /// word the kernels OR their flags into. Create it once; calls then allocate
 /// nothing. It is used on the stream it was made on only
@@ -57,9 +64,12 @@ pub(crate) struct Split {
 impl Workspace {
     pub(crate) fn new(stream: &Arc<CudaStream>, sm_count: u32, max_rows: usize) -> Result<Self> {
         let entries = entries(sm_count, max_rows).ok_or(Error::OutOfMemory { bytes: usize::MAX, max_rows })?;
+        // 16 bytes of slack: the filter scratch's alignment.
+        let filter_bytes = filter_entries(max_rows) * size_of::<FilterScratch>() + 16;
         let bytes = entries
             .checked_mul(STATS_BYTES + PARTIAL_BYTES)
             .and_then(|b| max_rows.checked_mul(JOB_BYTES + THRESHOLD_BYTES).and_then(|j| b.checked_add(j)))
+            .and_then(|b| b.checked_add(filter_bytes))
             .ok_or(Error::OutOfMemory { bytes: usize::MAX, max_rows })?;
         let out_of_memory = |e: DriverError| match e.0 {
             CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory { bytes, max_rows },
@@ -171,6 +181,47 @@ impl Workspace {
     pub(crate) fn thresholds_region(&self) -> u64 {
         (self.entries * (STATS_BYTES + PARTIAL_BYTES) + self.max_rows * JOB_BYTES) as u64
     }
+
+    /// Byte offset in `scratch` of the threshold kernel's
+    /// [`FilterScratch`] entries ([`Workspace::filter_entries`] of them),
+    /// 16-byte aligned after the thresholds (both operations' `filter_scratch`).
+    pub(crate) fn filter_scratch_region(&self) -> u64 {
+        (self.thresholds_region() + (2 * self.max_rows * size_of::<f32>()) as u64).next_multiple_of(16)
+    }
+
+    /// The threshold kernel's scratch entries: a call of more filtered rows
+    /// (threshold entries) takes [`threshold_split`]'s one block a row.
+    pub(crate) fn filter_entries(&self) -> usize {
+        filter_entries(self.max_rows)
+    }
+}
+
+/// [`Workspace::filter_entries`] of a workspace of `max_rows` rows.
+fn filter_entries(max_rows: usize) -> usize {
+    max_rows.saturating_mul(2).min(FILTER_ENTRIES)
+}
+
+/// How the threshold kernel of a filtered call splits rows of `vocab >= 1`
+/// ids, for `entries` threshold entries of a workspace with scratch for
+/// `capacity`. Past that capacity, one block a row, which needs no scratch.
+/// Where its blocks may keep candidates (`keeps`), chunks of
+/// `THRESHOLD_CHUNK` ids, which they hold in shared memory, up to
+/// `SUMMARY_CHUNKS` a row (a longer row in `SUMMARY_CHUNKS` chunks, which
+/// they do not hold: its filtered rows are searched whole). Where none can,
+/// a block only scans its chunk: the rows split as `wide` (the call's pass
+/// over the same rows, which fills the GPU) in at most `SUMMARY_CHUNKS`.
+pub(crate) fn threshold_split(vocab: usize, keeps: bool, wide: Split, (entries, capacity): (usize, usize)) -> Split {
+    let most = SUMMARY_CHUNKS as usize * THRESHOLD_CHUNK as usize;
+    let tiles = vocab.div_ceil(TILE as usize);
+    let chunk = if entries > capacity {
+        tiles * TILE as usize
+    } else if keeps && vocab <= most {
+        THRESHOLD_CHUNK as usize
+    } else {
+        let chunks = if keeps { SUMMARY_CHUNKS } else { wide.chunks.clamp(1, SUMMARY_CHUNKS) };
+        tiles.div_ceil(chunks as usize) * TILE as usize
+    };
+    Split { chunk: chunk as u32, chunks: vocab.div_ceil(chunk) as u32 }
 }
 
 /// [`Workspace::split`] on a GPU of `sm_count` SMs, for `vocab >= 1`.
@@ -275,9 +326,10 @@ fn balance_waves(rows: usize, wanted: usize, tiles: usize, slots: usize) -> usiz
 
 #[cfg(test)]
 mod tests {
-    use super::{Spread, balance_waves, entries, small, split};
+    use super::{Split, Spread, balance_waves, entries, small, split, threshold_split};
     use crate::tensor::MAX_VOCAB;
     use specdec_core::layout::TILE;
+    use specdec_core::layout::{SUMMARY_CHUNKS, THRESHOLD_CHUNK};
 
     /// Every split covers the row in chunks of whole tiles, none of them
     /// empty, and stays within the scratch the workspace sized for its rows
@@ -302,6 +354,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The threshold kernel's split covers every row in at most
+    /// `SUMMARY_CHUNKS` chunks (the summaries a row's scratch holds), none
+    /// empty; where blocks keep candidates, each of `THRESHOLD_CHUNK` ids (kept
+    /// in shared memory) up to rows of 262,144; where none can, as the call's
+    /// wide split, capped.
+    #[test]
+    fn threshold_splits_cover_rows_in_the_summaries() {
+        for vocab in [1, 3, 4096, 8192, 8193, 151_936, 262_144, 262_145, 1 << 20, MAX_VOCAB] {
+            for keeps in [true, false] {
+                for wide_chunks in [1, 5, 32, 149] {
+                    let wide = Split { chunk: vocab.div_ceil(wide_chunks).next_multiple_of(1024) as u32, chunks: 0 };
+                    let wide = Split { chunks: vocab.div_ceil(wide.chunk as usize) as u32, ..wide };
+                    let s = threshold_split(vocab, keeps, wide, (4096, 4096));
+                    let at = format!("{vocab} keeps {keeps} wide {wide:?}: {s:?}");
+                    assert!(s.chunks >= 1 && s.chunks <= SUMMARY_CHUNKS, "{at}");
+                    assert!(s.chunk as usize * s.chunks as usize >= vocab && ((s.chunks - 1) * s.chunk) < vocab as u32);
+                    assert!(s.chunk.is_multiple_of(TILE), "{at}");
+                    if keeps {
+                        assert_eq!(s.chunk == THRESHOLD_CHUNK, vocab <= 262_144, "{at}");
+                    } else {
+                        assert!(s.chunks <= wide.chunks.max(1), "{at}");
+                    }
+                }
+            }
+        }
+        let one = Split { chunk: 151_552, chunks: 1 };
+        assert_eq!(threshold_split(151_936, true, one, (4096, 4096)).chunks, 19);
+        assert_eq!(threshold_split(151_936, false, one, (16, 4096)).chunks, 1);
+        // Past the workspace's scratch: one block a row, whatever the filters.
+        let many = Split { chunk: 8192, chunks: 19 };
+        assert_eq!(threshold_split(151_936, true, many, (4097, 4096)), Split { chunk: 152_576, chunks: 1 });
     }
 
     /// H200 (132 SMs): a partial second wave that more chunks cannot fill

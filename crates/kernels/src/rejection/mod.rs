@@ -38,8 +38,8 @@
 //!    probability `exp(−e^FLOOR_MARGIN)`, it folds the whole row again unseeded.
 //!
 //! A call with sampling filters (SPEC §7.3) runs `rejection_threshold_{target}_{draft}`
-//! first, grid `(requests·(K+1), 2)`: the `τ` of each target row and each
-//! draft row (`threshold.rs`), and then `rejection_stats_filtered_…` and
+//! first, grid `(2·requests·(K+1), threshold_chunks)`: the `τ` of each
+//! target row and each draft row (`threshold.rs`), and then `rejection_stats_filtered_…` and
 //! `rejection_resample_filtered_…`, the two passes over the rows masked to
 //! their kept sets: the target's `p'` and the draft's `q'`, so that the
 //! log-sum-exps are `LSE(S)`, a draft outside the target's `S` has

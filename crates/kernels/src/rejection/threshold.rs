@@ -1,16 +1,18 @@
 //! The thresholds of a `rejection_sample` call with filters (SPEC §7.3), run
-//! before the filtered pass 1: block `(r·(K+1) + i, which)` writes the `τ`
-//! of row `i` of request `r` into `thresholds` — the target row's for
-//! `which = 0` (its `p'`), the draft row's for `which = 1` (the `q'` its
-//! draft was drawn from, by the slot's draft filters), each from the row's
-//! own values by `crate::threshold::row_threshold`.
+//! before the filtered pass 1: the blocks of entry `which·requests·(K+1) +
+//! r·(K+1) + i` write the `τ` of row `i` of request `r` into `thresholds` —
+//! the target row's for `which = 0` (its `p'`), the draft row's for
+//! `which = 1` (the `q'` its draft was drawn from, by the slot's draft
+//! filters), each from the row's own values by
+//! `crate::threshold::chunk_threshold`.
 
 use super::{Request, draft_row, target_row};
 use crate::gpu;
 use crate::load::Load;
-use crate::threshold::{load_filter, row_threshold};
+use crate::threshold::{chunk_threshold, load_filter};
 use specdec_core::filter::Filter;
 use specdec_core::layout::RejectionParams;
+use specdec_core::scratch::FilterScratch;
 
 /// The entry of row `i` of request `r` (`which`: 0 target, 1 draft) in
 /// `thresholds`.
@@ -20,29 +22,35 @@ pub(super) fn entry(p: &RejectionParams, r: u32, i: u32, which: u32) -> usize {
     which as usize * pairs + r as usize * (p.max_drafts as usize + 1) + i as usize
 }
 
-/// The threshold kernel (see module docs). `-inf`: the row is kept whole
-/// (an invalid request, which pass 1 flags; a greedy one; a row past the
-/// request's; filters off; no draft logits). NaN in the target entry: the
-/// slot's filter values, or its draft filters' with draft logits, are bad
-/// (SPEC §5, checked for greedy slots too, as the CPU twin does); pass 1
-/// flags the request.
+/// The threshold kernel (see module docs), block `(e, c)`: chunk `c` of
+/// threshold entry `e` (`which · requests·(K+1) + r·(K+1) + i`, as
+/// [`entry`]), its `τ` written by the row's last block
+/// (`crate::threshold::chunk_threshold`), or by block 0 where it needs no
+/// read: `-inf` where the row is kept whole (an invalid request, which pass
+/// 1 flags; a greedy one; a row past the request's; filters off; no draft
+/// logits), NaN in the target entry where the slot's filter values, or its
+/// draft filters' with draft logits, are bad (SPEC §5, checked for greedy
+/// slots too, as the CPU twin does); pass 1 flags the request.
 ///
 /// # Safety
-/// Launched by the host's checked launcher, grid `(requests·(K+1), 2)`, with
-/// `layout::THRESHOLD_SHARED_BYTES` of shared memory.
+/// Launched by the host's checked launcher, grid `(2·requests·(K+1),
+/// threshold_chunks)`, with `layout::THRESHOLD_SHARED_BYTES` of shared memory.
 #[inline(always)]
 pub(super) unsafe fn thresholds<T: Load, D: Load>(p: &RejectionParams) {
-    let (pair, which) = (gpu::block_idx_x(), gpu::block_idx_y());
+    let (e, c) = (gpu::block_idx_x(), gpu::block_idx_y());
     let k1 = (p.max_drafts + 1).max(1);
+    let pairs = p.requests * k1;
+    let (which, pair) = (e / pairs.max(1), e % pairs.max(1));
     let (r, i) = (pair / k1, pair % k1);
-    if r >= p.requests || which > 1 {
+    if which > 1 || r >= p.requests || c >= p.threshold_chunks {
         return; // whole block
     }
     // SAFETY: r < requests.
     let req = unsafe { Request::load(p, r) };
     let slot = req.slot.slot;
-    let tau = if !req.slot.is_valid() || slot < 0 || i > req.drafts {
-        f32::NEG_INFINITY
+    let at = entry(p, r, i, which);
+    let active = if !req.slot.is_valid() || slot < 0 || i > req.drafts {
+        Err(f32::NEG_INFINITY)
     } else {
         // SAFETY (both): 0 <= slot < num_slots (a valid request).
         let target = unsafe { load_filter(&p.filters, slot as usize) };
@@ -51,26 +59,36 @@ pub(super) unsafe fn thresholds<T: Load, D: Load>(p: &RejectionParams) {
         } else {
             Some(Filter::OFF)
         };
-        let sampler = req.sampler(0);
-        let value = |raw: T| sampler.scaled(raw.as_f32());
-        let draft_value = |raw: D| sampler.scaled(raw.as_f32());
         match (which, target, draft) {
-            (_, None, _) | (_, _, None) => f32::NAN,
-            _ if req.slot.greedy() => f32::NEG_INFINITY,
-            (0, Some(f), _) if !f.is_off(p.vocab as usize) => {
-                // SAFETY: every thread of the block is here (block-uniform
-                // branches); row0 + i < rows, a row of `vocab` elements.
-                unsafe { row_threshold(target_row::<T>(p, req.row0 + i), p.vocab, value, f) }
-            }
-            (1, _, Some(f)) if i < req.drafts && p.draft_logits != 0 && !f.is_off(p.vocab as usize) => {
-                // SAFETY: as above; a valid slot, i < n_r <= max_drafts.
-                unsafe { row_threshold(draft_row::<D>(p, slot, i), p.vocab, draft_value, f) }
-            }
-            _ => f32::NEG_INFINITY,
+            (_, None, _) | (_, _, None) => Err(f32::NAN),
+            _ if req.slot.greedy() => Err(f32::NEG_INFINITY),
+            (0, Some(f), _) if !f.is_off(p.vocab as usize) => Ok(f),
+            (1, _, Some(f)) if i < req.drafts && p.draft_logits != 0 && !f.is_off(p.vocab as usize) => Ok(f),
+            _ => Err(f32::NEG_INFINITY),
         }
     };
-    if gpu::thread_idx_x() == 0 {
+    let sampler = req.sampler(0);
+    // Past the workspace's entries only where `threshold_chunks = 1` (never read).
+    let scratch = (p.filter_scratch as *mut FilterScratch).wrapping_add(at);
+    let split = (p.threshold_chunk, c, p.threshold_chunks);
+    // SAFETY (both): every thread of the block is here (block-uniform
+    // branches), and each block of the entry once; a valid request's rows.
+    let tau = match active {
+        Err(tau) => (c == 0).then_some(tau),
+        Ok(f) if which == 0 => unsafe {
+            let value = |raw: T| sampler.scaled(raw.as_f32());
+            chunk_threshold(target_row::<T>(p, req.row0 + i), p.vocab, value, f, scratch, split)
+        },
+        Ok(f) => unsafe {
+            // i < n_r <= max_drafts (the match above).
+            let value = |raw: D| sampler.scaled(raw.as_f32());
+            chunk_threshold(draft_row::<D>(p, slot, i), p.vocab, value, f, scratch, split)
+        },
+    };
+    if let Some(tau) = tau
+        && gpu::thread_idx_x() == 0
+    {
         // SAFETY: thresholds holds 2·requests·(K+1) entries (workspace, host-sized).
-        unsafe { (p.thresholds as *mut f32).add(entry(p, r, i, which)).write(tau) };
+        unsafe { (p.thresholds as *mut f32).add(at).write(tau) };
     }
 }
