@@ -35,8 +35,6 @@ const MASS_RANGE: f32 = 23.0;
 pub(super) struct Kept {
     /// `S = {i : scaled(x_i) >= tau}`.
     pub tau: f32,
-    /// `LSE(S)` of the scaled values.
-    pub lse: f32,
     /// The ids of `S`, ascending, when there are at most [`SPARSE_MAX`] of
     /// them and `τ` is finite.
     pub ids: Option<Vec<u32>>,
@@ -49,10 +47,20 @@ impl Kept {
     pub fn holds(&self, y: f32) -> bool {
         y >= self.tau
     }
+
+    /// `LSE(S)` of the scaled `values` of the row this is the kept set of:
+    /// over its ids when it lists them, else over the masked row.
+    pub fn lse<L: Logit>(&self, level: Level, s: &Sampler, values: &[L]) -> f32 {
+        match &self.ids {
+            Some(ids) => ids.iter().fold(Lse::EMPTY, |l, &i| l.push(s.scaled(values[i as usize].to_f32()))).value(),
+            None => simd::lse(level, s, masked(s, values, self.tau).as_ref()),
+        }
+    }
 }
 
 /// The candidates of a row for `filter`, in id order: `(scaled value, id)`
-/// of every id that can be in `S` or decide `τ`, and the row's largest
+/// of every id that can be in `S` or decide `τ` (with min-p alone, the
+/// first `SPARSE_MAX + 1` or more where there are more), and the row's largest
 /// scaled value (`-inf` if none). Two passes: the blocks' maxima, then the
 /// blocks whose maximum reaches the cutoff under which no value matters —
 /// with top-k, the `k`-th largest block maximum (each of those blocks holds a
@@ -78,11 +86,17 @@ fn candidates<L: Logit>(level: Level, s: &Sampler, values: &[L], filter: Filter)
         let tau_m = if filter.has_min_p() { min_p_threshold(max, filter.min_p) } else { f32::NEG_INFINITY };
         if filter.has_top_p() { tau_m.max(max - MASS_RANGE) } else { tau_m }
     };
+    // With min-p alone `τ = τ_m` is the cutoff: past SPARSE_MAX candidates
+    // the kept set is folded as the masked row, and no more are needed.
+    let most = if filter.has_top_k(values.len()) || filter.has_top_p() { usize::MAX } else { SPARSE_MAX + 1 };
     let mut cands = Vec::new();
     let mut ys = [0f32; BLOCK];
     for (b, (block, &top)) in values.chunks(BLOCK).zip(&tops).enumerate() {
         if top < cutoff || top == f32::NEG_INFINITY {
             continue;
+        }
+        if cands.len() >= most {
+            break;
         }
         // Branch-free, so that it vectorises; then the few that pass.
         for (y, v) in ys.iter_mut().zip(block) {
@@ -156,12 +170,8 @@ pub(super) fn kept<L: Logit>(level: Level, s: &Sampler, values: &[L], filter: Fi
     let (tau, Candidates { mut cands, nan, .. }) = row_threshold(level, s, values, filter);
     cands.retain(|c| c.0 >= tau);
     let finite = tau > f32::NEG_INFINITY && tau < f32::INFINITY;
-    if cands.len() <= SPARSE_MAX && finite {
-        let lse = cands.iter().fold(Lse::EMPTY, |l, c| l.push(c.0)).value();
-        return Kept { tau, lse, ids: Some(cands.into_iter().map(|c| c.1).collect()), nan };
-    }
-    let lse = simd::lse(level, s, masked(s, values, tau).as_ref());
-    Kept { tau, lse, ids: None, nan }
+    let ids = (cands.len() <= SPARSE_MAX && finite).then(|| cands.into_iter().map(|c| c.1).collect());
+    Kept { tau, ids, nan }
 }
 
 /// `values` with every id outside `{scaled >= τ}` set to `-inf`, NaN included.
@@ -176,7 +186,20 @@ pub(super) fn masked<'v, L: Element>(s: &Sampler, values: &'v [L], tau: f32) -> 
 /// lanes never beats a finite candidate, and candidates combine in any order.
 pub(super) fn fold_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], kept: &Kept) -> ArgMax {
     let Some(ids) = &kept.ids else {
-        return simd::fold(level, s, ArgMax::IDENTITY, 0, masked(s, values, kept.tau).as_ref()).0;
+        // The masked row a stretch at a time, in a buffer on the stack: the
+        // winner of a fold is the same for any split (noise keyed by id,
+        // candidates in a total order).
+        const STRETCH: usize = 1024;
+        let off = L::from_f32(f32::NEG_INFINITY);
+        let mut buf = [off; STRETCH];
+        let mut best = ArgMax::IDENTITY;
+        for (c, stretch) in values.chunks(STRETCH).enumerate() {
+            for (b, &v) in buf.iter_mut().zip(stretch) {
+                *b = if s.scaled(v.to_f32()) >= kept.tau { v } else { off };
+            }
+            best = simd::fold(level, s, best, (c * STRETCH) as u32, &buf[..stretch.len()]).0;
+        }
+        return best;
     };
     let mut best = ArgMax::IDENTITY;
     let mut at = 0;
@@ -216,7 +239,7 @@ pub fn kept_set(logits: &[f32], temperature: f32, filter: Filter) -> KeptSet {
         };
     }
     let k = kept(level, &s, logits, filter);
-    KeptSet { threshold: k.tau, lse: k.lse }
+    KeptSet { threshold: k.tau, lse: k.lse(level, &s, logits) }
 }
 
 #[cfg(test)]

@@ -99,7 +99,8 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
         if filter.is_off(row.len()) {
             Dist::Full { lse: simd::lse(self.level, &self.sampler, row) }
         } else {
-            Dist::Kept(kept(self.level, &self.sampler, row, filter))
+            let kept = kept(self.level, &self.sampler, row, filter);
+            Dist::Kept { lse: kept.lse(self.level, &self.sampler, row), kept }
         }
     }
 
@@ -133,9 +134,11 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
         let Some(Rejected { id: rejected, dists }) = rejected else {
             // Residual and target candidates are both the target's: this is
             // gumbel_sample's fold of a random row, vectorised.
-            return match self.dist(row, self.target_filter) {
-                Dist::Full { .. } => simd::fold(self.level, &sampler, ArgMax::IDENTITY, 0, row).0.index,
-                Dist::Kept(k) => fold_kept(self.level, &sampler, row, &k).index,
+            // Its kept set only: the fold needs no log-sum-exp.
+            return if self.target_filter.is_off(row.len()) {
+                simd::fold(self.level, &sampler, ArgMax::IDENTITY, 0, row).0.index
+            } else {
+                fold_kept(self.level, &sampler, row, &kept(self.level, &self.sampler, row, self.target_filter)).index
             };
         };
         let target = dists.target.row(&sampler, row);
@@ -152,14 +155,14 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
 /// row, or of a filter's kept set (SPEC §7.3).
 enum Dist {
     Full { lse: f32 },
-    Kept(Kept),
+    Kept { kept: Kept, lse: f32 },
 }
 
 impl Dist {
     fn lse(&self) -> f32 {
         match self {
             Dist::Full { lse } => *lse,
-            Dist::Kept(k) => k.lse,
+            Dist::Kept { lse, .. } => *lse,
         }
     }
 
@@ -167,8 +170,8 @@ impl Dist {
     fn log_prob(&self, y: f32) -> f32 {
         match self {
             Dist::Full { lse } => y - lse,
-            Dist::Kept(k) if k.holds(y) => y - k.lse,
-            Dist::Kept(_) => f32::NEG_INFINITY,
+            Dist::Kept { kept, lse } if kept.holds(y) => y - lse,
+            Dist::Kept { .. } => f32::NEG_INFINITY,
         }
     }
 
@@ -176,7 +179,7 @@ impl Dist {
     fn row<'r, L: Logit>(&self, s: &Sampler, row: &'r [L]) -> Cow<'r, [L]> {
         match self {
             Dist::Full { .. } => row.into(),
-            Dist::Kept(k) => masked(s, row, k.tau),
+            Dist::Kept { kept, .. } => masked(s, row, kept.tau),
         }
     }
 }
