@@ -248,7 +248,7 @@ mod tests {
     use specdec_core::rng::random_u32;
 
     /// The Gumbel-max over a kept set's own ids equals the fold of the
-    /// masked row, on every level, for kept sets from one id to thousands,
+    /// masked row (whole, and a stretch at a time), on every level, for kept sets from one id to thousands,
     /// on rows with ties, `-inf` and NaN, ragged last quads included.
     #[test]
     fn the_sparse_fold_is_the_masked_fold() {
@@ -281,6 +281,9 @@ mod tests {
                         assert_eq!(got.index, want.index, "{ctx}");
                         let scalar = fold_kept(Level::Scalar, &s, &row, &dense);
                         assert_eq!(want.index, scalar.index, "{ctx}: levels agree");
+                        // The fold a stretch at a time is the fold of the whole masked row.
+                        let whole = simd::fold(level, &s, ArgMax::IDENTITY, 0, masked(&s, &row, k.tau).as_ref()).0;
+                        assert_eq!(want.index, whole.index, "{ctx}: stretches");
                     }
                 }
             }
