@@ -98,14 +98,19 @@ fn candidates<L: Logit>(level: Level, s: &Sampler, values: &[L], filter: Filter)
         if cands.len() >= most {
             break;
         }
-        // Branch-free, so that it vectorises; then the few that pass.
+        // Branch-free, so that it vectorises: the scaled values, then a mask
+        // of those that pass; then the ones that do, bit by bit.
         for (y, v) in ys.iter_mut().zip(block) {
             *y = s.scaled(v.to_f32());
         }
+        let mut pass = 0u64;
         for (i, &y) in ys[..block.len()].iter().enumerate() {
-            if y >= cutoff && y > f32::NEG_INFINITY {
-                cands.push((y, (b * BLOCK + i) as u32));
-            }
+            pass |= ((y >= cutoff && y > f32::NEG_INFINITY) as u64) << i;
+        }
+        while pass != 0 {
+            let i = pass.trailing_zeros() as usize;
+            pass &= pass - 1;
+            cands.push((ys[i], (b * BLOCK + i) as u32));
         }
     }
     Candidates { cands, max, nan }
@@ -181,25 +186,13 @@ pub(super) fn masked<'v, L: Element>(s: &Sampler, values: &'v [L], tau: f32) -> 
 }
 
 /// The Gumbel-max over the kept set `kept` of `values`: over the quads that
-/// hold its ids (every other lane at `-inf`) when it lists them, else over
-/// the masked row. Either is the fold of the masked row: a quad of `-inf`
+/// hold its ids (every other lane at `-inf`) when it lists them, else by the
+/// fold that masks the row as it reads it (`simd::fold_kept`). Either is the
+/// fold of the masked row: a quad of `-inf`
 /// lanes never beats a finite candidate, and candidates combine in any order.
 pub(super) fn fold_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], kept: &Kept) -> ArgMax {
     let Some(ids) = &kept.ids else {
-        // The masked row a stretch at a time, in a buffer on the stack: the
-        // winner of a fold is the same for any split (noise keyed by id,
-        // candidates in a total order).
-        const STRETCH: usize = 1024;
-        let off = L::from_f32(f32::NEG_INFINITY);
-        let mut buf = [off; STRETCH];
-        let mut best = ArgMax::IDENTITY;
-        for (c, stretch) in values.chunks(STRETCH).enumerate() {
-            for (b, &v) in buf.iter_mut().zip(stretch) {
-                *b = if s.scaled(v.to_f32()) >= kept.tau { v } else { off };
-            }
-            best = simd::fold(level, s, best, (c * STRETCH) as u32, &buf[..stretch.len()]).0;
-        }
-        return best;
+        return simd::fold_kept(level, s, ArgMax::IDENTITY, 0, values, kept.tau).0;
     };
     let mut best = ArgMax::IDENTITY;
     let mut at = 0;
@@ -248,7 +241,7 @@ mod tests {
     use specdec_core::rng::random_u32;
 
     /// The Gumbel-max over a kept set's own ids equals the fold of the
-    /// masked row (whole, and a stretch at a time), on every level, for kept sets from one id to thousands,
+    /// masked row (a copy, and as the fold masks it), on every level, for kept sets from one id to thousands,
     /// on rows with ties, `-inf` and NaN, ragged last quads included.
     #[test]
     fn the_sparse_fold_is_the_masked_fold() {
@@ -281,9 +274,9 @@ mod tests {
                         assert_eq!(got.index, want.index, "{ctx}");
                         let scalar = fold_kept(Level::Scalar, &s, &row, &dense);
                         assert_eq!(want.index, scalar.index, "{ctx}: levels agree");
-                        // The fold a stretch at a time is the fold of the whole masked row.
-                        let whole = simd::fold(level, &s, ArgMax::IDENTITY, 0, masked(&s, &row, k.tau).as_ref()).0;
-                        assert_eq!(want.index, whole.index, "{ctx}: stretches");
+                        // The fold that masks as it goes is the fold of the masked row.
+                        let copy = simd::fold(level, &s, ArgMax::IDENTITY, 0, masked(&s, &row, k.tau).as_ref()).0;
+                        assert_eq!(want.index, copy.index, "{ctx}: the masked copy");
                     }
                 }
             }

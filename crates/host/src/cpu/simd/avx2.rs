@@ -67,9 +67,16 @@ impl Load for F16 {
 /// # Safety
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn fold<L: Logit>(s: &Sampler, mut best: ArgMax, base: u32, values: &[L]) -> (ArgMax, bool) {
+pub(super) unsafe fn fold<L: Logit>(
+    s: &Sampler,
+    mut best: ArgMax,
+    base: u32,
+    values: &[L],
+    tau: f32,
+) -> (ArgMax, bool) {
     let key = Key::new(&RowKey::new(s));
     let scale = _mm256_set1_ps(s.scale);
+    let (masked, tau_v, ninf) = (tau > f32::NEG_INFINITY, _mm256_set1_ps(tau), _mm256_set1_ps(f32::NEG_INFINITY));
     let coarse = _mm256_set1_ps(COARSE_BOUND);
     let gumbel_max = _mm256_set1_ps(GUMBEL_MAX);
     let all_ones = _mm256_set1_epi32(-1);
@@ -83,8 +90,12 @@ pub(super) unsafe fn fold<L: Logit>(s: &Sampler, mut best: ArgMax, base: u32, va
         for (i, w) in w.iter_mut().enumerate() {
             // SAFETY: the block holds 8·VECS elements; the CPU has AVX2 and F16C.
             let x = unsafe { L::load8(block.as_ptr().add(8 * i)) };
-            let (y, x_nan) = scaled(x, scale);
+            let (mut y, x_nan) = scaled(x, scale);
             nan |= x_nan;
+            if masked {
+                // Outside the kept set (NaN too: the compare is ordered): -inf.
+                y = _mm256_blendv_ps(ninf, y, _mm256_cmp_ps::<_CMP_GE_OQ>(y, tau_v));
+            }
             *w = y;
             // `vmaxps` returns its second operand where either is NaN: NaN
             // lanes are left out, as in the scalar quad test.
@@ -117,7 +128,7 @@ pub(super) unsafe fn fold<L: Logit>(s: &Sampler, mut best: ArgMax, base: u32, va
         }
     }
     let done = values.len() - tail.len();
-    let (best, tail_nan) = fold_scalar(s, best, base + done as u32, tail);
+    let (best, tail_nan) = fold_scalar(s, best, base + done as u32, tail, tau);
     (best, nan || tail_nan)
 }
 

@@ -64,9 +64,16 @@ impl Load for F16 {
 /// # Safety
 /// The CPU supports AVX-512F.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn fold<L: Logit>(s: &Sampler, mut best: ArgMax, base: u32, values: &[L]) -> (ArgMax, bool) {
+pub(super) unsafe fn fold<L: Logit>(
+    s: &Sampler,
+    mut best: ArgMax,
+    base: u32,
+    values: &[L],
+    tau: f32,
+) -> (ArgMax, bool) {
     let key = Key::new(&RowKey::new(s));
     let scale = _mm512_set1_ps(s.scale);
+    let (masked, tau_v, ninf) = (tau > f32::NEG_INFINITY, _mm512_set1_ps(tau), _mm512_set1_ps(f32::NEG_INFINITY));
     let coarse = _mm512_set1_ps(COARSE_BOUND);
     let gumbel_max = _mm512_set1_ps(GUMBEL_MAX);
     let top_bucket = _mm512_set1_epi32(TOP_BUCKET as i32);
@@ -80,8 +87,12 @@ pub(super) unsafe fn fold<L: Logit>(s: &Sampler, mut best: ArgMax, base: u32, va
         for (i, w) in w.iter_mut().enumerate() {
             // SAFETY: the block holds 16·VECS elements; the CPU has AVX-512F.
             let x = unsafe { L::load16(block.as_ptr().add(16 * i)) };
-            let (y, x_nan) = scaled(x, scale);
+            let (mut y, x_nan) = scaled(x, scale);
             nan |= x_nan;
+            if masked {
+                // Outside the kept set (NaN too: the compare is ordered): -inf.
+                y = _mm512_mask_mov_ps(ninf, _mm512_cmp_ps_mask::<_CMP_GE_OQ>(y, tau_v), y);
+            }
             *w = y;
             // `vmaxps` returns its second operand where either is NaN: NaN
             // lanes are left out, as in the scalar quad test.
@@ -112,7 +123,7 @@ pub(super) unsafe fn fold<L: Logit>(s: &Sampler, mut best: ArgMax, base: u32, va
         }
     }
     let done = values.len() - tail.len();
-    let (best, tail_nan) = fold_scalar(s, best, base + done as u32, tail);
+    let (best, tail_nan) = fold_scalar(s, best, base + done as u32, tail, tau);
     (best, nan || tail_nan)
 }
 

@@ -106,24 +106,42 @@ impl<L: Element> Logit for L {}
 /// would, and says whether any of the values is NaN. `level` must be
 /// supported ([`Level::detect`]).
 pub(super) fn fold<L: Logit>(level: Level, s: &Sampler, best: ArgMax, base: u32, values: &[L]) -> (ArgMax, bool) {
+    fold_kept(level, s, best, base, values, f32::NEG_INFINITY)
+}
+
+/// [`fold`] of the kept set `{scaled >= tau}` of the ids: as the fold of the
+/// row with every other id (NaN included) at `-inf` would give, without the
+/// copy; `tau = -inf` is [`fold`] itself (NaN kept, as it is there).
+pub(super) fn fold_kept<L: Logit>(
+    level: Level,
+    s: &Sampler,
+    best: ArgMax,
+    base: u32,
+    values: &[L],
+    tau: f32,
+) -> (ArgMax, bool) {
     debug_assert!(!s.greedy && base.is_multiple_of(4) && level.supported());
     match level {
-        Level::Scalar => fold_scalar(s, best, base, values),
+        Level::Scalar => fold_scalar(s, best, base, values, tau),
         // SAFETY: the caller has checked that the CPU supports the level.
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => unsafe { avx2::fold(s, best, base, values) },
+        Level::Avx2 => unsafe { avx2::fold(s, best, base, values, tau) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Level::Avx512 => unsafe { avx512::fold(s, best, base, values) },
+        Level::Avx512 => unsafe { avx512::fold(s, best, base, values, tau) },
     }
 }
 
-/// The reference: [`Sampler::fold_quad`] over the row's quads. The vector
-/// levels use it for the ids after their last whole block.
-fn fold_scalar<L: Element>(s: &Sampler, mut best: ArgMax, base: u32, values: &[L]) -> (ArgMax, bool) {
+/// The reference: [`Sampler::fold_quad`] over the row's quads, those
+/// outside `{scaled >= tau}` at `-inf` ([`fold_kept`]). The vector levels
+/// use it for the ids after their last whole block.
+fn fold_scalar<L: Element>(s: &Sampler, mut best: ArgMax, base: u32, values: &[L], tau: f32) -> (ArgMax, bool) {
     let mut nan = false;
-    for (x, vals, n) in quads(values) {
+    for (x, mut vals, n) in quads(values) {
         nan |= vals[..n as usize].iter().any(|v| v.is_nan());
+        if tau > f32::NEG_INFINITY {
+            vals = vals.map(|v| if s.scaled(v) >= tau { v } else { f32::NEG_INFINITY });
+        }
         best = s.fold_quad(best, base + x, vals, n);
     }
     (best, nan)
