@@ -53,7 +53,7 @@ impl Kept {
     pub fn lse<L: Logit>(&self, level: Level, s: &Sampler, values: &[L]) -> f32 {
         match &self.ids {
             Some(ids) => ids.iter().fold(Lse::EMPTY, |l, &i| l.push(s.scaled(values[i as usize].to_f32()))).value(),
-            None => simd::lse(level, s, masked(s, values, self.tau).as_ref()),
+            None => simd::lse_kept(level, s, values, self.tau),
         }
     }
 }
@@ -241,7 +241,8 @@ mod tests {
     use specdec_core::rng::random_u32;
 
     /// The Gumbel-max over a kept set's own ids equals the fold of the
-    /// masked row (a copy, and as the fold masks it), on every level, for kept sets from one id to thousands,
+    /// masked row (a copy, and as the fold masks it), and so do the
+    /// log-sum-exps, on every level, for kept sets from one id to thousands,
     /// on rows with ties, `-inf` and NaN, ragged last quads included.
     #[test]
     fn the_sparse_fold_is_the_masked_fold() {
@@ -277,6 +278,12 @@ mod tests {
                         // The fold that masks as it goes is the fold of the masked row.
                         let copy = simd::fold(level, &s, ArgMax::IDENTITY, 0, masked(&s, &row, k.tau).as_ref()).0;
                         assert_eq!(want.index, copy.index, "{ctx}: the masked copy");
+                        // So is the log-sum-exp that masks as it reads, bit for bit.
+                        let (lse, lse_copy) = (
+                            simd::lse_kept(level, &s, &row, k.tau),
+                            simd::lse(level, &s, masked(&s, &row, k.tau).as_ref()),
+                        );
+                        assert_eq!(lse.to_bits(), lse_copy.to_bits(), "{ctx}: LSE {lse} vs {lse_copy}");
                     }
                 }
             }

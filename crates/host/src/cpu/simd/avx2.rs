@@ -140,9 +140,9 @@ const _: () = assert!(LSE_LANES == 16);
 /// # Safety
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L]) -> [f32; LSE_LANES] {
+pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L], tau: f32) -> [f32; LSE_LANES] {
     // SAFETY: forwarded.
-    unsafe { fold_lanes(scale, values, _mm256_set1_ps(f32::NEG_INFINITY), |m, y| _mm256_max_ps(y, m)) }
+    unsafe { fold_lanes(scale, values, tau, _mm256_set1_ps(f32::NEG_INFINITY), |m, y| _mm256_max_ps(y, m)) }
 }
 
 /// Step 2 of [`super::lse`] on AVX2, for a finite row maximum `max`.
@@ -150,16 +150,16 @@ pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L]) -> [f32; LSE_L
 /// # Safety
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn lane_sums<L: Logit>(scale: f32, max: f32, values: &[L]) -> [f32; LSE_LANES] {
+pub(super) unsafe fn lane_sums<L: Logit>(scale: f32, max: f32, values: &[L], tau: f32) -> [f32; LSE_LANES] {
     let max = _mm256_set1_ps(max);
     // SAFETY: forwarded.
     unsafe {
-        fold_lanes(scale, values, _mm256_setzero_ps(), |sum, y| _mm256_add_ps(sum, exp_le0(_mm256_sub_ps(y, max))))
+        fold_lanes(scale, values, tau, _mm256_setzero_ps(), |sum, y| _mm256_add_ps(sum, exp_le0(_mm256_sub_ps(y, max))))
     }
 }
 
-/// Folds the scaled logits of `values` into the 16 lanes of
-/// [`super::lse`] (id `x` into lane `x % 16`, in id order) as `acc = f(acc, y)`,
+/// Folds the scaled logits of `values`, those outside `{scaled >= tau}` at
+/// `-inf` where `tau > -inf`, into the 16 lanes of [`super::lse`] (id `x` into lane `x % 16`, in id order) as `acc = f(acc, y)`,
 /// from `init`; the tail is padded with `-inf`.
 ///
 /// # Safety
@@ -169,10 +169,20 @@ pub(super) unsafe fn lane_sums<L: Logit>(scale: f32, max: f32, values: &[L]) -> 
 unsafe fn fold_lanes<L: Logit>(
     scale: f32,
     values: &[L],
+    tau: f32,
     init: __m256,
     mut f: impl FnMut(__m256, __m256) -> __m256,
 ) -> [f32; LSE_LANES] {
     let scale = _mm256_set1_ps(scale);
+    let (masked, tau) = (tau > f32::NEG_INFINITY, _mm256_set1_ps(tau));
+    // Outside the kept set (NaN too: the compare is ordered): -inf.
+    let kept = |y: __m256| {
+        if masked {
+            _mm256_blendv_ps(_mm256_set1_ps(f32::NEG_INFINITY), y, _mm256_cmp_ps::<_CMP_GE_OQ>(y, tau))
+        } else {
+            y
+        }
+    };
     let groups = values.chunks_exact(LSE_LANES);
     let tail = groups.remainder();
     let mut acc = [init; 2];
@@ -180,7 +190,7 @@ unsafe fn fold_lanes<L: Logit>(
         for (h, acc) in acc.iter_mut().enumerate() {
             // SAFETY: the group holds 16 elements; the CPU has AVX2 and F16C.
             let x = unsafe { L::load8(group.as_ptr().add(8 * h)) };
-            *acc = f(*acc, scaled(x, scale).0);
+            *acc = f(*acc, kept(scaled(x, scale).0));
         }
     }
     if !tail.is_empty() {
@@ -188,7 +198,7 @@ unsafe fn fold_lanes<L: Logit>(
         for (h, acc) in acc.iter_mut().enumerate() {
             // SAFETY: as above.
             let x = unsafe { f32::load8(tail.as_ptr().add(8 * h)) };
-            *acc = f(*acc, scaled(x, scale).0);
+            *acc = f(*acc, kept(scaled(x, scale).0));
         }
     }
     // SAFETY: a vector is 8 plain f32 lanes, in memory order.

@@ -135,9 +135,9 @@ const _: () = assert!(LSE_LANES == 16);
 /// # Safety
 /// The CPU supports AVX-512F.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L]) -> [f32; LSE_LANES] {
+pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L], tau: f32) -> [f32; LSE_LANES] {
     // SAFETY: forwarded.
-    unsafe { fold_lanes(scale, values, _mm512_set1_ps(f32::NEG_INFINITY), |m, y| _mm512_max_ps(y, m)) }
+    unsafe { fold_lanes(scale, values, tau, _mm512_set1_ps(f32::NEG_INFINITY), |m, y| _mm512_max_ps(y, m)) }
 }
 
 /// Step 2 of [`super::lse`] on AVX-512F, for a finite row maximum `max`.
@@ -145,16 +145,16 @@ pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L]) -> [f32; LSE_L
 /// # Safety
 /// The CPU supports AVX-512F.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn lane_sums<L: Logit>(scale: f32, max: f32, values: &[L]) -> [f32; LSE_LANES] {
+pub(super) unsafe fn lane_sums<L: Logit>(scale: f32, max: f32, values: &[L], tau: f32) -> [f32; LSE_LANES] {
     let max = _mm512_set1_ps(max);
     // SAFETY: forwarded.
     unsafe {
-        fold_lanes(scale, values, _mm512_setzero_ps(), |sum, y| _mm512_add_ps(sum, exp_le0(_mm512_sub_ps(y, max))))
+        fold_lanes(scale, values, tau, _mm512_setzero_ps(), |sum, y| _mm512_add_ps(sum, exp_le0(_mm512_sub_ps(y, max))))
     }
 }
 
-/// Folds the scaled logits of `values` into the 16 lanes of
-/// [`super::lse`] (id `x` into lane `x % 16`, in id order) as `acc = f(acc, y)`,
+/// Folds the scaled logits of `values`, those outside `{scaled >= tau}` at
+/// `-inf` where `tau > -inf`, into the 16 lanes of [`super::lse`] (id `x` into lane `x % 16`, in id order) as `acc = f(acc, y)`,
 /// from `init`; the tail is padded with `-inf`.
 ///
 /// # Safety
@@ -164,23 +164,33 @@ pub(super) unsafe fn lane_sums<L: Logit>(scale: f32, max: f32, values: &[L]) -> 
 unsafe fn fold_lanes<L: Logit>(
     scale: f32,
     values: &[L],
+    tau: f32,
     init: __m512,
     mut f: impl FnMut(__m512, __m512) -> __m512,
 ) -> [f32; LSE_LANES] {
     let scale = _mm512_set1_ps(scale);
+    let (masked, tau) = (tau > f32::NEG_INFINITY, _mm512_set1_ps(tau));
+    // Outside the kept set (NaN too: the compare is ordered): -inf.
+    let kept = |y: __m512| {
+        if masked {
+            _mm512_mask_mov_ps(_mm512_set1_ps(f32::NEG_INFINITY), _mm512_cmp_ps_mask::<_CMP_GE_OQ>(y, tau), y)
+        } else {
+            y
+        }
+    };
     let groups = values.chunks_exact(LSE_LANES);
     let tail = groups.remainder();
     let mut acc = init;
     for group in groups {
         // SAFETY: the group holds 16 elements; the CPU has AVX-512F.
         let x = unsafe { L::load16(group.as_ptr()) };
-        acc = f(acc, scaled(x, scale).0);
+        acc = f(acc, kept(scaled(x, scale).0));
     }
     if !tail.is_empty() {
         let tail = padded_tail(tail);
         // SAFETY: as above.
         let x = unsafe { f32::load16(tail.as_ptr()) };
-        acc = f(acc, scaled(x, scale).0);
+        acc = f(acc, kept(scaled(x, scale).0));
     }
     // SAFETY: a vector is 16 plain f32 lanes, in memory order.
     unsafe { transmute(acc) }

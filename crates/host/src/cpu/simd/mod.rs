@@ -230,28 +230,35 @@ fn block_max_lanes<L: Element>(block: &[L]) -> (f32, bool) {
 ///
 /// [`Lse::push_quad`]: specdec_core::logspace::Lse::push_quad
 pub(super) fn lse<L: Logit>(level: Level, s: &Sampler, values: &[L]) -> f32 {
+    lse_kept(level, s, values, f32::NEG_INFINITY)
+}
+
+/// [`lse`] of the kept set `{scaled >= tau}` of the ids, bit for bit that of
+/// the row with every other id (NaN included) at `-inf`, without the copy;
+/// `tau = -inf` is [`lse`] itself.
+pub(super) fn lse_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], tau: f32) -> f32 {
     debug_assert!(level.supported());
     let lanes = match level {
-        Level::Scalar => lane_max_scalar(s, values),
+        Level::Scalar => lane_max_scalar(s, values, tau),
         // SAFETY: the caller has checked that the CPU supports the level.
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => unsafe { avx2::lane_max(s.scale, values) },
+        Level::Avx2 => unsafe { avx2::lane_max(s.scale, values, tau) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Level::Avx512 => unsafe { avx512::lane_max(s.scale, values) },
+        Level::Avx512 => unsafe { avx512::lane_max(s.scale, values, tau) },
     };
     let m = lanes.iter().fold(f32::NEG_INFINITY, |m, &y| max_ps(y, m));
     if m.is_infinite() {
         return m;
     }
     let sums = match level {
-        Level::Scalar => lane_sums_scalar(s, m, values),
+        Level::Scalar => lane_sums_scalar(s, m, values, tau),
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => unsafe { avx2::lane_sums(s.scale, m, values) },
+        Level::Avx2 => unsafe { avx2::lane_sums(s.scale, m, values, tau) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Level::Avx512 => unsafe { avx512::lane_sums(s.scale, m, values) },
+        Level::Avx512 => unsafe { avx512::lane_sums(s.scale, m, values, tau) },
     };
     m + ln(pairwise_sum(sums))
 }
@@ -279,8 +286,16 @@ fn max_ps(y: f32, m: f32) -> f32 {
     if y > m { y } else { m }
 }
 
-/// Step 1 of [`lse`], the reference for the vector levels.
-fn lane_max_scalar<L: Element>(s: &Sampler, values: &[L]) -> [f32; LSE_LANES] {
+/// `x` scaled, or `-inf` outside the kept set `{scaled >= tau}` (NaN too)
+/// where `tau > -inf`: a masked copy's value, as [`lse_kept`] reads it.
+#[inline(always)]
+fn kept_scaled(s: &Sampler, x: f32, tau: f32) -> f32 {
+    let y = s.scaled(x);
+    if tau > f32::NEG_INFINITY && !(y >= tau) { f32::NEG_INFINITY } else { y }
+}
+
+/// Step 1 of [`lse_kept`], the reference for the vector levels.
+fn lane_max_scalar<L: Element>(s: &Sampler, values: &[L], tau: f32) -> [f32; LSE_LANES] {
     let mut m = [f32::NEG_INFINITY; LSE_LANES];
     // Whole groups first, so that the compiler can vectorise: the lanes are
     // independent.
@@ -288,29 +303,29 @@ fn lane_max_scalar<L: Element>(s: &Sampler, values: &[L]) -> [f32; LSE_LANES] {
     let tail = groups.remainder();
     for group in groups {
         for (m, x) in m.iter_mut().zip(group) {
-            *m = max_ps(s.scaled(x.to_f32()), *m);
+            *m = max_ps(kept_scaled(s, x.to_f32(), tau), *m);
         }
     }
     for (m, x) in m.iter_mut().zip(tail) {
-        *m = max_ps(s.scaled(x.to_f32()), *m);
+        *m = max_ps(kept_scaled(s, x.to_f32(), tau), *m);
     }
     m
 }
 
-/// Step 2 of [`lse`] for a finite row maximum `max`, the reference for the
-/// vector levels.
-fn lane_sums_scalar<L: Element>(s: &Sampler, max: f32, values: &[L]) -> [f32; LSE_LANES] {
+/// Step 2 of [`lse_kept`] for a finite row maximum `max`, the reference for
+/// the vector levels.
+fn lane_sums_scalar<L: Element>(s: &Sampler, max: f32, values: &[L], tau: f32) -> [f32; LSE_LANES] {
     let mut sums = [0.0f32; LSE_LANES];
     // As in `lane_max_scalar`.
     let groups = values.chunks_exact(LSE_LANES);
     let tail = groups.remainder();
     for group in groups {
         for (sum, x) in sums.iter_mut().zip(group) {
-            *sum += exp_le0(s.scaled(x.to_f32()) - max);
+            *sum += exp_le0(kept_scaled(s, x.to_f32(), tau) - max);
         }
     }
     for (sum, x) in sums.iter_mut().zip(tail) {
-        *sum += exp_le0(s.scaled(x.to_f32()) - max);
+        *sum += exp_le0(kept_scaled(s, x.to_f32(), tau) - max);
     }
     sums
 }
