@@ -291,7 +291,8 @@ fn max_ps(y: f32, m: f32) -> f32 {
 #[inline(always)]
 fn kept_scaled(s: &Sampler, x: f32, tau: f32) -> f32 {
     let y = s.scaled(x);
-    if tau > f32::NEG_INFINITY && !(y >= tau) { f32::NEG_INFINITY } else { y }
+    // Unmasked where `tau > -inf` is false, as the vector levels test it.
+    if tau == f32::NEG_INFINITY || tau.is_nan() || y >= tau { y } else { f32::NEG_INFINITY }
 }
 
 /// Step 1 of [`lse_kept`], the reference for the vector levels.
