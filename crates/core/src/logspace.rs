@@ -13,9 +13,9 @@
 
 use crate::gumbel::ln;
 
-const LOG2E: f32 = core::f32::consts::LOG2_E;
-const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
-const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
+pub(crate) const LOG2E: f32 = core::f32::consts::LOG2_E;
+pub(crate) const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
+pub(crate) const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
 
 /// `e^x`. Exact at `-inf` (0) and for NaN (NaN); `0` below `-87.3` (no
 /// subnormal results: they never matter to a probability sum), `inf` above 88.7.

@@ -150,7 +150,8 @@ fn row_threshold<L: Logit>(level: Level, s: &Sampler, values: &[L], filter: Filt
     }
     if ys.len() > GROUP_WALK_MAX && max < f32::INFINITY {
         // Many candidates (top-p over most of the row): a radix search, not a sort.
-        let masses: Vec<u64> = ys.iter().map(|&y| mass(y, max)).collect();
+        let mut masses = vec![0u64; ys.len()];
+        simd::masses(level, &ys, max, &mut masses);
         return (radix_threshold(&ys, &masses, max, filter, vocab), found);
     }
     ys.sort_unstable_by_key(|&y| std::cmp::Reverse(key(y)));
@@ -239,6 +240,24 @@ pub fn kept_set(logits: &[f32], temperature: f32, filter: Filter) -> KeptSet {
 mod tests {
     use super::*;
     use specdec_core::rng::random_u32;
+
+    /// Every level's masses are `filter::mass`, bit for bit (the top-p
+    /// search's integer sums depend on them), over values from the maximum
+    /// to past the end of `exp`'s range.
+    #[test]
+    fn every_level_has_the_masses() {
+        let word = |i: usize| random_u32(7, i as u64, Stream::Accept, 0);
+        for max in [0.0f32, 5.5, -30.25] {
+            let ys: Vec<f32> = (0..10_007).map(|i| max - (word(i) % 1_000_000) as f32 * 1e-4).collect();
+            for &level in Level::ALL.iter().filter(|l| l.supported()) {
+                let mut got = vec![0u64; ys.len()];
+                simd::masses(level, &ys, max, &mut got);
+                for (y, g) in ys.iter().zip(&got) {
+                    assert_eq!(*g, mass(*y, max), "{level:?}: y {y}, max {max}");
+                }
+            }
+        }
+    }
 
     /// The Gumbel-max over a kept set's own ids equals the fold of the
     /// masked row (a copy, and as the fold masks it), and so do the

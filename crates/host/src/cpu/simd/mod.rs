@@ -147,6 +147,34 @@ fn fold_scalar<L: Element>(s: &Sampler, mut best: ArgMax, base: u32, values: &[L
     (best, nan)
 }
 
+/// `specdec_core::filter::masses`, compiled for the level's vector width
+/// (the same operations, so every level gives the same masses). `level`
+/// must be supported ([`Level::detect`]).
+pub(super) fn masses(level: Level, ys: &[f32], max: f32, out: &mut [u64]) {
+    debug_assert!(level.supported());
+    match level {
+        Level::Scalar => specdec_core::filter::masses(ys, max, out),
+        // SAFETY: the caller has checked that the CPU supports the level.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => unsafe { masses_avx2(ys, max, out) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => unsafe { masses_avx512(ys, max, out) },
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn masses_avx2(ys: &[f32], max: f32, out: &mut [u64]) {
+    specdec_core::filter::masses(ys, max, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn masses_avx512(ys: &[f32], max: f32, out: &mut [u64]) {
+    specdec_core::filter::masses(ys, max, out)
+}
+
 /// The largest value of `block` (NaN ignored; `-inf` if none) and whether it
 /// holds a NaN, for the greedy scan. One body ([`block_max_lanes`]), compiled
 /// for each level, where the compiler vectorises its 16 independent lanes at
