@@ -100,19 +100,10 @@ pub fn mass(x: f32, max: f32) -> u64 {
 /// vectors gets them.
 #[inline(always)]
 pub fn masses(ys: &[f32], max: f32, out: &mut [u64]) {
-    use crate::logspace::{LN2_HI, LN2_LO, LOG2E};
+    use crate::logspace::{LOG2E, exp_reduced};
     for (m, &y) in out.iter_mut().zip(ys) {
         let d = (y - max).max(-87.0);
-        let t = d * LOG2E;
-        let k = (t - 0.5) as i32;
-        let kf = k as f32;
-        let r = (d - kf * LN2_HI) - kf * LN2_LO;
-        let p = 1.0
-            + r * (1.0
-                + r * (0.5
-                    + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-        let half = k / 2;
-        let e = p * f32::from_bits(((half + 127) as u32) << 23) * f32::from_bits(((k - half + 127) as u32) << 23);
+        let e = exp_reduced(d, (d * LOG2E - 0.5) as i32);
         let v = e * (1u64 << MASS_BITS) as f32;
         // e <= 1: v <= 2^32, and 2^32 only at the maximum.
         *m = if v >= (1u64 << MASS_BITS) as f32 { 1 << MASS_BITS } else { (v as u32) as u64 };

@@ -14,8 +14,8 @@
 use crate::gumbel::ln;
 
 pub(crate) const LOG2E: f32 = core::f32::consts::LOG2_E;
-pub(crate) const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
-pub(crate) const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
+const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
+const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
 
 /// `e^x`. Exact at `-inf` (0) and for NaN (NaN); `0` below `-87.3` (no
 /// subnormal results: they never matter to a probability sum), `inf` above 88.7.
@@ -30,9 +30,17 @@ pub fn exp(x: f32) -> f32 {
     if x > 88.72 {
         return f32::INFINITY;
     }
-    // x = k·ln2 + r, |r| <= ln2/2 (Cody–Waite: k·LN2_HI is exact).
     let t = x * LOG2E;
-    let k = if t >= 0.0 { (t + 0.5) as i32 } else { (t - 0.5) as i32 };
+    exp_reduced(x, if t >= 0.0 { (t + 0.5) as i32 } else { (t - 0.5) as i32 })
+}
+
+/// [`exp`] of `x` in its range (`-87.33 ..= 88.72`) given `k`, `x·log2(e)`
+/// rounded to the nearest integer as [`exp`] rounds it: the reduction, the
+/// polynomial and the scaling by `2^k`, shared with the batched masses of
+/// `crate::filter::masses`.
+#[inline(always)]
+pub(crate) fn exp_reduced(x: f32, k: i32) -> f32 {
+    // x = k·ln2 + r, |r| <= ln2/2 (Cody–Waite: k·LN2_HI is exact).
     let kf = k as f32;
     let r = (x - kf * LN2_HI) - kf * LN2_LO;
     let p = 1.0
