@@ -140,7 +140,7 @@ fn fold_scalar<L: Element>(s: &Sampler, mut best: ArgMax, base: u32, values: &[L
     for (x, mut vals, n) in quads(values) {
         nan |= vals[..n as usize].iter().any(|v| v.is_nan());
         if tau > f32::NEG_INFINITY {
-            vals = vals.map(|v| if s.scaled(v) >= tau { v } else { f32::NEG_INFINITY });
+            vals = vals.map(|v| if kept_scaled(s, v, tau) == f32::NEG_INFINITY { f32::NEG_INFINITY } else { v });
         }
         best = s.fold_quad(best, base + x, vals, n);
     }
@@ -315,7 +315,8 @@ fn max_ps(y: f32, m: f32) -> f32 {
 }
 
 /// `x` scaled, or `-inf` outside the kept set `{scaled >= tau}` (NaN too)
-/// where `tau > -inf`: a masked copy's value, as [`lse_kept`] reads it.
+/// where `tau > -inf`: a masked copy's value, as [`lse_kept`] and
+/// [`fold_kept`]'s scalar reference read it.
 #[inline(always)]
 fn kept_scaled(s: &Sampler, x: f32, tau: f32) -> f32 {
     let y = s.scaled(x);
