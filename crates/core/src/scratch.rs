@@ -95,9 +95,11 @@ pub struct Summary {
 /// The scratch of one filtered row of a threshold kernel (SPEC §7.2): each
 /// block's [`Summary`], the candidates the blocks keep (`pool[..cursor]`:
 /// when no block overflowed, every value of the row that can decide `τ`),
-/// and the row's arrival counter. `counter` and `cursor` are zero between
-/// calls (the row's last block resets them). 16-byte aligned: the merge
-/// reads summaries and pool 16 bytes a load.
+/// the largest of the blocks' cuts (`floor`, as `filter::key`: no value
+/// below it can be in the row's `S_1`), and the row's arrival counter.
+/// `counter`, `cursor` and `floor` are zero between calls (the row's last
+/// block resets them). 16-byte aligned: the merge reads summaries and pool
+/// 16 bytes a load.
 #[derive(Clone, Copy)]
 #[repr(C, align(16))]
 pub struct FilterScratch {
@@ -105,4 +107,7 @@ pub struct FilterScratch {
     pub pool: [f32; POOL],
     pub counter: u32,
     pub cursor: u32,
+    pub floor: u32,
 }
+
+const _: () = assert!(core::mem::size_of::<FilterScratch>() == 16_912, "the bytes REFERENCE §5.1 states");

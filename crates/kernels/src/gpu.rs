@@ -216,6 +216,16 @@ pub unsafe fn atomic_max_i32(ptr: *mut i32, value: i32) -> i32 {
     unsafe { AtomicI32::from_ptr(ptr).fetch_max(value, Ordering::Relaxed) }
 }
 
+/// Atomically raises the `u32` at `ptr` to at least `value` (no ordering).
+///
+/// # Safety
+/// As for [`atomic_max_i32`].
+#[inline(always)]
+pub unsafe fn atomic_max_u32(ptr: *mut u32, value: u32) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { AtomicU32::from_ptr(ptr).fetch_max(value, Ordering::Relaxed) };
+}
+
 /// Atomically stores `value` into the `u32` at `ptr` (no ordering).
 ///
 /// # Safety

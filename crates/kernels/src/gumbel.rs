@@ -314,10 +314,7 @@ unsafe fn gumbel_threshold<L: Load, D: Load>(p: &GumbelParams) {
         Ok(f) => {
             let sampler = Sampler::new(state.temperature, 0, 0, Stream::Target);
             let stored = L::DTYPE.rounds_into(D::DTYPE) && p.draft_logits != 0;
-            let value = |raw: L| {
-                let v = raw.as_f32();
-                sampler.scaled(if stored { D::rounded(v) } else { v })
-            };
+            let value = |v: f32| sampler.scaled(if stored { D::rounded(v) } else { v });
             // Past the workspace's entries only where `threshold_chunks = 1` (never read).
             let scratch = (p.filter_scratch as *mut FilterScratch).wrapping_add(row as usize);
             let split = (p.threshold_chunk, c, p.threshold_chunks);

@@ -7,8 +7,8 @@
 //! `τ` is `specdec_core::filter`'s: the row's maximum, then for top-k and
 //! for top-p a radix search each over the values' keys (`filter::Radix`),
 //! the search the CPU twin runs (`filter::radix_threshold`). A filtered row
-//! is read by several blocks, each a chunk of [`CAP`] ids held in shared
-//! memory: each block summarises its chunk (maximum, minimum, count) and,
+//! is read by several blocks, each a chunk of [`CAP`] ids held in
+//! registers: each block summarises its chunk (maximum, minimum, count) and,
 //! where the filters bound the values that can decide `τ` from the chunk
 //! alone ([`Keep`]: top-k, or min-p with top-p), appends those candidates
 //! to the row's pool in the workspace (`FilterScratch`); the row's last block
@@ -24,7 +24,7 @@
 
 use crate::gpu::{self, WARP};
 use crate::last_block;
-use crate::load::{Load, for_each_quad};
+use crate::load::{Load, for_each_quad, load_quad, quad_aligned};
 use specdec_core::filter::{
     self, DIGITS, Filter, ROUNDS, Radix, count_digit, from_key, key, mass, mass_digit, min_p_threshold, top_p_reached,
 };
@@ -38,6 +38,34 @@ pub const CAP: usize = THRESHOLD_CHUNK as usize;
 /// The most candidates a block of a filtered row keeps ([`Keep`]); a block
 /// with more overflows (its row is searched whole).
 const CANDIDATES: usize = 512;
+/// Quads a thread holds of a chunk it keeps candidates from.
+const QUADS: usize = CAP / (4 * BLOCK_THREADS as usize);
+const _: () = assert!(QUADS * 4 * BLOCK_THREADS as usize == CAP && TILE == 4 * BLOCK_THREADS);
+/// `f(0), f(1), …, f(QUADS − 1)`: constant indices, which keep the arrays
+/// they index in registers (a loop the compiler leaves rolled puts them in
+/// local memory).
+#[inline(always)]
+fn each_quad(mut f: impl FnMut(usize)) {
+    const { assert!(QUADS == 8) };
+    f(0);
+    f(1);
+    f(2);
+    f(3);
+    f(4);
+    f(5);
+    f(6);
+    f(7);
+}
+
+/// `f(0), …, f(3)`, as [`each_quad`] for the lanes of a quad.
+#[inline(always)]
+fn each_lane(mut f: impl FnMut(usize)) {
+    f(0);
+    f(1);
+    f(2);
+    f(3);
+}
+
 /// Digits per lane of warp 0's pick.
 const RUN: usize = DIGITS / WARP as usize;
 
@@ -46,8 +74,8 @@ const RUN: usize = DIGITS / WARP as usize;
 pub struct ThresholdShared {
     masses: [u64; DIGITS],
     counts: [u32; DIGITS],
-    /// The block's chunk of values (`-inf` for those that do not count),
-    /// then, in a row's last block, the values a search keeps.
+    /// In a row's last block, the values a search keeps (the pool's above
+    /// the row's floor, or the row's once they fit).
     values: [f32; CAP],
     /// The block's candidates ([`Keep`]), before they go to the pool.
     candidates: [f32; CANDIDATES],
@@ -61,7 +89,8 @@ pub struct ThresholdShared {
     found: u32,
     /// Where the block's candidates go in the pool.
     base: u32,
-    _pad: u32,
+    /// The row's floor (`FilterScratch::floor`), in its last block.
+    floor: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<ThresholdShared>() as u32 == THRESHOLD_SHARED_BYTES);
@@ -267,8 +296,8 @@ enum Keep {
 }
 
 /// Block `c` of the `chunks` blocks of a filtered row of `vocab` raw values
-/// at `row`, whose value as sampled is `value(raw)` (scaled, and rounded
-/// where the sampler rounds), filtered by `filter` (not off), `chunk` ids a
+/// at `row`, whose value as sampled is `value` of the raw value widened to
+/// f32 (scaled, and rounded where the sampler rounds), filtered by `filter` (not off), `chunk` ids a
 /// block: `τ` (SPEC §7.2, as `specdec_core::filter::threshold` gives it) in
 /// every thread of the row's last block to arrive, `None` in the others.
 ///
@@ -292,7 +321,7 @@ enum Keep {
 pub unsafe fn chunk_threshold<L: Load>(
     row: *const L,
     vocab: u32,
-    value: impl Fn(L) -> f32,
+    value: impl Fn(f32) -> f32,
     filter: Filter,
     scratch: *mut FilterScratch,
     (chunk, c, chunks): (u32, u32, u32),
@@ -312,8 +341,9 @@ pub unsafe fn chunk_threshold<L: Load>(
     // SAFETY (all): forwarded; `scratch` is the row's where `chunks > 1`
     // (a block that keeps nothing touches no scratch).
     let summary = unsafe { row.summarize(keep, scratch, chunk * c, (chunk * c).saturating_add(chunk).min(vocab)) };
-    let merged = if chunks == 1 { Some((summary, 0)) } else { unsafe { merge(scratch, summary, c, chunks) } };
-    let (all, pooled) = merged?;
+    let merged =
+        if chunks == 1 { Some((summary, 0, f32::NEG_INFINITY)) } else { unsafe { merge(scratch, summary, c, chunks) } };
+    let (all, pooled, floor) = merged?;
     if all.count == 0 {
         return Some(-f32::MAX);
     }
@@ -323,8 +353,7 @@ pub unsafe fn chunk_threshold<L: Load>(
     // The pool holds every value that decides `τ`: search it in shared memory.
     let kept = if keep != Keep::Nothing && all.overflow == 0 {
         // SAFETY: `pooled <= POOL <= CAP` values, published before the blocks were counted in.
-        unsafe { load_pool(scratch, pooled) };
-        Some(pooled)
+        Some(unsafe { load_pool(scratch, pooled, floor) })
     } else {
         None
     };
@@ -351,12 +380,13 @@ pub unsafe fn chunk_threshold<L: Load>(
 /// Block `c` of a row of `chunks > 1` blocks with its `summary`: publishes
 /// it to the row's scratch and, in every thread of the row's last block to
 /// arrive, returns the row's summaries merged (`overflow` also where the pool
-/// overflowed) and the number of candidates in its pool; `None` in the others.
+/// overflowed), the number of candidates in its pool and the row's floor
+/// (the largest of its blocks' cuts); `None` in the others.
 ///
 /// # Safety
 /// As for [`chunk_threshold`]; every thread of the block calls this together.
 #[inline(always)]
-unsafe fn merge(scratch: *mut FilterScratch, summary: Summary, c: u32, chunks: u32) -> Option<(Summary, u32)> {
+unsafe fn merge(scratch: *mut FilterScratch, summary: Summary, c: u32, chunks: u32) -> Option<(Summary, u32, f32)> {
     let tid = gpu::thread_idx_x();
     // SAFETY (all): the row's scratch (caller); the launch's shared memory,
     // written by thread 0 and read after the barrier.
@@ -397,41 +427,54 @@ unsafe fn merge(scratch: *mut FilterScratch, summary: Summary, c: u32, chunks: u
             let overflow = all.overflow | (n as usize > POOL) as u32;
             unsafe { merged.write(Summary { overflow, ..all }) };
             unsafe { (&raw mut (*sh).found).write(n) };
+            let floor = unsafe { &raw mut (*scratch).floor };
+            unsafe { (&raw mut (*sh).floor).write(gpu::atomic_add_u32(floor, 0)) };
+            unsafe { gpu::atomic_store(floor, 0) };
         }
     }
     unsafe { gpu::sync_threads() };
     let all = unsafe { merged.read() };
     let pooled = unsafe { (&raw const (*sh).found).read() };
-    Some((all, pooled))
+    let floor = unsafe { (&raw const (*sh).floor).read() };
+    Some((all, pooled, if floor == 0 { f32::NEG_INFINITY } else { from_key(floor) }))
 }
 
-/// The first `n` values of the row's pool into the shared `values` (the
-/// search's kept values), read 16 bytes a load from L2.
+/// The values at or above `floor` of the first `n` of the row's pool into
+/// the shared `values` (the search's kept values, in any order), read 16
+/// bytes a load from L2: how many.
 ///
 /// # Safety
 /// Every thread of the block calls this together; `n <= POOL` values were
 /// published to the pool by blocks counted in before (fenced).
 #[inline(always)]
-unsafe fn load_pool(scratch: *const FilterScratch, n: u32) {
+unsafe fn load_pool(scratch: *const FilterScratch, n: u32, floor: f32) -> u32 {
     const { assert!(POOL <= CAP) };
     let tid = gpu::thread_idx_x();
     // SAFETY (all): the pool is 16-byte aligned and holds POOL values;
-    // the launch's shared memory, read by the search after the barrier.
+    // the launch's shared memory, `kept` zeroed before the barrier and read
+    // after the last; the values read by the search after it.
     unsafe {
+        let sh = shared();
         let pool = &raw const (*scratch).pool as *const [f32; 4];
-        let values = &raw mut (*shared()).values as *mut f32;
+        let values = &raw mut (*sh).values as *mut f32;
+        let kept = &raw mut (*sh).kept;
+        if tid == 0 {
+            kept.write(0);
+        }
+        gpu::sync_threads();
         let mut q = tid;
         while q * 4 < n {
             let v = gpu::load_relaxed(pool.add(q as usize));
             for (l, &y) in v.iter().enumerate() {
-                let at = q as usize * 4 + l;
-                if at < n as usize {
-                    values.add(at).write(y);
+                if q * 4 + (l as u32) < n && y >= floor {
+                    // At most n <= CAP values are kept.
+                    values.add(gpu::atomic_add_u32(kept, 1) as usize).write(y);
                 }
             }
             q += BLOCK_THREADS;
         }
         gpu::sync_threads();
+        kept.read()
     }
 }
 
@@ -442,7 +485,7 @@ struct Row<L, F> {
     value: F,
 }
 
-impl<L: Load, F: Fn(L) -> f32> Row<L, F> {
+impl<L: Load, F: Fn(f32) -> f32> Row<L, F> {
     /// Calls `f` with every value that counts (not NaN, above `-inf`) of the
     /// row or, with `kept = Some(n)`, of the `n` values kept in shared memory;
     /// each thread some of them.
@@ -470,7 +513,7 @@ impl<L: Load, F: Fn(L) -> f32> Row<L, F> {
                 // Constant lane indices keep `raw` in registers.
                 let mut lane = |i: usize| {
                     if (i as u32) < n {
-                        let y = (self.value)(raw[i]);
+                        let y = (self.value)(raw[i].as_f32());
                         if y > f32::NEG_INFINITY {
                             f(y);
                         }
@@ -485,8 +528,9 @@ impl<L: Load, F: Fn(L) -> f32> Row<L, F> {
     }
 
     /// This block's chunk `start .. end` of the row: its [`Summary`] and,
-    /// as `keep` says, its candidates appended to the row's pool (the chunk's
-    /// values staged in the shared `values` on the way).
+    /// as `keep` says, its candidates appended to the row's pool and its
+    /// cut raised into the row's `floor` (the chunk's values held in
+    /// registers on the way: [`QUADS`] quads a thread).
     ///
     /// # Safety
     /// As for [`chunk_threshold`]; `end - start <= CAP` unless `keep` is
@@ -494,43 +538,64 @@ impl<L: Load, F: Fn(L) -> f32> Row<L, F> {
     #[inline(always)]
     unsafe fn summarize(&self, keep: Keep, scratch: *mut FilterScratch, start: u32, end: u32) -> Summary {
         let tid = gpu::thread_idx_x();
+        if keep == Keep::Nothing {
+            let mut s = Scan::EMPTY;
+            let none: *const L = core::ptr::null();
+            // SAFETY: the row holds `vocab >= end` elements (caller).
+            unsafe {
+                for_each_quad::<true, 4, L, L>(self.row, none, start, end, tid, |_, raw, _, n| {
+                    // Constant lane indices keep `raw` in registers.
+                    let mut lane = |i: usize| {
+                        let y = (self.value)(raw[i].as_f32());
+                        if (i as u32) < n && y > f32::NEG_INFINITY {
+                            s = s.push(y);
+                        }
+                    };
+                    lane(0);
+                    lane(1);
+                    lane(2);
+                    lane(3);
+                })
+            };
+            // SAFETY: every thread of the block is here (caller).
+            let block = unsafe { block_scan(s) };
+            return Summary { max: block.max, min: block.min, count: block.count, overflow: 0 };
+        }
         // SAFETY (all): the launch's shared memory (caller); every access to
         // another thread's slots is between barriers all threads reach.
         let sh = unsafe { shared() };
-        let values = unsafe { &raw mut (*sh).values as *mut f32 };
         let candidates = unsafe { &raw mut (*sh).candidates as *mut f32 };
         let (found, base) = unsafe { (&raw mut (*sh).found, &raw mut (*sh).base) };
         if tid == 0 {
             // Read after the scan's barriers.
             unsafe { found.write(0) };
         }
-        let stage = keep != Keep::Nothing;
+        // The thread's quads `start + 4·tid + q·TILE`, values that do not
+        // count as -inf; every load issues before the first use.
+        let aligned = quad_aligned(self.row);
+        let x = |q: usize| start + 4 * tid + q as u32 * TILE;
+        // Widened as loaded, then each value in place as sampled (`-inf`
+        // past `end` and where it does not count).
+        let mut values = [[f32::NEG_INFINITY; 4]; QUADS];
+        each_quad(|q| {
+            if x(q) < end {
+                // SAFETY: x < end <= vocab, x % 4 == 0 (start is a multiple of TILE).
+                values[q] = unsafe { load_quad(self.row, x(q), end, aligned) }.0.map(L::as_f32);
+            }
+        });
         let mut s = Scan::EMPTY;
-        let none: *const L = core::ptr::null();
-        // SAFETY: the row holds `vocab >= end` elements (caller).
-        unsafe {
-            for_each_quad::<true, 4, L, L>(self.row, none, start, end, tid, |x, raw, _, n| {
-                // Constant lane indices keep `raw` in registers.
-                let mut lane = |i: usize| {
-                    if (i as u32) < n {
-                        let y = (self.value)(raw[i]);
-                        let counts = y > f32::NEG_INFINITY;
-                        if counts {
-                            s = s.push(y);
-                        }
-                        if stage {
-                            // SAFETY: x + i - start < end - start <= CAP (caller).
-                            values.add((x - start) as usize + i).write(if counts { y } else { f32::NEG_INFINITY });
-                        }
-                    }
-                };
-                lane(0);
-                lane(1);
-                lane(2);
-                lane(3);
-            })
-        };
+        each_quad(|q| {
+            each_lane(|i| {
+                let y = (self.value)(values[q][i]);
+                let counts = x(q) + (i as u32) < end && y > f32::NEG_INFINITY;
+                if counts {
+                    s = s.push(y);
+                }
+                values[q][i] = if counts { y } else { f32::NEG_INFINITY };
+            });
+        });
         let own_max = s.max;
+        // SAFETY: every thread of the block is here (caller).
         let block = unsafe { block_scan(s) };
         let mut summary = Summary { max: block.max, min: block.min, count: block.count, overflow: 0 };
         let cut = match keep {
@@ -540,13 +605,16 @@ impl<L: Load, F: Fn(L) -> f32> Row<L, F> {
             Keep::TopK(_) => f32::NEG_INFINITY,
             Keep::MinP(min_p) => min_p_threshold(block.max, min_p),
         };
-        // The thread's own staged values (its own writes: no barrier).
-        let mut x = start + 4 * tid;
-        while x < end {
-            for i in 0..4 {
-                if x + i < end {
-                    // SAFETY: x + i - start < CAP, written by this thread above.
-                    let y = unsafe { *values.add((x + i - start) as usize) };
+        if tid == 0 && cut > f32::NEG_INFINITY {
+            // Read by the row's last block after every block arrived (fenced below).
+            unsafe { gpu::atomic_max_u32(&raw mut (*scratch).floor, key(cut)) };
+        }
+        // Only threads whose largest value reaches the cut hold candidates
+        // (with top-k, at least `k` of them and few more).
+        if own_max >= cut {
+            each_quad(|q| {
+                each_lane(|i| {
+                    let y = values[q][i];
                     if y >= cut && y > f32::NEG_INFINITY {
                         // SAFETY: shared memory; `at` checked.
                         let at = unsafe { gpu::atomic_add_u32(found, 1) } as usize;
@@ -554,9 +622,8 @@ impl<L: Load, F: Fn(L) -> f32> Row<L, F> {
                             unsafe { candidates.add(at).write(y) };
                         }
                     }
-                }
-            }
-            x += TILE;
+                })
+            });
         }
         unsafe { gpu::sync_threads() };
         let n = unsafe { found.read() };

@@ -76,12 +76,12 @@ pub(super) unsafe fn thresholds<T: Load, D: Load>(p: &RejectionParams) {
     let tau = match active {
         Err(tau) => (c == 0).then_some(tau),
         Ok(f) if which == 0 => unsafe {
-            let value = |raw: T| sampler.scaled(raw.as_f32());
+            let value = |v: f32| sampler.scaled(v);
             chunk_threshold(target_row::<T>(p, req.row0 + i), p.vocab, value, f, scratch, split)
         },
         Ok(f) => unsafe {
             // i < n_r <= max_drafts (the match above).
-            let value = |raw: D| sampler.scaled(raw.as_f32());
+            let value = |v: f32| sampler.scaled(v);
             chunk_threshold(draft_row::<D>(p, slot, i), p.vocab, value, f, scratch, split)
         },
     };
