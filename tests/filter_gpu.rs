@@ -158,9 +158,11 @@ fn filtered_gumbel_batches_match_the_cpu_bit_for_bit() {
 /// The filters of [`every_threshold_path_matches_the_cpu`], one per path of
 /// the threshold kernel (`specdec-kernels`' `threshold`): candidates pooled
 /// (top-k, with top-p; min-p with top-p), too many candidates for a block's
-/// or the row's pool (top-k 250, and tie-heavy rows), none needed (min-p
-/// alone) or none bounded (top-p alone, the row searched).
-const PATHS: [Filter; 7] = [
+/// or the row's pool (top-k 250, and tie-heavy rows; top-k 3,000 then top-p
+/// searched), none needed (min-p alone) or none bounded (top-p alone, the
+/// row searched: by one block, or by all the row's blocks in rounds).
+const PATHS: [Filter; 8] = [
+    Filter { top_k: 3000, top_p: 0.9, min_p: 0.0 },
     Filter { top_k: 2, top_p: 1.0, min_p: 0.0 },
     Filter { top_k: 128, top_p: 1.0, min_p: 0.0 },
     Filter { top_k: 150, top_p: 0.5, min_p: 0.0 },
@@ -172,14 +174,15 @@ const PATHS: [Filter; 7] = [
 
 /// Every path of the threshold kernel gives the CPU's tokens, on many rows
 /// of small kept sets (a `τ` off by one value changes some row's token),
-/// plain and tie-heavy, in rows of several blocks, in rows longer than the
-/// blocks keep (V = 300,000, searched whole), and in a call of more rows
-/// than the workspace keeps threshold scratch for (5,000: one block a row).
+/// plain and tie-heavy, in rows of several blocks (few rows: top-p searched
+/// by all their blocks), in rows longer than the blocks keep (V = 300,000),
+/// and in a call of more rows than the workspace keeps threshold scratch for
+/// (5,000: one block a row).
 #[test]
 fn every_threshold_path_matches_the_cpu() {
     let gpu = cuda();
     let mut rng = Rng::new(0x7A0_9A75);
-    for (vocab, rows) in [(40_000, 256), (300_000, 8), (999, 5000)] {
+    for (vocab, rows) in [(40_000, 256), (151_936, 3), (300_000, 8), (999, 5000)] {
         for ties in [false, true] {
             for filter in PATHS {
                 let mut b = random_batch(&mut rng, DType::F32, rows, vocab);

@@ -91,6 +91,9 @@ pub struct GumbelParams {
     /// Blocks per row of the threshold kernel, each `threshold_chunk` ids.
     pub threshold_chunk: u32,
     pub threshold_chunks: u32,
+    /// Non-zero where the search kernels follow the threshold kernel (the
+    /// rows it cannot bound are then left to them: `scratch::Search`).
+    pub threshold_search: u32,
     pub rows: u32,
     pub vocab: u32,
     pub num_slots: u32,
@@ -159,6 +162,9 @@ pub struct RejectionParams {
     /// Blocks per row of the threshold kernel, each `threshold_chunk` ids.
     pub threshold_chunk: u32,
     pub threshold_chunks: u32,
+    /// Non-zero where the search kernels follow the threshold kernel (the
+    /// rows it cannot bound are then left to them: `scratch::Search`).
+    pub threshold_search: u32,
     pub rows: u32,
     pub vocab: u32,
     pub requests: u32,

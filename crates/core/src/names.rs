@@ -41,6 +41,8 @@ macro_rules! kernel_symbol {
     (@name REJECTION_THRESHOLD) => { "rejection_threshold" };
     (@name REJECTION_STATS_FILTERED) => { "rejection_stats_filtered" };
     (@name REJECTION_RESAMPLE_FILTERED) => { "rejection_resample_filtered" };
+    (@name GUMBEL_THRESHOLD_SEARCH) => { "gumbel_threshold_search" };
+    (@name REJECTION_THRESHOLD_SEARCH) => { "rejection_threshold_search" };
     // `DType::name` of each element type.
     (@dtype f32) => { "f32" };
     (@dtype Bf16) => { "bf16" };
@@ -158,8 +160,20 @@ pub const REJECTION_STATS_FILTERED: Kernel =
 pub const REJECTION_RESAMPLE_FILTERED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_RESAMPLE_FILTERED), pairs: Pairs::All, min_blocks: 3, except: None };
 
+/// A round of the top-p search of the rows [`GUMBEL_THRESHOLD`] left to all
+/// their blocks (launched once a round, after it). An entry of its own: in
+/// the same function as the threshold kernel's first launch, whose register
+/// budget its body takes up to, it spills. Bounded as [`GUMBEL_THRESHOLD`]
+/// (the same shared memory).
+pub const GUMBEL_THRESHOLD_SEARCH: Kernel =
+    Kernel { name: kernel_symbol!(@name GUMBEL_THRESHOLD_SEARCH), pairs: Pairs::All, min_blocks: 3, except: None };
+
+/// The same for [`REJECTION_THRESHOLD`].
+pub const REJECTION_THRESHOLD_SEARCH: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD_SEARCH), pairs: Pairs::All, min_blocks: 3, except: None };
+
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 13] = [
+pub const ALL: [Kernel; 15] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -173,6 +187,8 @@ pub const ALL: [Kernel; 13] = [
     REJECTION_THRESHOLD,
     REJECTION_STATS_FILTERED,
     REJECTION_RESAMPLE_FILTERED,
+    GUMBEL_THRESHOLD_SEARCH,
+    REJECTION_THRESHOLD_SEARCH,
 ];
 
 impl Kernel {
@@ -271,14 +287,15 @@ mod tests {
     fn the_macro_spells_each_symbol() {
         check!(GUMBEL_SAMPLE GUMBEL_SAMPLE_LEAN GUMBEL_SAMPLE_SMALL REJECTION_STATS REJECTION_STATS_SMALL
             REJECTION_RESAMPLE REJECTION_RESAMPLE_LEAN REJECTION_RESAMPLE_SMALL GUMBEL_THRESHOLD
-            GUMBEL_SAMPLE_FILTERED REJECTION_THRESHOLD REJECTION_STATS_FILTERED REJECTION_RESAMPLE_FILTERED);
+            GUMBEL_SAMPLE_FILTERED REJECTION_THRESHOLD REJECTION_STATS_FILTERED REJECTION_RESAMPLE_FILTERED
+            GUMBEL_THRESHOLD_SEARCH REJECTION_THRESHOLD_SEARCH);
         assert_eq!(kernel_symbol!(GUMBEL_SAMPLE, Bf16, f32), "gumbel_sample_bf16_f32");
     }
 
     #[test]
     fn the_table() {
         let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
-        assert_eq!(all.len(), 12 * 9 + 3);
+        assert_eq!(all.len(), 14 * 9 + 3);
         let mut unique = all.clone();
         unique.sort();
         unique.dedup();

@@ -92,22 +92,51 @@ pub struct Summary {
     pub overflow: u32,
 }
 
+/// Where a filtered row's top-p search by the threshold kernel's later
+/// launches stands between them (rounds `1 ..= filter::ROUNDS`, one radix
+/// digit each, every block of the row histogramming its chunk): for a row
+/// whose first launch found no candidates that bound `τ` (top-p without
+/// top-k or min-p, or a pool that overflowed). `active` is zero between
+/// calls (the search's last round clears it).
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct Search {
+    /// Non-zero while the row is searched by the rounds.
+    pub active: u32,
+    /// The digits chosen so far (`filter::Radix`).
+    pub prefix: u32,
+    pub round: u32,
+    /// The slot's `top_p`; the survivors' floor `τ_1`; the row's maximum.
+    pub top_p: f32,
+    pub floor: f32,
+    pub max: f32,
+    /// The survivors' mass above the chosen digits' values, and all of it
+    /// (`filter::mass` units).
+    pub acc: u64,
+    pub total: u64,
+}
+
 /// The scratch of one filtered row of a threshold kernel (SPEC §7.2): each
 /// block's [`Summary`], the candidates the blocks keep (`pool[..cursor]`:
 /// when no block overflowed, every value of the row that can decide `τ`),
 /// the largest of the blocks' cuts (`floor`, as `filter::key`: no value
-/// below it can be in the row's `S_1`), and the row's arrival counter.
-/// `counter`, `cursor` and `floor` are zero between calls (the row's last
-/// block resets them). 16-byte aligned: the merge reads summaries and pool
-/// 16 bytes a load.
+/// below it can be in the row's `S_1`), the row's [`Search`] and the
+/// histogram of its current round (counts and masses per digit), and the
+/// row's arrival counter. `counter`, `cursor`, `floor`, the histogram and
+/// `search.active` are zero between calls (the row's last block resets
+/// them). 16-byte aligned: the merge reads summaries and pool 16 bytes a
+/// load.
 #[derive(Clone, Copy)]
 #[repr(C, align(16))]
 pub struct FilterScratch {
     pub summaries: [Summary; crate::layout::SUMMARY_CHUNKS as usize],
     pub pool: [f32; POOL],
+    pub masses: [u64; crate::filter::DIGITS],
+    pub counts: [u32; crate::filter::DIGITS],
+    pub search: Search,
     pub counter: u32,
     pub cursor: u32,
     pub floor: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<FilterScratch>() == 16_912, "the bytes REFERENCE §5.1 states");
+const _: () = assert!(core::mem::size_of::<FilterScratch>() == 20_032, "the bytes REFERENCE §5.1 states");

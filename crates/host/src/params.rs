@@ -99,6 +99,15 @@ impl<'a, M: Memory> Filters<'a, M> {
         self.top_k.is_some() || (self.top_p.is_some() && self.min_p.is_some())
     }
 
+    /// Whether the CUDA threshold kernel leaves the rows its candidates
+    /// cannot bound (top-p alone) to the search kernels: for a top-p array
+    /// without arrays that bound candidates (a call with them searches such
+    /// a row by one block, as it would an overflowing one, and pays no
+    /// search launches).
+    pub(crate) fn searches(&self) -> bool {
+        self.top_p.is_some() && !self.bounds_candidates()
+    }
+
     /// Every given array has `num_slots` entries.
     pub(crate) fn check(&self, num_slots: usize) -> Result<()> {
         if let Some(k) = &self.top_k {

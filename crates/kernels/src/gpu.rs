@@ -193,6 +193,28 @@ pub unsafe fn atomic_add_u64(ptr: *mut u64, value: u64) {
     unsafe { AtomicU64::from_ptr(ptr).fetch_add(value, Ordering::Relaxed) };
 }
 
+/// Atomically replaces the `u32` at `ptr` with `value` (no ordering),
+/// returning the old value.
+///
+/// # Safety
+/// As for [`atomic_max_i32`].
+#[inline(always)]
+pub unsafe fn atomic_swap_u32(ptr: *mut u32, value: u32) -> u32 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { AtomicU32::from_ptr(ptr).swap(value, Ordering::Relaxed) }
+}
+
+/// Atomically replaces the `u64` at `ptr` with `value` (no ordering),
+/// returning the old value.
+///
+/// # Safety
+/// As for [`atomic_max_i32`], 8-byte aligned.
+#[inline(always)]
+pub unsafe fn atomic_swap_u64(ptr: *mut u64, value: u64) -> u64 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { AtomicU64::from_ptr(ptr).swap(value, Ordering::Relaxed) }
+}
+
 /// Atomically adds 1 to the `u32` at `ptr` (device scope, no ordering: see
 /// [`fence_device`]), returning the old value.
 ///

@@ -36,7 +36,7 @@ use crate::last_block;
 use crate::load::{Load, any_nan, for_each_quad, for_each_quad_shared, widen};
 use crate::row::{SlotState, chunk_range, write_token};
 use crate::shared;
-use crate::threshold::{chunk_threshold, load_filter, mask};
+use crate::threshold::{chunk_threshold, load_filter, mask, search_round};
 use core::cell::Cell;
 use specdec_core::argmax::{ArgMax, Floored};
 use specdec_core::dtype::{Bf16, F16};
@@ -286,12 +286,16 @@ unsafe fn complete(p: &GumbelParams, row: u32, chunk_idx: u32, partial: Partial)
 /// values are bad NaN (SPEC §5: checked for greedy slots too, as the CPU
 /// twin does). The values searched are those the row samples (rounded to
 /// the draft logits' dtype where they store a rounding one: SPEC §3.3).
+/// With `SEARCH`, the search kernel: a round of the top-p search of the
+/// rows the threshold kernel left to all their blocks
+/// (`crate::threshold::search_round`), the `τ` written by the last round.
 ///
 /// # Safety
 /// Launched by the host's validated launcher, grid `(rows,
-/// threshold_chunks)`, with `layout::THRESHOLD_SHARED_BYTES` of shared memory.
+/// threshold_chunks)`, with `layout::THRESHOLD_SHARED_BYTES` of shared memory
+/// (with `SEARCH`, after the threshold kernel, once a round).
 #[inline(always)]
-unsafe fn gumbel_threshold<L: Load, D: Load>(p: &GumbelParams) {
+unsafe fn gumbel_threshold<L: Load, D: Load, const SEARCH: bool>(p: &GumbelParams) {
     let (row, c) = (gpu::block_idx_x(), gpu::block_idx_y());
     if row >= p.rows || c >= p.threshold_chunks {
         return; // whole block
@@ -309,7 +313,7 @@ unsafe fn gumbel_threshold<L: Load, D: Load>(p: &GumbelParams) {
         }
     };
     let tau = match filter {
-        Err(tau) if c == 0 => Some(tau),
+        Err(tau) if c == 0 && !SEARCH => Some(tau),
         Err(_) => None,
         Ok(f) => {
             let sampler = Sampler::new(state.temperature, 0, 0, Stream::Target);
@@ -321,7 +325,13 @@ unsafe fn gumbel_threshold<L: Load, D: Load>(p: &GumbelParams) {
             // SAFETY: every thread of the block is here (the state is
             // block-uniform), and each block of the row once; the row holds
             // `vocab` elements.
-            unsafe { chunk_threshold(logits_row::<L>(p, row), p.vocab, value, f, scratch, split) }
+            unsafe {
+                if SEARCH {
+                    search_round(logits_row::<L>(p, row), p.vocab, value, scratch, split)
+                } else {
+                    chunk_threshold(logits_row::<L>(p, row), p.vocab, value, f, scratch, split, p.threshold_search != 0)
+                }
+            }
         }
     };
     if let Some(tau) = tau
@@ -332,7 +342,7 @@ unsafe fn gumbel_threshold<L: Load, D: Load>(p: &GumbelParams) {
     }
 }
 
-/// `gumbel_sample`'s four entry points (plain, filtered, threshold, small) for each (logits, draft logits) dtype
+/// `gumbel_sample`'s five entry points (plain, filtered, threshold, threshold search, small) for each (logits, draft logits) dtype
 /// pair, in a module per pair, exported under their `names` symbols.
 macro_rules! gumbel_kernels {
     ($($pair:ident: $l:ident => $d:ident;)*) => {$(
@@ -372,7 +382,19 @@ macro_rules! gumbel_kernels {
             #[unsafe(export_name = kernel_symbol!(GUMBEL_THRESHOLD, $l, $d))]
             pub unsafe extern "ptx-kernel" fn threshold(p: GumbelParams) {
                 // SAFETY: the launcher validated `p` and the launch shape.
-                unsafe { gumbel_threshold::<$l, $d>(&p) }
+                unsafe { gumbel_threshold::<$l, $d, false>(&p) }
+            }
+
+            /// A round of the top-p search of the rows `threshold` left to
+            /// all their blocks (`names::GUMBEL_THRESHOLD_SEARCH`).
+            ///
+            /// # Safety
+            /// Launched by the host's validated launcher after `threshold`,
+            /// with its grid and shared memory, once a round.
+            #[unsafe(export_name = kernel_symbol!(GUMBEL_THRESHOLD_SEARCH, $l, $d))]
+            pub unsafe extern "ptx-kernel" fn threshold_search(p: GumbelParams) {
+                // SAFETY: the launcher validated `p` and the launch shape.
+                unsafe { gumbel_threshold::<$l, $d, true>(&p) }
             }
 
             /// The same, its greedy loop one quad a batch

@@ -14,12 +14,15 @@
 //! to the row's pool in the workspace (`FilterScratch`); the row's last block
 //! to arrive merges the summaries and searches the pool in shared memory —
 //! one read of the row. Where no bound exists (top-p alone) or a block's
-//! candidates overflowed, the last block searches the row itself, up to
-//! four more reads, fewer where the candidates narrow into shared memory.
-//! A search round histograms the values that agree with the digits chosen
-//! so far in shared memory by integer atomics — counts, and for top-p the
-//! values' `filter::mass`es — exact in any order (SPEC §7.4); warp 0 picks
-//! the digit, each lane a run of [`RUN`] digits, the lane whose run holds it
+//! candidates overflowed, the row is searched whole, up to four more reads:
+//! top-p on a row of several blocks by all its blocks, in four launches of
+//! the search kernels that follow (one round each, [`search_round`], the
+//! search's state in the row's `scratch::Search`); otherwise by its last block
+//! (`Row::search`), fewer reads where the candidates narrow into shared
+//! memory. A search round histograms the values that agree with the digits
+//! chosen so far by integer atomics — counts, and for top-p the values'
+//! `filter::mass`es — exact in any order (SPEC §7.4); warp 0 picks the
+//! digit, each lane a run of [`RUN`] digits, the lane whose run holds it
 //! searching the run (`filter::count_digit`, `filter::mass_digit`).
 
 use crate::gpu::{self, WARP};
@@ -30,7 +33,7 @@ use specdec_core::filter::{
 };
 use specdec_core::layout::{BLOCK_THREADS, FilterTables, THRESHOLD_CHUNK, THRESHOLD_SHARED_BYTES, TILE, WARPS};
 use specdec_core::sample::Sampler;
-use specdec_core::scratch::{FilterScratch, POOL, Summary};
+use specdec_core::scratch::{FilterScratch, POOL, Search, Summary};
 
 /// The most values a block keeps in shared memory: its chunk's, or a
 /// search's.
@@ -299,14 +302,18 @@ enum Keep {
 /// at `row`, whose value as sampled is `value` of the raw value widened to
 /// f32 (scaled, and rounded where the sampler rounds), filtered by `filter` (not off), `chunk` ids a
 /// block: `τ` (SPEC §7.2, as `specdec_core::filter::threshold` gives it) in
-/// every thread of the row's last block to arrive, `None` in the others.
+/// every thread of the row's last block to arrive, `None` in the others and
+/// where the row is left to [`search_round`].
 ///
 /// Each block reads its chunk once, keeps its values in shared memory,
 /// writes its [`Summary`] and, as [`Keep`] says, its candidates to the
 /// row's pool; the last block merges: the maximum, `τ_m`, and `τ_k` and
 /// `τ_p` by radix searches over the pool (`Row::search`), or over the row
 /// where a block's candidates overflowed or top-p has no top-k or min-p to
-/// bound it. A row without a value above `-inf` gets `-f32::MAX`: every
+/// bound it — for top-p, where the row has several blocks, by all of them in
+/// the [`ROUNDS`] launches of [`search_round`] that follow where `search`
+/// says so (the search kernels). A row
+/// without a value above `-inf` gets `-f32::MAX`: every
 /// `-inf` stays, and its NaN become `-inf` as in the CPU twin's kept set
 /// ([`kept`]; `-inf` would mean "not filtered").
 ///
@@ -314,9 +321,12 @@ enum Keep {
 /// Every thread of the block calls this together (it holds barriers), and
 /// every block `0..chunks` of the row once in the launch; the launch
 /// requested `layout::THRESHOLD_SHARED_BYTES`; `row` is valid for `vocab`
-/// elements; `scratch` is the row's, its counter and cursor zero, unless
-/// `chunks = 1` (then never read: it may be past the workspace's);
-/// `chunks <= SUMMARY_CHUNKS`, `chunk · chunks >= vocab`, `c < chunks`.
+/// elements; `scratch` is the row's, its counter, cursor, floor, histogram
+/// and search as the last call left them (zero), unless `chunks = 1` (then never
+/// read: it may be past the workspace's); `chunks <= SUMMARY_CHUNKS`,
+/// `chunk · chunks >= vocab`, `c < chunks`; with `search` (only where
+/// `chunks > 1`), [`ROUNDS`] launches of [`search_round`] over the same rows
+/// follow on its stream.
 #[inline(always)]
 pub unsafe fn chunk_threshold<L: Load>(
     row: *const L,
@@ -325,6 +335,7 @@ pub unsafe fn chunk_threshold<L: Load>(
     filter: Filter,
     scratch: *mut FilterScratch,
     (chunk, c, chunks): (u32, u32, u32),
+    search: bool,
 ) -> Option<f32> {
     let row = Row { row, vocab, value };
     // One block a row needs no candidates: it searches the row itself.
@@ -374,7 +385,40 @@ pub unsafe fn chunk_threshold<L: Load>(
     if !filter.has_top_p() {
         return Some(tau_1);
     }
+    if kept.is_none() && search && chunks > 1 {
+        // No candidates bound it: the launches that follow search the row with all its blocks.
+        if gpu::thread_idx_x() == 0 {
+            let search =
+                Search { active: 1, prefix: 0, round: 0, top_p: filter.top_p, floor: tau_1, max: all.max, acc: 0, total: 0 };
+            // SAFETY: the row's scratch (`chunks > 1`), read by the next launch.
+            unsafe { (&raw mut (*scratch).search).write(search) };
+        }
+        return None;
+    }
     Some(unsafe { row.search(By::Mass, all.max, tau_1, filter, kept.map_or(above, |n| n.min(above)), kept) }.0)
+}
+
+/// Block `c` of the `chunks > 1` blocks of a filtered row (as for
+/// [`chunk_threshold`]) in a launch of a search kernel: a round of the
+/// row's top-p search by all its blocks, where [`chunk_threshold`] left the
+/// row to it (`scratch::Search`; the round's digit from the row's histogram,
+/// `Row::search_round`): `τ` in every thread of the row's last block in the
+/// last of the [`ROUNDS`] launches, `None` in the others and in every block
+/// of a row that is not searched.
+///
+/// # Safety
+/// As for [`chunk_threshold`], with `chunks > 1` (`scratch` is the row's),
+/// in the launches after its own, in order on its stream.
+#[inline(always)]
+pub unsafe fn search_round<L: Load>(
+    row: *const L,
+    vocab: u32,
+    value: impl Fn(f32) -> f32,
+    scratch: *mut FilterScratch,
+    split: (u32, u32, u32),
+) -> Option<f32> {
+    // SAFETY: forwarded.
+    unsafe { Row { row, vocab, value }.search_round(scratch, split) }
 }
 
 /// Block `c` of a row of `chunks > 1` blocks with its `summary`: publishes
@@ -506,10 +550,21 @@ impl<L: Load, F: Fn(f32) -> f32> Row<L, F> {
             }
             return;
         }
-        let none: *const L = core::ptr::null();
         // SAFETY: the row holds `vocab` elements (caller).
+        unsafe { self.for_each_in(0, self.vocab, f) };
+    }
+
+    /// Calls `f` with every value that counts (not NaN, above `-inf`) of ids
+    /// `start .. end` of the row, each thread some of them.
+    ///
+    /// # Safety
+    /// As for [`chunk_threshold`]; `start` is a multiple of 4, `end <= vocab`.
+    #[inline(always)]
+    unsafe fn for_each_in(&self, start: u32, end: u32, mut f: impl FnMut(f32)) {
+        let none: *const L = core::ptr::null();
+        // SAFETY: the row holds `vocab >= end` elements (caller).
         unsafe {
-            for_each_quad::<false, 2, L, L>(self.row, none, 0, self.vocab, tid, |_, raw, _, n| {
+            for_each_quad::<false, 2, L, L>(self.row, none, start, end, gpu::thread_idx_x(), |_, raw, _, n| {
                 // Constant lane indices keep `raw` in registers.
                 let mut lane = |i: usize| {
                     if (i as u32) < n {
@@ -652,6 +707,99 @@ impl<L: Load, F: Fn(f32) -> f32> Row<L, F> {
         gpu::fence_device();
         unsafe { gpu::sync_threads() };
         summary
+    }
+
+    /// A round of the row's top-p search by all its blocks (the launches
+    /// after the first, [`Search`]): block `c` histograms the survivors of
+    /// its chunk that agree with the digits chosen so far (counts and
+    /// masses, exact in any order) into the row's histogram in `scratch`,
+    /// and the row's last block to arrive picks the round's digit: `τ` after
+    /// the last round, in every thread of that block; `None` in the others,
+    /// and in every block of a row that is not searched.
+    ///
+    /// # Safety
+    /// As for [`chunk_threshold`], with `chunks > 1`: `scratch` is the row's.
+    #[inline(always)]
+    unsafe fn search_round(&self, scratch: *mut FilterScratch, (chunk, c, chunks): (u32, u32, u32)) -> Option<f32> {
+        let tid = gpu::thread_idx_x();
+        // SAFETY (all): the row's scratch (caller), its search written by an
+        // earlier launch (the same value in every thread), its histogram
+        // only touched atomically in this launch; the launch's shared memory,
+        // every access to another thread's slots between barriers all threads reach.
+        let at = unsafe { &raw mut (*scratch).search };
+        // The fields the walk needs, each alone: the rest stay in memory
+        // (registers are what the threshold kernel runs short of).
+        if unsafe { (&raw const (*at).active).read() } == 0 {
+            return None; // whole block
+        }
+        let (floor, max) = unsafe { ((&raw const (*at).floor).read(), (&raw const (*at).max).read()) };
+        let radix = unsafe { Radix { prefix: (&raw const (*at).prefix).read(), round: (&raw const (*at).round).read() } };
+        let sh = unsafe { shared() };
+        let (counts, masses) = unsafe { (&raw mut (*sh).counts as *mut u32, &raw mut (*sh).masses as *mut u64) };
+        unsafe {
+            counts.add(tid as usize).write(0);
+            masses.add(tid as usize).write(0);
+            gpu::sync_threads();
+        }
+        let start = chunk * c;
+        // SAFETY: the row holds `vocab` elements; start % TILE == 0; shared
+        // memory, cleared before the barrier above.
+        unsafe {
+            self.for_each_in(start, start.saturating_add(chunk).min(self.vocab), |y| {
+                let k = key(y);
+                if y >= floor && radix.matches(k) {
+                    let d = radix.digit(k);
+                    gpu::atomic_add_u32(counts.add(d), 1);
+                    gpu::atomic_add_u64(masses.add(d), mass(y, max));
+                }
+            })
+        };
+        let (row_counts, row_masses) =
+            unsafe { (&raw mut (*scratch).counts as *mut u32, &raw mut (*scratch).masses as *mut u64) };
+        unsafe {
+            gpu::sync_threads();
+            // Thread `tid` adds digit `tid` (DIGITS = BLOCK_THREADS).
+            let n = counts.add(tid as usize).read();
+            if n != 0 {
+                gpu::atomic_add_u32(row_counts.add(tid as usize), n);
+                gpu::atomic_add_u64(row_masses.add(tid as usize), masses.add(tid as usize).read());
+            }
+            // Published before warp 0 counts the block in.
+            gpu::fence_device();
+            gpu::sync_threads();
+        }
+        let last = tid < WARP && unsafe { last_block::arrive(&raw mut (*scratch).counter, chunks) };
+        if !unsafe { gpu::sync_threads_or(last) } {
+            return None;
+        }
+        gpu::fence_device();
+        unsafe {
+            // The row's histogram into shared memory, cleared for the next round.
+            counts.add(tid as usize).write(gpu::atomic_swap_u32(row_counts.add(tid as usize), 0));
+            masses.add(tid as usize).write(gpu::atomic_swap_u64(row_masses.add(tid as usize), 0));
+            gpu::sync_threads();
+            if tid < WARP {
+                let s = at.read();
+                let mut pick = Pick { acc: s.acc, total: s.total, digit: 0, rank: 0, members: 0 };
+                pick_digit(By::Mass, radix, &mut pick, s.top_p);
+            }
+            gpu::sync_threads();
+        }
+        let pick = unsafe { (&raw const (*sh).pick).read() };
+        let next = radix.descend(pick.digit as usize);
+        let done = next.round == ROUNDS;
+        if tid == 0 {
+            // SAFETY: read by the next launch (every read of this one is before the barrier above).
+            unsafe {
+                let s = at.read();
+                at.write(if done {
+                    Search { active: 0, ..s }
+                } else {
+                    Search { prefix: next.prefix, round: next.round, acc: pick.acc, total: pick.total, ..s }
+                })
+            };
+        }
+        done.then(|| from_key(next.prefix))
     }
 
     /// The radix search of `by` over the row's values `>= floor`, `max` the

@@ -3,6 +3,7 @@
 //! as the workspace's rules pick), or for a call with filters, the
 //! threshold kernel and the filtered variant.
 
+use super::launch::Threshold;
 use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
 use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
@@ -50,6 +51,11 @@ impl Cuda {
         };
         let threshold = if filtered {
             Some(self.kernels.function(names::GUMBEL_THRESHOLD.symbol(logits_dtype, draft_dtype))?)
+        } else {
+            None
+        };
+        let search = if args.params.filters.searches() {
+            Some(self.kernels.function(names::GUMBEL_THRESHOLD_SEARCH.symbol(logits_dtype, draft_dtype))?)
         } else {
             None
         };
@@ -112,14 +118,16 @@ impl Cuda {
         let keeps = args.params.filters.bounds_candidates();
         let filter_split = threshold_split(args.logits.vocab, keeps, split, (shape.rows, ws.filter_entries()));
         (p.threshold_chunk, p.threshold_chunks) = (filter_split.chunk, filter_split.chunks);
+        p.threshold_search = (search.is_some() && filter_split.chunks > 1) as u32;
         p.status = workspace.status;
         p.counters = workspace.counters;
+        let threshold = threshold.as_ref().map(|kernel| Threshold { kernel, search: search.as_ref() });
         // SAFETY: every pointer above comes from a view whose length `check`
         // matched against the shape (each filter table `num_slots`); `split`
         // sized chunks within the workspace (capacity ≥ rows · chunks,
         // counters ≥ rows, thresholds ≥ rows, filter scratch ≥ rows unless the
         // threshold split is one block a row) and chunk · chunks ≥ vocab (both
         // splits; the threshold's within its summaries).
-        unsafe { launch::gumbel_sample(&kernel, threshold.as_ref(), stream, p) }
+        unsafe { launch::gumbel_sample(&kernel, threshold, stream, p) }
     }
 }

@@ -10,6 +10,7 @@
 use super::Kernel;
 use crate::error::Result;
 use cudarc::driver::{CudaStream, result};
+use specdec_core::filter::ROUNDS;
 use specdec_core::layout::{BLOCK_THREADS, GumbelParams, RejectionParams, SHARED_BYTES, THRESHOLD_SHARED_BYTES};
 use std::ffi::c_void;
 
@@ -52,6 +53,34 @@ unsafe fn launch_shared<P>(
     Ok(())
 }
 
+/// The threshold kernel over `grid` and then, where a row may be left to
+/// a search by all its blocks (`p`'s `threshold_search`: the call has a
+/// search kernel, and more than one block a row), the search kernel once
+/// for each of its `filter::ROUNDS` rounds, over the same grid, in order on
+/// `stream`.
+///
+/// # Safety
+/// As for [`launch`], with the threshold kernels' shared memory.
+unsafe fn launch_thresholds<P>(threshold: &Threshold, stream: &CudaStream, grid: (u32, u32), p: &P) -> Result<()> {
+    // SAFETY (both): forwarded.
+    unsafe { launch_shared(threshold.kernel, stream, grid, THRESHOLD_SHARED_BYTES, p)? };
+    if let Some(search) = threshold.search
+        && grid.1 > 1
+    {
+        for _ in 0..ROUNDS {
+            unsafe { launch_shared(search, stream, grid, THRESHOLD_SHARED_BYTES, p)? };
+        }
+    }
+    Ok(())
+}
+
+/// A call's threshold kernel, and its search kernel where it leaves rows
+/// to it (`Filters::searches`).
+pub(super) struct Threshold<'k> {
+    pub kernel: &'k Kernel,
+    pub search: Option<&'k Kernel>,
+}
+
 /// Launches `gumbel_sample` (one kernel).
 ///
 /// # Safety
@@ -65,7 +94,7 @@ unsafe fn launch_shared<P>(
 /// `threshold_chunks <= SUMMARY_CHUNKS`.
 pub(super) unsafe fn gumbel_sample(
     kernel: &Kernel,
-    threshold: Option<&Kernel>,
+    threshold: Option<Threshold<'_>>,
     stream: &CudaStream,
     p: GumbelParams,
 ) -> Result<()> {
@@ -76,8 +105,8 @@ pub(super) unsafe fn gumbel_sample(
     // SAFETY: the caller guarantees `p`; the threshold grid covers rows ×
     // threshold_chunks, the sampling grid rows × chunks, in order on one stream.
     unsafe {
-        if let Some(threshold) = threshold {
-            launch_shared(threshold, stream, (p.rows, p.threshold_chunks), THRESHOLD_SHARED_BYTES, &p)?;
+        if let Some(threshold) = &threshold {
+            launch_thresholds(threshold, stream, (p.rows, p.threshold_chunks), &p)?;
         }
         launch(kernel, stream, (p.rows, p.chunks), &p)
     }
@@ -96,7 +125,7 @@ pub(super) unsafe fn gumbel_sample(
 /// filter scratch entries, and the
 /// threshold split as for [`gumbel_sample`].
 pub(super) unsafe fn rejection_sample(
-    (threshold, stats, resample): (Option<&Kernel>, &Kernel, &Kernel),
+    (threshold, stats, resample): (Option<Threshold<'_>>, &Kernel, &Kernel),
     stream: &CudaStream,
     p: RejectionParams,
 ) -> Result<()> {
@@ -108,8 +137,8 @@ pub(super) unsafe fn rejection_sample(
     // SAFETY: the caller guarantees `p`; each grid matches its pass (module
     // docs of kernels::rejection), and the passes run in order on one stream.
     unsafe {
-        if let Some(threshold) = threshold {
-            launch_shared(threshold, stream, (2 * pairs, p.threshold_chunks), THRESHOLD_SHARED_BYTES, &p)?;
+        if let Some(threshold) = &threshold {
+            launch_thresholds(threshold, stream, (2 * pairs, p.threshold_chunks), &p)?;
         }
         launch(stats, stream, (pairs, p.chunks), &p)?;
         launch(resample, stream, (p.requests, p.resample_chunks), &p)

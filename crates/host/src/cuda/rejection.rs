@@ -3,6 +3,7 @@
 //! variant, as the workspace's rules pick); for a call with filters, the
 //! threshold kernel first and the filtered variants of both passes.
 
+use super::launch::Threshold;
 use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
 use crate::error::Result;
 use crate::memory::Device;
@@ -44,6 +45,12 @@ impl Cuda {
         } else {
             None
         };
+        let search =
+            if args.params.filters.searches() || args.draft_logits.as_ref().is_some_and(|d| d.filters.searches()) {
+                Some(self.kernels.function(names::REJECTION_THRESHOLD_SEARCH.symbol(target_dtype, draft_dtype))?)
+            } else {
+                None
+            };
         let (stats_variants, resample_variants) = if filtered {
             (
                 Variants { op: names::REJECTION_STATS_FILTERED, spread: Spread::Verifier, lean: None, small: None },
@@ -142,8 +149,10 @@ impl Cuda {
         let entries = 2 * shape.requests * (args.max_drafts + 1);
         let filter_split = threshold_split(args.target.vocab, keeps, split, (entries, ws.filter_entries()));
         (p.threshold_chunk, p.threshold_chunks) = (filter_split.chunk, filter_split.chunks);
+        p.threshold_search = (search.is_some() && filter_split.chunks > 1) as u32;
         p.status = workspace.status;
         p.counters = workspace.counters;
+        let threshold = threshold.as_ref().map(|kernel| Threshold { kernel, search: search.as_ref() });
         // SAFETY: every pointer comes from a view whose length `check` matched
         // against the shape; the splits bounded requests·(K+1)·chunks and
         // requests·resample_chunks by the workspace's regions (and requests <=
@@ -152,6 +161,6 @@ impl Cuda {
         // row), and chunk · chunks >= vocab (all three splits, the
         // threshold's within its summaries); each filter table has
         // `num_slots` entries.
-        unsafe { launch::rejection_sample((threshold.as_ref(), &stats, &resample), stream, p) }
+        unsafe { launch::rejection_sample((threshold, &stats, &resample), stream, p) }
     }
 }

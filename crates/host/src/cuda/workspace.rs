@@ -16,7 +16,7 @@ const JOB_BYTES: usize = size_of::<ResampleJob>();
 const THRESHOLD_BYTES: usize = 2 * size_of::<f32>();
 /// The most filtered rows (threshold entries: a `rejection_sample` call's
 /// target and draft rows, a `gumbel_sample` call's rows) a workspace keeps a
-/// threshold kernel's scratch for (16,912 bytes each: 69 MB): a call with
+/// threshold kernel's scratch for (20,032 bytes each: 82 MB): a call with
 /// more splits its rows one block each, which needs none (and is slower).
 const FILTER_ENTRIES: usize = 4096;
 

@@ -151,7 +151,7 @@ unsafe fn write_request_token(p: &RejectionParams, r: u32, i: u32, token: i64) {
     unsafe { write_token(p.tokens, p.tokens_i64, at, token) }
 }
 
-/// The eight entry points of `rejection_sample` for each (target, draft
+/// The nine entry points of `rejection_sample` for each (target, draft
 /// logits) dtype pair, in a module per pair, exported under their `names` symbols.
 macro_rules! rejection_kernels {
     ($($pair:ident: $t:ident => $d:ident;)*) => {$(
@@ -198,7 +198,19 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_THRESHOLD, $t, $d))]
             pub unsafe extern "ptx-kernel" fn threshold(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::threshold::thresholds::<$t, $d>(&p) }
+                unsafe { super::threshold::thresholds::<$t, $d, false>(&p) }
+            }
+
+            /// A round of the top-p search of the rows `threshold` left to
+            /// all their blocks (`names::REJECTION_THRESHOLD_SEARCH`).
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher after `threshold`,
+            /// with its grid and shared memory, once a round.
+            #[unsafe(export_name = kernel_symbol!(REJECTION_THRESHOLD_SEARCH, $t, $d))]
+            pub unsafe extern "ptx-kernel" fn threshold_search(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::threshold::thresholds::<$t, $d, true>(&p) }
             }
 
             /// Pass 1 of a call with filters, after `threshold`

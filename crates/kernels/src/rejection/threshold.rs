@@ -9,7 +9,7 @@
 use super::{Request, draft_row, target_row};
 use crate::gpu;
 use crate::load::Load;
-use crate::threshold::{chunk_threshold, load_filter};
+use crate::threshold::{chunk_threshold, load_filter, search_round};
 use specdec_core::filter::Filter;
 use specdec_core::layout::RejectionParams;
 use specdec_core::scratch::FilterScratch;
@@ -30,13 +30,17 @@ pub(super) fn entry(p: &RejectionParams, r: u32, i: u32, which: u32) -> usize {
 /// 1 flags; a greedy one; a row past the request's; filters off; no draft
 /// logits), NaN in the target entry where the slot's filter values, or its
 /// draft filters' with draft logits, are bad (SPEC §5, checked for greedy
-/// slots too, as the CPU twin does); pass 1 flags the request.
+/// slots too, as the CPU twin does); pass 1 flags the request. With
+/// `SEARCH`, the search kernel: a round of the top-p search of the rows the
+/// threshold kernel left to all their blocks
+/// (`crate::threshold::search_round`), the `τ` written by the last round.
 ///
 /// # Safety
 /// Launched by the host's checked launcher, grid `(2·requests·(K+1),
-/// threshold_chunks)`, with `layout::THRESHOLD_SHARED_BYTES` of shared memory.
+/// threshold_chunks)`, with `layout::THRESHOLD_SHARED_BYTES` of shared memory
+/// (with `SEARCH`, after the threshold kernel, once a round).
 #[inline(always)]
-pub(super) unsafe fn thresholds<T: Load, D: Load>(p: &RejectionParams) {
+pub(super) unsafe fn thresholds<T: Load, D: Load, const SEARCH: bool>(p: &RejectionParams) {
     let (e, c) = (gpu::block_idx_x(), gpu::block_idx_y());
     let k1 = (p.max_drafts + 1).max(1);
     let pairs = p.requests * k1;
@@ -74,15 +78,25 @@ pub(super) unsafe fn thresholds<T: Load, D: Load>(p: &RejectionParams) {
     // SAFETY (both): every thread of the block is here (block-uniform
     // branches), and each block of the entry once; a valid request's rows.
     let tau = match active {
-        Err(tau) => (c == 0).then_some(tau),
+        Err(tau) => (c == 0 && !SEARCH).then_some(tau),
         Ok(f) if which == 0 => unsafe {
             let value = |v: f32| sampler.scaled(v);
-            chunk_threshold(target_row::<T>(p, req.row0 + i), p.vocab, value, f, scratch, split)
+            let row = target_row::<T>(p, req.row0 + i);
+            if SEARCH {
+                search_round(row, p.vocab, value, scratch, split)
+            } else {
+                chunk_threshold(row, p.vocab, value, f, scratch, split, p.threshold_search != 0)
+            }
         },
         Ok(f) => unsafe {
             // i < n_r <= max_drafts (the match above).
             let value = |v: f32| sampler.scaled(v);
-            chunk_threshold(draft_row::<D>(p, slot, i), p.vocab, value, f, scratch, split)
+            let row = draft_row::<D>(p, slot, i);
+            if SEARCH {
+                search_round(row, p.vocab, value, scratch, split)
+            } else {
+                chunk_threshold(row, p.vocab, value, f, scratch, split, p.threshold_search != 0)
+            }
         },
     };
     if let Some(tau) = tau
