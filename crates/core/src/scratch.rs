@@ -92,12 +92,12 @@ pub struct Summary {
     pub overflow: u32,
 }
 
-/// Where a filtered row's top-p search by the threshold kernel's later
-/// launches stands between them (rounds `1 ..= filter::ROUNDS`, one radix
-/// digit each, every block of the row histogramming its chunk): for a row
-/// whose first launch found no candidates that bound `τ` (top-p without
-/// top-k or min-p, or a pool that overflowed). `active` is zero between
-/// calls (the search's last round clears it).
+/// Where a filtered row's top-p search by the search kernels stands between
+/// their launches (`filter::ROUNDS` of them after the threshold kernel, one
+/// radix digit each, every block of the row histogramming its chunk): for a
+/// row whose candidates do not bound `τ` (top-p without top-k or min-p, or
+/// a pool that overflowed), in a call that launches them. `active` is zero
+/// between calls (the search's last round clears it).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Search {

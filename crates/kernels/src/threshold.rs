@@ -709,8 +709,8 @@ impl<L: Load, F: Fn(f32) -> f32> Row<L, F> {
         summary
     }
 
-    /// A round of the row's top-p search by all its blocks (the launches
-    /// after the first, [`Search`]): block `c` histograms the survivors of
+    /// A round of the row's top-p search by all its blocks (a search
+    /// kernel's launch, [`Search`]): block `c` histograms the survivors of
     /// its chunk that agree with the digits chosen so far (counts and
     /// masses, exact in any order) into the row's histogram in `scratch`,
     /// and the row's last block to arrive picks the round's digit: `τ` after
@@ -727,8 +727,7 @@ impl<L: Load, F: Fn(f32) -> f32> Row<L, F> {
         // only touched atomically in this launch; the launch's shared memory,
         // every access to another thread's slots between barriers all threads reach.
         let at = unsafe { &raw mut (*scratch).search };
-        // The fields the walk needs, each alone: the rest stay in memory
-        // (registers are what the threshold kernel runs short of).
+        // The fields the walk needs; the others are read where they are used.
         if unsafe { (&raw const (*at).active).read() } == 0 {
             return None; // whole block
         }

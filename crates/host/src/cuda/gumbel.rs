@@ -118,7 +118,9 @@ impl Cuda {
         let keeps = args.params.filters.bounds_candidates();
         let filter_split = threshold_split(args.logits.vocab, keeps, split, (shape.rows, ws.filter_entries()));
         (p.threshold_chunk, p.threshold_chunks) = (filter_split.chunk, filter_split.chunks);
-        p.threshold_search = (search.is_some() && filter_split.chunks > 1) as u32;
+        // Rows of one block are searched by it: no search launches.
+        let search = search.filter(|_| filter_split.chunks > 1);
+        p.threshold_search = search.is_some() as u32;
         p.status = workspace.status;
         p.counters = workspace.counters;
         let threshold = threshold.as_ref().map(|kernel| Threshold { kernel, search: search.as_ref() });

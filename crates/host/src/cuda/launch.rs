@@ -53,20 +53,16 @@ unsafe fn launch_shared<P>(
     Ok(())
 }
 
-/// The threshold kernel over `grid` and then, where a row may be left to
-/// a search by all its blocks (`p`'s `threshold_search`: the call has a
-/// search kernel, and more than one block a row), the search kernel once
-/// for each of its `filter::ROUNDS` rounds, over the same grid, in order on
-/// `stream`.
+/// The threshold kernel over `grid` and then, where the call has a search
+/// kernel (`p`'s `threshold_search`), the search kernel once for each of
+/// its `filter::ROUNDS` rounds, over the same grid, in order on `stream`.
 ///
 /// # Safety
 /// As for [`launch`], with the threshold kernels' shared memory.
 unsafe fn launch_thresholds<P>(threshold: &Threshold, stream: &CudaStream, grid: (u32, u32), p: &P) -> Result<()> {
     // SAFETY (both): forwarded.
     unsafe { launch_shared(threshold.kernel, stream, grid, THRESHOLD_SHARED_BYTES, p)? };
-    if let Some(search) = threshold.search
-        && grid.1 > 1
-    {
+    if let Some(search) = threshold.search {
         for _ in 0..ROUNDS {
             unsafe { launch_shared(search, stream, grid, THRESHOLD_SHARED_BYTES, p)? };
         }
@@ -75,7 +71,7 @@ unsafe fn launch_thresholds<P>(threshold: &Threshold, stream: &CudaStream, grid:
 }
 
 /// A call's threshold kernel, and its search kernel where it leaves rows
-/// to it (`Filters::searches`).
+/// to it (`Filters::searches`, rows of more than one block).
 pub(super) struct Threshold<'k> {
     pub kernel: &'k Kernel,
     pub search: Option<&'k Kernel>,
