@@ -92,7 +92,8 @@ pub struct ThresholdShared {
     found: u32,
     /// Where the block's candidates go in the pool.
     base: u32,
-    /// The row's floor (`FilterScratch::floor`), in its last block.
+    /// The row's floor (`FilterScratch::floor`): as a block found it when
+    /// it started, then in the row's last block as merged.
     floor: u32,
 }
 
@@ -270,10 +271,15 @@ pub fn log_prob(y: f32, tau: f32, lse: f32) -> f32 {
 /// kept set as [`kept`] says of their scaled values.
 #[inline(always)]
 pub fn mask(v: [f32; 4], tau: f32, sampler: &Sampler) -> [f32; 4] {
+    // A row kept whole (its filters off): as it is, a `-inf` scaled value
+    // aside, which every fold takes as `-inf` anyway.
+    if tau == f32::NEG_INFINITY {
+        return v;
+    }
     // A quad whose largest value is below `τ` (most quads of a filtered
     // row): masked whole, on one bound (`scaled_bound >= scaled`, both
     // monotone); NaN lanes go with it, as `kept` takes them out.
-    if tau > f32::NEG_INFINITY && sampler.scaled_bound(v[0].max(v[1]).max(v[2].max(v[3]))) < tau {
+    if sampler.scaled_bound(v[0].max(v[1]).max(v[2].max(v[3]))) < tau {
         return [f32::NEG_INFINITY; 4];
     }
     v.map(|x| if kept(sampler.scaled(x), tau) == f32::NEG_INFINITY { f32::NEG_INFINITY } else { x })
@@ -287,7 +293,9 @@ enum Keep {
     /// Top-k (with or without top-p and min-p): every value `>=` the
     /// `top_k`-th largest of the block's per-thread maxima. At least
     /// `top_k` of the block's values are `>=` it, so it is at most the
-    /// row's `τ_k`, and every value `>= τ_k` (all of `S_1`) is kept.
+    /// row's `τ_k`, and every value `>= τ_k` (all of `S_1`) is kept. A
+    /// block that finds such a cut of another block of the row published
+    /// (the row's floor) keeps at that one, which bounds `τ_k` as well.
     TopK(u32),
     /// Top-p with min-p, no top-k: every value `>=` the block's maximum
     /// plus `ln(min_p)`, at most `τ_m` (the row's maximum is at least the
@@ -619,11 +627,12 @@ impl<L: Load, F: Fn(f32) -> f32> Row<L, F> {
         // SAFETY (all): the launch's shared memory (caller); every access to
         // another thread's slots is between barriers all threads reach.
         let sh = unsafe { shared() };
-        let candidates = unsafe { &raw mut (*sh).candidates as *mut f32 };
-        let (found, base) = unsafe { (&raw mut (*sh).found, &raw mut (*sh).base) };
+        let (found, floor) = unsafe { (&raw mut (*sh).found, &raw mut (*sh).floor) };
         if tid == 0 {
             // Read after the scan's barriers.
             unsafe { found.write(0) };
+            // The row's floor so far: another block's cut, if one published it.
+            unsafe { floor.write(gpu::atomic_add_u32(&raw mut (*scratch).floor, 0)) };
         }
         // The thread's quads `start + 4·tid + q·TILE`, values that do not
         // count as -inf; every load issues before the first use.
@@ -632,12 +641,19 @@ impl<L: Load, F: Fn(f32) -> f32> Row<L, F> {
         // Widened as loaded, then each value in place as sampled (`-inf`
         // past `end` and where it does not count).
         let mut values = [[f32::NEG_INFINITY; 4]; QUADS];
-        each_quad(|q| {
-            if x(q) < end {
-                // SAFETY: x < end <= vocab, x % 4 == 0 (start is a multiple of TILE).
-                values[q] = unsafe { load_quad(self.row, x(q), end, aligned) }.0.map(L::as_f32);
-            }
-        });
+        if aligned && end - start == CAP as u32 {
+            // A whole chunk: one vector load a quad, in a path of its own (where
+            // one path serves both, LLVM splits each into three narrower loads).
+            // SAFETY: x + 4 <= end <= vocab, 16-byte aligned (start is a multiple of TILE).
+            each_quad(|q| values[q] = unsafe { L::load4(self.row.add(x(q) as usize)) }.map(L::as_f32));
+        } else {
+            each_quad(|q| {
+                if x(q) < end {
+                    // SAFETY: x < end <= vocab, x % 4 == 0 (start is a multiple of TILE).
+                    values[q] = unsafe { load_quad(self.row, x(q), end, aligned) }.0.map(L::as_f32);
+                }
+            });
+        }
         let mut s = Scan::EMPTY;
         each_quad(|q| {
             each_lane(|i| {
@@ -653,39 +669,47 @@ impl<L: Load, F: Fn(f32) -> f32> Row<L, F> {
         // SAFETY: every thread of the block is here (caller).
         let block = unsafe { block_scan(s) };
         let mut summary = Summary { max: block.max, min: block.min, count: block.count, overflow: 0 };
-        let cut = match keep {
+        // Block-uniform: written before the scan's barriers.
+        let row_floor = unsafe { floor.read() };
+        let (mut cut, mut borrowed) = match keep {
             Keep::Nothing => return summary,
+            Keep::MinP(min_p) => (min_p_threshold(block.max, min_p), false),
+            // Any block's cut is at most the row's `τ_k`: a block that finds
+            // one published takes it and spares its own search.
+            Keep::TopK(_) if row_floor != 0 => (from_key(row_floor), true),
             // SAFETY: block-uniform (the count is every thread's).
-            Keep::TopK(k) if block.count > k => unsafe { kth_largest(own_max, k) },
-            Keep::TopK(_) => f32::NEG_INFINITY,
-            Keep::MinP(min_p) => min_p_threshold(block.max, min_p),
+            Keep::TopK(k) if block.count > k => (unsafe { kth_largest(own_max, k) }, false),
+            Keep::TopK(_) => (f32::NEG_INFINITY, false),
         };
-        if tid == 0 && cut > f32::NEG_INFINITY {
-            // Read by the row's last block after every block arrived (fenced below).
+        // SAFETY: every thread of the block is here, `found` zeroed before a barrier.
+        let mut n = unsafe { self.keep_candidates(&values, own_max, cut) };
+        if let Keep::TopK(k) = keep
+            && borrowed
+            && n as usize > CANDIDATES
+            && block.count > k
+        {
+            // Too many at a borrowed cut (the chunk's values lie above those
+            // of the chunk that set it): the block's own cut, higher.
+            // SAFETY: block-uniform (`n` and the count are every thread's).
+            cut = cut.max(unsafe { kth_largest(own_max, k) });
+            borrowed = false;
+            if tid == 0 {
+                // Every thread read `n` before `kth_largest`'s barriers.
+                unsafe { found.write(0) };
+            }
+            unsafe { gpu::sync_threads() };
+            n = unsafe { self.keep_candidates(&values, own_max, cut) };
+        }
+        if tid == 0 && cut > f32::NEG_INFINITY && !borrowed {
+            // Read by the row's last block after every block arrived (fenced
+            // below), and by blocks of the row that start after this one.
             unsafe { gpu::atomic_max_u32(&raw mut (*scratch).floor, key(cut)) };
         }
-        // Only threads whose largest value reaches the cut hold candidates
-        // (with top-k, at least `k` of them and few more).
-        if own_max >= cut {
-            each_quad(|q| {
-                each_lane(|i| {
-                    let y = values[q][i];
-                    if y >= cut && y > f32::NEG_INFINITY {
-                        // SAFETY: shared memory; `at` checked.
-                        let at = unsafe { gpu::atomic_add_u32(found, 1) } as usize;
-                        if at < CANDIDATES {
-                            unsafe { candidates.add(at).write(y) };
-                        }
-                    }
-                })
-            });
-        }
-        unsafe { gpu::sync_threads() };
-        let n = unsafe { found.read() };
         if n as usize > CANDIDATES {
             summary.overflow = 1;
             return summary;
         }
+        let (candidates, base) = unsafe { (&raw const (*sh).candidates as *const f32, &raw mut (*sh).base) };
         if tid == 0 {
             // Past the pool, the merge sees the cursor overflowed.
             unsafe { base.write(gpu::atomic_add_u32(&raw mut (*scratch).cursor, n)) };
@@ -707,6 +731,38 @@ impl<L: Load, F: Fn(f32) -> f32> Row<L, F> {
         gpu::fence_device();
         unsafe { gpu::sync_threads() };
         summary
+    }
+
+    /// The block's values at or above `cut` (each thread's `values`, whose
+    /// largest is `own_max`) into the shared `candidates`, as many as fit:
+    /// how many there are, in every thread.
+    ///
+    /// # Safety
+    /// Every thread of the block calls this together, the shared `found`
+    /// zeroed before a barrier they all passed.
+    #[inline(always)]
+    unsafe fn keep_candidates(&self, values: &[[f32; 4]; QUADS], own_max: f32, cut: f32) -> u32 {
+        // SAFETY (all): the launch's shared memory (caller).
+        let sh = unsafe { shared() };
+        let (candidates, found) = unsafe { (&raw mut (*sh).candidates as *mut f32, &raw mut (*sh).found) };
+        // Only threads whose largest value reaches the cut hold candidates
+        // (with top-k, at least `k` of them and few more).
+        if own_max >= cut {
+            each_quad(|q| {
+                each_lane(|i| {
+                    let y = values[q][i];
+                    if y >= cut && y > f32::NEG_INFINITY {
+                        // SAFETY: shared memory; `at` checked.
+                        let at = unsafe { gpu::atomic_add_u32(found, 1) } as usize;
+                        if at < CANDIDATES {
+                            unsafe { candidates.add(at).write(y) };
+                        }
+                    }
+                })
+            });
+        }
+        unsafe { gpu::sync_threads() };
+        unsafe { found.read() }
     }
 
     /// A round of the row's top-p search by all its blocks (a search
