@@ -195,19 +195,26 @@ pub(super) fn fold_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], kept:
     let Some(ids) = &kept.ids else {
         return simd::fold_kept(level, s, ArgMax::IDENTITY, 0, values, kept.tau).0;
     };
-    let mut best = ArgMax::IDENTITY;
+    listed_quads(values, ids).fold(ArgMax::IDENTITY, |best, (base, vals, n)| s.fold_quad(best, base, vals, n))
+}
+
+/// The quads of `values` that hold any of `ids` (ascending, each below
+/// `values.len()`), in id order: each quad's first id, its values at those
+/// ids (`-inf` at its other lanes) and its number of lanes in the row.
+pub(super) fn listed_quads<'a, L: Logit>(
+    values: &'a [L],
+    ids: &'a [u32],
+) -> impl Iterator<Item = (u32, [f32; 4], u32)> + 'a {
     let mut at = 0;
-    while at < ids.len() {
-        let base = ids[at] / 4 * 4;
+    std::iter::from_fn(move || {
+        let base = ids.get(at)? / 4 * 4;
         let mut vals = [f32::NEG_INFINITY; 4];
         while at < ids.len() && ids[at] < base + 4 {
             vals[(ids[at] - base) as usize] = values[ids[at] as usize].to_f32();
             at += 1;
         }
-        let n = (values.len() as u32 - base).min(4);
-        best = s.fold_quad(best, base, vals, n);
-    }
-    best
+        Some((base, vals, (values.len() as u32 - base).min(4)))
+    })
 }
 
 /// A row's kept set as the CPU backend computes it (SPEC §7.2): the

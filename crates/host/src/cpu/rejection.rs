@@ -4,7 +4,7 @@
 //! so it reads only the rows it needs; the kernels compute every row's
 //! statistics in parallel. Both apply the same `specdec-core` rules.
 
-use super::filter::{Kept, fold_kept, kept, masked};
+use super::filter::{Kept, fold_kept, kept, listed_quads, masked};
 use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax, quads};
 use crate::error::Result;
@@ -141,14 +141,41 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
                 fold_kept(self.level, &sampler, row, &kept(self.level, &self.sampler, row, self.target_filter)).index
             };
         };
-        let target = dists.target.row(&sampler, row);
-        match (self.draft_row(i), &dists.draft) {
-            (Some(d), Some(dq)) => {
-                resample_draft(self.level, &sampler, &target, &dq.row(&sampler, d), dists.target.lse(), dq.lse())
+        match (self.draft_row(i), &dists.draft, &dists.target) {
+            (Some(d), Some(dq), Dist::Kept { kept: Kept { ids: Some(ids), .. }, lse }) => {
+                resample_listed(&sampler, row, d, ids, *lse, dq)
             }
-            _ => resample_one_hot(self.level, &sampler, &target, rejected),
+            (Some(d), Some(dq), target) => {
+                resample_draft(self.level, &sampler, row, d, (target.lse(), target.tau()), (dq.lse(), dq.tau()))
+            }
+            _ => resample_one_hot(self.level, &sampler, &dists.target.row(&sampler, row), rejected),
         }
     }
+}
+
+/// [`resample_draft`]'s token where the target's kept set `S` lists its
+/// `ids` (ascending), of log-sum-exp `lse_t`, and the draft row `draft` has
+/// distribution `dq`: `fold_resample` over the quads holding them alone.
+/// Off `S` both candidates' weights are `-inf` (`p' = 0`, and so
+/// `log(p' − q) = -inf`): such quads change neither best's value, and a
+/// `-inf` best gives way to the target's candidate, which lies in `S`.
+fn resample_listed<T: Logit, C: Logit>(
+    sampler: &Sampler,
+    row: &[T],
+    draft: &[C],
+    ids: &[u32],
+    lse_t: f32,
+    dq: &Dist,
+) -> u32 {
+    let mut best = Resampled::IDENTITY;
+    for (base, raw, n) in listed_quads(row, ids) {
+        // Scaled, `-inf` off `S` as listed.
+        let tgt = raw.map(|x| sampler.scaled(x));
+        let a = tgt.map(|v| v - lse_t);
+        let res = |l: usize| ln_residual(a[l], dq.log_prob(sampler.scaled(draft[(base as usize) + l].to_f32())));
+        best = sampler.fold_resample(best, base, tgt, a, res, n);
+    }
+    best.token()
 }
 
 /// A row's distribution as the verifier sees it: the softmax of the whole
@@ -163,6 +190,14 @@ impl Dist {
         match self {
             Dist::Full { lse } => *lse,
             Dist::Kept { lse, .. } => *lse,
+        }
+    }
+
+    /// The kept set's `τ`: `-inf` where the row is kept whole.
+    fn tau(&self) -> f32 {
+        match self {
+            Dist::Full { .. } => f32::NEG_INFINITY,
+            Dist::Kept { kept, .. } => kept.tau,
         }
     }
 
@@ -195,8 +230,10 @@ const DRAFT_BLOCK: usize = 512;
 
 /// The resample of a rejected draft in draft-logits mode: `fold_resample`
 /// over every quad of the residual `max(p − q, 0)` of target row `row` and
-/// draft row `draft` (as long), whose scaled log-sum-exps are `lse_t` and
-/// `lse_q`, with the same token. A block of ids at a time:
+/// draft row `draft` (as long), each masked as it is read to its kept set
+/// `{scaled >= τ}` (`τ = -inf`: kept whole; `simd::kept_scaled`, a masked
+/// copy's values), whose scaled log-sum-exps are `lse_t` and `lse_q`, with
+/// the same token. A block of ids at a time:
 ///
 /// 1. the Philox words of all its quads are drawn by the vector code
 ///    ([`simd::words`]);
@@ -212,8 +249,8 @@ fn resample_draft<T: Logit, C: Logit>(
     sampler: &Sampler,
     row: &[T],
     draft: &[C],
-    lse_t: f32,
-    lse_q: f32,
+    (lse_t, tau_t): (f32, f32),
+    (lse_q, tau_q): (f32, f32),
 ) -> u32 {
     debug_assert_eq!(row.len(), draft.len());
     let key = simd::RowKey::new(sampler);
@@ -227,7 +264,7 @@ fn resample_draft<T: Logit, C: Logit>(
         // Branch-free, so that it vectorises; lanes past the row stay ruled out.
         keep[row.len()..len4].fill(0);
         for (((x, y), k), &w) in row.iter().zip(&mut tgt).zip(&mut keep).zip(&words) {
-            *y = sampler.scaled(x.to_f32());
+            *y = simd::kept_scaled(sampler, x.to_f32(), tau_t);
             // `!(… < best)`: a NaN score is kept, as fold_resample keeps it.
             #[allow(clippy::neg_cmp_op_on_partial_ord)]
             let alive = (w >= TOP_BUCKET) | !((*y - lse_t) + COARSE_BOUND < res0) | !(*y + COARSE_BOUND < tgt0);
@@ -247,7 +284,7 @@ fn resample_draft<T: Logit, C: Logit>(
             let a = tgt.map(|v| v - lse_t);
             let res = |l: usize| {
                 let qv = draft.get(at + l).map_or(0.0, |v| v.to_f32());
-                ln_residual(a[l], sampler.scaled(qv) - lse_q)
+                ln_residual(a[l], simd::kept_scaled(sampler, qv, tau_q) - lse_q)
             };
             best = sampler.fold_resample_drawn(best, first + at as u32, tgt, a, res, n as u32, || quad_words);
         }
@@ -403,6 +440,9 @@ mod tests {
     use specdec_core::gumbel::gumbel;
     use specdec_core::rng::random_u32;
 
+    /// A row's `τ` where it is kept whole.
+    const NO_TAU: f32 = f32::NEG_INFINITY;
+
     /// Target rows of `n` logits for the resample tests: spread, far apart,
     /// tied, with NaN and ±inf, all NaN, all `-inf`.
     fn target_rows(n: usize) -> [(&'static str, Vec<f32>); 6] {
@@ -506,16 +546,94 @@ mod tests {
                         let want = resample_draft_by_quads(&s, row, draft, lse_t, lse_q);
                         let want_bf = resample_draft_by_quads(&s, row, &bf, lse_t, lse_bf);
                         for &level in Level::ALL.iter().filter(|l| l.supported()) {
-                            let got = resample_draft(level, &s, row.as_slice(), draft.as_slice(), lse_t, lse_q);
+                            let got = resample_draft(
+                                level,
+                                &s,
+                                row.as_slice(),
+                                draft.as_slice(),
+                                (lse_t, NO_TAU),
+                                (lse_q, NO_TAU),
+                            );
                             let ctx = format!("{what}, {how}, n {n}, T {t}, seed {seed}, pos {pos}, {level:?}");
                             assert_eq!(got, want, "f32 draft: {ctx}");
-                            let got = resample_draft(level, &s, row.as_slice(), bf.as_slice(), lse_t, lse_bf);
+                            let got = resample_draft(
+                                level,
+                                &s,
+                                row.as_slice(),
+                                bf.as_slice(),
+                                (lse_t, NO_TAU),
+                                (lse_bf, NO_TAU),
+                            );
                             assert_eq!(got, want_bf, "bf16 draft: {ctx}");
                         }
                     }
                 }
             }
         }
+    }
+
+    /// The resample masking the rows as it reads them, and the one over a
+    /// listed kept set's quads alone, give the token of the resample over
+    /// masked copies of the rows (the kernels' fold), for filtered and
+    /// unfiltered drafts, on rows with ties, NaN and ±inf, with NaN
+    /// draft values inside and outside the target's kept set.
+    #[test]
+    fn filtered_resamples_are_the_masked_fold() {
+        let word = |salt: u64, i: usize| random_u32(salt, i as u64, Stream::Accept, 0);
+        let filters = [
+            Filter { top_k: 1, ..Filter::OFF },
+            Filter { top_k: 2, ..Filter::OFF },
+            Filter { top_k: 20, ..Filter::OFF },
+            Filter { top_k: 50, top_p: 0.9, ..Filter::OFF },
+            Filter { min_p: 0.3, ..Filter::OFF },
+            Filter { top_p: 0.2, ..Filter::OFF },
+        ];
+        let (mut listed, mut unlisted) = (0, 0);
+        for n in [1usize, 5, 64, 999, 4097, 9000] {
+            for (what, row) in &target_rows(n) {
+                let draft: Vec<f32> = (0..n)
+                    .map(|i| match word(11, i) % 50 {
+                        0 => f32::NAN,
+                        _ => row[i] * 0.8 + (word(12, i) as f32 / 4_294_967_296.0 - 0.5) * 2.0,
+                    })
+                    .collect();
+                for filter in filters {
+                    for draft_filter in [Filter::OFF, filter] {
+                        for (t, seed, pos) in [(0.6f32, 1u64, 42u64), (1.5, 0x5eed, u64::MAX - 3)] {
+                            let s = Sampler::new(t, seed, pos, Stream::Target);
+                            let dist = |values: &[f32], f: Filter| {
+                                if f.is_off(n) {
+                                    Dist::Full { lse: simd::lse(Level::Scalar, &s, values) }
+                                } else {
+                                    let kept = kept(Level::Scalar, &s, values, f);
+                                    Dist::Kept { lse: kept.lse(Level::Scalar, &s, values), kept }
+                                }
+                            };
+                            let (dp, dq) = (dist(row, filter), dist(&draft, draft_filter));
+                            let ctx = format!("{what}, n {n}, {filter:?}, draft {draft_filter:?}, T {t}");
+                            let (p, q) = (dp.row(&s, row.as_slice()), dq.row(&s, draft.as_slice()));
+                            let want =
+                                resample_draft(Level::Scalar, &s, &p, &q, (dp.lse(), NO_TAU), (dq.lse(), NO_TAU));
+                            for &level in Level::ALL.iter().filter(|l| l.supported()) {
+                                let (lt, lq) = ((dp.lse(), dp.tau()), (dq.lse(), dq.tau()));
+                                let got = resample_draft(level, &s, row.as_slice(), draft.as_slice(), lt, lq);
+                                assert_eq!(got, want, "masked as read, {level:?}: {ctx}");
+                            }
+                            match &dp {
+                                Dist::Kept { kept: Kept { ids: Some(ids), .. }, lse } => {
+                                    listed += 1;
+                                    let got = resample_listed(&s, row.as_slice(), draft.as_slice(), ids, *lse, &dq);
+                                    assert_eq!(got, want, "listed: {ctx}");
+                                }
+                                Dist::Kept { .. } => unlisted += 1,
+                                Dist::Full { .. } => {}
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(listed > 200 && unlisted > 10, "kept sets listed {listed}, not listed {unlisted}");
     }
 
     /// The pre-screen keeps a residual winner that is far behind on its
@@ -543,7 +661,7 @@ mod tests {
             let lse_q = simd::lse(Level::Scalar, &s, draft.as_slice());
             assert_eq!(resample_draft_by_quads(&s, &row, &draft, lse_t, lse_q), t as u32, "top bucket: {top}");
             for &level in Level::ALL.iter().filter(|l| l.supported()) {
-                let got = resample_draft(level, &s, row.as_slice(), draft.as_slice(), lse_t, lse_q);
+                let got = resample_draft(level, &s, row.as_slice(), draft.as_slice(), (lse_t, NO_TAU), (lse_q, NO_TAU));
                 assert_eq!(got, t as u32, "{level:?}, top bucket: {top}");
             }
         }

@@ -318,7 +318,7 @@ fn max_ps(y: f32, m: f32) -> f32 {
 /// where `tau > -inf`: a masked copy's value, as [`lse_kept`] and
 /// [`fold_kept`]'s scalar reference read it.
 #[inline(always)]
-fn kept_scaled(s: &Sampler, x: f32, tau: f32) -> f32 {
+pub(super) fn kept_scaled(s: &Sampler, x: f32, tau: f32) -> f32 {
     let y = s.scaled(x);
     // Unmasked where `tau > -inf` is false, as the vector levels test it.
     if tau == f32::NEG_INFINITY || tau.is_nan() || y >= tau { y } else { f32::NEG_INFINITY }
