@@ -141,39 +141,64 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
                 fold_kept(self.level, &sampler, row, &kept(self.level, &self.sampler, row, self.target_filter)).index
             };
         };
-        match (self.draft_row(i), &dists.draft, &dists.target) {
-            (Some(d), Some(dq), Dist::Kept { kept: Kept { ids: Some(ids), .. }, lse }) => {
-                resample_listed(&sampler, row, d, ids, *lse, dq)
-            }
-            (Some(d), Some(dq), target) => {
+        let listed = match &dists.target {
+            Dist::Kept { kept: Kept { ids: Some(ids), .. }, lse } => Some((ids, *lse)),
+            _ => None,
+        };
+        match (self.draft_row(i), &dists.draft, listed) {
+            (Some(d), Some(dq), Some((ids, lse))) => resample_listed_draft(&sampler, row, d, ids, lse, dq),
+            (Some(d), Some(dq), None) => {
+                let target = &dists.target;
                 resample_draft(self.level, &sampler, row, d, (target.lse(), target.tau()), (dq.lse(), dq.tau()))
             }
+            (_, _, Some((ids, _))) => resample_listed_one_hot(&sampler, row, ids, rejected),
             _ => resample_one_hot(self.level, &sampler, &dists.target.row(&sampler, row), rejected),
         }
     }
 }
 
-/// [`resample_draft`]'s token where the target's kept set `S` lists its
-/// `ids` (ascending), of log-sum-exp `lse_t`, and the draft row `draft` has
-/// distribution `dq`: `fold_resample` over the quads holding them alone.
-/// Off `S` both candidates' weights are `-inf` (`p' = 0`, and so
-/// `log(p' − q) = -inf`): such quads change neither best's value, and a
-/// `-inf` best gives way to the target's candidate, which lies in `S`.
-fn resample_listed<T: Logit, C: Logit>(
+/// [`resample_listed`] with draft logits: draft row `draft`, of distribution
+/// `dq`, and the target's `LSE(S)` `lse`.
+fn resample_listed_draft<T: Logit, C: Logit>(
     sampler: &Sampler,
     row: &[T],
     draft: &[C],
     ids: &[u32],
-    lse_t: f32,
+    lse: f32,
     dq: &Dist,
+) -> u32 {
+    resample_listed(sampler, row, ids, lse, |id, a| {
+        ln_residual(a, dq.log_prob(sampler.scaled(draft[id as usize].to_f32())))
+    })
+}
+
+/// [`resample_listed`] of a one-hot draft: the residual is the target without the `rejected` id.
+fn resample_listed_one_hot<T: Logit>(sampler: &Sampler, row: &[T], ids: &[u32], rejected: usize) -> u32 {
+    resample_listed(sampler, row, ids, 0.0, |id, a| if id as usize == rejected { f32::NEG_INFINITY } else { a })
+}
+
+/// The resample of a rejected draft where the target's kept set `S` lists
+/// its `ids` (ascending): `fold_resample` over the quads holding them alone,
+/// each id's target weight its scaled value and its residual weight
+/// `residual(id, a)` of `a`, that value less `lse` (with draft logits,
+/// `lse = LSE(S)` and `ln(p' − q)`; one-hot, `0` and the target's weight
+/// but at the rejected id). It gives [`resample_draft`]'s and
+/// [`resample_one_hot`]'s token over the masked rows: off `S` both weights
+/// are `-inf` (`p' = 0`), so such quads change neither best's value, and a
+/// `-inf` residual best gives way to the target's candidate, in `S`.
+fn resample_listed<T: Logit>(
+    sampler: &Sampler,
+    row: &[T],
+    ids: &[u32],
+    lse: f32,
+    residual: impl Fn(u32, f32) -> f32,
 ) -> u32 {
     let mut best = Resampled::IDENTITY;
     for (base, raw, n) in listed_quads(row, ids) {
         // Scaled, `-inf` off `S` as listed.
         let tgt = raw.map(|x| sampler.scaled(x));
-        let a = tgt.map(|v| v - lse_t);
-        let res = |l: usize| ln_residual(a[l], dq.log_prob(sampler.scaled(draft[(base as usize) + l].to_f32())));
-        best = sampler.fold_resample(best, base, tgt, a, res, n);
+        let a = tgt.map(|v| v - lse);
+        best = sampler.fold_resample(best, base, tgt, a, |l| residual(base + l as u32, a[l]), n);
     }
     best.token()
 }
@@ -573,9 +598,9 @@ mod tests {
     }
 
     /// The resample masking the rows as it reads them, and the one over a
-    /// listed kept set's quads alone, give the token of the resample over
-    /// masked copies of the rows (the kernels' fold), for filtered and
-    /// unfiltered drafts, on rows with ties, NaN and ±inf, with NaN
+    /// listed kept set's quads alone (with draft logits, and one-hot), give
+    /// the token of the resample over masked copies of the rows (the
+    /// kernels' fold), for filtered and unfiltered drafts, on rows with ties, NaN and ±inf, with NaN
     /// draft values inside and outside the target's kept set.
     #[test]
     fn filtered_resamples_are_the_masked_fold() {
@@ -622,8 +647,15 @@ mod tests {
                             match &dp {
                                 Dist::Kept { kept: Kept { ids: Some(ids), .. }, lse } => {
                                     listed += 1;
-                                    let got = resample_listed(&s, row.as_slice(), draft.as_slice(), ids, *lse, &dq);
+                                    let got =
+                                        resample_listed_draft(&s, row.as_slice(), draft.as_slice(), ids, *lse, &dq);
                                     assert_eq!(got, want, "listed: {ctx}");
+                                    // One-hot, rejecting an id of `S`, the first id, the last.
+                                    for rejected in [ids[ids.len() / 2] as usize, 0, n - 1] {
+                                        let want = resample_one_hot(Level::Scalar, &s, &p, rejected);
+                                        let got = resample_listed_one_hot(&s, row.as_slice(), ids, rejected);
+                                        assert_eq!(got, want, "listed one-hot, rejected {rejected}: {ctx}");
+                                    }
                                 }
                                 Dist::Kept { .. } => unlisted += 1,
                                 Dist::Full { .. } => {}
