@@ -600,8 +600,9 @@ mod tests {
     /// The resample masking the rows as it reads them, and the one over a
     /// listed kept set's quads alone (with draft logits, and one-hot), give
     /// the token of the resample over masked copies of the rows (the
-    /// kernels' fold), for filtered and unfiltered drafts, on rows with ties, NaN and ±inf, with NaN
-    /// draft values inside and outside the target's kept set.
+    /// kernels' fold), for filtered and unfiltered drafts, on rows with
+    /// ties, NaN and ±inf, with NaN draft values inside and outside the
+    /// target's kept set.
     #[test]
     fn filtered_resamples_are_the_masked_fold() {
         let word = |salt: u64, i: usize| random_u32(salt, i as u64, Stream::Accept, 0);
