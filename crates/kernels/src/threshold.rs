@@ -631,8 +631,11 @@ impl<L: Load, F: Fn(f32) -> f32> Row<L, F> {
         if tid == 0 {
             // Read after the scan's barriers.
             unsafe { found.write(0) };
-            // The row's floor so far: another block's cut, if one published it.
-            unsafe { floor.write(gpu::atomic_add_u32(&raw mut (*scratch).floor, 0)) };
+            // The row's floor so far: another block's cut, if one published
+            // it (only top-k blocks borrow one).
+            let published =
+                if matches!(keep, Keep::TopK(_)) { unsafe { gpu::atomic_add_u32(&raw mut (*scratch).floor, 0) } } else { 0 };
+            unsafe { floor.write(published) };
         }
         // The thread's quads `start + 4·tid + q·TILE`, values that do not
         // count as -inf; every load issues before the first use.
