@@ -116,13 +116,29 @@ pub struct Search {
     pub total: u64,
 }
 
+/// Where a filtered row's pool holds every value of its kept set `S` (no
+/// block overflowed, no NaN in the row, a finite maximum): the number of
+/// values in the pool and the row's maximum, from which the verifier's pass
+/// 1 takes `LSE(S)` without reading the row. [`Pooled::NONE`] elsewhere.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct Pooled {
+    pub count: u32,
+    pub max: f32,
+}
+
+impl Pooled {
+    pub const NONE: Pooled = Pooled { count: u32::MAX, max: f32::NAN };
+}
+
 /// The scratch of one filtered row of a threshold kernel (SPEC §7.2): each
 /// block's [`Summary`], the candidates the blocks keep (`pool[..cursor]`:
 /// when no block overflowed, every value of the row that can decide `τ`),
 /// the largest of the blocks' cuts (`floor`, as `filter::key`: no value
 /// below it can be in the row's `S_1`), the row's [`Search`] and the
-/// histogram of its current round (counts and masses per digit), and the
-/// row's arrival counter. `counter`, `cursor`, `floor`, the histogram and
+/// histogram of its current round (counts and masses per digit), whether
+/// the pool holds all of the row's `S` ([`Pooled`], written by the row's
+/// last block each call), and the row's arrival counter. `counter`, `cursor`, `floor`, the histogram and
 /// `search.active` are zero between calls (the row's last block resets
 /// them). 16-byte aligned: the merge reads summaries and pool 16 bytes a
 /// load.
@@ -134,6 +150,7 @@ pub struct FilterScratch {
     pub masses: [u64; crate::filter::DIGITS],
     pub counts: [u32; crate::filter::DIGITS],
     pub search: Search,
+    pub pooled: Pooled,
     pub counter: u32,
     pub cursor: u32,
     pub floor: u32,

@@ -59,6 +59,51 @@ impl Reduce for Partial {
     }
 }
 
+/// A `u64` sum, exact in any order (integer adds, wrapping only past
+/// `u64`), as two words: the warp slots hold 4-byte-aligned values.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct ExactSum {
+    lo: u32,
+    hi: u32,
+}
+
+impl ExactSum {
+    #[inline(always)]
+    pub fn new(v: u64) -> ExactSum {
+        ExactSum { lo: v as u32, hi: (v >> 32) as u32 }
+    }
+
+    #[inline(always)]
+    pub fn get(self) -> u64 {
+        (self.hi as u64) << 32 | self.lo as u64
+    }
+}
+
+impl Reduce for ExactSum {
+    const IDENTITY: ExactSum = ExactSum { lo: 0, hi: 0 };
+
+    #[inline(always)]
+    fn combine(self, other: ExactSum) -> ExactSum {
+        ExactSum::new(self.get().wrapping_add(other.get()))
+    }
+
+    #[inline(always)]
+    unsafe fn warp_all(self) -> Self {
+        // SAFETY: the caller guarantees a full, converged warp.
+        let shfl = |v: ExactSum, m: u32| unsafe {
+            ExactSum { lo: gpu::shfl_bfly_u32(v.lo, m), hi: gpu::shfl_bfly_u32(v.hi, m) }
+        };
+        let mut v = self;
+        let mut lane_mask = WARP / 2;
+        while lane_mask > 0 {
+            v = v.combine(shfl(v, lane_mask));
+            lane_mask /= 2;
+        }
+        v
+    }
+}
+
 /// The best of the warp's 32 candidates by [`ArgMax::combine`]'s order, in
 /// every lane: the largest value by one `redux.sync` on its order key
 /// ([`floor_key`]; values are never NaN), then the smallest index among the

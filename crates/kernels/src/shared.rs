@@ -3,7 +3,7 @@
 //! the whole block. Every launch requests `layout::SHARED_BYTES`, its size
 //! (asserted), and each accessor asserts that its type fits its region.
 
-use crate::block::Partial;
+use crate::block::{ExactSum, Partial};
 use crate::gpu;
 use crate::load::Walk;
 use crate::rejection::{Request, RowDecision};
@@ -28,6 +28,8 @@ pub union WarpSlots {
     pub stats: [Stats; WARPS as usize],
     /// Pass 2's block reduction (its `Candidates` are `Resampled`).
     pub candidates: [Resampled; WARPS as usize],
+    /// Pass 1's exact sums (`LSE(S)` of a pooled row).
+    pub sums: [ExactSum; WARPS as usize],
     /// The decision's per-warp rows, the largest.
     pub decisions: [RowDecision; WARPS as usize],
 }

@@ -13,7 +13,9 @@
 //! alone ([`Keep`]: top-k, or min-p with top-p), appends those candidates
 //! to the row's pool in the workspace (`FilterScratch`); the row's last block
 //! to arrive merges the summaries and searches the pool in shared memory —
-//! one read of the row. Where no bound exists (top-p alone) or a block's
+//! one read of the row; the pool then holds all of `S`, from which the
+//! verifier's pass 1 takes `LSE(S)` without reading the row
+//! (`FilterScratch::pooled`). Where no bound exists (top-p alone) or a block's
 //! candidates overflowed, the row is searched whole, up to four more reads:
 //! top-p on a row of several blocks by all its blocks, in four launches of
 //! the search kernels that follow (one round each, [`search_round`], the
@@ -33,7 +35,7 @@ use specdec_core::filter::{
 };
 use specdec_core::layout::{BLOCK_THREADS, FilterTables, THRESHOLD_CHUNK, THRESHOLD_SHARED_BYTES, TILE, WARPS};
 use specdec_core::sample::Sampler;
-use specdec_core::scratch::{FilterScratch, POOL, Search, Summary};
+use specdec_core::scratch::{FilterScratch, POOL, Pooled, Search, Summary};
 
 /// The most values a block keeps in shared memory: its chunk's, or a
 /// search's.
@@ -122,7 +124,6 @@ struct Scan {
 
 impl Scan {
     const EMPTY: Scan = Scan { max: f32::NEG_INFINITY, min: f32::INFINITY, count: 0 };
-
     #[inline(always)]
     fn push(self, y: f32) -> Scan {
         Scan { max: self.max.max(y), min: self.min.min(y), count: self.count + 1 }
@@ -363,6 +364,13 @@ pub unsafe fn chunk_threshold<L: Load>(
     let merged =
         if chunks == 1 { Some((summary, 0, f32::NEG_INFINITY)) } else { unsafe { merge(scratch, summary, c, chunks) } };
     let (all, pooled, floor) = merged?;
+    // The pool holds every value that can decide `τ`, so all of `S` (a row
+    // without values: none; one with a +inf has `τ = +inf`, never pooled).
+    let holds_s = keep != Keep::Nothing && all.overflow == 0;
+    if chunks > 1 && gpu::thread_idx_x() == 0 {
+        // SAFETY: the row's scratch (`chunks > 1`), read by the next launch.
+        unsafe { (&raw mut (*scratch).pooled).write(if holds_s { Pooled { count: pooled, max: all.max } } else { Pooled::NONE }) };
+    }
     if all.count == 0 {
         return Some(-f32::MAX);
     }
@@ -370,7 +378,7 @@ pub unsafe fn chunk_threshold<L: Load>(
         return Some(f32::INFINITY);
     }
     // The pool holds every value that decides `τ`: search it in shared memory.
-    let kept = if keep != Keep::Nothing && all.overflow == 0 {
+    let kept = if holds_s {
         // SAFETY: `pooled <= POOL <= CAP` values, published before the blocks were counted in.
         Some(unsafe { load_pool(scratch, pooled, floor) })
     } else {
@@ -657,10 +665,11 @@ impl<L: Load, F: Fn(f32) -> f32> Row<L, F> {
                 }
             });
         }
-        let mut s = Scan::EMPTY;
+        let (mut s, mut nan) = (Scan::EMPTY, false);
         each_quad(|q| {
             each_lane(|i| {
                 let y = (self.value)(values[q][i]);
+                nan |= y.is_nan();
                 let counts = x(q) + (i as u32) < end && y > f32::NEG_INFINITY;
                 if counts {
                     s = s.push(y);
@@ -668,10 +677,22 @@ impl<L: Load, F: Fn(f32) -> f32> Row<L, F> {
                 values[q][i] = if counts { y } else { f32::NEG_INFINITY };
             });
         });
-        let own_max = s.max;
-        // SAFETY: every thread of the block is here (caller).
+        // Recomputed where it is needed, not kept live through the barriers
+        // (the registers it took made a threshold kernel spill).
+        let own_max = |values: &[[f32; 4]; QUADS]| {
+            let mut m = f32::NEG_INFINITY;
+            each_quad(|q| each_lane(|i| m = m.max(values[q][i])));
+            m
+        };
+        // SAFETY (both): every thread of the block is here (caller).
+        let nan = unsafe { gpu::sync_threads_or(nan) };
         let block = unsafe { block_scan(s) };
         let mut summary = Summary { max: block.max, min: block.min, count: block.count, overflow: 0 };
+        if nan {
+            // A row with NaN has no pool: pass 1 reads it (and flags it).
+            summary.overflow = 1;
+            return summary;
+        }
         // Block-uniform: written before the scan's barriers.
         let row_floor = unsafe { floor.read() };
         let (mut cut, mut borrowed) = match keep {
@@ -681,11 +702,11 @@ impl<L: Load, F: Fn(f32) -> f32> Row<L, F> {
             // one published takes it and spares its own search.
             Keep::TopK(_) if row_floor != 0 => (from_key(row_floor), true),
             // SAFETY: block-uniform (the count is every thread's).
-            Keep::TopK(k) if block.count > k => (unsafe { kth_largest(own_max, k) }, false),
+            Keep::TopK(k) if block.count > k => (unsafe { kth_largest(own_max(&values), k) }, false),
             Keep::TopK(_) => (f32::NEG_INFINITY, false),
         };
         // SAFETY: every thread of the block is here, `found` zeroed before a barrier.
-        let mut n = unsafe { self.keep_candidates(&values, own_max, cut) };
+        let mut n = unsafe { self.keep_candidates(&values, own_max(&values), cut) };
         if let Keep::TopK(k) = keep
             && borrowed
             && n as usize > CANDIDATES
@@ -694,14 +715,14 @@ impl<L: Load, F: Fn(f32) -> f32> Row<L, F> {
             // Too many at a borrowed cut (the chunk's values lie above those
             // of the chunk that set it): the block's own cut, higher.
             // SAFETY: block-uniform (`n` and the count are every thread's).
-            cut = cut.max(unsafe { kth_largest(own_max, k) });
+            cut = cut.max(unsafe { kth_largest(own_max(&values), k) });
             borrowed = false;
             if tid == 0 {
                 // Every thread read `n` before `kth_largest`'s barriers.
                 unsafe { found.write(0) };
             }
             unsafe { gpu::sync_threads() };
-            n = unsafe { self.keep_candidates(&values, own_max, cut) };
+            n = unsafe { self.keep_candidates(&values, own_max(&values), cut) };
         }
         if tid == 0 && cut > f32::NEG_INFINITY && !borrowed {
             // Read by the row's last block after every block arrived (fenced

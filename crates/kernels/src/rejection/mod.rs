@@ -43,7 +43,10 @@
 //! `rejection_resample_filtered_…`, the two passes over the rows masked to
 //! their kept sets: the target's `p'` and the draft's `q'`, so that the
 //! log-sum-exps are `LSE(S)`, a draft outside the target's `S` has
-//! `log p' = -inf` and the residual and bonus never leave `S`.
+//! `log p' = -inf` and the residual and bonus never leave `S`. Pass 1 does
+//! not read a row whose kept set the threshold kernel pooled whole
+//! (`FilterScratch::pooled`): chunk 0 of the row sums its `LSE(S)` from the
+//! pool (`stats::pooled_lse`), exactly in any order of the pool.
 //!
 //! Resampled and bonus tokens use the target stream of their row, so a request
 //! with no drafts gets exactly `gumbel_sample`'s token for its bonus row.

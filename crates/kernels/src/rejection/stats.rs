@@ -8,7 +8,7 @@
 use super::accept::decide;
 use super::threshold::entry;
 use super::{Request, draft_row, target_row};
-use crate::block::{Reduce, block_reduce, warp_best, warp_fold};
+use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_fold};
 use crate::fold::{fold_greedy, push_overlap, push_scaled, pushed_max};
 use crate::gpu::{self, WARP};
 use crate::last_block;
@@ -19,7 +19,8 @@ use crate::threshold::mask;
 use specdec_core::argmax::{floor_key, floor_value};
 use specdec_core::layout::RejectionParams;
 use specdec_core::logspace::{Lse, centre, recentre};
-use specdec_core::scratch::Stats;
+use specdec_core::layout::BLOCK_THREADS;
+use specdec_core::scratch::{FilterScratch, Pooled, Stats};
 use specdec_core::status::{INVALID_FILTER, NAN_LOGITS};
 
 /// The kinds of row, by what their [`Stats`] hold: a greedy request's
@@ -222,6 +223,39 @@ unsafe fn row_chunk_stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool, c
                 |x, t, _, n| acc.best = fold_greedy(&sampler, acc.best, x, widen(t), n, &mut nan),
             )
         };
+    } else if let Some(pooled_t) = if FILTERED { unsafe { pooled(p, r, i, 0, tau_t) } } else { None } {
+        // The target's kept set is in its pool: no read of the target row,
+        // and of the draft's only where its own kept set is not pooled;
+        // chunk 0 takes the pooled `LSE(S)`s.
+        let pooled_q = if draft.is_null() { None } else { unsafe { pooled(p, r, i, 1, tau_q) } };
+        if !draft.is_null() && pooled_q.is_none() {
+            let none: *const D = core::ptr::null();
+            // SAFETY: the draft row holds >= vocab >= end elements; start % 4 == 0.
+            unsafe {
+                for_each_quad::<false, Q, _, _>(
+                    draft,
+                    none,
+                    start,
+                    end,
+                    gpu::thread_idx_x(),
+                    #[inline(always)]
+                    |_x, q, _, n| {
+                        let q = mask(widen(q), tau_q, &sampler);
+                        // NaN draft logits are skipped, not flagged: the row's flag is the target's.
+                        acc.draft = push_scaled(acc.draft, q, n, &sampler).0;
+                    },
+                )
+            };
+        }
+        // SAFETY (all): every thread of the block is here (caller); `c` is block-uniform.
+        let mut out = unsafe { block_reduce(Row::<SAMPLED_ROW>(acc)).0 };
+        if c == 0 {
+            out.target = unsafe { pooled_lse(p, r, i, 0, tau_t, pooled_t) };
+            if let Some(pooled_q) = pooled_q {
+                out.draft = unsafe { pooled_lse(p, r, i, 1, tau_q, pooled_q) };
+            }
+        }
+        return out;
     } else {
         unsafe {
             for_each_quad::<false, Q, _, _>(
@@ -303,6 +337,64 @@ pub(super) unsafe fn thresholds(p: &RejectionParams, r: u32, i: u32) -> (f32, f3
     // SAFETY: both entries lie in the 2·requests·(K+1) of the region (caller).
     unsafe { (*at.add(entry(p, r, i, 0)), *at.add(entry(p, r, i, 1))) }
 }
+
+/// The threshold kernel's [`Pooled`] record of row `i` of request `r`
+/// (`which`: 0 target, 1 draft) where the row's pool holds all of its kept
+/// set: a row filtered to `tau` (a value) by a threshold kernel of several
+/// blocks a row, whose last block found it so.
+///
+/// # Safety
+/// The threshold kernel of this call ran (`r < requests`, `i <= max_drafts`).
+#[inline(always)]
+unsafe fn pooled(p: &RejectionParams, r: u32, i: u32, which: u32, tau: f32) -> Option<Pooled> {
+    // `-inf`: kept whole; NaN: bad filter values (neither searched); `+inf`:
+    // a point mass on the row's `+inf`s; one block a row: no pool, and
+    // scratch for none.
+    if p.threshold_chunks <= 1 || !(tau > f32::NEG_INFINITY) || tau == f32::INFINITY {
+        return None;
+    }
+    // SAFETY: a filtered row's entry, inside the workspace's scratch where
+    // threshold_chunks > 1; its last block wrote the record in the threshold kernel.
+    let pooled = unsafe { (&raw const (*(p.filter_scratch as *const FilterScratch).add(entry(p, r, i, which))).pooled).read() };
+    (pooled.count != Pooled::NONE.count).then_some(pooled)
+}
+
+/// `LSE(S)` of row `i` of request `r` (`which`, as for [`pooled`]) from its
+/// pool (`pooled`, the row's `S` the pool's values `>= tau`), valid in
+/// thread 0: `Σ e^(x − max)` with each term in fixed point
+/// ([`POOL_SCALE`], truncated) added as integers, so that the pool's order
+/// (the threshold blocks' arrival order) does not change a bit of it.
+///
+/// # Safety
+/// Every thread of the block calls this together; `pooled` is the row's,
+/// as [`pooled`] returned it.
+#[inline(always)]
+unsafe fn pooled_lse(p: &RejectionParams, r: u32, i: u32, which: u32, tau: f32, pooled: Pooled) -> Lse {
+    // SAFETY: as in `pooled`; `pooled.count <= POOL` values were written by
+    // the threshold kernel, an earlier launch.
+    let pool = unsafe { &raw const (*(p.filter_scratch as *const FilterScratch).add(entry(p, r, i, which))).pool }
+        as *const f32;
+    let mut sum = 0u64;
+    let mut j = gpu::thread_idx_x();
+    while j < pooled.count {
+        // SAFETY: j < count <= POOL.
+        let y = unsafe { *pool.add(j as usize) };
+        if y >= tau {
+            // An exact product (a power of two), truncated: at most POOL_SCALE.
+            sum += (gpu::fast_exp(y - pooled.max) * POOL_SCALE) as u64;
+        }
+        j += BLOCK_THREADS;
+    }
+    // SAFETY: every thread of the block is here (caller).
+    let total = unsafe { block_reduce(ExactSum::new(sum)) }.get();
+    Lse { max: pooled.max, sum: total as f32 / POOL_SCALE }
+}
+
+/// The fixed point of [`pooled_lse`]'s terms, `2^40`: each term is
+/// truncated by less than `2^-40`, so a sum of at most `POOL` of them, at
+/// least 1 (the maximum's), is off by under `2^-28` of itself, below an
+/// `f32`'s rounding; it stays below `2^52`.
+const POOL_SCALE: f32 = (1u64 << 40) as f32;
 
 /// The first of the `chunks` [`Stats`] entries of row `i` of request `r`.
 ///
