@@ -117,9 +117,9 @@ pub struct Search {
 }
 
 /// Where a filtered row's pool holds every value of its kept set `S` (no
-/// block overflowed, no NaN in the row, a finite maximum): the number of
-/// values in the pool and the row's maximum, from which the verifier's pass
-/// 1 takes `LSE(S)` without reading the row. [`Pooled::NONE`] elsewhere.
+/// block overflowed, no NaN in the row): the number of values in the pool
+/// and the row's maximum, from which the verifier's pass 1 takes `LSE(S)`
+/// without reading the row (for a finite `τ`). [`Pooled::NONE`] elsewhere.
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Pooled {
@@ -138,9 +138,9 @@ impl Pooled {
 /// below it can be in the row's `S_1`), the row's [`Search`] and the
 /// histogram of its current round (counts and masses per digit), whether
 /// the pool holds all of the row's `S` ([`Pooled`], written by the row's
-/// last block each call), and the row's arrival counter. `counter`, `cursor`, `floor`, the histogram and
-/// `search.active` are zero between calls (the row's last block resets
-/// them). 16-byte aligned: the merge reads summaries and pool 16 bytes a
+/// last block each call), and the row's arrival counter. `counter`,
+/// `cursor`, `floor`, the histogram and `search.active` are zero between
+/// calls (the row's last block resets them). 16-byte aligned: the merge reads summaries and pool 16 bytes a
 /// load.
 #[derive(Clone, Copy)]
 #[repr(C, align(16))]

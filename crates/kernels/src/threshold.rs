@@ -124,6 +124,7 @@ struct Scan {
 
 impl Scan {
     const EMPTY: Scan = Scan { max: f32::NEG_INFINITY, min: f32::INFINITY, count: 0 };
+
     #[inline(always)]
     fn push(self, y: f32) -> Scan {
         Scan { max: self.max.max(y), min: self.min.min(y), count: self.count + 1 }
@@ -365,7 +366,8 @@ pub unsafe fn chunk_threshold<L: Load>(
         if chunks == 1 { Some((summary, 0, f32::NEG_INFINITY)) } else { unsafe { merge(scratch, summary, c, chunks) } };
     let (all, pooled, floor) = merged?;
     // The pool holds every value that can decide `τ`, so all of `S` (a row
-    // without values: none; one with a +inf has `τ = +inf`, never pooled).
+    // without values: none; pass 1 does not take the record of a `τ` of
+    // `+inf`, a point mass on the row's `+inf`s).
     let holds_s = keep != Keep::Nothing && all.overflow == 0;
     if chunks > 1 && gpu::thread_idx_x() == 0 {
         // SAFETY: the row's scratch (`chunks > 1`), read by the next launch.

@@ -17,9 +17,8 @@ use crate::row::chunk_range;
 use crate::shared;
 use crate::threshold::mask;
 use specdec_core::argmax::{floor_key, floor_value};
-use specdec_core::layout::RejectionParams;
+use specdec_core::layout::{BLOCK_THREADS, RejectionParams};
 use specdec_core::logspace::{Lse, centre, recentre};
-use specdec_core::layout::BLOCK_THREADS;
 use specdec_core::scratch::{FilterScratch, Pooled, Stats};
 use specdec_core::status::{INVALID_FILTER, NAN_LOGITS};
 
