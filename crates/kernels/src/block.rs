@@ -90,17 +90,11 @@ impl Reduce for ExactSum {
 
     #[inline(always)]
     unsafe fn warp_all(self) -> Self {
-        // SAFETY: the caller guarantees a full, converged warp.
+        // SAFETY (both): the caller guarantees a full, converged warp.
         let shfl = |v: ExactSum, m: u32| unsafe {
             ExactSum { lo: gpu::shfl_bfly_u32(v.lo, m), hi: gpu::shfl_bfly_u32(v.hi, m) }
         };
-        let mut v = self;
-        let mut lane_mask = WARP / 2;
-        while lane_mask > 0 {
-            v = v.combine(shfl(v, lane_mask));
-            lane_mask /= 2;
-        }
-        v
+        unsafe { warp_fold(self, shfl, ExactSum::combine) }
     }
 }
 

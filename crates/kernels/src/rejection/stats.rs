@@ -6,7 +6,7 @@
 //! request's rows, their chunks combined here ([`row_stats`]).
 
 use super::accept::decide;
-use super::threshold::entry;
+use super::threshold::{entry, filter_scratch};
 use super::{Request, draft_row, target_row};
 use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_fold};
 use crate::fold::{fold_greedy, push_overlap, push_scaled, pushed_max};
@@ -19,7 +19,7 @@ use crate::threshold::mask;
 use specdec_core::argmax::{floor_key, floor_value};
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams};
 use specdec_core::logspace::{Lse, centre, recentre};
-use specdec_core::scratch::{FilterScratch, Pooled, Stats};
+use specdec_core::scratch::{Pooled, Stats};
 use specdec_core::status::{INVALID_FILTER, NAN_LOGITS};
 
 /// The kinds of row, by what their [`Stats`] hold: a greedy request's
@@ -354,7 +354,7 @@ unsafe fn pooled(p: &RejectionParams, r: u32, i: u32, which: u32, tau: f32) -> O
     }
     // SAFETY: a filtered row's entry, inside the workspace's scratch where
     // threshold_chunks > 1; its last block wrote the record in the threshold kernel.
-    let pooled = unsafe { (&raw const (*(p.filter_scratch as *const FilterScratch).add(entry(p, r, i, which))).pooled).read() };
+    let pooled = unsafe { (&raw const (*filter_scratch(p, r, i, which)).pooled).read() };
     (pooled.count != Pooled::NONE.count).then_some(pooled)
 }
 
@@ -371,8 +371,7 @@ unsafe fn pooled(p: &RejectionParams, r: u32, i: u32, which: u32, tau: f32) -> O
 unsafe fn pooled_lse(p: &RejectionParams, r: u32, i: u32, which: u32, tau: f32, pooled: Pooled) -> Lse {
     // SAFETY: as in `pooled`; `pooled.count <= POOL` values were written by
     // the threshold kernel, an earlier launch.
-    let pool = unsafe { &raw const (*(p.filter_scratch as *const FilterScratch).add(entry(p, r, i, which))).pool }
-        as *const f32;
+    let pool = unsafe { &raw const (*filter_scratch(p, r, i, which)).pool } as *const f32;
     let mut sum = 0u64;
     let mut j = gpu::thread_idx_x();
     while j < pooled.count {

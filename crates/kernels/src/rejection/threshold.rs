@@ -22,6 +22,14 @@ pub(super) fn entry(p: &RejectionParams, r: u32, i: u32, which: u32) -> usize {
     which as usize * pairs + r as usize * (p.max_drafts as usize + 1) + i as usize
 }
 
+/// The [`FilterScratch`] entry of row `i` of request `r` (`which`, as
+/// [`entry`]); past the workspace's scratch where `threshold_chunks = 1`
+/// (none is allocated then: not to be read).
+#[inline(always)]
+pub(super) fn filter_scratch(p: &RejectionParams, r: u32, i: u32, which: u32) -> *mut FilterScratch {
+    (p.filter_scratch as *mut FilterScratch).wrapping_add(entry(p, r, i, which))
+}
+
 /// The threshold kernel (see module docs), block `(e, c)`: chunk `c` of
 /// threshold entry `e` (`which · requests·(K+1) + r·(K+1) + i`, as
 /// [`entry`]), its `τ` written by the row's last block
@@ -72,8 +80,7 @@ pub(super) unsafe fn thresholds<T: Load, D: Load, const SEARCH: bool>(p: &Reject
         }
     };
     let sampler = req.sampler(0);
-    // Past the workspace's entries only where `threshold_chunks = 1` (never read).
-    let scratch = (p.filter_scratch as *mut FilterScratch).wrapping_add(at);
+    let scratch = filter_scratch(p, r, i, which);
     let split = (p.threshold_chunk, c, p.threshold_chunks);
     // SAFETY (both): every thread of the block is here (block-uniform
     // branches), and each block of the entry once; a valid request's rows.
