@@ -53,20 +53,20 @@ impl Cuda {
             };
         let (stats_variants, resample_variants) = if filtered {
             (
-                Variants { op: names::REJECTION_STATS_FILTERED, spread: Spread::Verifier, lean: None, small: None },
-                Variants { op: names::REJECTION_RESAMPLE_FILTERED, spread: Spread::Verifier, lean: None, small: None },
+                Variants { op: names::REJECTION_STATS_FILTERED, spread: Spread::Statistics, lean: None, small: None },
+                Variants { op: names::REJECTION_RESAMPLE_FILTERED, spread: Spread::Resample, lean: None, small: None },
             )
         } else {
             (
                 Variants {
                     op: names::REJECTION_STATS,
-                    spread: Spread::Verifier,
+                    spread: Spread::Statistics,
                     lean: None,
                     small: Some(names::REJECTION_STATS_SMALL),
                 },
                 Variants {
                     op: names::REJECTION_RESAMPLE,
-                    spread: Spread::Verifier,
+                    spread: Spread::Resample,
                     lean: Some(names::REJECTION_RESAMPLE_LEAN),
                     small: Some(names::REJECTION_RESAMPLE_SMALL),
                 },

@@ -252,13 +252,16 @@ pub(crate) enum Spread {
     /// larger chunks prune more noise; four per SM measured slower at small
     /// batch (benches/results/2026-12-02-design-measurements.md).
     Streaming,
-    /// The verifier's two passes, latency-bound on too few warps at small
-    /// and medium batch (benches/results/2026-12-02-nvidia-h200-medium-batch-profile.md):
-    /// four per SM (then fitted to the kernel's waves) for up to one of the
-    /// pass's rows per two SMs, two above, where four per SM measured slower
-    /// (benches/results/2026-12-02-nvidia-h200-resample-spread-ab.md,
-    /// 2026-12-02-nvidia-h200-stats-spread-ab.md).
-    Verifier,
+    /// The verifier's pass 1, latency-bound on too few warps at small and
+    /// medium batch (benches/results/2026-12-02-nvidia-h200-medium-batch-profile.md):
+    /// four per SM (then fitted to the kernel's waves) for up to one of its
+    /// rows per SM, two above, where four per SM measured slower
+    /// (benches/results/2026-12-04-nvidia-h200-worst-cases-profile.md).
+    Statistics,
+    /// The verifier's resample: as [`Spread::Statistics`] up to one request
+    /// per two SMs, two above
+    /// (benches/results/2026-12-02-nvidia-h200-resample-spread-ab.md).
+    Resample,
 }
 
 /// The most blocks per SM any [`Spread`] aims for (what the scratch is sized for).
@@ -268,7 +271,8 @@ const MOST_BLOCKS_PER_SM: usize = 4;
 fn target_blocks(sm_count: u32, rows: usize, spread: Spread) -> usize {
     let sm_count = sm_count.max(1) as usize;
     let per_sm = match spread {
-        Spread::Verifier if rows <= sm_count / 2 => MOST_BLOCKS_PER_SM,
+        Spread::Statistics if rows <= sm_count => MOST_BLOCKS_PER_SM,
+        Spread::Resample if rows <= sm_count / 2 => MOST_BLOCKS_PER_SM,
         _ => 2,
     };
     per_sm * sm_count
@@ -342,7 +346,9 @@ mod tests {
         for rows in rows {
             for sm_count in [1, 2, 7, 108, 132, 144] {
                 for blocks_per_sm in [1, 2, 3, 4, 8] {
-                    for (vocab, spread) in vocabs.iter().flat_map(|&v| [(v, Spread::Streaming), (v, Spread::Verifier)])
+                    for (vocab, spread) in vocabs
+                        .iter()
+                        .flat_map(|&v| [(v, Spread::Streaming), (v, Spread::Statistics), (v, Spread::Resample)])
                     {
                         let s = split(sm_count, rows, vocab, blocks_per_sm, spread);
                         let at = format!("{rows} rows of {vocab}, {sm_count} SMs × {blocks_per_sm}, {spread:?}: {s:?}");
@@ -420,28 +426,39 @@ mod tests {
         assert_eq!(balance_waves(512, 1, 32, 396), 1);
     }
 
-    /// Above one row per two SMs the verifier's passes split as
-    /// `gumbel_sample` does (four per SM measured slower there); below, they
-    /// take more chunks.
+    /// Above one row per SM (pass 1) or per two SMs (the resample) the
+    /// verifier's passes split as `gumbel_sample` does (four per SM measured
+    /// slower there); below, they take more chunks.
     #[test]
-    fn the_verifier_spreads_only_up_to_one_row_per_two_sms() {
+    fn the_verifier_spreads_only_up_to_its_rows_bound() {
         for sm_count in [2, 7, 108, 132, 144] {
             for bps in [3, 4] {
                 let at = |rows: usize, spread| split(sm_count, rows, 151_936, bps, spread);
-                let half = sm_count as usize / 2;
-                for rows in half + 1..=4 * sm_count as usize {
-                    assert_eq!(at(rows, Spread::Verifier), at(rows, Spread::Streaming), "{rows} rows, {sm_count} SMs");
-                }
-                // Below, at least as many chunks as the streaming split.
-                if half >= 1 {
-                    assert!(at(half, Spread::Verifier).chunks >= at(half, Spread::Streaming).chunks, "{sm_count} SMs");
+                for (spread, bound) in
+                    [(Spread::Statistics, sm_count as usize), (Spread::Resample, sm_count as usize / 2)]
+                {
+                    for rows in bound + 1..=4 * sm_count as usize {
+                        assert_eq!(at(rows, spread), at(rows, Spread::Streaming), "{rows} rows, {sm_count} SMs");
+                    }
+                    // Below, at least as many chunks as the streaming split.
+                    if bound >= 1 {
+                        assert!(at(bound, spread).chunks >= at(bound, Spread::Streaming).chunks, "{sm_count} SMs");
+                    }
                 }
             }
         }
         // An H200's 16 requests: 22 chunks a row where the streaming split makes 17.
         assert_eq!(
-            (split(132, 16, 151_936, 3, Spread::Verifier).chunks, split(132, 16, 151_936, 3, Spread::Streaming).chunks),
+            (split(132, 16, 151_936, 3, Spread::Resample).chunks, split(132, 16, 151_936, 3, Spread::Streaming).chunks),
             (22, 17)
+        );
+        // Pass 1 of 32 requests of K = 2 (96 rows): 5 chunks a row, not 3.
+        assert_eq!(
+            (
+                split(132, 96, 151_936, 4, Spread::Statistics).chunks,
+                split(132, 96, 151_936, 4, Spread::Streaming).chunks
+            ),
+            (5, 3)
         );
     }
 
@@ -450,8 +467,11 @@ mod tests {
     /// measured slower, nor a grid of more than one wave of short rows.
     #[test]
     fn the_small_variants_take_small_calls() {
-        let takes =
-            |rows: usize, vocab: usize, bps: u32| small(132, rows, split(132, rows, vocab, bps, Spread::Verifier), bps);
+        // Pass 1 at 4 blocks per SM, the resample at 3.
+        let takes = |rows: usize, vocab: usize, bps: u32| {
+            let spread = if bps == 4 { Spread::Statistics } else { Spread::Resample };
+            small(132, rows, split(132, rows, vocab, bps, spread), bps)
+        };
         for k1 in [2, 4, 5, 8] {
             assert!(takes(k1, 151_936, 4) && takes(k1, 32_000, 4), "pass 1 of one request of {k1} rows");
         }
@@ -464,7 +484,7 @@ mod tests {
         assert!(!takes(40_960, 4096, 4), "40,960 rows of 4 tiles: many waves");
         // The statistical suite's calls of one request (V = 4096, K = 3) on any GPU of 4 SMs or more.
         for sm_count in 4..=144 {
-            assert!(small(sm_count, 4, split(sm_count, 4, 4096, 4, Spread::Verifier), 4), "{sm_count} SMs");
+            assert!(small(sm_count, 4, split(sm_count, 4, 4096, 4, Spread::Statistics), 4), "{sm_count} SMs");
         }
     }
 }
