@@ -140,8 +140,8 @@ impl Pooled {
 /// the pool holds all of the row's `S` ([`Pooled`], written by the row's
 /// last block each call), and the row's arrival counter. `counter`,
 /// `cursor`, `floor`, the histogram and `search.active` are zero between
-/// calls (the row's last block resets them). 16-byte aligned: the merge reads summaries and pool 16 bytes a
-/// load.
+/// calls (the row's last block resets them). 16-byte aligned: the merge
+/// reads summaries and pool 16 bytes a load.
 #[derive(Clone, Copy)]
 #[repr(C, align(16))]
 pub struct FilterScratch {
