@@ -392,6 +392,11 @@ impl Output {
         self
     }
 
+    pub fn f32s(mut self, name: &'static str, shape: &[usize], values: &[f32]) -> Self {
+        self.tensors.push((name, Dtype::F32, shape.to_vec(), encode(values, f32::to_le_bytes)));
+        self
+    }
+
     pub fn u32s(mut self, name: &'static str, shape: &[usize], values: &[u32]) -> Self {
         self.tensors.push((name, Dtype::U32, shape.to_vec(), encode(values, u32::to_le_bytes)));
         self

@@ -17,7 +17,7 @@ impl SlotFilters {
     /// `filter` for each of `slots` slots, with an array only for each
     /// filter that acts on a row of `vocab` ids: a filter that is off is
     /// absent, so a call without any filter on is a call without filters
-    /// (which the CUDA backend, without filters yet, runs).
+    /// (which launches no threshold kernel on CUDA).
     pub fn uniform(filter: Filter, slots: usize, vocab: usize) -> Self {
         SlotFilters {
             top_k: filter.has_top_k(vocab).then(|| vec![filter.top_k as i32; slots]),

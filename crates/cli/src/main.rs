@@ -16,6 +16,7 @@ mod error;
 mod files;
 mod filters;
 mod info;
+mod logprobs;
 mod model;
 mod report;
 mod sample;

@@ -3,6 +3,7 @@
 use crate::backend::BackendArg;
 use crate::error::{Failure, Result};
 use crate::files::{FILTERS, InputFile, Output, ScalarOrRows, check_output};
+use crate::logprobs::Asked;
 use crate::text::count;
 use specdec::{Column, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Logits, SamplingParams};
 use std::path::PathBuf;
@@ -59,6 +60,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
             return Err(Failure::input("tensor `draft_column` is given without a `draft_logits` tensor"));
         }
     };
+    let mut logprobs = Asked::read(&t, rows)?;
     let backend = args.backend.open()?.backend;
 
     let mut tokens = vec![0i32; rows];
@@ -76,11 +78,17 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         let draft = DraftLogitsMut { data: data.values_mut(), shape: DraftLogitsShape::dense(*slots, *k, *width) };
         out = out.with_draft_logits(draft, column);
     }
+    if let Some(asked) = logprobs.as_mut() {
+        out = out.with_logprobs(asked.outputs());
+    }
     backend.gumbel_sample(&call, &mut out).map_err(|e| Failure::call("gumbel_sample", e))?;
 
     let mut output = Output::default().i32s("tokens", &[rows], &tokens).u32s("row_status", &[rows], &row_status);
     if let Some((data, dims)) = &draft_logits {
         output = output.floats("draft_logits", dims, data);
+    }
+    if let Some(asked) = &logprobs {
+        output = asked.write(output, &[rows]);
     }
     output.write(&args.output)?;
     println!("sampled {} on {}: wrote {}", count(rows as u64, "row"), backend.describe(), args.output.display());

@@ -3,6 +3,7 @@
 use crate::backend::BackendArg;
 use crate::error::{Failure, Result};
 use crate::files::{DRAFT_FILTERS, FILTERS, InputFile, Output, check_output};
+use crate::logprobs::Asked;
 use crate::text::count;
 use specdec::{DraftLogits, DraftLogitsShape, Logits, RejectionOutput, RejectionSample, SamplingParams};
 use std::path::PathBuf;
@@ -68,6 +69,7 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
         )));
     }
     let draft_filters = t.filters(DRAFT_FILTERS, temperature.len())?;
+    let mut logprobs = Asked::read(&t, requests * (max_drafts + 1))?;
     let backend = args.backend.open()?.backend;
 
     let width_out = max_drafts + 1;
@@ -92,14 +94,21 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
     let mut out = RejectionOutput::new(&mut tokens, &mut num_emitted)
         .with_accepted(&mut accepted)
         .with_row_status(&mut row_status);
+    if let Some(asked) = logprobs.as_mut() {
+        out = out.with_logprobs(asked.outputs());
+    }
     backend.rejection_sample(&call, &mut out).map_err(|e| Failure::call("rejection_sample", e))?;
 
-    Output::default()
+    let output = Output::default()
         .i32s("tokens", &[requests, width_out], &tokens)
         .i32s("num_emitted", &[requests], &num_emitted)
         .i32s("accepted", &[requests], &accepted)
-        .u32s("row_status", &[rows], &row_status)
-        .write(&args.output)?;
+        .u32s("row_status", &[rows], &row_status);
+    match &logprobs {
+        Some(asked) => asked.write(output, &[requests, width_out]),
+        None => output,
+    }
+    .write(&args.output)?;
     let mode = if draft_logits.is_some() { "draft logits" } else { "one-hot drafts" };
     println!(
         "verified {} ({}, {mode}) on {}: wrote {}",

@@ -7,8 +7,9 @@
 
 use crate::cpu::Cpu;
 use crate::cuda::Cuda;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gumbel::{GumbelOutput, GumbelSample};
+use crate::logprobs::Logprobs;
 use crate::memory::{Device, Host};
 use crate::params::{Filters, SamplingParams};
 use crate::rejection::{RejectionOutput, RejectionSample};
@@ -198,6 +199,9 @@ impl DeviceTokens {
 }
 
 fn gumbel_on_device(cuda: &Cuda, args: &GumbelSample<'_, Host>, out: &mut GumbelOutput<'_, Host>) -> Result<()> {
+    if !out.logprobs.is_none() {
+        return Err(Error::NotOnCuda { what: "log-probabilities" });
+    }
     let s = cuda.stream();
     let logits = DeviceCopy::of_values(s, &args.logits.data)?;
     let (slots, pos) = (upload(s, args.slots)?, upload(s, args.pos)?);
@@ -220,7 +224,8 @@ fn gumbel_on_device(cuda: &Cuda, args: &GumbelSample<'_, Host>, out: &mut Gumbel
         drafting: args.drafting,
     };
     let mut dout =
-        GumbelOutput { tokens: tokens.view(), row_status: None, draft_logits: None }.with_row_status(&mut row_status);
+        GumbelOutput { tokens: tokens.view(), row_status: None, draft_logits: None, logprobs: Logprobs::none() }
+            .with_row_status(&mut row_status);
     if let (Some(d), Some((host, column))) = (draft.as_mut(), &out.draft_logits) {
         let column = match (column, &columns) {
             (Column::PerRow(_), Some(cols)) => Column::per_row(cols),
@@ -246,6 +251,9 @@ fn rejection_on_device(
     args: &RejectionSample<'_, Host>,
     out: &mut RejectionOutput<'_, Host>,
 ) -> Result<()> {
+    if !out.logprobs.is_none() {
+        return Err(Error::NotOnCuda { what: "log-probabilities" });
+    }
     let s = cuda.stream();
     let target = DeviceCopy::of_values(s, &args.target.data)?;
     let draft = args.draft_logits.as_ref().map(|d| DeviceCopy::of_values(s, &d.data)).transpose()?;
@@ -283,6 +291,7 @@ fn rejection_on_device(
         num_emitted: num_emitted.as_view_mut(),
         accepted: Some(accepted.as_view_mut()),
         row_status: Some(row_status.as_view_mut()),
+        logprobs: Logprobs::none(),
     };
     cuda.rejection_sample(&mut ws, &dargs, &mut dout)?;
     tokens.download(s, &mut out.tokens)?;

@@ -59,6 +59,10 @@ pub enum Error {
     WorkspaceContext,
     #[error("the workspace belongs to another stream: make one per stream (Cuda::workspace)")]
     WorkspaceStream,
+    #[error("{n} top log-probabilities per position asked for, at most {max}")]
+    TopLogprobs { n: usize, max: usize },
+    #[error("{what}: not on the CUDA backend yet (use the CPU backend)")]
+    NotOnCuda { what: &'static str },
 }
 
 fn draft_suffix(draft: bool) -> &'static str {

@@ -2,6 +2,7 @@
 //! backend runs before sampling.
 
 use crate::error::{Error, Result};
+use crate::logprobs::Logprobs;
 use crate::memory::{Host, Memory};
 use crate::params::SamplingParams;
 use crate::tensor::{Column, DraftLogitsMut, Logits, TokenId, Tokens, View, ViewMut, check_len};
@@ -49,6 +50,8 @@ pub struct GumbelOutput<'a, M: Memory> {
     /// Each `(slot, column)` should be written by at most one row of a call:
     /// two rows writing the same draft-logits row race on the GPU (either may land).
     pub draft_logits: Option<(DraftLogitsMut<'a, M>, Column<'a, M>)>,
+    /// Log-probabilities of each row's token (REFERENCE §8; positions: the rows).
+    pub logprobs: Logprobs<'a, M>,
 }
 
 impl<'a, M: Memory> GumbelOutput<'a, M> {
@@ -58,7 +61,7 @@ impl<'a, M: Memory> GumbelOutput<'a, M> {
         B: ViewMut<'a, Memory = M>,
         B::Elem: TokenId,
     {
-        GumbelOutput { tokens: Tokens::new(tokens), row_status: None, draft_logits: None }
+        GumbelOutput { tokens: Tokens::new(tokens), row_status: None, draft_logits: None, logprobs: Logprobs::none() }
     }
 
     /// Also each row's status flags (`u32 [rows]`).
@@ -71,6 +74,12 @@ impl<'a, M: Memory> GumbelOutput<'a, M> {
     #[must_use]
     pub fn with_draft_logits(self, draft_logits: DraftLogitsMut<'a, M>, column: Column<'a, M>) -> Self {
         GumbelOutput { draft_logits: Some((draft_logits, column)), ..self }
+    }
+
+    /// Also log-probabilities of each row's token.
+    #[must_use]
+    pub fn with_logprobs(self, logprobs: Logprobs<'a, M>) -> Self {
+        GumbelOutput { logprobs, ..self }
     }
 }
 
@@ -94,6 +103,7 @@ impl<M: Memory> GumbelSample<'_, M> {
         if let Some(s) = &out.row_status {
             check_len("row status", rows, M::len_mut(s))?;
         }
+        out.logprobs.check(rows)?;
         if let Some((draft, column)) = &out.draft_logits {
             draft.shape.check(draft.data.len(), self.logits.vocab, num_slots)?;
             match column {

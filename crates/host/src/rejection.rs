@@ -2,6 +2,7 @@
 //! backend runs before verifying.
 
 use crate::error::{Error, Result};
+use crate::logprobs::Logprobs;
 use crate::memory::{Host, Memory};
 use crate::params::SamplingParams;
 use crate::tensor::{DraftLogits, Logits, TokenId, Tokens, ViewMut, check_len};
@@ -50,6 +51,9 @@ pub struct RejectionOutput<'a, M: Memory> {
     /// marks a row that is not valid (it held a NaN). Rows of invalid
     /// requests are not written.
     pub row_status: Option<M::Mut<'a, u32>>,
+    /// Log-probabilities of the emitted tokens (REFERENCE §8; positions:
+    /// `[requests, max_drafts + 1]`, as `tokens`).
+    pub logprobs: Logprobs<'a, M>,
 }
 
 impl<'a, M: Memory> RejectionOutput<'a, M> {
@@ -66,6 +70,7 @@ impl<'a, M: Memory> RejectionOutput<'a, M> {
             num_emitted: num_emitted.view_mut(),
             accepted: None,
             row_status: None,
+            logprobs: Logprobs::none(),
         }
     }
 
@@ -79,6 +84,12 @@ impl<'a, M: Memory> RejectionOutput<'a, M> {
     #[must_use]
     pub fn with_row_status<B: ViewMut<'a, Memory = M, Elem = u32>>(self, row_status: B) -> Self {
         RejectionOutput { row_status: Some(row_status.view_mut()), ..self }
+    }
+
+    /// Also log-probabilities of the emitted tokens.
+    #[must_use]
+    pub fn with_logprobs(self, logprobs: Logprobs<'a, M>) -> Self {
+        RejectionOutput { logprobs, ..self }
     }
 }
 
@@ -112,6 +123,7 @@ impl<M: Memory> RejectionSample<'_, M> {
         if let Some(s) = &out.row_status {
             check_len("row status", rows, M::len_mut(s))?;
         }
+        out.logprobs.check(requests * (self.max_drafts + 1))?;
         if let Some(d) = &self.draft_logits {
             d.shape.check(d.data.len(), self.target.vocab, num_slots)?;
             d.filters.check(num_slots)?;

@@ -1,10 +1,12 @@
 //! `gumbel_sample` on the CPU: the twin of `crates/kernels/src/gumbel.rs`.
 
 use super::filter;
+use super::logprobs::{self, Emitted};
 use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax};
 use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
+use crate::logprobs::Logprobs;
 use crate::memory::Host;
 use crate::params::Filters;
 use crate::tensor::{Column, DraftLogitsMut, Tokens, Values, ValuesMut};
@@ -26,7 +28,7 @@ impl Cpu {
         let shape = args.check(out)?;
         args.check_values(out, shape)?;
         let GumbelSample { logits, slots, pos, params, drafting } = args;
-        let GumbelOutput { tokens, row_status, draft_logits } = out;
+        let GumbelOutput { tokens, row_status, draft_logits, logprobs } = out;
         let rows = Rows {
             slots,
             pos,
@@ -45,6 +47,14 @@ impl Cpu {
             Values::F32(l) => with_draft_logits(&rows, l, draft, out),
             Values::BF16(l) => with_draft_logits(&rows, l.as_core(), draft, out),
             Values::F16(l) => with_draft_logits(&rows, l.as_core(), draft, out),
+        }
+        if !logprobs.is_none() {
+            let draft = draft_logits.as_ref();
+            match &logits.data {
+                Values::F32(l) => row_logprobs(&rows, l, draft, tokens, logprobs),
+                Values::BF16(l) => row_logprobs(&rows, l.as_core(), draft, tokens, logprobs),
+                Values::F16(l) => row_logprobs(&rows, l.as_core(), draft, tokens, logprobs),
+            }
         }
         Ok(())
     }
@@ -281,4 +291,60 @@ fn copy<L: Element, D: Element>(values: &[L], draft: &mut [D]) {
     for (d, &v) in draft.iter_mut().zip(values) {
         *d = D::convert_from(v);
     }
+}
+
+/// Each row's log-probabilities (REFERENCE §8) under the values it was
+/// sampled from: where the draft logits round them, those stored (SPEC
+/// §3.3), read back from the draft logits; else `logits` themselves.
+fn row_logprobs<L: Logit + Sync>(
+    rows: &Rows<'_, '_>,
+    logits: &[L],
+    draft: Option<&(DraftLogitsMut<'_, Host>, Column<'_, Host>)>,
+    tokens: &Tokens<'_, Host>,
+    out: &mut Logprobs<'_, Host>,
+) {
+    let stored = draft.filter(|(d, _)| L::DTYPE.rounds_into(d.data.dtype()));
+    let rounded = |slot: i32| stored.is_some() && slot >= 0;
+    emit(rows, tokens, out, |row, slot| {
+        (!rounded(slot)).then(|| &logits[row * rows.row_stride..row * rows.row_stride + rows.vocab])
+    });
+    let Some((draft, column)) = stored else { return };
+    let start = |row: usize, slot: i32| {
+        let col = match column {
+            Column::All(col) => *col,
+            Column::PerRow(cols) => cols[row] as usize,
+        };
+        slot as usize * draft.shape.stride0 + col * draft.shape.stride1
+    };
+    let at = |row: usize, slot: i32| rounded(slot).then(|| start(row, slot)..start(row, slot) + rows.vocab);
+    match &draft.data {
+        ValuesMut::F32(_) => unreachable!("no dtype rounds into f32"),
+        ValuesMut::BF16(d) => emit(rows, tokens, out, |row, slot| at(row, slot).map(|r| &d.as_core()[r])),
+        ValuesMut::F16(d) => emit(rows, tokens, out, |row, slot| at(row, slot).map(|r| &d.as_core()[r])),
+    }
+}
+
+/// The log-probabilities of the rows for which `values(row, slot)` gives
+/// the values the row's token was sampled from.
+fn emit<'r, V: Logit + Sync + 'r>(
+    rows: &Rows<'_, '_>,
+    tokens: &Tokens<'_, Host>,
+    out: &mut Logprobs<'_, Host>,
+    values: impl Fn(usize, i32) -> Option<&'r [V]> + Sync,
+) {
+    let parallel = super::parallel(rows.rows, rows.rows * rows.vocab);
+    logprobs::write(out, rows.rows, parallel, |row| {
+        let slot = rows.slots[row];
+        let values = values(row, slot)?;
+        let (temperature, filter) = if slot >= 0 {
+            (rows.temperature[slot as usize], rows.filters.slot(slot as usize))
+        } else {
+            (0.0, Filter::OFF)
+        };
+        let token = match tokens {
+            Tokens::I32(t) => t[row] as u32,
+            Tokens::I64(t) => t[row] as u32,
+        };
+        Some(Emitted { values, temperature, filter, token })
+    });
 }

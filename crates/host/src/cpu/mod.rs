@@ -7,8 +7,10 @@
 //! Values the kernels check on the device (slots, temperatures, columns) are
 //! host values here, so they come back as typed errors.
 
+mod dist;
 mod filter;
 mod gumbel;
+mod logprobs;
 mod rejection;
 mod simd;
 

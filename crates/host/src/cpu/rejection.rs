@@ -4,10 +4,13 @@
 //! so it reads only the rows it needs; the kernels compute every row's
 //! statistics in parallel. Both apply the same `specdec-core` rules.
 
-use super::filter::{Kept, fold_kept, kept, listed_quads, masked};
+use super::dist::Dist;
+use super::filter::{Kept, fold_kept, kept, listed_quads};
+use super::logprobs::{self, Emitted};
 use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax, quads};
 use crate::error::Result;
+use crate::logprobs::Logprobs;
 use crate::memory::Host;
 use crate::rejection::{RejectionOutput, RejectionSample};
 use crate::tensor::{Tokens, Values};
@@ -19,7 +22,6 @@ use specdec_core::logspace::ln_residual;
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
 use specdec_core::status::NAN_LOGITS;
-use std::borrow::Cow;
 
 impl Cpu {
     /// `rejection_sample` (SPEC §4) on host buffers.
@@ -94,22 +96,12 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
         first_argmax(self.level, self.target_row(i)).0
     }
 
-    /// A row's distribution under `filter` (SPEC §7.3).
-    fn dist<L: Logit>(&self, row: &[L], filter: Filter) -> Dist {
-        if filter.is_off(row.len()) {
-            Dist::Full { lse: simd::lse(self.level, &self.sampler, row) }
-        } else {
-            let kept = kept(self.level, &self.sampler, row, filter);
-            Dist::Kept { lse: kept.lse(self.level, &self.sampler, row), kept }
-        }
-    }
-
     /// Draft row `i`'s target distribution `p'` and the draft distribution
     /// its draft was drawn from (none: one-hot).
     fn dists(&self, i: usize) -> RowDists {
         RowDists {
-            target: self.dist(self.target_row(i), self.target_filter),
-            draft: self.draft_row(i).map(|q| self.dist(q, self.draft_filter)),
+            target: Dist::of(self.level, &self.sampler, self.target_row(i), self.target_filter),
+            draft: self.draft_row(i).map(|q| Dist::of(self.level, &self.sampler, q, self.draft_filter)),
         }
     }
 
@@ -201,47 +193,6 @@ fn resample_listed<T: Logit>(
         best = sampler.fold_resample(best, base, tgt, a, |l| residual(base + l as u32, a[l]), n);
     }
     best.token()
-}
-
-/// A row's distribution as the verifier sees it: the softmax of the whole
-/// row, or of a filter's kept set (SPEC §7.3).
-enum Dist {
-    Full { lse: f32 },
-    Kept { kept: Kept, lse: f32 },
-}
-
-impl Dist {
-    fn lse(&self) -> f32 {
-        match self {
-            Dist::Full { lse } => *lse,
-            Dist::Kept { lse, .. } => *lse,
-        }
-    }
-
-    /// The kept set's `τ`: `-inf` where the row is kept whole.
-    fn tau(&self) -> f32 {
-        match self {
-            Dist::Full { .. } => f32::NEG_INFINITY,
-            Dist::Kept { kept, .. } => kept.tau,
-        }
-    }
-
-    /// `log p` of an id of scaled value `y`.
-    fn log_prob(&self, y: f32) -> f32 {
-        match self {
-            Dist::Full { lse } => y - lse,
-            Dist::Kept { kept, lse } if kept.holds(y) => y - lse,
-            Dist::Kept { .. } => f32::NEG_INFINITY,
-        }
-    }
-
-    /// `row` as the distribution's logits: itself, or its kept set (every other id `-inf`).
-    fn row<'r, L: Logit>(&self, s: &Sampler, row: &'r [L]) -> Cow<'r, [L]> {
-        match self {
-            Dist::Full { .. } => row.into(),
-            Dist::Kept { kept, .. } => masked(s, row, kept.tau),
-        }
-    }
 }
 
 /// A draft row's target and draft distributions (no draft: one-hot).
@@ -362,16 +313,57 @@ fn verify<T: Logit + Sync, C: Logit + Sync>(
             .collect();
         let mut verdicts = Vec::with_capacity(requests);
         statuses.into_par_iter().enumerate().map(|(r, status)| verdict(r, status)).collect_into_vec(&mut verdicts);
-        for (r, v) in verdicts.into_iter().enumerate() {
+        for (r, &v) in verdicts.iter().enumerate() {
             write_request(args, out, r, v);
         }
+        request_logprobs(args, target, &verdicts, &mut out.logprobs);
     } else {
+        let mut verdicts = Vec::with_capacity(requests);
         for r in 0..requests {
             let status = out.row_status.as_deref_mut().map(|s| &mut s[rows_of(r)]);
             let v = verdict(r, status);
             write_request(args, out, r, v);
+            verdicts.push(v);
+        }
+        request_logprobs(args, target, &verdicts, &mut out.logprobs);
+    }
+}
+
+/// The log-probabilities of each request's emitted tokens (REFERENCE §8),
+/// each under its target row: accepted drafts, then the resampled or bonus
+/// token; positions past them NaN and `-1`.
+fn request_logprobs<T: Logit + Sync>(
+    args: &RejectionSample<'_, Host>,
+    target: &[T],
+    verdicts: &[Verdict],
+    out: &mut Logprobs<'_, Host>,
+) {
+    if out.is_none() {
+        return;
+    }
+    let k1 = args.max_drafts + 1;
+    for (r, v) in verdicts.iter().enumerate() {
+        for i in v.j + 1..k1 {
+            logprobs::put(out, r * k1 + i, None);
         }
     }
+    let parallel = super::parallel(verdicts.len(), args.target.rows * args.target.vocab);
+    logprobs::write(out, verdicts.len() * k1, parallel, |at| {
+        let (r, i, Verdict { j, last }) = (at / k1, at % k1, verdicts[at / k1]);
+        if i > j {
+            return None;
+        }
+        let row = args.offsets[r] as usize + i;
+        let token = if i < j { args.drafts[row] as u32 } else { last };
+        let slot = args.slots[r];
+        let (temperature, filter) = if slot >= 0 {
+            (args.params.temperature[slot as usize], args.params.filters.slot(slot as usize))
+        } else {
+            (0.0, Filter::OFF)
+        };
+        let start = row * args.target.row_stride;
+        Some(Emitted { values: &target[start..start + args.target.vocab], temperature, filter, token })
+    });
 }
 
 /// What request `r` emits: its accepted drafts `j` and the token after them.

@@ -5,7 +5,7 @@
 
 use super::launch::Threshold;
 use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Device;
 use crate::tensor::Column;
@@ -33,6 +33,9 @@ impl Cuda {
         out: &mut GumbelOutput<'_, Device>,
     ) -> Result<()> {
         let shape = args.check(out)?;
+        if !out.logprobs.is_none() {
+            return Err(Error::NotOnCuda { what: "log-probabilities" });
+        }
         let filtered = !args.params.filters.is_none();
         let logits_dtype = args.logits.data.dtype();
         let draft_dtype = out.draft_logits.as_ref().map_or(logits_dtype, |(draft, _)| draft.data.dtype());

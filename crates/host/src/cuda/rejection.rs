@@ -5,7 +5,7 @@
 
 use super::launch::Threshold;
 use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::memory::Device;
 use crate::rejection::{RejectionOutput, RejectionSample};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
@@ -33,6 +33,9 @@ impl Cuda {
         out: &mut RejectionOutput<'_, Device>,
     ) -> Result<()> {
         let shape = args.check(out)?;
+        if !out.logprobs.is_none() {
+            return Err(Error::NotOnCuda { what: "log-probabilities" });
+        }
         let filtered =
             !args.params.filters.is_none() || args.draft_logits.as_ref().is_some_and(|d| !d.filters.is_none());
         let target_dtype = args.target.data.dtype();

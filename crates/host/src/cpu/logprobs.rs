@@ -1,0 +1,143 @@
+//! Log-probabilities of emitted tokens on the CPU (REFERENCE §8): after a
+//! call's tokens are known, each emitted position's row is read again for
+//! the log-sum-exps it needs, and once more for its top-n and rank.
+
+use super::dist::Dist;
+use super::simd::{self, Level, Logit};
+use crate::logprobs::{Distribution, Logprobs, MAX_TOP_LOGPROBS};
+use crate::memory::Host;
+use rayon::prelude::*;
+use specdec_core::argmax::ArgMax;
+use specdec_core::filter::Filter;
+use specdec_core::rng::Stream;
+use specdec_core::sample::Sampler;
+
+/// An emitted position: the row its token was drawn from, as the sampler
+/// read it, and how (`temperature` `0`: greedy, whose processed
+/// distribution is the raw one).
+pub(super) struct Emitted<'r, L> {
+    pub values: &'r [L],
+    pub temperature: f32,
+    pub filter: Filter,
+    pub token: u32,
+}
+
+/// What [`Logprobs`] asks of each position.
+#[derive(Clone, Copy)]
+struct Asked {
+    processed: bool,
+    raw: bool,
+    /// `n` and the distribution of the top-n and rank.
+    top: Option<(usize, Distribution)>,
+}
+
+/// One position's outputs.
+pub(super) struct Found {
+    processed: f32,
+    raw: f32,
+    /// The top-n, best first: (log-probability, id).
+    top: Vec<(f32, u32)>,
+    rank: i32,
+}
+
+/// Writes `logprobs` at the positions `0..positions` for which `emitted(i)`
+/// gives the token emitted there (others are left as they are), spread over
+/// rayon's pool when `parallel`.
+pub(super) fn write<'r, L: Logit + Sync + 'r>(
+    logprobs: &mut Logprobs<'_, Host>,
+    positions: usize,
+    parallel: bool,
+    emitted: impl Fn(usize) -> Option<Emitted<'r, L>> + Sync,
+) {
+    if logprobs.is_none() {
+        return;
+    }
+    let asked = Asked {
+        processed: logprobs.processed.is_some(),
+        raw: logprobs.raw.is_some(),
+        top: logprobs.top.as_ref().map(|t| (t.n, t.distribution)),
+    };
+    let level = Level::detect();
+    let find = |i: usize| emitted(i).map(|e| (i, find(level, asked, &e)));
+    let found: Vec<Option<(usize, Found)>> =
+        if parallel { (0..positions).into_par_iter().map(find).collect() } else { (0..positions).map(find).collect() };
+    for (i, f) in found.into_iter().flatten() {
+        put(logprobs, i, Some(&f));
+    }
+}
+
+/// Position `i`'s outputs: `f`'s, or for a position past its request's
+/// emitted tokens (`None`), NaN log-probabilities and `-1` ids and rank.
+pub(super) fn put(logprobs: &mut Logprobs<'_, Host>, i: usize, f: Option<&Found>) {
+    if let Some(p) = logprobs.processed.as_deref_mut() {
+        p[i] = f.map_or(f32::NAN, |f| f.processed);
+    }
+    if let Some(r) = logprobs.raw.as_deref_mut() {
+        r[i] = f.map_or(f32::NAN, |f| f.raw);
+    }
+    if let Some(top) = logprobs.top.as_mut() {
+        let n = top.n;
+        for k in 0..n {
+            let entry = f.and_then(|f| f.top.get(k));
+            top.logprobs[i * n + k] = entry.map_or(f32::NAN, |e| e.0);
+            top.ids[i * n + k] = entry.map_or(-1, |e| e.1 as i32);
+        }
+        top.ranks[i] = f.map_or(-1, |f| f.rank);
+    }
+}
+
+/// Position `e`'s outputs as `asked`; those not asked are NaN, empty or 0.
+fn find<L: Logit>(level: Level, asked: Asked, e: &Emitted<'_, L>) -> Found {
+    let greedy = e.temperature == 0.0;
+    let wants = |d: Distribution| asked.top.is_some_and(|(_, t)| t == d);
+    let need_raw =
+        asked.raw || wants(Distribution::Raw) || (greedy && (asked.processed || wants(Distribution::Processed)));
+    let need_dist = !greedy && (asked.processed || wants(Distribution::Processed));
+    let unit = Sampler::new(1.0, 0, 0, Stream::Target);
+    let raw_lse = if need_raw { simd::lse(level, &unit, e.values) } else { f32::NAN };
+    let sampler = Sampler::new(e.temperature, 0, 0, Stream::Target);
+    let dist = need_dist.then(|| Dist::of(level, &sampler, e.values, e.filter));
+    // A NaN logit is an impossible id, as for the argmax.
+    let raw = |x: f32| if x.is_nan() { f32::NEG_INFINITY } else { x - raw_lse };
+    let processed = |x: f32| match &dist {
+        Some(d) if !x.is_nan() => d.log_prob(sampler.scaled(x)),
+        Some(_) => f32::NEG_INFINITY,
+        None => raw(x),
+    };
+    let x = e.values[e.token as usize].to_f32();
+    let (mut top, mut rank) = (Vec::new(), 0);
+    if let Some((n, d)) = asked.top {
+        (top, rank) = match d {
+            Distribution::Processed => top_and_rank(e.values, n, e.token, processed),
+            Distribution::Raw => top_and_rank(e.values, n, e.token, raw),
+        };
+    }
+    Found {
+        processed: if asked.processed { processed(x) } else { f32::NAN },
+        raw: if asked.raw { raw(x) } else { f32::NAN },
+        top,
+        rank,
+    }
+}
+
+/// The `n` best ids of `values` by `logprob` of their value in the argmax's
+/// order (larger first, the smaller id on ties, NaN as `-inf`), each with
+/// its log-probability, and the rank of `token`: 1 + the number of ids
+/// whose log-probability is larger than its.
+fn top_and_rank<L: Logit>(values: &[L], n: usize, token: u32, logprob: impl Fn(f32) -> f32) -> (Vec<(f32, u32)>, i32) {
+    debug_assert!(n <= MAX_TOP_LOGPROBS);
+    let mine = ArgMax::new(logprob(values[token as usize].to_f32()), token).value;
+    let mut best: Vec<ArgMax> = Vec::with_capacity(n + 1);
+    let mut larger = 0i32;
+    for (i, v) in values.iter().enumerate() {
+        let c = ArgMax::new(logprob(v.to_f32()), i as u32);
+        larger += (c.value > mine) as i32;
+        if best.len() < n || best.last().is_some_and(|last| c.beats(*last)) {
+            let at = best.partition_point(|b| b.beats(c));
+            best.insert(at, c);
+            best.truncate(n);
+        }
+    }
+    let top = best.into_iter().map(|b| (logprob(values[b.index as usize].to_f32()), b.index)).collect();
+    (top, larger + 1)
+}
