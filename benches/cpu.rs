@@ -30,7 +30,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use half::bf16;
 use specdec::{
     Backend, Column, Cpu, DraftLogits, DraftLogitsMut, DraftLogitsShape, Filters, GumbelOutput, GumbelSample, Host,
-    Logits, RejectionOutput, RejectionSample, SamplingParams,
+    Logits, RejectionOutput, RejectionSample, SamplingParams, Verification,
 };
 use std::hint::black_box;
 use std::time::Duration;
@@ -170,6 +170,7 @@ fn rejection(c: &mut Criterion) {
                 pos: &pos[..rows],
                 params: SamplingParams::new(&temperature, &seed),
                 max_drafts: k,
+                verification: Verification::Token,
                 draft_logits: (mode == "bf16-draft")
                     .then(|| DraftLogits::new(&draft, DraftLogitsShape::dense(max_b, k, vocab))),
             };
@@ -252,6 +253,7 @@ fn filters(c: &mut Criterion) {
             pos: &pos[..],
             params: SamplingParams::new(&temperature, &seed).with_filters(table()),
             max_drafts: kd,
+            verification: Verification::Token,
             draft_logits: Some(DraftLogits::new(&draft, DraftLogitsShape::dense(b, kd, vocab)).with_filters(table())),
         };
         let (mut tokens, mut num_emitted) = (vec![0i32; rows], vec![0i32; b]);
@@ -324,6 +326,7 @@ fn threads(c: &mut Criterion) {
         pos: &pos[..],
         params: SamplingParams::new(&temperature, &seed),
         max_drafts: k,
+        verification: Verification::Token,
         draft_logits: Some(DraftLogits::new(&draft, DraftLogitsShape::dense(b, k, V))),
     };
     let mut tokens = vec![0i32; rows];
@@ -417,6 +420,7 @@ fn overhead(c: &mut Criterion) {
             pos: &pos[..],
             params: SamplingParams::new(&temperature, &seed),
             max_drafts: k,
+            verification: Verification::Token,
             draft_logits: None,
         };
         let mut call =

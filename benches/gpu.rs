@@ -67,7 +67,7 @@ use half::bf16;
 use specdec::filter::Filter;
 use specdec::{
     Column, Cuda, Device, DraftLogits, DraftLogitsMut, DraftLogitsShape, Filters, GumbelOutput, GumbelSample, Logits,
-    RejectionOutput, RejectionSample, SamplingParams, Workspace,
+    RejectionOutput, RejectionSample, SamplingParams, Verification, Workspace,
 };
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams};
 use std::ffi::c_void;
@@ -973,6 +973,7 @@ impl Bench {
                 params: SamplingParams::new(temps.slice(..VERIFY_SLOTS), buf.seeds.slice(..VERIFY_SLOTS))
                     .with_filters(filters.view(VERIFY_SLOTS)),
                 max_drafts: k,
+                verification: Verification::Token,
                 draft_logits: (mode == VerifyMode::Bf16Draft).then(|| DraftLogits::new(&buf.draft, draft_shape)),
             };
             let mut out = RejectionOutput::new(&mut vtokens, &mut num_emitted).with_accepted(&mut accepted);

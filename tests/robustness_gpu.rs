@@ -25,7 +25,7 @@ use half::bf16;
 use specdec::status::NAN_LOGITS;
 use specdec::{
     Backend, Column, Cuda, DType, Device, DraftLogits, DraftLogitsMut, DraftLogitsShape, Error, GumbelOutput,
-    GumbelSample, Logits, RejectionOutput, RejectionSample, SamplingParams, Workspace,
+    GumbelSample, Logits, RejectionOutput, RejectionSample, SamplingParams, Verification, Workspace,
 };
 use specdec_suite::batch::{ColumnSpec, Sampled, Values};
 use specdec_suite::inputs::{
@@ -320,6 +320,7 @@ impl VerifyDev {
             pos: self.pos.as_view(),
             params: SamplingParams::new(&self.temperature, &self.seed),
             max_drafts: self.max_drafts,
+            verification: Verification::Token,
             draft_logits: self.draft.as_ref().map(|(d, shape)| DraftLogits::new(d, *shape)),
         };
         let mut out = RejectionOutput::new(&mut self.tokens, &mut self.num_emitted)

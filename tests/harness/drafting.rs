@@ -321,6 +321,7 @@ fn tables_of(v: &Verify) -> Verify {
         temperature: v.temperature.clone(),
         seed: v.seed.clone(),
         max_drafts: v.max_drafts,
+        verification: v.verification,
         draft: v.draft.clone(),
         filters: v.filters.clone(),
         draft_filters: v.draft_filters.clone(),

@@ -34,7 +34,7 @@ use specdec::filter::Filter;
 use specdec::status::{NAN_LOGITS, temperature_is_valid};
 use specdec::{
     Backend, Column, DType, DraftLogits, DraftLogitsMut, DraftLogitsShape, Error, Filters, GumbelOutput, GumbelSample,
-    Host, Logits, MAX_DRAFTS, MAX_VOCAB, RejectionOutput, RejectionSample, SamplingParams,
+    Host, Logits, MAX_DRAFTS, MAX_VOCAB, RejectionOutput, RejectionSample, SamplingParams, Verification,
 };
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -1109,6 +1109,7 @@ impl RejectionCall {
             temperature,
             seed,
             max_drafts,
+            verification: Verification::Token,
             draft,
             filters,
             draft_filters,
@@ -1205,6 +1206,7 @@ impl RejectionCall {
             pos: pos.region(),
             params: SamplingParams::new(temperature.region(), seed.region()).with_filters(filters.view()),
             max_drafts: v.max_drafts,
+            verification: Verification::Token,
             draft_logits: match (&draft, &v.draft) {
                 (Some(d), Some((_, shape))) => {
                     Some(DraftLogits { data: d.view(), shape: *shape, filters: draft_filters.view() })

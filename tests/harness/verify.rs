@@ -5,7 +5,7 @@ use crate::batch::{DeviceValues, Values};
 use crate::filters::{DeviceFilters, FilterTable};
 use specdec::{
     Backend, Cuda, Device, DraftLogits, DraftLogitsShape, Host, Logits, RejectionOutput, RejectionSample,
-    SamplingParams, Workspace,
+    SamplingParams, Verification, Workspace,
 };
 
 /// A `rejection_sample` call's inputs, owned. Request `r` owns target rows
@@ -23,6 +23,8 @@ pub struct Verify {
     pub temperature: Vec<f32>,
     pub seed: Vec<u64>,
     pub max_drafts: usize,
+    /// Draft by draft (the default) or as a block.
+    pub verification: Verification,
     /// Draft logits `[slots, k, width]` with their strides, or `None` (one-hot).
     pub draft: Option<(Values, DraftLogitsShape)>,
     /// The slots' filters on the target (SPEC §7).
@@ -75,6 +77,7 @@ impl Verify {
             temperature: vec![t; requests],
             seed: (0..requests as u64).map(|r| 1000 + r).collect(),
             max_drafts,
+            verification: Verification::Token,
             draft: None,
             filters: FilterTable::none(),
             draft_filters: FilterTable::none(),
@@ -106,6 +109,7 @@ impl Verify {
             pos: &self.pos[..],
             params: SamplingParams::new(&self.temperature, &self.seed).with_filters(self.filters.view()),
             max_drafts: self.max_drafts,
+            verification: self.verification,
             draft_logits: self.draft.as_ref().map(|(v, shape)| DraftLogits {
                 data: v.view(),
                 shape: *shape,
@@ -170,6 +174,7 @@ impl Verify {
                 pos: pos.as_view(),
                 params: SamplingParams::new(&temperature, &seed).with_filters(filters.view()),
                 max_drafts: self.max_drafts,
+                verification: self.verification,
                 draft_logits: draft.as_ref().map(|(d, shape)| DraftLogits {
                     data: d.view(),
                     shape: *shape,

@@ -28,7 +28,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use specdec::filter::{self, Filter};
 use specdec::{
     Backend, Column, DraftLogits, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Logits,
-    RejectionOutput, RejectionSample, SamplingParams,
+    RejectionOutput, RejectionSample, SamplingParams, Verification,
 };
 use specdec_stats::chi_square_groups;
 use std::io::IsTerminal;
@@ -356,6 +356,7 @@ impl<'a> Demo<'a> {
             pos: &self.pos[..],
             params: SamplingParams::new(&self.temperature, &self.seeds).with_filters(self.filters.view()),
             max_drafts: k,
+            verification: Verification::Token,
             // The drafts were drawn with the same filters: q is the draft logits' kept sets (SPEC §7.3).
             draft_logits: (!self.args.one_hot)
                 .then(|| DraftLogits::new(&self.draft_logits, shape).with_filters(self.filters.view())),

@@ -5,7 +5,7 @@ use crate::error::{Failure, Result};
 use crate::files::{DRAFT_FILTERS, FILTERS, InputFile, Output, check_output};
 use crate::logprobs::Asked;
 use crate::text::count;
-use specdec::{DraftLogits, DraftLogitsShape, Logits, RejectionOutput, RejectionSample, SamplingParams};
+use specdec::{DraftLogits, DraftLogitsShape, Logits, RejectionOutput, RejectionSample, SamplingParams, Verification};
 use std::path::PathBuf;
 
 /// Verify drafts against the target, from a safetensors file (`rejection_sample`)
@@ -22,6 +22,10 @@ pub struct VerifyArgs {
     /// safetensors file to write: `tokens`, `num_emitted`, `accepted`, `row_status`.
     #[arg(long)]
     output: PathBuf,
+    /// Block verification: the drafts decided jointly (more accepted in
+    /// expectation, as exact; docs/REFERENCE.md section 4.11).
+    #[arg(long)]
+    block: bool,
     #[command(flatten)]
     backend: BackendArg,
 }
@@ -85,6 +89,7 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
         pos: &positions[..],
         params: SamplingParams::new(&temperature, &seed).with_filters(filters.view()),
         max_drafts,
+        verification: if args.block { Verification::Block } else { Verification::Token },
         draft_logits: draft_logits.as_ref().map(|(data, [slots, k, width])| DraftLogits {
             data: data.values(),
             shape: DraftLogitsShape::dense(*slots, *k, *width),

@@ -9,7 +9,7 @@ use common::*;
 use safetensors::tensor::Dtype;
 use specdec::{
     Backend, DraftLogits, DraftLogitsShape, Filters, GumbelOutput, GumbelSample, Logits, RejectionOutput,
-    RejectionSample, SamplingParams,
+    RejectionSample, SamplingParams, Verification,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -268,6 +268,7 @@ impl Case {
             pos: &self.positions[..],
             params: SamplingParams::new(&self.temperature, &self.seed).with_filters(target),
             max_drafts: 3,
+            verification: Verification::Token,
             draft_logits: Some(
                 DraftLogits::new(&self.draft_rows, DraftLogitsShape::dense(3, 3, V)).with_filters(draft),
             ),

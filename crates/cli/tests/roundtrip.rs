@@ -9,7 +9,7 @@ use half::{bf16, f16};
 use safetensors::tensor::Dtype;
 use specdec::{
     Backend, Column, DraftLogits, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Logits,
-    RejectionOutput, RejectionSample, SamplingParams,
+    RejectionOutput, RejectionSample, SamplingParams, Verification,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -183,6 +183,7 @@ fn verify_with_library<'a>(
         pos: &c.positions[..],
         params: SamplingParams::new(&c.temperature, &c.seed),
         max_drafts: 3,
+        verification: Verification::Token,
         draft_logits,
     };
     let mut out =

@@ -14,7 +14,8 @@
 //!   bounds), [`argmax`] (the tie rule, floors).
 //! - §4 verification: the row statistics' log-sum-exps in [`logspace`]
 //!   (`Lse`), **the accept rule** `sample::accepts`, **the residual**
-//!   `logspace::ln_residual` folded by `Sampler::fold_resample_logits`.
+//!   `logspace::ln_residual` folded by `Sampler::fold_resample_logits`;
+//!   block verification's rule in [`block_verification`].
 //! - §5 flags: [`status`]; parameter blocks of the kernels: [`layout`];
 //!   the records they keep in scratch: [`scratch`]; dtypes: [`dtype`];
 //!   the kernels' symbols and launch bounds: [`names`].
@@ -27,6 +28,7 @@
 #![no_std]
 
 pub mod argmax;
+pub mod block_verification;
 pub mod dtype;
 pub mod filter;
 pub mod gumbel;

@@ -14,7 +14,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use half::bf16;
 use specdec::{
     Column, Cuda, DraftLogits, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Logits, RejectionOutput,
-    RejectionSample, SamplingParams, Workspace,
+    RejectionSample, SamplingParams, Verification, Workspace,
 };
 use std::sync::Arc;
 
@@ -104,6 +104,7 @@ impl Step {
             pos: self.pos.as_view(),
             params: SamplingParams::new(&self.temperature, &self.seed),
             max_drafts: K,
+            verification: Verification::Token,
             draft_logits: Some(DraftLogits::new(&self.draft_logits, shape)),
         };
         cuda.rejection_sample(ws, &verify, &mut RejectionOutput::new(&mut self.tokens, &mut self.num_emitted))

@@ -12,7 +12,7 @@ use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::logprobs::Logprobs;
 use crate::memory::{Device, Host};
 use crate::params::{Filters, SamplingParams};
-use crate::rejection::{RejectionOutput, RejectionSample};
+use crate::rejection::{RejectionOutput, RejectionSample, Verification};
 use crate::tensor::{Column, DraftLogits, DraftLogitsMut, Element, Logits, Tokens, Values, ValuesMut};
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr};
 use std::sync::Arc;
@@ -254,6 +254,9 @@ fn rejection_on_device(
     if !out.logprobs.is_none() {
         return Err(Error::NotOnCuda { what: "log-probabilities" });
     }
+    if args.verification != Verification::Token {
+        return Err(Error::NotOnCuda { what: "block verification" });
+    }
     let s = cuda.stream();
     let target = DeviceCopy::of_values(s, &args.target.data)?;
     let draft = args.draft_logits.as_ref().map(|d| DeviceCopy::of_values(s, &d.data)).transpose()?;
@@ -281,6 +284,7 @@ fn rejection_on_device(
         pos: pos.as_view(),
         params: SamplingParams::new(&temperature, &seed).with_filters(filters.view()),
         max_drafts: args.max_drafts,
+        verification: args.verification,
         draft_logits: match (&draft, &args.draft_logits, &draft_filters) {
             (Some(d), Some(h), Some(f)) => Some(DraftLogits { data: d.values(), shape: h.shape, filters: f.view() }),
             _ => None,

@@ -33,8 +33,24 @@ pub struct RejectionSample<'a, M: Memory> {
     pub params: SamplingParams<'a, M>,
     /// `K`: the most drafts any request has in this call.
     pub max_drafts: usize,
+    /// How the drafts are accepted: draft by draft, or as a block.
+    pub verification: Verification,
     /// The draft model's logits, or `None` for one-hot drafts (`q = onehot(d)`).
     pub draft_logits: Option<DraftLogits<'a, M>>,
+}
+
+/// How `rejection_sample` decides how many of a request's drafts to accept
+/// (REFERENCE §4.3, §4.11). Both are exact: every emitted token follows the
+/// target. Greedy requests accept the drafts that are their rows' argmax either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Verification {
+    /// Draft by draft (SPEC §4): each draft is tested on its own and the
+    /// first rejection stops the request.
+    #[default]
+    Token,
+    /// Block verification (Sun et al., ICLR 2025): the drafts tested
+    /// jointly, accepting at least as many in expectation as [`Verification::Token`].
+    Block,
 }
 
 /// What `rejection_sample` writes.

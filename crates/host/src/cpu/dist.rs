@@ -49,6 +49,15 @@ impl Dist {
         }
     }
 
+    /// The distribution weighted by `w` (`ln_w = ln w`): every log-probability
+    /// plus `ln_w`, the kept set unchanged (block verification's `p_τ·p`).
+    pub fn weighted(self, ln_w: f32) -> Dist {
+        match self {
+            Dist::Full { lse } => Dist::Full { lse: lse - ln_w },
+            Dist::Kept { kept, lse } => Dist::Kept { kept, lse: lse - ln_w },
+        }
+    }
+
     /// `row` as the distribution's logits: itself, or its kept set (every other id `-inf`).
     pub fn row<'r, L: Logit>(&self, s: &Sampler, row: &'r [L]) -> Cow<'r, [L]> {
         match self {

@@ -12,12 +12,13 @@ use super::{AsCore, Cpu, first_argmax, quads};
 use crate::error::Result;
 use crate::logprobs::Logprobs;
 use crate::memory::Host;
-use crate::rejection::{RejectionOutput, RejectionSample};
+use crate::rejection::{RejectionOutput, RejectionSample, Verification};
 use crate::tensor::{Tokens, Values};
 use rayon::prelude::*;
 use specdec_core::argmax::ArgMax;
+use specdec_core::block_verification::block_verify;
 use specdec_core::filter::Filter;
-use specdec_core::gumbel::{COARSE_BOUND, TOP_BUCKET};
+use specdec_core::gumbel::{COARSE_BOUND, TOP_BUCKET, ln};
 use specdec_core::logspace::ln_residual;
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
@@ -105,17 +106,81 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
         }
     }
 
-    /// Whether draft `d` at row `i`, of distributions `dists`, passes (SPEC §4
-    /// standard rule; a draft outside the target's kept set has `log p' = -inf`
-    /// and never does).
-    fn accepts(&self, i: usize, d: usize, dists: &RowDists) -> bool {
+    /// `(log p(d), log q(d))` of draft `d` at row `i`, of distributions
+    /// `dists` (a one-hot draft's `log q = 0`; a draft outside the target's
+    /// kept set has `log p' = -inf`).
+    fn log_probs(&self, i: usize, d: usize, dists: &RowDists) -> (f32, f32) {
         let s = &self.sampler;
         let log_p = dists.target.log_prob(s.scaled(self.target_row(i)[d].to_f32()));
         let log_q = match (self.draft_row(i), &dists.draft) {
             (Some(q), Some(dq)) => dq.log_prob(s.scaled(q[d].to_f32())),
             _ => 0.0,
         };
-        accepts(random_u32(self.sampler.seed, self.pos(i), Stream::Accept, 0), log_q, log_p)
+        (log_p, log_q)
+    }
+
+    /// Row `i`'s acceptance word (SPEC §2: the acceptance stream at its position).
+    fn accept_word(&self, i: usize) -> u32 {
+        random_u32(self.sampler.seed, self.pos(i), Stream::Accept, 0)
+    }
+
+    /// Whether draft `d` at row `i`, of distributions `dists`, passes (SPEC §4
+    /// standard rule; a draft outside the target's kept set never does).
+    fn accepts(&self, i: usize, d: usize, dists: &RowDists) -> bool {
+        let (log_p, log_q) = self.log_probs(i, d, dists);
+        accepts(self.accept_word(i), log_q, log_p)
+    }
+
+    /// Block verification of the request's drafts (REFERENCE §4.11, the rule
+    /// `specdec_core::block_verification::block_verify`): the drafts before
+    /// the first placeholder are the block; the token after the accepted
+    /// ones comes from the residual `max(p_τ·p − q, 0)` of row `τ` (the
+    /// draft-by-draft residual with `p` weighted by `p_τ`), or from the target
+    /// of the row after the block (the bonus row, or the placeholder's).
+    fn verify_block(&self, n: usize) -> Verdict {
+        let drafts = &self.args.drafts[self.row0..self.row0 + n];
+        let block = drafts.iter().position(|&d| d == -1).unwrap_or(n);
+        if block == 0 {
+            return Verdict { j: 0, last: self.resample(0, None) };
+        }
+        let mut dists: Vec<RowDists> = (0..block).map(|i| self.dists(i)).collect();
+        let mut ratios: Vec<f64> = (0..block)
+            .map(|i| {
+                let (log_p, log_q) = self.log_probs(i, drafts[i] as usize, &dists[i]);
+                if log_p == f32::NEG_INFINITY { 0.0 } else { (f64::from(log_p) - f64::from(log_q)).exp() }
+            })
+            .collect();
+        let residual_mass = |i: usize, p: f64| self.residual_mass(i, drafts[i] as usize, &dists[i], p);
+        let (tau, p_tau) = block_verify(&mut ratios, residual_mass, |i| self.accept_word(i));
+        if tau == block {
+            return Verdict { j: block, last: self.resample(block, None) };
+        }
+        let RowDists { target, draft } = dists.swap_remove(tau);
+        // ln p_τ in f32 (0 for the rare p_τ below f32's normal range, whose residual is empty).
+        let p32 = p_tau as f32;
+        let ln_p = if p32 >= f32::MIN_POSITIVE { ln(p32) } else { f32::NEG_INFINITY };
+        let rejected = Rejected { id: drafts[tau] as usize, dists: RowDists { target: target.weighted(ln_p), draft } };
+        Verdict { j: tau, last: self.resample(tau, Some(rejected)) }
+    }
+
+    /// `Σ_x max(w·p(x) − q(x), 0)` over row `i` (its target and draft
+    /// distributions `dists`; one-hot: `q` the point mass at draft `d`,
+    /// where it is `w·(1 − p(d))`), in f64.
+    fn residual_mass(&self, i: usize, d: usize, dists: &RowDists, w: f64) -> f64 {
+        let s = &self.sampler;
+        let prob = |dist: &Dist, x: f32| {
+            let lp = dist.log_prob(s.scaled(x));
+            if lp.is_nan() { 0.0 } else { f64::from(lp).exp() }
+        };
+        let target = self.target_row(i);
+        match (self.draft_row(i), &dists.draft) {
+            (Some(q), Some(dq)) => target
+                .iter()
+                .zip(q)
+                .map(|(t, q)| (w * prob(&dists.target, t.to_f32()) - prob(dq, q.to_f32())).max(0.0))
+                .sum(),
+            _ => w * (1.0 - prob(&dists.target, target[d].to_f32())),
+        }
     }
 
     /// The token at row `i` after a rejection, or, at a bonus row or
@@ -404,6 +469,9 @@ fn verify_request<T: Logit, C: Logit>(
         }
     }
 
+    if args.verification == Verification::Block && !greedy {
+        return req.verify_block(n);
+    }
     // Walk the drafts; stop at the first placeholder or rejection.
     let mut j = n;
     let mut rejected = None;

@@ -7,7 +7,7 @@ use super::launch::Threshold;
 use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
 use crate::error::{Error, Result};
 use crate::memory::Device;
-use crate::rejection::{RejectionOutput, RejectionSample};
+use crate::rejection::{RejectionOutput, RejectionSample, Verification};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
 use specdec_core::dtype::DType;
 use specdec_core::layout::RejectionParams;
@@ -35,6 +35,9 @@ impl Cuda {
         let shape = args.check(out)?;
         if !out.logprobs.is_none() {
             return Err(Error::NotOnCuda { what: "log-probabilities" });
+        }
+        if args.verification != Verification::Token {
+            return Err(Error::NotOnCuda { what: "block verification" });
         }
         let filtered =
             !args.params.filters.is_none() || args.draft_logits.as_ref().is_some_and(|d| !d.filters.is_none());

@@ -1,6 +1,7 @@
 //! Log-probabilities in `specdec sample` and `specdec verify` files (the
-//! `logprobs` and `top_logprobs_raw` scalars): the outputs are the
-//! library's for the same call, bit for bit, and bad requests are refused.
+//! `logprobs` and `top_logprobs_raw` scalars) and `specdec verify --block`:
+//! the outputs are the library's for the same call, bit for bit, and bad
+//! requests are refused.
 
 mod common;
 
@@ -8,7 +9,7 @@ use common::*;
 use safetensors::tensor::Dtype;
 use specdec::{
     Backend, Distribution, GumbelOutput, GumbelSample, Logits, Logprobs, RejectionOutput, RejectionSample,
-    SamplingParams,
+    SamplingParams, Verification,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -148,6 +149,7 @@ fn verify_writes_the_library_logprobs() {
         pos: &positions,
         params: SamplingParams::new(&temperature, &seed),
         max_drafts: 2,
+        verification: Verification::Token,
         draft_logits: None,
     };
     let mut out =
@@ -184,4 +186,54 @@ fn bad_logprob_requests_are_refused() {
         let out = specdec(&["sample", "--input", path_str(&input), "--output", path_str(&output), "--backend", "cpu"]);
         assert_refused(case, &out, expected);
     }
+}
+
+/// `verify --block` is the library's block verification, bit for bit.
+#[test]
+fn verify_block_is_the_library_block_verification() {
+    let dir = scratch("verify-block");
+    let (vocab, n_r) = (64usize, [3usize, 2, 3]);
+    let rows: usize = n_r.iter().map(|k| k + 1).sum();
+    let target = common::logits(rows * vocab, 12);
+    let mut offsets = vec![0i32];
+    for k in n_r {
+        offsets.push(offsets.last().unwrap() + k as i32 + 1);
+    }
+    let drafts: Vec<i32> = (0..rows as i32).map(|r| (r * 29) % vocab as i32).collect();
+    let draft_logits = common::logits(3 * 3 * vocab, 13);
+    let (slots, positions) = ([0i32, 1, 2], (0..rows as u64).map(|r| 70 + r).collect::<Vec<_>>());
+    let (temperature, seed) = ([0.9f32, 1.2, 0.7], [5u64, 6, 7]);
+    let tensors = BTreeMap::from([
+        ("target", f32s(&[rows, vocab], &target)),
+        ("offsets", i32s(&[4], &offsets)),
+        ("drafts", i32s(&[rows], &drafts)),
+        ("slots", i32s(&[3], &slots)),
+        ("positions", u64s(&[rows], &positions)),
+        ("temperature", f32s(&[3], &temperature)),
+        ("seed", u64s(&[3], &seed)),
+        ("max_drafts", i32s(&[], &[3])),
+        ("draft_logits", f32s(&[3, 3, vocab], &draft_logits)),
+    ]);
+    let input = dir.join("in.safetensors");
+    let output = dir.join("out.safetensors");
+    write(&input, tensors);
+    let args = ["verify", "--input", path_str(&input), "--output", path_str(&output), "--backend", "cpu", "--block"];
+    let out = specdec(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got = read(&output);
+    let (mut tokens, mut emitted) = (vec![0i32; 12], vec![0i32; 3]);
+    let call = RejectionSample {
+        target: Logits::new(&target, rows, vocab),
+        offsets: &offsets,
+        drafts: &drafts,
+        slots: &slots,
+        pos: &positions,
+        params: SamplingParams::new(&temperature, &seed),
+        max_drafts: 3,
+        verification: Verification::Block,
+        draft_logits: Some(specdec::DraftLogits::new(&draft_logits, specdec::DraftLogitsShape::dense(3, 3, vocab))),
+    };
+    Backend::cpu().rejection_sample(&call, &mut RejectionOutput::new(&mut tokens, &mut emitted)).unwrap();
+    assert_eq!(le_i32(&got["tokens"].2), tokens);
+    assert_eq!(le_i32(&got["num_emitted"].2), emitted);
 }
