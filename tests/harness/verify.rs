@@ -23,8 +23,8 @@ pub struct Verify {
     pub temperature: Vec<f32>,
     pub seed: Vec<u64>,
     pub max_drafts: usize,
-    /// Draft by draft (the default) or as a block.
-    pub verification: Verification,
+    /// Draft by draft (the default), as a block, or synthetic.
+    pub verification: Verification<'static>,
     /// Draft logits `[slots, k, width]` with their strides, or `None` (one-hot).
     pub draft: Option<(Values, DraftLogitsShape)>,
     /// The slots' filters on the target (SPEC §7).

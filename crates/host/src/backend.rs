@@ -255,7 +255,7 @@ fn rejection_on_device(
         return Err(Error::NotOnCuda { what: "log-probabilities" });
     }
     if args.verification != Verification::Token {
-        return Err(Error::NotOnCuda { what: "block verification" });
+        return Err(Error::NotOnCuda { what: "block verification and synthetic acceptance" });
     }
     let s = cuda.stream();
     let target = DeviceCopy::of_values(s, &args.target.data)?;

@@ -61,6 +61,8 @@ pub enum Error {
     WorkspaceStream,
     #[error("{n} top log-probabilities per position asked for, at most {max}")]
     TopLogprobs { n: usize, max: usize },
+    #[error("synthetic acceptance rate {position} is {value:?}, expected a value in [0, 1]")]
+    InvalidRate { position: usize, value: f32 },
     #[error("{what}: not on the CUDA backend yet (use the CPU backend)")]
     NotOnCuda { what: &'static str },
 }

@@ -52,7 +52,7 @@ pub use gumbel::{GumbelOutput, GumbelSample};
 pub use logprobs::{Distribution, Logprobs, MAX_TOP_LOGPROBS, TopLogprobs};
 pub use memory::{Device, Host, Memory};
 pub use params::{Filters, SamplingParams};
-pub use rejection::{MAX_DRAFTS, RejectionOutput, RejectionSample, Verification};
+pub use rejection::{MAX_DRAFTS, RejectionOutput, RejectionSample, Verification, synthetic_rates};
 pub use tensor::{
     Column, DType, DraftLogits, DraftLogitsMut, DraftLogitsShape, Element, Logits, MAX_VOCAB, TokenId, Tokens, Values,
     ValuesMut, View, ViewMut,

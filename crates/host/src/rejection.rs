@@ -33,17 +33,19 @@ pub struct RejectionSample<'a, M: Memory> {
     pub params: SamplingParams<'a, M>,
     /// `K`: the most drafts any request has in this call.
     pub max_drafts: usize,
-    /// How the drafts are accepted: draft by draft, or as a block.
-    pub verification: Verification,
+    /// How the drafts are accepted: draft by draft, as a block, or at given rates.
+    pub verification: Verification<'a>,
     /// The draft model's logits, or `None` for one-hot drafts (`q = onehot(d)`).
     pub draft_logits: Option<DraftLogits<'a, M>>,
 }
 
 /// How `rejection_sample` decides how many of a request's drafts to accept
-/// (REFERENCE §4.3, §4.11). Both are exact: every emitted token follows the
-/// target. Greedy requests accept the drafts that are their rows' argmax either way.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Verification {
+/// (REFERENCE §4.3, §4.11, §4.12). `Token` and `Block` are exact: every
+/// emitted token follows the target; greedy requests accept the drafts that
+/// are their rows' argmax under either. `Synthetic` is not: it is for
+/// benchmarking a deployment at chosen acceptance rates.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Verification<'a> {
     /// Draft by draft (SPEC §4): each draft is tested on its own and the
     /// first rejection stops the request.
     #[default]
@@ -51,6 +53,31 @@ pub enum Verification {
     /// Block verification (Sun et al., ICLR 2025): the drafts tested
     /// jointly, accepting at least as many in expectation as [`Verification::Token`].
     Block,
+    /// Synthetic acceptance, **not exact**: draft `i` of every request
+    /// (greedy or not) is accepted iff its acceptance uniform is below
+    /// `rates[i]` (`f32 [max_drafts]`, each in `[0, 1]`: the chance of
+    /// accepting draft `i` once drafts `0..i` are), whatever the target says;
+    /// the token after the accepted drafts is drawn as for `Token`. The rows
+    /// are read as by a real call, so it costs what one costs:
+    /// for benchmarking a deployment before its drafter exists.
+    /// [`synthetic_rates`] gives the rates of a mean number of accepted drafts.
+    Synthetic(&'a [f32]),
+}
+
+/// The constant rates `c` of [`Verification::Synthetic`] under which a
+/// request of `max_drafts` drafts accepts `mean_accepted` of them on average
+/// (`Σ_{i=1..K} c^i`), `mean_accepted` in `0 ..= max_drafts` (clamped).
+pub fn synthetic_rates(mean_accepted: f64, max_drafts: usize) -> Vec<f32> {
+    let k = max_drafts as f64;
+    let target = mean_accepted.clamp(0.0, k);
+    let mean = |c: f64| (1..=max_drafts).map(|i| c.powi(i as i32)).sum::<f64>();
+    // The mean grows with c from 0 to K: bisect to f32 resolution.
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if mean(mid) < target { lo = mid } else { hi = mid }
+    }
+    vec![(0.5 * (lo + hi)) as f32; max_drafts]
 }
 
 /// What `rejection_sample` writes.
@@ -140,6 +167,12 @@ impl<M: Memory> RejectionSample<'_, M> {
             check_len("row status", rows, M::len_mut(s))?;
         }
         out.logprobs.check(requests * (self.max_drafts + 1))?;
+        if let Verification::Synthetic(rates) = self.verification {
+            check_len("synthetic rates", self.max_drafts, rates.len())?;
+            if let Some((position, &value)) = rates.iter().enumerate().find(|(_, r)| !(0.0..=1.0).contains(*r)) {
+                return Err(Error::InvalidRate { position, value });
+            }
+        }
         if let Some(d) = &self.draft_logits {
             d.shape.check(d.data.len(), self.target.vocab, num_slots)?;
             d.filters.check(num_slots)?;

@@ -16,7 +16,7 @@ use crate::rejection::{RejectionOutput, RejectionSample, Verification};
 use crate::tensor::{Tokens, Values};
 use rayon::prelude::*;
 use specdec_core::argmax::ArgMax;
-use specdec_core::block_verification::block_verify;
+use specdec_core::block_verification::{below, block_verify};
 use specdec_core::filter::Filter;
 use specdec_core::gumbel::{COARSE_BOUND, TOP_BUCKET, ln};
 use specdec_core::logspace::ln_residual;
@@ -481,8 +481,14 @@ fn verify_request<T: Logit, C: Logit>(
             j = i;
             break;
         }
+        let synthetic = |i: usize| match args.verification {
+            Verification::Synthetic(rates) => Some(below(req.accept_word(i), f64::from(rates[i]))),
+            _ => None,
+        };
         if greedy {
-            if d as u32 != req.argmax(i) {
+            // The argmax is found as for a real call, whatever decides.
+            let best = req.argmax(i);
+            if !synthetic(i).unwrap_or(d as u32 == best) {
                 j = i;
                 break;
             }
@@ -490,7 +496,7 @@ fn verify_request<T: Logit, C: Logit>(
         }
         // A random row's distributions, kept for the resample if it rejects.
         let dists = req.dists(i);
-        if !req.accepts(i, d as usize, &dists) {
+        if !synthetic(i).unwrap_or_else(|| req.accepts(i, d as usize, &dists)) {
             (j, rejected) = (i, Some(Rejected { id: d as usize, dists }));
             break;
         }

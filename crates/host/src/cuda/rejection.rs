@@ -37,7 +37,7 @@ impl Cuda {
             return Err(Error::NotOnCuda { what: "log-probabilities" });
         }
         if args.verification != Verification::Token {
-            return Err(Error::NotOnCuda { what: "block verification" });
+            return Err(Error::NotOnCuda { what: "block verification and synthetic acceptance" });
         }
         let filtered =
             !args.params.filters.is_none() || args.draft_logits.as_ref().is_some_and(|d| !d.filters.is_none());
