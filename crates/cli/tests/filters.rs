@@ -6,7 +6,6 @@
 mod common;
 
 use common::*;
-use safetensors::tensor::Dtype;
 use specdec::{
     Backend, DraftLogits, DraftLogitsShape, Filters, GumbelOutput, GumbelSample, Logits, RejectionOutput,
     RejectionSample, SamplingParams, Verification,
@@ -14,23 +13,9 @@ use specdec::{
 use std::collections::BTreeMap;
 use std::path::Path;
 
-type Tensors = BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)>;
-
-fn le_i32(bytes: &[u8]) -> Vec<i32> {
-    bytes.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
-}
-fn le_u32(bytes: &[u8]) -> Vec<u32> {
-    bytes.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
-}
-
-/// Writes `tensors` to `dir/name.safetensors`, runs `specdec <op> --backend cpu` on it and
-/// returns the output file's tensors.
+/// Runs `specdec <op> --backend cpu` on `tensors`; the output file's tensors.
 fn run(op: &str, dir: &Path, name: &str, tensors: BTreeMap<&str, T>) -> Tensors {
-    let (input, output) = (dir.join(format!("{name}.safetensors")), dir.join(format!("{name}-out.safetensors")));
-    write(&input, tensors);
-    let out = specdec(&[op, "--input", path_str(&input), "--output", path_str(&output), "--backend", "cpu"]);
-    assert!(out.status.success(), "specdec {op} ({name}) failed: {}", String::from_utf8_lossy(&out.stderr));
-    read(&output)
+    run_cpu(op, dir, name, tensors, &[])
 }
 
 /// The first largest value's index (the argmax).

@@ -6,7 +6,6 @@
 mod common;
 
 use common::*;
-use safetensors::tensor::Dtype;
 use specdec::{
     Backend, Distribution, GumbelOutput, GumbelSample, Logits, Logprobs, RejectionOutput, RejectionSample,
     SamplingParams, Verification,
@@ -14,22 +13,9 @@ use specdec::{
 use std::collections::BTreeMap;
 use std::path::Path;
 
-type Tensors = BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)>;
-
-fn le_i32(bytes: &[u8]) -> Vec<i32> {
-    bytes.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
-}
-fn le_f32_bits(bytes: &[u8]) -> Vec<u32> {
-    bytes.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
-}
-
 /// Runs `specdec <op> --backend cpu` on `tensors`; the output file's tensors.
 fn run(op: &str, dir: &Path, name: &str, tensors: BTreeMap<&str, T>) -> Tensors {
-    let (input, output) = (dir.join(format!("{name}.safetensors")), dir.join(format!("{name}-out.safetensors")));
-    write(&input, tensors);
-    let out = specdec(&[op, "--input", path_str(&input), "--output", path_str(&output), "--backend", "cpu"]);
-    assert!(out.status.success(), "specdec {op} ({name}) failed: {}", String::from_utf8_lossy(&out.stderr));
-    read(&output)
+    run_cpu(op, dir, name, tensors, &[])
 }
 
 /// The library's log-probabilities, owned, in the file's tensors' order.
@@ -67,10 +53,10 @@ impl Want {
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let top_dims: Vec<usize> = dims.iter().copied().chain([n]).collect();
         assert_eq!(got["logprobs"].1, dims);
-        assert_eq!(le_f32_bits(&got["logprobs"].2), bits(&self.processed), "logprobs");
-        assert_eq!(le_f32_bits(&got["raw_logprobs"].2), bits(&self.raw), "raw_logprobs");
+        assert_eq!(le_u32(&got["logprobs"].2), bits(&self.processed), "logprobs");
+        assert_eq!(le_u32(&got["raw_logprobs"].2), bits(&self.raw), "raw_logprobs");
         assert_eq!(got["top_logprobs"].1, top_dims);
-        assert_eq!(le_f32_bits(&got["top_logprobs"].2), bits(&self.top), "top_logprobs");
+        assert_eq!(le_u32(&got["top_logprobs"].2), bits(&self.top), "top_logprobs");
         assert_eq!(le_i32(&got["top_ids"].2), self.ids, "top_ids");
         assert_eq!(le_i32(&got["ranks"].2), self.ranks, "ranks");
     }
@@ -120,10 +106,7 @@ fn verify_writes_the_library_logprobs() {
     let n_r = [2usize, 0, 1];
     let rows: usize = n_r.iter().map(|k| k + 1).sum();
     let target = common::logits(rows * vocab, 8);
-    let mut offsets = vec![0i32];
-    for k in n_r {
-        offsets.push(offsets.last().unwrap() + k as i32 + 1);
-    }
+    let offsets = offsets_of(&n_r);
     let drafts: Vec<i32> = (0..rows as i32).map(|r| (r * 37) % vocab as i32).collect();
     let (slots, positions) = ([0i32, 1, -1], (0..rows as u64).collect::<Vec<_>>());
     let (temperature, seed) = ([0.9f32, 1.2], [5u64, 6]);
@@ -195,10 +178,7 @@ fn verify_block_is_the_library_block_verification() {
     let (vocab, n_r) = (64usize, [3usize, 2, 3]);
     let rows: usize = n_r.iter().map(|k| k + 1).sum();
     let target = common::logits(rows * vocab, 12);
-    let mut offsets = vec![0i32];
-    for k in n_r {
-        offsets.push(offsets.last().unwrap() + k as i32 + 1);
-    }
+    let offsets = offsets_of(&n_r);
     let drafts: Vec<i32> = (0..rows as i32).map(|r| (r * 29) % vocab as i32).collect();
     let draft_logits = common::logits(3 * 3 * vocab, 13);
     let (slots, positions) = ([0i32, 1, 2], (0..rows as u64).map(|r| 70 + r).collect::<Vec<_>>());
@@ -214,13 +194,7 @@ fn verify_block_is_the_library_block_verification() {
         ("max_drafts", i32s(&[], &[3])),
         ("draft_logits", f32s(&[3, 3, vocab], &draft_logits)),
     ]);
-    let input = dir.join("in.safetensors");
-    let output = dir.join("out.safetensors");
-    write(&input, tensors);
-    let args = ["verify", "--input", path_str(&input), "--output", path_str(&output), "--backend", "cpu", "--block"];
-    let out = specdec(&args);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let got = read(&output);
+    let got = run_cpu("verify", &dir, "block", tensors, &["--block"]);
     let (mut tokens, mut emitted) = (vec![0i32; 12], vec![0i32; 3]);
     let call = RejectionSample {
         target: Logits::new(&target, rows, vocab),

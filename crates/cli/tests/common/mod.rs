@@ -100,3 +100,35 @@ pub fn files_in(dir: &Path) -> Vec<String> {
 pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("a UTF-8 path")
 }
+
+/// An output file's tensors: name → (dtype, shape, little-endian bytes).
+pub type Tensors = BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)>;
+
+pub fn le_i32(bytes: &[u8]) -> Vec<i32> {
+    bytes.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+pub fn le_u32(bytes: &[u8]) -> Vec<u32> {
+    bytes.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+/// Writes `tensors` to `dir/name.safetensors`, runs `specdec <op> --backend cpu`
+/// (with `extra` arguments) on it and returns the output file's tensors.
+pub fn run_cpu(op: &str, dir: &Path, name: &str, tensors: BTreeMap<&str, T>, extra: &[&str]) -> Tensors {
+    let (input, output) = (dir.join(format!("{name}.safetensors")), dir.join(format!("{name}-out.safetensors")));
+    write(&input, tensors);
+    let mut args = vec![op, "--input", path_str(&input), "--output", path_str(&output), "--backend", "cpu"];
+    args.extend_from_slice(extra);
+    let out = specdec(&args);
+    assert!(out.status.success(), "specdec {op} ({name}) failed: {}", String::from_utf8_lossy(&out.stderr));
+    read(&output)
+}
+
+/// Request offsets of requests with `drafts[r]` drafts each (a bonus row each).
+pub fn offsets_of(drafts: &[usize]) -> Vec<i32> {
+    let mut offsets = vec![0i32];
+    for &k in drafts {
+        offsets.push(offsets.last().unwrap() + k as i32 + 1);
+    }
+    offsets
+}
