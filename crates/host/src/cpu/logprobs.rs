@@ -32,7 +32,7 @@ struct Asked {
 }
 
 /// One position's outputs.
-pub(super) struct Found {
+struct Found {
     processed: f32,
     raw: f32,
     /// The top-n, best first: (log-probability, id).
@@ -66,9 +66,13 @@ pub(super) fn write<'r, L: Logit + Sync + 'r>(
     }
 }
 
-/// Position `i`'s outputs: `f`'s, or for a position past its request's
-/// emitted tokens (`None`), NaN log-probabilities and `-1` ids and rank.
-pub(super) fn put(logprobs: &mut Logprobs<'_, Host>, i: usize, f: Option<&Found>) {
+/// Position `i` past its request's emitted tokens: NaN log-probabilities, `-1` ids and rank.
+pub(super) fn past(logprobs: &mut Logprobs<'_, Host>, i: usize) {
+    put(logprobs, i, None);
+}
+
+/// Position `i`'s outputs: `f`'s, or (`None`) those of a position past its request's tokens.
+fn put(logprobs: &mut Logprobs<'_, Host>, i: usize, f: Option<&Found>) {
     if let Some(p) = logprobs.processed.as_deref_mut() {
         p[i] = f.map_or(f32::NAN, |f| f.processed);
     }

@@ -409,7 +409,7 @@ fn request_logprobs<T: Logit + Sync>(
     let k1 = args.max_drafts + 1;
     for (r, v) in verdicts.iter().enumerate() {
         for i in v.j + 1..k1 {
-            logprobs::put(out, r * k1 + i, None);
+            logprobs::past(out, r * k1 + i);
         }
     }
     let parallel = super::parallel(verdicts.len(), args.target.rows * args.target.vocab);
