@@ -7,10 +7,12 @@
 //! the draft-by-draft rule, and the mean accepted drafts of a case whose
 //! expectation is known exactly.
 
+use specdec::filter::Filter;
 use specdec::{Backend, DType, Verification};
 use specdec_core::block_verification::{next_weight, stop_probability};
 use specdec_suite::drafting::{
-    Drafted, FixedPositions, MIN_POSITION_DRAWS, check_positions, perturbed, run_split, target_row, zipf_logits,
+    Drafted, FixedPositions, MIN_POSITION_DRAWS, check_filtered_positions, check_positions, perturbed, run_split,
+    target_row, zipf_logits,
 };
 use specdec_suite::inputs::Rng;
 use std::collections::HashMap;
@@ -307,6 +309,37 @@ fn one_draft_blocks_and_greedy_requests_are_the_token_rule() {
             let ctx = format!("K {k}, T {t}, one-hot {one_hot}");
             assert_eq!(block.tokens, token.tokens, "{ctx}: tokens");
             assert_eq!(block.num_emitted, token.num_emitted, "{ctx}: emitted");
+        }
+    }
+}
+
+/// Block verification against filtered targets (SPEC §7.3): every position
+/// follows the target renormalised on its kept set, with drafts sampled
+/// unfiltered or with the same filters (and declared so), draft logits or one-hot.
+#[test]
+fn filtered_positions_follow_the_filtered_target() {
+    let cpu = Backend::cpu();
+    let (vocab, requests, k, t) = (4096, 10_240, 3, 1.0);
+    let base = zipf_logits(vocab, 1.0, 64, 0x21F);
+    let filters = [Filter { top_k: 50, ..Filter::OFF }, Filter { top_p: 0.8, min_p: 0.01, ..Filter::OFF }];
+    for (f, filter) in filters.into_iter().enumerate() {
+        for (c, (one_hot, drafter_filters)) in [(false, false), (false, true), (true, false)].into_iter().enumerate() {
+            let draft_filter = if drafter_filters { filter } else { Filter::OFF };
+            let case = FixedPositions {
+                one_hot,
+                pos0: 0xF17 << 32 | (f as u64) << 12 | (c as u64) << 8,
+                target_filter: filter,
+                draft_filter,
+                declared_draft_filter: draft_filter,
+                ..FixedPositions::new(vocab, k, t, requests)
+            };
+            let sharpen = if one_hot { 3.0 } else { 1.0 };
+            let Drafted { mut verify, targets } =
+                case.build(&cpu, &base, |i, row| perturbed(i, row, 1.0).into_iter().map(|x| x * sharpen).collect());
+            verify.verification = Verification::Block;
+            let out = run_split(&verify, &cpu);
+            let draws = check_filtered_positions(&out, &targets, t, filter, &format!("block, {case:?}"));
+            assert!(draws[1] >= MIN_POSITION_DRAWS, "position 1 is fit: {draws:?}");
         }
     }
 }
