@@ -94,6 +94,11 @@ pub struct DemoArgs {
     /// Verify one-hot drafts (no draft logits, like EAGLE/MTP/n-gram drafters).
     #[arg(long)]
     one_hot: bool,
+    /// Block verification (the drafts decided jointly; as exact, more
+    /// accepted): also reports the token-by-token rule's tokens per verify
+    /// on the same inputs.
+    #[arg(long)]
+    block: bool,
     /// Print the results as JSON on stdout (no progress bar).
     #[arg(long)]
     json: bool,
@@ -112,6 +117,7 @@ struct Config {
     /// The filters of every random request (SPEC §7).
     filter: Filter,
     one_hot: bool,
+    block: bool,
 }
 
 impl DemoArgs {
@@ -159,6 +165,7 @@ impl DemoArgs {
             draft_noise: self.draft_noise,
             filter: Filter { top_k, top_p: self.top_p, min_p: self.min_p },
             one_hot: self.one_hot,
+            block: self.block,
         })
     }
 }
@@ -191,6 +198,8 @@ struct Tally {
     greedy: Vec<(u64, u64)>,
     tokens: u64,
     verifies: u64,
+    /// With `--block`: the tokens the draft-by-draft rule emits on the same inputs.
+    token_rule_tokens: u64,
     sample: Duration,
     sample_calls: u64,
     verify: Duration,
@@ -348,7 +357,7 @@ impl<'a> Demo<'a> {
         }
         self.tally.model += t.elapsed();
         let shape = DraftLogitsShape::dense(b, k, v);
-        let call = RejectionSample {
+        let mut call = RejectionSample {
             target: Logits::new(&self.target, b * (k + 1), v),
             offsets: &self.offsets[..],
             drafts: &self.drafts[..],
@@ -361,6 +370,14 @@ impl<'a> Demo<'a> {
             draft_logits: (!self.args.one_hot)
                 .then(|| DraftLogits::new(&self.draft_logits, shape).with_filters(self.filters.view())),
         };
+        if self.args.block {
+            // The draft-by-draft rule on the same call, for the gain; its tokens are not kept.
+            let (mut tokens, mut emitted) = (vec![0i32; self.tokens.len()], vec![0i32; b]);
+            let mut out = RejectionOutput::new(&mut tokens, &mut emitted);
+            self.backend.rejection_sample(&call, &mut out).map_err(|e| Failure::library("rejection_sample", e))?;
+            self.tally.token_rule_tokens += emitted.iter().map(|&e| e as u64).sum::<u64>();
+            call.verification = Verification::Block;
+        }
         let mut out = RejectionOutput::new(&mut self.tokens, &mut self.num_emitted).with_accepted(&mut self.accepted);
         let t = Instant::now();
         self.backend.rejection_sample(&call, &mut out).map_err(|e| Failure::library("rejection_sample", e))?;
@@ -460,6 +477,7 @@ impl<'a> Demo<'a> {
                 draft_noise: args.draft_noise,
                 filters: args.filter.into(),
                 one_hot: args.one_hot,
+                block: args.block,
                 seed: args.seed,
             },
             greedy_requests: (0..args.batch).filter(|&r| self.greedy[r]).collect(),
@@ -469,6 +487,7 @@ impl<'a> Demo<'a> {
             random_tokens: t.ranks.iter().flatten().sum(),
             verifies: t.verifies,
             tokens_per_verify: t.tokens as f64 / t.verifies.max(1) as f64,
+            token_rule_tokens_per_verify: args.block.then(|| t.token_rule_tokens as f64 / t.verifies.max(1) as f64),
             sample_calls: t.sample_calls,
             us_per_sample_call: per_call(t.sample, t.sample_calls),
             verify_calls: t.verify_calls,

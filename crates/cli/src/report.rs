@@ -24,6 +24,8 @@ pub struct Report {
     /// Request-verifications (`batch × steps`).
     pub verifies: u64,
     pub tokens_per_verify: f64,
+    /// With `--block`: the draft-by-draft rule's tokens per verify on the same calls.
+    pub token_rule_tokens_per_verify: Option<f64>,
     pub sample_calls: u64,
     /// Wall-clock µs per `gumbel_sample` call (drafting, `batch` rows).
     pub us_per_sample_call: f64,
@@ -52,6 +54,8 @@ pub struct Sizes {
     /// The random requests' filters, as given (greedy requests ignore them).
     pub filters: FilterValues,
     pub one_hot: bool,
+    /// Block verification (`--block`).
+    pub block: bool,
     pub seed: u64,
 }
 
@@ -123,7 +127,12 @@ impl Report {
             Some(why) => println!("backend: {} (GPU not used: {why})", self.backend),
             None => println!("backend: {}", self.backend),
         }
-        let drafts = if s.one_hot { "one-hot drafts" } else { "draft logits in f32" };
+        let drafts = match (s.one_hot, s.block) {
+            (true, false) => "one-hot drafts",
+            (false, false) => "draft logits in f32",
+            (true, true) => "one-hot drafts, block verification",
+            (false, true) => "draft logits in f32, block verification",
+        };
         let greedy: Vec<String> = self.greedy_requests.iter().map(|r| r.to_string()).collect();
         let requests = match greedy.len() {
             0 => format!("all at T = {}", float(s.temperature)),
@@ -159,6 +168,12 @@ impl Report {
             count(self.tokens, "token"),
             count(self.verifies, "request-verification")
         );
+        if let Some(token_rule) = self.token_rule_tokens_per_verify {
+            println!(
+                "  block verification: {:+.3} tokens per verify over the draft-by-draft rule on the same calls ({token_rule:.3})",
+                self.tokens_per_verify - token_rule
+            );
+        }
         println!();
         println!(
             "gumbel_sample (drafting, {}):     {:>10.1} µs per call ({})",

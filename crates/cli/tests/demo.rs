@@ -83,6 +83,19 @@ fn demo_with_one_hot_drafts_and_hot_temperature() {
     assert_eq!(report["chi_square"]["passed"], true);
 }
 
+/// `--block`: block verification passes the exactness checks and emits at
+/// least as many tokens per verify as the draft-by-draft rule on the same
+/// calls, which the report gives beside it; without `--block` there is no such figure.
+#[test]
+fn demo_with_block_verification() {
+    let report = demo(&["--steps", "200", "--block"]);
+    check(&report, 3);
+    assert_eq!(report["sizes"]["block"], true);
+    let (block, token) = (f(&report["tokens_per_verify"]), f(&report["token_rule_tokens_per_verify"]));
+    assert!(block >= token - 0.05, "block {block} against the draft-by-draft rule's {token}");
+    assert!(demo(&["--steps", "2"])["token_rule_tokens_per_verify"].is_null());
+}
+
 /// Filters on the random requests: drafted, verified and checked against
 /// the filtered target (chi-square over the kept ranks).
 #[test]
