@@ -29,8 +29,8 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use half::bf16;
 use specdec::{
-    Backend, Column, Cpu, DraftLogits, DraftLogitsMut, DraftLogitsShape, Filters, GumbelOutput, GumbelSample, Host,
-    Logits, RejectionOutput, RejectionSample, SamplingParams, Verification,
+    Backend, Column, Cpu, Distribution, DraftLogits, DraftLogitsMut, DraftLogitsShape, Filters, GumbelOutput,
+    GumbelSample, Host, Logits, Logprobs, RejectionOutput, RejectionSample, SamplingParams, Verification,
 };
 use std::hint::black_box;
 use std::time::Duration;
@@ -179,6 +179,69 @@ fn rejection(c: &mut Criterion) {
             group.bench_function(id, |bench| bench.iter(|| verify(&args, &mut tokens, &mut num_emitted)));
         }
     }
+    group.finish();
+}
+
+/// Issue 29's outputs and rules beside the plain call (bf16 draft logits, B = 4,
+/// K = 3, V = 32,000, T = 0.8): processed log-probabilities, the top 20 with
+/// ranks, block verification; each a ratio to the plain call's time.
+fn outputs(c: &mut Criterion) {
+    let mut group = c.benchmark_group("outputs_cpu");
+    let (vocab, k, b) = (32_000usize, 3usize, 4usize);
+    let rows = b * (k + 1);
+    let target = normal(11, rows * vocab);
+    let noise = normal(12, b * k * vocab);
+    let mut draft = vec![bf16::ZERO; b * k * vocab];
+    let mut drafts = vec![0i32; rows];
+    for r in 0..b {
+        for i in 0..k {
+            let (row, at) = (r * (k + 1) + i, (r * k + i) * vocab);
+            for x in 0..vocab {
+                draft[at + x] = bf16::from_f32(0.8 * target[row * vocab + x] + 0.6 * noise[at + x]);
+            }
+            let d = &draft[at..at + vocab];
+            drafts[row] = (0..vocab).max_by(|&a, &c| d[a].total_cmp(&d[c]).then(c.cmp(&a))).unwrap() as i32;
+        }
+    }
+    let offsets: Vec<i32> = (0..=b as i32).map(|r| r * (k as i32 + 1)).collect();
+    let slots: Vec<i32> = (0..b as i32).collect();
+    let pos: Vec<u64> = (0..rows as u64).collect();
+    let (temperature, seed) = (vec![T; b], vec![7u64; b]);
+    let call = |verification| RejectionSample {
+        target: Logits::new(&target, rows, vocab),
+        offsets: &offsets[..],
+        drafts: &drafts[..],
+        slots: &slots[..],
+        pos: &pos[..],
+        params: SamplingParams::new(&temperature, &seed),
+        max_drafts: k,
+        verification,
+        draft_logits: Some(DraftLogits::new(&draft, DraftLogitsShape::dense(b, k, vocab))),
+    };
+    let positions = b * (k + 1);
+    let (mut tokens, mut num_emitted) = (vec![0i32; positions], vec![0i32; b]);
+    let (mut processed, mut top, mut ids, mut ranks) =
+        (vec![0f32; positions], vec![0f32; positions * 20], vec![0i32; positions * 20], vec![0i32; positions]);
+    let name = |what: &str| BenchmarkId::new(what, format!("B={b}/K={k}/V={vocab}/bf16-draft"));
+    let (plain, block) = (call(Verification::Token), call(Verification::Block));
+    group.bench_function(name("plain"), |bench| bench.iter(|| verify(&plain, &mut tokens, &mut num_emitted)));
+    group.bench_function(name("processed logprobs"), |bench| {
+        bench.iter(|| {
+            let logprobs = Logprobs::none().with_processed(&mut processed);
+            let mut out = RejectionOutput::new(&mut tokens, &mut num_emitted).with_logprobs(logprobs);
+            Cpu.rejection_sample(black_box(&plain), &mut out).expect("rejection_sample");
+        })
+    });
+    group.bench_function(name("top-20 logprobs"), |bench| {
+        bench.iter(|| {
+            let logprobs = Logprobs::none().with_top(20, Distribution::Processed, &mut top, &mut ids, &mut ranks);
+            let mut out = RejectionOutput::new(&mut tokens, &mut num_emitted).with_logprobs(logprobs);
+            Cpu.rejection_sample(black_box(&plain), &mut out).expect("rejection_sample");
+        })
+    });
+    group.bench_function(name("block verification"), |bench| {
+        bench.iter(|| verify(&block, &mut tokens, &mut num_emitted))
+    });
     group.finish();
 }
 
@@ -441,6 +504,6 @@ criterion_group! {
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = gumbel, memory_bound, rejection, threads, filters, overhead
+    targets = gumbel, memory_bound, rejection, threads, filters, outputs, overhead
 }
 criterion_main!(benches);
