@@ -343,3 +343,33 @@ fn filtered_positions_follow_the_filtered_target() {
         }
     }
 }
+
+/// A draft whose target or draft logit is NaN is rejected (SPEC §4.10) under
+/// the block rule too: its weight is 0, so no block reaches past it.
+#[test]
+fn a_draft_with_a_nan_logit_is_never_accepted() {
+    let cpu = Backend::cpu();
+    let base = zipf_logits(256, 1.0, 64, 5);
+    for nan_in_draft in [false, true] {
+        let case = FixedPositions { pos0: 0x4A4E << 32, ..FixedPositions::new(256, 3, 1.0, 400) };
+        // The drafter is the target itself: every draft would be accepted.
+        let Drafted { mut verify, .. } = case.build(&cpu, &base, |_, row| row.to_vec());
+        verify.verification = Verification::Block;
+        let before: i32 = run_split(&verify, &cpu).accepted.iter().sum();
+        for r in 0..verify.requests() {
+            let row = verify.offsets[r] as usize;
+            let d = verify.drafts[row] as usize;
+            if nan_in_draft {
+                let (values, shape) = verify.draft.as_mut().expect("draft logits");
+                let slot = verify.slots[r] as usize;
+                values.set_f32(slot * shape.stride0 + d, f32::NAN);
+            } else {
+                specdec_suite::drafting::set_target(&mut verify, row, d, f32::NAN);
+            }
+        }
+        let out = run_split(&verify, &cpu);
+        assert!(before > 1000, "without NaN the drafts are accepted ({before})");
+        let what = if nan_in_draft { "draft" } else { "target" };
+        assert!(out.accepted.iter().all(|&a| a == 0), "{what} NaN at the draft: accepted {:?}", &out.accepted[..16]);
+    }
+}

@@ -15,11 +15,19 @@ pub fn below(word: u32, h: f64) -> bool {
 
 /// The block's weight after one more draft: `p_i = min(p_{i-1} · ratio, 1)`,
 /// `ratio = p(d_i) / q(d_i)` of draft `d_i` under its row's target and draft
-/// distributions.
+/// distributions. A product that is NaN (a NaN ratio, from a NaN logit, or
+/// `0 · inf`) is 0: a weight that cannot be told claims nothing, as a NaN
+/// logit's draft is rejected (SPEC §4.10), and a block cut to 0 stays 0.
 #[inline(always)]
 pub fn next_weight(p: f64, ratio: f64) -> f64 {
     let w = p * ratio;
-    if w < 1.0 { w } else { 1.0 }
+    if w >= 1.0 {
+        1.0
+    } else if w >= 0.0 {
+        w
+    } else {
+        0.0
+    }
 }
 
 /// The probability of stopping after `i < γ` drafts when no later draft
@@ -90,4 +98,28 @@ pub fn block_verify(
         }
     }
     (0, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// NaN ratios and `0 · inf` give weight 0; weights never exceed 1.
+    #[test]
+    fn weights_are_in_0_1_and_nan_is_0() {
+        assert_eq!(next_weight(1.0, f64::NAN), 0.0);
+        assert_eq!(next_weight(0.0, f64::INFINITY), 0.0);
+        assert_eq!(next_weight(0.5, f64::INFINITY), 1.0);
+        assert_eq!(next_weight(0.5, 4.0), 1.0);
+        assert_eq!(next_weight(0.5, 0.5), 0.25);
+        assert_eq!(next_weight(1.0, 0.0), 0.0);
+    }
+
+    /// A weight of 0 never stops a block there: `h = r / (r + 1)` with `r = 0`.
+    #[test]
+    fn a_zero_weight_never_stops() {
+        assert_eq!(stop_probability(0.0, 0.0), 0.0);
+        assert_eq!(stop_probability(1.0, 0.0), 1.0);
+        assert_eq!(stop_probability(0.5, 0.5), 0.5);
+    }
 }

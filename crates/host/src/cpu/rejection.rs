@@ -146,6 +146,7 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
         let mut dists: Vec<RowDists> = (0..block).map(|i| self.dists(i)).collect();
         let mut ratios: Vec<f64> = (0..block)
             .map(|i| {
+                // `+inf` where `q(d) = 0 < p(d)`, NaN from a NaN logit (`next_weight` makes it 0).
                 let (log_p, log_q) = self.log_probs(i, drafts[i] as usize, &dists[i]);
                 if log_p == f32::NEG_INFINITY { 0.0 } else { (f64::from(log_p) - f64::from(log_q)).exp() }
             })
