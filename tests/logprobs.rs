@@ -7,7 +7,7 @@
 use specdec::filter::Filter;
 use specdec::{
     Backend, DType, Distribution, Error, GumbelOutput, GumbelSample, Logits, Logprobs, MAX_TOP_LOGPROBS,
-    RejectionOutput, SamplingParams,
+    RejectionOutput, RejectionSample, SamplingParams, Verification,
 };
 use specdec_suite::batch::Values;
 use specdec_suite::filters::{FilterTable, filtered_log_probs};
@@ -237,7 +237,7 @@ fn top_ids_and_ranks_are_exact_with_ties() {
 
 /// `rejection_sample`'s log-probabilities: each emitted position's token
 /// under its own target row, greedy requests at `T = 1` (processed equal to
-/// raw), NaN and `-1` past `num_emitted`.
+/// raw), NaN and `-1` past `num_emitted`; under every verification rule.
 #[test]
 fn rejection_logprobs_cover_the_emitted_positions() {
     let cpu = Backend::cpu();
@@ -262,11 +262,15 @@ fn rejection_logprobs_cover_the_emitted_positions() {
         }
         let k1 = k + 1;
         let positions = n_r.len() * k1;
-        for dist in [Distribution::Processed, Distribution::Raw] {
+        let rates = [0.9f32; 3];
+        let rules = [Verification::Token, Verification::Block, Verification::Synthetic(&rates)];
+        for (dist, verification) in
+            [Distribution::Processed, Distribution::Raw].into_iter().flat_map(|d| rules.map(|v| (d, v)))
+        {
             let n = 5;
             let (mut tokens, mut emitted) = (vec![0i32; positions], vec![0i32; n_r.len()]);
             let mut got = Got::new(positions, n);
-            let call = v.call();
+            let call = RejectionSample { verification, ..v.call() };
             let mut out = RejectionOutput::new(&mut tokens, &mut emitted).with_logprobs(got.outputs(n, dist));
             cpu.rejection_sample(&call, &mut out).expect("a valid call");
             let mut drawn = 0;
@@ -274,7 +278,8 @@ fn rejection_logprobs_cover_the_emitted_positions() {
                 let (t, filter) = SLOTS[r];
                 for i in 0..k1 {
                     let at = r * k1 + i;
-                    let ctx = format!("{dtype:?}, {dist:?}, request {r} (T {t}, {filter:?}), position {i}");
+                    let ctx =
+                        format!("{dtype:?}, {dist:?}, {verification:?}, request {r} (T {t}, {filter:?}), position {i}");
                     if i as i32 >= emitted[r] {
                         assert!(got.processed[at].is_nan() && got.raw[at].is_nan(), "{ctx}: past the emitted tokens");
                         assert!(got.ids[at * n..(at + 1) * n].iter().all(|&id| id == -1), "{ctx}: top ids past");
