@@ -30,6 +30,20 @@ pub fn next_weight(p: f64, ratio: f64) -> f64 {
     }
 }
 
+/// `ln w` in f32 for a weight `w` in `(0, 1]` (`-inf` for 0 or below f64's
+/// normal range): `w = m·2^e` with `m` in `[1, 2)` exactly, `ln m` by the
+/// IEEE-only [`crate::gumbel::ln`], so a weight below f32's normal range
+/// (a block far over-drafted) still weighs its residual.
+#[inline(always)]
+pub fn ln_weight(w: f64) -> f32 {
+    if w.is_nan() || w < f64::MIN_POSITIVE {
+        return f32::NEG_INFINITY;
+    }
+    let e = ((w.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+    let m = f64::from_bits((w.to_bits() & ((1u64 << 52) - 1)) | (1023u64 << 52));
+    crate::gumbel::ln(m as f32) + e as f32 * core::f32::consts::LN_2
+}
+
 /// The probability of stopping after `i < γ` drafts when no later draft
 /// stopped: `h_i = r / (r + 1 − p_i)`, `r = Σ_x max(p_i·p(x) − q(x), 0)`
 /// over row `i`'s distributions (the next token's after the first `i`
@@ -113,6 +127,17 @@ mod tests {
         assert_eq!(next_weight(0.5, 4.0), 1.0);
         assert_eq!(next_weight(0.5, 0.5), 0.25);
         assert_eq!(next_weight(1.0, 0.0), 0.0);
+    }
+
+    /// `ln_weight` against f64's `ln`, from 1 down past f32's normal range; 0 gives `-inf`.
+    #[test]
+    fn ln_weight_is_accurate_below_f32s_range() {
+        extern crate std;
+        for w in [1.0f64, 0.75, 0.5, 1e-3, 1e-30, 1.1e-38, 1e-40, 1e-100, 1e-300] {
+            let (got, want) = (f64::from(ln_weight(w)), w.ln());
+            assert!((got - want).abs() <= 4e-7 * want.abs().max(1.0), "ln_weight({w}) = {got}, ln = {want}");
+        }
+        assert_eq!(ln_weight(0.0), f32::NEG_INFINITY);
     }
 
     /// A weight of 0 never stops a block there: `h = r / (r + 1)` with `r = 0`.

@@ -16,9 +16,9 @@ use crate::rejection::{RejectionOutput, RejectionSample, Verification};
 use crate::tensor::{Tokens, Values};
 use rayon::prelude::*;
 use specdec_core::argmax::ArgMax;
-use specdec_core::block_verification::{below, block_verify};
+use specdec_core::block_verification::{below, block_verify, ln_weight};
 use specdec_core::filter::Filter;
-use specdec_core::gumbel::{COARSE_BOUND, TOP_BUCKET, ln};
+use specdec_core::gumbel::{COARSE_BOUND, TOP_BUCKET};
 use specdec_core::logspace::ln_residual;
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
@@ -157,10 +157,8 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
             return Verdict { j: block, last: self.resample(block, None) };
         }
         let RowDists { target, draft } = dists.swap_remove(tau);
-        // ln p_τ in f32 (0 for the rare p_τ below f32's normal range, whose residual is empty).
-        let p32 = p_tau as f32;
-        let ln_p = if p32 >= f32::MIN_POSITIVE { ln(p32) } else { f32::NEG_INFINITY };
-        let rejected = Rejected { id: drafts[tau] as usize, dists: RowDists { target: target.weighted(ln_p), draft } };
+        let rejected =
+            Rejected { id: drafts[tau] as usize, dists: RowDists { target: target.weighted(ln_weight(p_tau)), draft } };
         Verdict { j: tau, last: self.resample(tau, Some(rejected)) }
     }
 
