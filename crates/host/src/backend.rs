@@ -12,7 +12,7 @@ use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::logprobs::Logprobs;
 use crate::memory::{Device, Host};
 use crate::params::{Filters, SamplingParams};
-use crate::rejection::{RejectionOutput, RejectionSample, Verification};
+use crate::rejection::{RejectionOutput, RejectionSample};
 use crate::tensor::{Column, DraftLogits, DraftLogitsMut, Element, Logits, Tokens, Values, ValuesMut};
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr};
 use std::sync::Arc;
@@ -251,11 +251,9 @@ fn rejection_on_device(
     args: &RejectionSample<'_, Host>,
     out: &mut RejectionOutput<'_, Host>,
 ) -> Result<()> {
+    // The device call below takes no log-probabilities (it refuses a block or synthetic rule itself).
     if !out.logprobs.is_none() {
         return Err(Error::NotOnCuda { what: "log-probabilities" });
-    }
-    if args.verification != Verification::Token {
-        return Err(Error::NotOnCuda { what: "block verification and synthetic acceptance" });
     }
     let s = cuda.stream();
     let target = DeviceCopy::of_values(s, &args.target.data)?;
