@@ -188,42 +188,13 @@ fn rejection(c: &mut Criterion) {
 fn outputs(c: &mut Criterion) {
     let mut group = c.benchmark_group("outputs_cpu");
     let (vocab, k, b) = (32_000usize, 3usize, 4usize);
-    let rows = b * (k + 1);
-    let target = normal(11, rows * vocab);
-    let noise = normal(12, b * k * vocab);
-    let mut draft = vec![bf16::ZERO; b * k * vocab];
-    let mut drafts = vec![0i32; rows];
-    for r in 0..b {
-        for i in 0..k {
-            let (row, at) = (r * (k + 1) + i, (r * k + i) * vocab);
-            for x in 0..vocab {
-                draft[at + x] = bf16::from_f32(0.8 * target[row * vocab + x] + 0.6 * noise[at + x]);
-            }
-            let d = &draft[at..at + vocab];
-            drafts[row] = (0..vocab).max_by(|&a, &c| d[a].total_cmp(&d[c]).then(c.cmp(&a))).unwrap() as i32;
-        }
-    }
-    let offsets: Vec<i32> = (0..=b as i32).map(|r| r * (k as i32 + 1)).collect();
-    let slots: Vec<i32> = (0..b as i32).collect();
-    let pos: Vec<u64> = (0..rows as u64).collect();
-    let (temperature, seed) = (vec![T; b], vec![7u64; b]);
-    let call = |verification| RejectionSample {
-        target: Logits::new(&target, rows, vocab),
-        offsets: &offsets[..],
-        drafts: &drafts[..],
-        slots: &slots[..],
-        pos: &pos[..],
-        params: SamplingParams::new(&temperature, &seed),
-        max_drafts: k,
-        verification,
-        draft_logits: Some(DraftLogits::new(&draft, DraftLogitsShape::dense(b, k, vocab))),
-    };
+    let batch = VerifyBatch::new(b, k, vocab, 11);
     let positions = b * (k + 1);
     let (mut tokens, mut num_emitted) = (vec![0i32; positions], vec![0i32; b]);
     let (mut processed, mut top, mut ids, mut ranks) =
         (vec![0f32; positions], vec![0f32; positions * 20], vec![0i32; positions * 20], vec![0i32; positions]);
     let name = |what: &str| BenchmarkId::new(what, format!("B={b}/K={k}/V={vocab}/bf16-draft"));
-    let (plain, block) = (call(Verification::Token), call(Verification::Block));
+    let (plain, block) = (batch.call(Verification::Token), batch.call(Verification::Block));
     group.bench_function(name("plain"), |bench| bench.iter(|| verify(&plain, &mut tokens, &mut num_emitted)));
     group.bench_function(name("processed logprobs"), |bench| {
         bench.iter(|| {
@@ -243,6 +214,72 @@ fn outputs(c: &mut Criterion) {
         bench.iter(|| verify(&block, &mut tokens, &mut num_emitted))
     });
     group.finish();
+}
+
+/// A verify call's inputs: `b` requests of `k` drafts over `vocab` ids, at
+/// T = 0.8, f32 target rows `normal(salt)`, bf16 draft logits `0.8·target +
+/// 0.6·normal(salt + 1)` laid out `[b, k, vocab]`, each draft its draft row's
+/// argmax (a plausible proposal).
+struct VerifyBatch {
+    b: usize,
+    k: usize,
+    vocab: usize,
+    target: Vec<f32>,
+    draft: Vec<bf16>,
+    drafts: Vec<i32>,
+    offsets: Vec<i32>,
+    slots: Vec<i32>,
+    pos: Vec<u64>,
+    temperature: Vec<f32>,
+    seed: Vec<u64>,
+}
+
+impl VerifyBatch {
+    fn new(b: usize, k: usize, vocab: usize, salt: u64) -> Self {
+        let rows = b * (k + 1);
+        let target = normal(salt, rows * vocab);
+        let noise = normal(salt + 1, b * k * vocab);
+        let mut draft = vec![bf16::ZERO; b * k * vocab];
+        let mut drafts = vec![0i32; rows];
+        for r in 0..b {
+            for i in 0..k {
+                let (row, at) = (r * (k + 1) + i, (r * k + i) * vocab);
+                for x in 0..vocab {
+                    draft[at + x] = bf16::from_f32(0.8 * target[row * vocab + x] + 0.6 * noise[at + x]);
+                }
+                let d = &draft[at..at + vocab];
+                drafts[row] = (0..vocab).max_by(|&a, &c| d[a].total_cmp(&d[c]).then(c.cmp(&a))).unwrap() as i32;
+            }
+        }
+        VerifyBatch {
+            b,
+            k,
+            vocab,
+            target,
+            draft,
+            drafts,
+            offsets: (0..=b as i32).map(|r| r * (k as i32 + 1)).collect(),
+            slots: (0..b as i32).collect(),
+            pos: (0..rows as u64).collect(),
+            temperature: vec![T; b],
+            seed: vec![7u64; b],
+        }
+    }
+
+    fn call(&self, verification: Verification<'static>) -> RejectionSample<'_, Host> {
+        let (b, k, vocab) = (self.b, self.k, self.vocab);
+        RejectionSample {
+            target: Logits::new(&self.target, b * (k + 1), vocab),
+            offsets: &self.offsets[..],
+            drafts: &self.drafts[..],
+            slots: &self.slots[..],
+            pos: &self.pos[..],
+            params: SamplingParams::new(&self.temperature, &self.seed),
+            max_drafts: k,
+            verification,
+            draft_logits: Some(DraftLogits::new(&self.draft, DraftLogitsShape::dense(b, k, vocab))),
+        }
+    }
 }
 
 /// One `Cpu::rejection_sample` call of `args` into `tokens` and `num_emitted`.
@@ -362,36 +399,8 @@ fn threads(c: &mut Criterion) {
     // rejection_sample, bf16 draft logits 0.8·target + 0.6·noise laid out [B, K, V].
     let (b, k) = (16usize, 4usize);
     let rows = b * (k + 1);
-    let target = normal(5, rows * V);
-    let noise = normal(6, b * k * V);
-    let mut draft = vec![bf16::ZERO; b * k * V];
-    let mut drafts = vec![0i32; rows];
-    for r in 0..b {
-        for i in 0..k {
-            let (row, at) = (r * (k + 1) + i, (r * k + i) * V);
-            for x in 0..V {
-                draft[at + x] = bf16::from_f32(0.8 * target[row * V + x] + 0.6 * noise[at + x]);
-            }
-            // The draft row's argmax: a plausible proposal.
-            let d = &draft[at..at + V];
-            drafts[row] = (0..V).max_by(|&a, &c| d[a].total_cmp(&d[c]).then(c.cmp(&a))).unwrap() as i32;
-        }
-    }
-    let offsets: Vec<i32> = (0..=b as i32).map(|r| r * (k as i32 + 1)).collect();
-    let slots: Vec<i32> = (0..b as i32).collect();
-    let pos: Vec<u64> = (0..rows as u64).collect();
-    let (temperature, seed) = (vec![T; b], vec![7u64; b]);
-    let args = RejectionSample {
-        target: Logits::new(&target, rows, V),
-        offsets: &offsets[..],
-        drafts: &drafts[..],
-        slots: &slots[..],
-        pos: &pos[..],
-        params: SamplingParams::new(&temperature, &seed),
-        max_drafts: k,
-        verification: Verification::Token,
-        draft_logits: Some(DraftLogits::new(&draft, DraftLogitsShape::dense(b, k, V))),
-    };
+    let batch = VerifyBatch::new(b, k, V, 5);
+    let args = batch.call(Verification::Token);
     let mut tokens = vec![0i32; rows];
     let mut num_emitted = vec![0i32; b];
     group.throughput(Throughput::Elements(rows as u64));
