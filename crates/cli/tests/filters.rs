@@ -11,12 +11,6 @@ use specdec::{
     RejectionSample, SamplingParams, Verification,
 };
 use std::collections::BTreeMap;
-use std::path::Path;
-
-/// Runs `specdec <op> --backend cpu` on `tensors`; the output file's tensors.
-fn run(op: &str, dir: &Path, name: &str, tensors: BTreeMap<&str, T>) -> Tensors {
-    run_cpu(op, dir, name, tensors, &[])
-}
 
 /// The first largest value's index (the argmax).
 fn argmax(row: &[f32]) -> usize {
@@ -47,8 +41,8 @@ fn sample_with_top_k_1_emits_the_argmax() {
         }
         tensors
     };
-    let filtered = le_i32(&run("sample", &dir, "top-k-1", input(Some(&top_k)))["tokens"].2);
-    let unfiltered = le_i32(&run("sample", &dir, "no-filter", input(None))["tokens"].2);
+    let filtered = le_i32(&run_cpu("sample", &dir, "top-k-1", input(Some(&top_k)))["tokens"].2);
+    let unfiltered = le_i32(&run_cpu("sample", &dir, "no-filter", input(None))["tokens"].2);
 
     let argmaxes: Vec<i32> = logits.chunks(vocab).map(|row| argmax(row) as i32).collect();
     for (r, row) in logits.chunks(vocab).enumerate() {
@@ -114,7 +108,7 @@ fn verify_rejects_a_draft_outside_the_kept_set() {
     let requests = 16;
     for one_hot in [false, true] {
         let mode = if one_hot { "one-hot" } else { "draft-logits" };
-        let unfiltered = run("verify", &dir, &format!("{mode}-no-filter"), close_second(requests, one_hot));
+        let unfiltered = run_cpu("verify", &dir, &format!("{mode}-no-filter"), close_second(requests, one_hot));
         let accepted = le_i32(&unfiltered["accepted"].2);
         if one_hot {
             assert!(accepted.contains(&1), "{mode}: some draft is accepted without filters: {accepted:?}");
@@ -131,7 +125,7 @@ fn verify_rejects_a_draft_outside_the_kept_set() {
             let mut tensors = close_second(requests, one_hot);
             tensors.insert(filter, t);
             let case = format!("{mode}-{filter}-{}", if keeps_draft { "keeps" } else { "drops" });
-            let out = run("verify", &dir, &case, tensors);
+            let out = run_cpu("verify", &dir, &case, tensors);
             let accepted = le_i32(&out["accepted"].2);
             if keeps_draft {
                 // p'(DRAFT) > p(DRAFT) >= q(DRAFT) with draft logits: still all accepted.
@@ -272,7 +266,7 @@ impl Case {
 fn verify_with_target_and_draft_filters_matches_the_library() {
     let dir = scratch("filters-verify-roundtrip");
     let case = Case::new();
-    let got = run("verify", &dir, "filters", case.tensors());
+    let got = run_cpu("verify", &dir, "filters", case.tensors());
     let want = case.library(true, true);
     assert_eq!(got["tokens"].1, vec![3, 4]);
     assert_eq!(le_i32(&got["tokens"].2), want.0, "tokens");

@@ -11,12 +11,6 @@ use specdec::{
     SamplingParams, Verification,
 };
 use std::collections::BTreeMap;
-use std::path::Path;
-
-/// Runs `specdec <op> --backend cpu` on `tensors`; the output file's tensors.
-fn run(op: &str, dir: &Path, name: &str, tensors: BTreeMap<&str, T>) -> Tensors {
-    run_cpu(op, dir, name, tensors, &[])
-}
 
 /// The library's log-probabilities, owned, in the file's tensors' order.
 struct Want {
@@ -82,7 +76,7 @@ fn sample_writes_the_library_logprobs() {
         if raw_top {
             tensors.insert("top_logprobs_raw", u8_scalar(1));
         }
-        let got = run("sample", &dir, &format!("raw-top-{raw_top}"), tensors);
+        let got = run_cpu("sample", &dir, &format!("raw-top-{raw_top}"), tensors);
         let d = if raw_top { Distribution::Raw } else { Distribution::Processed };
         let mut tokens = vec![0i32; rows];
         let mut want = Want::new(rows, n);
@@ -121,7 +115,7 @@ fn verify_writes_the_library_logprobs() {
         ("max_drafts", i32s(&[], &[2])),
         ("logprobs", i32s(&[], &[n as i32])),
     ]);
-    let got = run("verify", &dir, "one-hot", tensors);
+    let got = run_cpu("verify", &dir, "one-hot", tensors);
     let (mut tokens, mut emitted) = (vec![0i32; 9], vec![0i32; 3]);
     let mut want = Want::new(9, n);
     let call = RejectionSample {
@@ -194,7 +188,7 @@ fn verify_block_is_the_library_block_verification() {
         ("max_drafts", i32s(&[], &[3])),
         ("draft_logits", f32s(&[3, 3, vocab], &draft_logits)),
     ]);
-    let got = run_cpu("verify", &dir, "block", tensors, &["--block"]);
+    let got = run_cpu_with("verify", &dir, "block", tensors, &["--block"]);
     let (mut tokens, mut emitted) = (vec![0i32; 12], vec![0i32; 3]);
     let call = RejectionSample {
         target: Logits::new(&target, rows, vocab),

@@ -113,8 +113,13 @@ pub fn le_u32(bytes: &[u8]) -> Vec<u32> {
 }
 
 /// Writes `tensors` to `dir/name.safetensors`, runs `specdec <op> --backend cpu`
-/// (with `extra` arguments) on it and returns the output file's tensors.
-pub fn run_cpu(op: &str, dir: &Path, name: &str, tensors: BTreeMap<&str, T>, extra: &[&str]) -> Tensors {
+/// on it and returns the output file's tensors.
+pub fn run_cpu(op: &str, dir: &Path, name: &str, tensors: BTreeMap<&str, T>) -> Tensors {
+    run_cpu_with(op, dir, name, tensors, &[])
+}
+
+/// [`run_cpu`] with `extra` arguments.
+pub fn run_cpu_with(op: &str, dir: &Path, name: &str, tensors: BTreeMap<&str, T>, extra: &[&str]) -> Tensors {
     let (input, output) = (dir.join(format!("{name}.safetensors")), dir.join(format!("{name}-out.safetensors")));
     write(&input, tensors);
     let mut args = vec![op, "--input", path_str(&input), "--output", path_str(&output), "--backend", "cpu"];
