@@ -21,6 +21,10 @@ pub const SHARED_BYTES: u32 = 352;
 /// summary, the histograms of a search), which asserts it. Under the 48 KiB
 /// a launch gets without opting in.
 pub const THRESHOLD_SHARED_BYTES: u32 = 38_048;
+/// Dynamic shared memory of the top-n log-probability kernel, in bytes:
+/// [`SHARED_BYTES`], then each warp's top-n list ([`MAX_TOP_LOGPROBS`] `u64`
+/// keys): the kernels' `logprobs::TopShared`, which asserts it.
+pub const TOP_SHARED_BYTES: u32 = SHARED_BYTES + WARPS * MAX_TOP_LOGPROBS as u32 * 8;
 /// Ids per block of the threshold kernels where a row's summaries cover it
 /// ([`SUMMARY_CHUNKS`] of them): the values a block keeps in shared memory.
 pub const THRESHOLD_CHUNK: u32 = 8 * TILE;
@@ -179,4 +183,98 @@ pub struct RejectionParams {
     /// How far below each candidate's log-mass pass 2 seeds its floors
     /// (`sample::FLOOR_MARGIN`; `-inf` makes every resample refold).
     pub floor_margin: f32,
+    /// `f32 [max_drafts]` (workspace), the rates of a synthetic-acceptance
+    /// call (SPEC §4.12), written by the rates kernel before pass 1: draft
+    /// `i` accepted iff its acceptance uniform is below entry `i`; 0 for
+    /// the token rule.
+    pub rates: u64,
+}
+
+/// The most drafts a synthetic-acceptance call of the CUDA backend takes:
+/// its rates travel to the device in a kernel's parameter block
+/// ([`RatesParams`]), so that a call copies nothing and can be captured.
+pub const MAX_SYNTHETIC_DRAFTS: usize = 64;
+
+/// Parameters of the kernel that writes a synthetic-acceptance call's rates
+/// into the workspace: `rates[..count]` to `dst`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct RatesParams {
+    pub rates: [f32; MAX_SYNTHETIC_DRAFTS],
+    pub dst: u64,
+    pub count: u32,
+}
+
+/// How a log-probability call's positions map to rows and tokens
+/// ([`LogprobsParams::op`]).
+pub const POSITIONS_GUMBEL: u32 = 0;
+pub const POSITIONS_REJECTION: u32 = 1;
+
+/// The most top log-probabilities a call may ask for per position (REFERENCE §8.2).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// Parameters of the log-probability kernels (REFERENCE §8), launched after
+/// a call of either operation over its **positions**: `gumbel_sample`'s rows
+/// (`op = POSITIONS_GUMBEL`: position `r` is row `r`, emitted where its token
+/// is an id), or `rejection_sample`'s `[requests, max_drafts + 1]` token
+/// slots (`POSITIONS_REJECTION`: position `r·(K+1) + i` is target row
+/// `offsets[r] + i`, emitted where `i < num_emitted[r]`). Each position's
+/// token, slot and `τ` are read from the call's own buffers.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct LogprobsParams {
+    /// `[rows, >= vocab]`: the logits a position's token was drawn from.
+    pub values: u64,
+    pub row_stride: u64,
+    /// `gumbel_sample` drafting into draft logits of a dtype that rounds the
+    /// logits (`rounded != 0`): a position of a slot `>= 0` reads the stored
+    /// values, column `draft_column` (or `draft_columns[row]`) of its slot.
+    pub draft_logits: u64,
+    pub draft_stride0: u64,
+    pub draft_stride1: u64,
+    pub draft_columns: u64,
+    /// `i32 [requests + 1]` (`rejection_sample`), else 0.
+    pub offsets: u64,
+    /// `i32`: a row's slot (`gumbel_sample`), a request's (`rejection_sample`).
+    pub slots: u64,
+    /// `f32 [num_slots]`.
+    pub temperature: u64,
+    /// The call's tokens (`i32` or `i64`, `tokens_i64`), one per position.
+    pub tokens: u64,
+    /// `i32 [requests]` (`rejection_sample`), else 0.
+    pub num_emitted: u64,
+    /// `f32 [positions]`: each target row's `τ` where the call was filtered (its
+    /// thresholds, target entries first), else 0 (rows kept whole).
+    pub thresholds: u64,
+    /// Outputs, each 0 where not asked: `f32 [positions]` ×2, `f32` and
+    /// `i32 [positions, top_n]`, `i32 [positions]`.
+    pub processed: u64,
+    pub raw: u64,
+    pub top_logprobs: u64,
+    pub top_ids: u64,
+    pub ranks: u64,
+    /// Scratch: `LogprobsPartial [positions · chunks]`, `LogprobsLse
+    /// [positions]`, `TopPartial [positions · chunks]`.
+    pub partials: u64,
+    pub lse: u64,
+    pub top_partials: u64,
+    /// `u32 [positions]` arrival counters, zero between calls (workspace).
+    pub counters: u64,
+    pub op: u32,
+    /// Non-zero: the call drafted into rounding draft logits (above);
+    /// `source` says which positions this launch takes: 0 those that read
+    /// `values`, 1 those that read the stored values.
+    pub rounded: u32,
+    pub source: u32,
+    pub draft_column: u32,
+    pub positions: u32,
+    pub vocab: u32,
+    pub num_slots: u32,
+    pub max_drafts: u32,
+    pub tokens_i64: u32,
+    /// `0 ..= MAX_TOP_LOGPROBS`, and whether the top-n is of the raw distribution.
+    pub top_n: u32,
+    pub top_raw: u32,
+    pub chunk: u32,
+    pub chunks: u32,
 }

@@ -43,6 +43,9 @@ macro_rules! kernel_symbol {
     (@name REJECTION_RESAMPLE_FILTERED) => { "rejection_resample_filtered" };
     (@name GUMBEL_THRESHOLD_SEARCH) => { "gumbel_threshold_search" };
     (@name REJECTION_THRESHOLD_SEARCH) => { "rejection_threshold_search" };
+    (@name REJECTION_RATES) => { "rejection_rates" };
+    (@name LOGPROBS_LSE) => { "logprobs_lse" };
+    (@name LOGPROBS_TOP) => { "logprobs_top" };
     // `DType::name` of each element type.
     (@dtype f32) => { "f32" };
     (@dtype Bf16) => { "bf16" };
@@ -66,6 +69,8 @@ pub enum Pairs {
     /// The three whose draft dtype is the logits' (a kernel that writes no
     /// draft logits: the host passes the logits' dtype twice).
     Same,
+    /// `(f32, f32)` alone: a kernel that reads no logits.
+    One,
 }
 
 /// A kernel of the PTX: one entry point per dtype pair of [`Kernel::pairs`].
@@ -172,8 +177,27 @@ pub const GUMBEL_THRESHOLD_SEARCH: Kernel =
 pub const REJECTION_THRESHOLD_SEARCH: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD_SEARCH), pairs: Pairs::All, min_blocks: 3, except: None };
 
+/// Writes a synthetic-acceptance call's rates (`layout::RatesParams`) into
+/// the workspace, before pass 1: one launch of one block, its parameter
+/// block the only copy of them. Reads no logits (`Pairs::One`).
+pub const REJECTION_RATES: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_RATES), pairs: Pairs::One, min_blocks: 1, except: None };
+
+/// The log-sum-exps of each emitted position of a call (REFERENCE §8), the
+/// raw and the processed, and the emitted token's log-probabilities, after
+/// either operation (`layout::LogprobsParams`), for the dtype of the values
+/// it reads (both of the pair). Bounded as [`REJECTION_STATS`]'s streaming loop.
+pub const LOGPROBS_LSE: Kernel =
+    Kernel { name: kernel_symbol!(@name LOGPROBS_LSE), pairs: Pairs::Same, min_blocks: 4, except: None };
+
+/// The top-n and rank of each emitted position, after [`LOGPROBS_LSE`]:
+/// each block's candidates in a warp's registers (a `u64` key a lane), at 3
+/// blocks per SM.
+pub const LOGPROBS_TOP: Kernel =
+    Kernel { name: kernel_symbol!(@name LOGPROBS_TOP), pairs: Pairs::Same, min_blocks: 3, except: None };
+
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 15] = [
+pub const ALL: [Kernel; 18] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -189,6 +213,9 @@ pub const ALL: [Kernel; 15] = [
     REJECTION_RESAMPLE_FILTERED,
     GUMBEL_THRESHOLD_SEARCH,
     REJECTION_THRESHOLD_SEARCH,
+    REJECTION_RATES,
+    LOGPROBS_LSE,
+    LOGPROBS_TOP,
 ];
 
 impl Kernel {
@@ -202,6 +229,7 @@ impl Kernel {
         match self.pairs {
             Pairs::All => true,
             Pairs::Same => logits as u32 == draft as u32,
+            Pairs::One => logits as u32 == DType::F32 as u32 && draft as u32 == DType::F32 as u32,
         }
     }
 
@@ -295,7 +323,7 @@ mod tests {
     #[test]
     fn the_table() {
         let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
-        assert_eq!(all.len(), 14 * 9 + 3);
+        assert_eq!(all.len(), 14 * 9 + 3 * 3 + 1);
         let mut unique = all.clone();
         unique.sort();
         unique.dedup();

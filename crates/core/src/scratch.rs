@@ -157,3 +157,53 @@ pub struct FilterScratch {
 }
 
 const _: () = assert!(core::mem::size_of::<FilterScratch>() == 20_032, "the bytes REFERENCE §5.1 states");
+
+/// One block's part of a position's log-sum-exps (the log-probability
+/// kernels, `layout::LogprobsParams`): of the raw values at `T = 1`, and of
+/// the processed ones (scaled, masked to the kept set).
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct LogprobsPartial {
+    pub raw: Lse,
+    pub processed: Lse,
+}
+
+impl LogprobsPartial {
+    pub const IDENTITY: LogprobsPartial = LogprobsPartial { raw: Lse::EMPTY, processed: Lse::EMPTY };
+}
+
+/// A position's log-sum-exps, `raw` and `processed` (a greedy position's
+/// processed is its raw one), from the first log-probability kernel to the top-n kernel.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct LogprobsLse {
+    pub raw: f32,
+    pub processed: f32,
+}
+
+/// One block's top-n candidates of its chunk of a position's row, best
+/// first (`keys[..top_n]`, each a `top_key`, 0 where the chunk has fewer
+/// ids), and how many of its ids have a log-probability larger than the
+/// emitted token's.
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+pub struct TopPartial {
+    pub keys: [u64; crate::layout::MAX_TOP_LOGPROBS],
+    pub larger: u32,
+}
+
+/// The order key of id `id` of log-probability `v` in a top-n: larger for a
+/// larger `v`, then for a smaller id (the argmax's order, REFERENCE §8.2),
+/// NaN as `-inf`, `-0` as `+0`; never 0, which marks an empty entry.
+#[inline(always)]
+pub fn top_key(v: f32, id: u32) -> u64 {
+    let v = if v.is_nan() { f32::NEG_INFINITY } else { v + 0.0 };
+    let order = (crate::argmax::floor_key(v) as u32) ^ 0x8000_0000;
+    (order as u64) << 32 | (!id) as u64
+}
+
+/// The id of a [`top_key`].
+#[inline(always)]
+pub fn top_key_id(key: u64) -> u32 {
+    !(key as u32)
+}

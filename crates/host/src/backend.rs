@@ -7,9 +7,9 @@
 
 use crate::cpu::Cpu;
 use crate::cuda::Cuda;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
-use crate::logprobs::Logprobs;
+use crate::logprobs::{Distribution, Logprobs};
 use crate::memory::{Device, Host};
 use crate::params::{Filters, SamplingParams};
 use crate::rejection::{RejectionOutput, RejectionSample};
@@ -198,11 +198,65 @@ impl DeviceTokens {
     }
 }
 
-fn gumbel_on_device(cuda: &Cuda, args: &GumbelSample<'_, Host>, out: &mut GumbelOutput<'_, Host>) -> Result<()> {
-    if !out.logprobs.is_none() {
-        return Err(Error::NotOnCuda { what: "log-probabilities" });
+/// Device outputs shaped as a host call's log-probabilities.
+struct DeviceLogprobs {
+    processed: Option<CudaSlice<f32>>,
+    raw: Option<CudaSlice<f32>>,
+    top: Option<(usize, Distribution, CudaSlice<f32>, CudaSlice<i32>, CudaSlice<i32>)>,
+}
+
+impl DeviceLogprobs {
+    fn like(s: &Arc<CudaStream>, host: &Logprobs<'_, Host>) -> Result<Self> {
+        let alloc = |len: usize| s.alloc_zeros::<f32>(len);
+        Ok(DeviceLogprobs {
+            processed: host.processed.as_ref().map(|p| alloc(p.len())).transpose()?,
+            raw: host.raw.as_ref().map(|r| alloc(r.len())).transpose()?,
+            top: match &host.top {
+                Some(t) => Some((
+                    t.n,
+                    t.distribution,
+                    alloc(t.logprobs.len())?,
+                    s.alloc_zeros::<i32>(t.ids.len())?,
+                    s.alloc_zeros::<i32>(t.ranks.len())?,
+                )),
+                None => None,
+            },
+        })
     }
+
+    fn view(&mut self) -> Logprobs<'_, Device> {
+        let mut out = Logprobs::none();
+        if let Some(p) = &mut self.processed {
+            out = out.with_processed(p);
+        }
+        if let Some(r) = &mut self.raw {
+            out = out.with_raw(r);
+        }
+        if let Some((n, d, lp, ids, ranks)) = &mut self.top {
+            out = out.with_top(*n, *d, lp, ids, ranks);
+        }
+        out
+    }
+
+    fn download(&self, s: &Arc<CudaStream>, host: &mut Logprobs<'_, Host>) -> Result<()> {
+        if let (Some(d), Some(h)) = (&self.processed, &mut host.processed) {
+            s.memcpy_dtoh(d, &mut **h)?;
+        }
+        if let (Some(d), Some(h)) = (&self.raw, &mut host.raw) {
+            s.memcpy_dtoh(d, &mut **h)?;
+        }
+        if let (Some((_, _, lp, ids, ranks)), Some(h)) = (&self.top, &mut host.top) {
+            s.memcpy_dtoh(lp, &mut *h.logprobs)?;
+            s.memcpy_dtoh(ids, &mut *h.ids)?;
+            s.memcpy_dtoh(ranks, &mut *h.ranks)?;
+        }
+        Ok(())
+    }
+}
+
+fn gumbel_on_device(cuda: &Cuda, args: &GumbelSample<'_, Host>, out: &mut GumbelOutput<'_, Host>) -> Result<()> {
     let s = cuda.stream();
+    let mut logprobs = DeviceLogprobs::like(s, &out.logprobs)?;
     let logits = DeviceCopy::of_values(s, &args.logits.data)?;
     let (slots, pos) = (upload(s, args.slots)?, upload(s, args.pos)?);
     let (temperature, seed) = (upload(s, args.params.temperature)?, upload(s, args.params.seed)?);
@@ -224,7 +278,7 @@ fn gumbel_on_device(cuda: &Cuda, args: &GumbelSample<'_, Host>, out: &mut Gumbel
         drafting: args.drafting,
     };
     let mut dout =
-        GumbelOutput { tokens: tokens.view(), row_status: None, draft_logits: None, logprobs: Logprobs::none() }
+        GumbelOutput { tokens: tokens.view(), row_status: None, draft_logits: None, logprobs: logprobs.view() }
             .with_row_status(&mut row_status);
     if let (Some(d), Some((host, column))) = (draft.as_mut(), &out.draft_logits) {
         let column = match (column, &columns) {
@@ -235,7 +289,9 @@ fn gumbel_on_device(cuda: &Cuda, args: &GumbelSample<'_, Host>, out: &mut Gumbel
         dout = dout.with_draft_logits(DraftLogitsMut { data: d.values_mut(), shape: host.shape }, column);
     }
     cuda.gumbel_sample(&mut ws, &dargs, &mut dout)?;
+    drop(dout);
     tokens.download(s, &mut out.tokens)?;
+    logprobs.download(s, &mut out.logprobs)?;
     if let Some(rs) = &mut out.row_status {
         s.memcpy_dtoh(&row_status, &mut **rs)?;
     }
@@ -251,11 +307,9 @@ fn rejection_on_device(
     args: &RejectionSample<'_, Host>,
     out: &mut RejectionOutput<'_, Host>,
 ) -> Result<()> {
-    // The device call below takes no log-probabilities (it refuses a block or synthetic rule itself).
-    if !out.logprobs.is_none() {
-        return Err(Error::NotOnCuda { what: "log-probabilities" });
-    }
+    // The device call refuses a block or synthetic rule itself.
     let s = cuda.stream();
+    let mut logprobs = DeviceLogprobs::like(s, &out.logprobs)?;
     let target = DeviceCopy::of_values(s, &args.target.data)?;
     let draft = args.draft_logits.as_ref().map(|d| DeviceCopy::of_values(s, &d.data)).transpose()?;
     let (offsets, drafts, slots, pos) =
@@ -293,10 +347,12 @@ fn rejection_on_device(
         num_emitted: num_emitted.as_view_mut(),
         accepted: Some(accepted.as_view_mut()),
         row_status: Some(row_status.as_view_mut()),
-        logprobs: Logprobs::none(),
+        logprobs: logprobs.view(),
     };
     cuda.rejection_sample(&mut ws, &dargs, &mut dout)?;
+    drop(dout);
     tokens.download(s, &mut out.tokens)?;
+    logprobs.download(s, &mut out.logprobs)?;
     s.memcpy_dtoh(&num_emitted, &mut *out.num_emitted)?;
     if let Some(a) = &mut out.accepted {
         s.memcpy_dtoh(&accepted, &mut **a)?;

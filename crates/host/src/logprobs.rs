@@ -7,7 +7,7 @@ use crate::memory::Memory;
 use crate::tensor::{ViewMut, check_len};
 
 /// The most top log-probabilities a call may ask for per position.
-pub const MAX_TOP_LOGPROBS: usize = 20;
+pub use specdec_core::layout::MAX_TOP_LOGPROBS;
 
 /// Which distribution a log-probability is taken under (REFERENCE §8.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,6 +15,8 @@
 //!   `Request::accepts`), `rejection/resample.rs` (pass 2: **the residual
 //!   resample** and the bonus token, `resample_range`), `rejection/mod.rs`
 //!   (the kernel table and what the steps share).
+//! - [`logprobs`]: log-probabilities of a call's emitted tokens (REFERENCE
+//!   §8), after either operation: the log-sum-exps, then the top-n and rank.
 //! - [`load`]: reading rows four elements at a time, and the walks over a
 //!   chunk (`for_each_quad`, `for_each_quad_shared`).
 //! - [`fold`]: per-quad folds shared by both operations (greedy argmax,
@@ -77,6 +79,7 @@ pub mod gpu;
 pub mod gumbel;
 pub mod last_block;
 pub mod load;
+pub mod logprobs;
 pub mod rejection;
 pub mod row;
 pub mod shared;

@@ -10,7 +10,7 @@ use crate::rejection::{Request, RowDecision};
 use core::mem::{align_of, size_of};
 use specdec_core::layout::{SHARED_BYTES, WARPS};
 use specdec_core::sample::Resampled;
-use specdec_core::scratch::Stats;
+use specdec_core::scratch::{LogprobsPartial, Stats};
 
 /// The dynamic shared memory of every launch.
 #[repr(C)]
@@ -30,6 +30,8 @@ pub union WarpSlots {
     pub candidates: [Resampled; WARPS as usize],
     /// Pass 1's exact sums (`LSE(S)` of a pooled row).
     pub sums: [ExactSum; WARPS as usize],
+    /// The log-probability kernels' sums (their `Sums` are `LogprobsPartial`).
+    pub logprobs: [LogprobsPartial; WARPS as usize],
     /// The decision's per-warp rows, the largest.
     pub decisions: [RowDecision; WARPS as usize],
 }

@@ -4,13 +4,14 @@
 //! threshold kernel and the filtered variant.
 
 use super::launch::Threshold;
+use super::logprobs::Sources;
 use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Device;
 use crate::tensor::Column;
 use cudarc::driver::{DevicePtr, DevicePtrMut};
-use specdec_core::layout::GumbelParams;
+use specdec_core::layout::{GumbelParams, LogprobsParams, POSITIONS_GUMBEL};
 use specdec_core::names;
 
 impl Cuda {
@@ -33,9 +34,6 @@ impl Cuda {
         out: &mut GumbelOutput<'_, Device>,
     ) -> Result<()> {
         let shape = args.check(out)?;
-        if !out.logprobs.is_none() {
-            return Err(Error::NotOnCuda { what: "log-probabilities" });
-        }
         let filtered = !args.params.filters.is_none();
         let logits_dtype = args.logits.data.dtype();
         let draft_dtype = out.draft_logits.as_ref().map_or(logits_dtype, |(draft, _)| draft.data.dtype());
@@ -127,12 +125,39 @@ impl Cuda {
         p.status = workspace.status;
         p.counters = workspace.counters;
         let threshold = threshold.as_ref().map(|kernel| Threshold { kernel, search: search.as_ref() });
+        // Rows drafted into draft logits that round the logits were sampled
+        // from the stored values (SPEC §3.3), and report theirs.
+        let rounded = Some(draft_dtype).filter(|&d| p.draft_logits != 0 && logits_dtype.rounds_into(d));
+        let positions = LogprobsParams {
+            op: POSITIONS_GUMBEL,
+            values: p.logits,
+            row_stride: p.row_stride,
+            draft_logits: p.draft_logits,
+            draft_stride0: p.draft_stride0,
+            draft_stride1: p.draft_stride1,
+            draft_columns: p.draft_columns,
+            draft_column: p.draft_column,
+            slots: p.slots,
+            temperature: p.temperature,
+            tokens: p.tokens,
+            tokens_i64: p.tokens_i64,
+            thresholds: if filtered { p.thresholds } else { 0 },
+            positions: p.rows,
+            vocab: p.vocab,
+            num_slots: p.num_slots,
+            ..LogprobsParams::default()
+        };
         // SAFETY: every pointer above comes from a view whose length `check`
         // matched against the shape (each filter table `num_slots`); `split`
         // sized chunks within the workspace (capacity ≥ rows · chunks,
         // counters ≥ rows, thresholds ≥ rows, filter scratch ≥ rows unless the
         // threshold split is one block a row) and chunk · chunks ≥ vocab (both
         // splits; the threshold's within its summaries).
-        unsafe { launch::gumbel_sample(&kernel, threshold, stream, p) }
+        unsafe { launch::gumbel_sample(&kernel, threshold, stream, p)? };
+        let sources = Sources { values: logits_dtype, rounded };
+        // SAFETY: the call's fields of `positions` are its checked views',
+        // enqueued above; `check` matched the outputs to its rows, rows <=
+        // max_rows (the split above).
+        unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs) }
     }
 }

@@ -11,7 +11,10 @@ use super::Kernel;
 use crate::error::Result;
 use cudarc::driver::{CudaStream, result};
 use specdec_core::filter::ROUNDS;
-use specdec_core::layout::{BLOCK_THREADS, GumbelParams, RejectionParams, SHARED_BYTES, THRESHOLD_SHARED_BYTES};
+use specdec_core::layout::{
+    BLOCK_THREADS, GumbelParams, LogprobsParams, RatesParams, RejectionParams, SHARED_BYTES, THRESHOLD_SHARED_BYTES,
+    TOP_SHARED_BYTES,
+};
 use std::ffi::c_void;
 
 /// Launches `kernel` over `grid` with `params`, a `#[repr(C)]` block of
@@ -114,14 +117,16 @@ pub(super) unsafe fn gumbel_sample(
 /// `p` must have been built by `cuda::rejection` from checked arguments: every
 /// pointer valid on `stream` for the extent its shape fields imply; the
 /// workspace regions hold `requests·(K+1)·chunks` stats, `requests` jobs,
-/// `requests·resample_chunks` partials and `requests` zeroed counters; `chunk ·
+/// `requests·resample_chunks` partials and `requests` zeroed counters (with
+/// `rates`, the kernel that writes `p.rates` first, `rates.count` entries
+/// there); `chunk ·
 /// chunks >= vocab` and `resample_chunk · resample_chunks >= vocab`. With
 /// filters (`threshold`, which writes `p.thresholds` first), also
 /// `2·requests·(K+1)` thresholds and (unless `threshold_chunks = 1`) zeroed
 /// filter scratch entries, and the
 /// threshold split as for [`gumbel_sample`].
 pub(super) unsafe fn rejection_sample(
-    (threshold, stats, resample): (Option<Threshold<'_>>, &Kernel, &Kernel),
+    (rates, threshold, stats, resample): (Option<(&Kernel, RatesParams)>, Option<Threshold<'_>>, &Kernel, &Kernel),
     stream: &CudaStream,
     p: RejectionParams,
 ) -> Result<()> {
@@ -133,10 +138,34 @@ pub(super) unsafe fn rejection_sample(
     // SAFETY: the caller guarantees `p`; each grid matches its pass (module
     // docs of kernels::rejection), and the passes run in order on one stream.
     unsafe {
+        if let Some((kernel, params)) = &rates {
+            launch_shared(kernel, stream, (1, 1), 0, params)?;
+        }
         if let Some(threshold) = &threshold {
             launch_thresholds(threshold, stream, (2 * pairs, p.threshold_chunks), &p)?;
         }
         launch(stats, stream, (pairs, p.chunks), &p)?;
         launch(resample, stream, (p.requests, p.resample_chunks), &p)
     }
+}
+
+/// Launches the log-probability kernels of a call (`cuda::logprobs`): the
+/// log-sum-exps, then, where a top-n or rank is asked (`p.ranks`), the top-n.
+///
+/// # Safety
+/// `p` must have been built by `cuda::logprobs` from a checked call enqueued
+/// before on `stream`: every pointer valid for the extent its shape fields
+/// imply; the workspace holds `positions · chunks` partials and top
+/// partials, `positions` log-sum-exps and zeroed counters; `chunk · chunks >= vocab`.
+pub(super) unsafe fn logprobs((lse, top): (&Kernel, &Kernel), stream: &CudaStream, p: LogprobsParams) -> Result<()> {
+    stream.context().bind_to_thread()?;
+    // SAFETY: the caller guarantees `p`; both grids are positions × chunks,
+    // in order on one stream; the top-n kernel's shared memory.
+    unsafe {
+        launch(lse, stream, (p.positions, p.chunks), &p)?;
+        if p.ranks != 0 {
+            launch_shared(top, stream, (p.positions, p.chunks), TOP_SHARED_BYTES, &p)?;
+        }
+    }
+    Ok(())
 }

@@ -8,6 +8,7 @@
 
 mod gumbel;
 mod launch;
+mod logprobs;
 mod rejection;
 mod workspace;
 

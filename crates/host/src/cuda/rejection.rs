@@ -4,13 +4,14 @@
 //! threshold kernel first and the filtered variants of both passes.
 
 use super::launch::Threshold;
+use super::logprobs::Sources;
 use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
 use crate::error::{Error, Result};
 use crate::memory::Device;
 use crate::rejection::{RejectionOutput, RejectionSample, Verification};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
 use specdec_core::dtype::DType;
-use specdec_core::layout::RejectionParams;
+use specdec_core::layout::{LogprobsParams, MAX_SYNTHETIC_DRAFTS, POSITIONS_REJECTION, RatesParams, RejectionParams};
 use specdec_core::names;
 
 impl Cuda {
@@ -33,12 +34,14 @@ impl Cuda {
         out: &mut RejectionOutput<'_, Device>,
     ) -> Result<()> {
         let shape = args.check(out)?;
-        if !out.logprobs.is_none() {
-            return Err(Error::NotOnCuda { what: "log-probabilities" });
-        }
-        if args.verification != Verification::Token {
-            return Err(Error::NotOnCuda { what: "block verification and synthetic acceptance" });
-        }
+        let rates = match args.verification {
+            Verification::Token => None,
+            Verification::Synthetic(rates) if rates.len() <= MAX_SYNTHETIC_DRAFTS => Some(rates),
+            Verification::Synthetic(_) => {
+                return Err(Error::NotOnCuda { what: "synthetic acceptance past MAX_SYNTHETIC_DRAFTS drafts" });
+            }
+            Verification::Block => return Err(Error::NotOnCuda { what: "block verification" }),
+        };
         let filtered =
             !args.params.filters.is_none() || args.draft_logits.as_ref().is_some_and(|d| !d.filters.is_none());
         let target_dtype = args.target.data.dtype();
@@ -115,6 +118,15 @@ impl Cuda {
             floor_margin: self.floor_margin,
             ..RejectionParams::default()
         };
+        let rates = rates.map(|rates| {
+            let mut params = RatesParams { rates: [0.0; MAX_SYNTHETIC_DRAFTS], dst: 0, count: rates.len() as u32 };
+            params.rates[..rates.len()].copy_from_slice(rates);
+            params
+        });
+        let rates_kernel = rates
+            .is_some()
+            .then(|| self.kernels.function(names::REJECTION_RATES.symbol(DType::F32, DType::F32)))
+            .transpose()?;
         let (mut _g8, mut _g13) = (None, None);
         if let Some(d) = &args.draft_logits {
             let (ptr, g) = d.data.device_ptr(stream);
@@ -161,6 +173,29 @@ impl Cuda {
         p.status = workspace.status;
         p.counters = workspace.counters;
         let threshold = threshold.as_ref().map(|kernel| Threshold { kernel, search: search.as_ref() });
+        let rates = rates_kernel.as_ref().zip(rates).map(|(kernel, mut params)| {
+            params.dst = workspace.scratch + ws.rates_region();
+            p.rates = params.dst;
+            (kernel, params)
+        });
+        let positions = LogprobsParams {
+            op: POSITIONS_REJECTION,
+            values: p.target,
+            row_stride: p.row_stride,
+            offsets: p.offsets,
+            slots: p.slots,
+            temperature: p.temperature,
+            tokens: p.tokens,
+            tokens_i64: p.tokens_i64,
+            num_emitted: p.num_emitted,
+            // The target rows' `τ`, the first half of the thresholds.
+            thresholds: if filtered { p.thresholds } else { 0 },
+            positions: p.requests * (p.max_drafts + 1),
+            vocab: p.vocab,
+            num_slots: p.num_slots,
+            max_drafts: p.max_drafts,
+            ..LogprobsParams::default()
+        };
         // SAFETY: every pointer comes from a view whose length `check` matched
         // against the shape; the splits bounded requests·(K+1)·chunks and
         // requests·resample_chunks by the workspace's regions (and requests <=
@@ -168,7 +203,13 @@ impl Cuda {
         // filter scratch entries unless the threshold split is one block a
         // row), and chunk · chunks >= vocab (all three splits, the
         // threshold's within its summaries); each filter table has
-        // `num_slots` entries.
-        unsafe { launch::rejection_sample((threshold, &stats, &resample), stream, p) }
+        // `num_slots` entries; a synthetic call's rates fit the workspace's
+        // MAX_SYNTHETIC_DRAFTS entries (K <= MAX_SYNTHETIC_DRAFTS, above).
+        unsafe { launch::rejection_sample((rates, threshold, &stats, &resample), stream, p)? };
+        let sources = Sources { values: target_dtype, rounded: None };
+        // SAFETY: the call's fields of `positions` are its checked views',
+        // enqueued above; `check` matched the outputs to its positions,
+        // requests · (K + 1) <= max_rows (the split above).
+        unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs) }
     }
 }

@@ -3,8 +3,8 @@
 use crate::error::{Error, Result};
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, DriverError};
-use specdec_core::layout::{SUMMARY_CHUNKS, THRESHOLD_CHUNK, TILE};
-use specdec_core::scratch::{FilterScratch, PARTIAL_BYTES, ResampleJob, Stats};
+use specdec_core::layout::{MAX_SYNTHETIC_DRAFTS, SUMMARY_CHUNKS, THRESHOLD_CHUNK, TILE};
+use specdec_core::scratch::{FilterScratch, LogprobsLse, PARTIAL_BYTES, ResampleJob, Stats, TopPartial};
 use std::mem::size_of;
 use std::sync::Arc;
 
@@ -12,6 +12,12 @@ use std::sync::Arc;
 const STATS_BYTES: usize = size_of::<Stats>();
 /// Bytes of one resample job.
 const JOB_BYTES: usize = size_of::<ResampleJob>();
+/// Bytes of a position's log-sum-exps (the log-probability kernels).
+const LSE_BYTES: usize = size_of::<LogprobsLse>();
+/// Bytes of one block's top-n candidates (the log-probability kernels).
+const TOP_BYTES: usize = size_of::<TopPartial>();
+/// Bytes of a synthetic-acceptance call's rates.
+const RATES_BYTES: usize = MAX_SYNTHETIC_DRAFTS * size_of::<f32>();
 /// Bytes of a row's filter thresholds: the target's `τ` and the draft's (f32 each).
 const THRESHOLD_BYTES: usize = 2 * size_of::<f32>();
 /// The most filtered rows (threshold entries: a `rejection_sample` call's
@@ -64,11 +70,12 @@ pub(crate) struct Split {
 impl Workspace {
     pub(crate) fn new(stream: &Arc<CudaStream>, sm_count: u32, max_rows: usize) -> Result<Self> {
         let entries = entries(sm_count, max_rows).ok_or(Error::OutOfMemory { bytes: usize::MAX, max_rows })?;
-        // 16 bytes of slack: the filter scratch's alignment.
+        // 16 bytes of slack each: the filter scratch's alignment, the top partials'.
         let filter_bytes = filter_entries(max_rows) * size_of::<FilterScratch>() + 16;
         let bytes = entries
-            .checked_mul(STATS_BYTES + PARTIAL_BYTES)
-            .and_then(|b| max_rows.checked_mul(JOB_BYTES + THRESHOLD_BYTES).and_then(|j| b.checked_add(j)))
+            .checked_mul(STATS_BYTES + PARTIAL_BYTES + TOP_BYTES)
+            .and_then(|b| b.checked_add(16 + RATES_BYTES))
+            .and_then(|b| max_rows.checked_mul(JOB_BYTES + THRESHOLD_BYTES + LSE_BYTES).and_then(|j| b.checked_add(j)))
             .and_then(|b| b.checked_add(filter_bytes))
             .ok_or(Error::OutOfMemory { bytes: usize::MAX, max_rows })?;
         let out_of_memory = |e: DriverError| match e.0 {
@@ -187,6 +194,23 @@ impl Workspace {
     /// 16-byte aligned after the thresholds (both operations' `filter_scratch`).
     pub(crate) fn filter_scratch_region(&self) -> u64 {
         (self.thresholds_region() + (2 * self.max_rows * size_of::<f32>()) as u64).next_multiple_of(16)
+    }
+
+    /// Byte offsets in `scratch` of the log-probability kernels' regions:
+    /// their partials (the stats region, which no kernel of theirs runs
+    /// beside: each call's own passes are done with it), `max_rows`
+    /// log-sum-exps after the filter scratch, then the top partials, 16-byte
+    /// aligned (read 16 bytes a load).
+    pub(crate) fn logprobs_regions(&self) -> (u64, u64, u64) {
+        let filter_end = self.filter_scratch_region() + (self.filter_entries() * size_of::<FilterScratch>()) as u64;
+        let top = (filter_end + (self.max_rows * LSE_BYTES) as u64).next_multiple_of(16);
+        (self.rejection_regions().0, filter_end, top)
+    }
+
+    /// Byte offset in `scratch` of a synthetic-acceptance call's rates
+    /// (`MAX_SYNTHETIC_DRAFTS` f32), after the top partials.
+    pub(crate) fn rates_region(&self) -> u64 {
+        self.logprobs_regions().2 + (self.entries * TOP_BYTES) as u64
     }
 
     /// The threshold kernel's scratch entries: a call of more filtered rows

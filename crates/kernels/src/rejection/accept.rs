@@ -15,6 +15,7 @@ use crate::threshold::log_prob;
 use specdec_core::layout::{RejectionParams, WARPS};
 use specdec_core::logspace::residual_mass_bound;
 use specdec_core::rng::{Stream, random_u32};
+use specdec_core::block_verification::below;
 use specdec_core::sample::accepts;
 use specdec_core::status::{INVALID, INVALID_DRAFT};
 
@@ -247,7 +248,9 @@ impl Request {
     /// twin's `Request::accepts`): whether draft row `row.row`, with draft
     /// id `row.draft` and position `row.pos`, accepts its draft: a greedy
     /// request's if it is the target's argmax, a sampling request's if its
-    /// acceptance uniform is below `p/q` (log space); a placeholder (`-1`)
+    /// acceptance uniform is below `p/q` (log space), either under
+    /// synthetic acceptance if it is below the row's rate (SPEC §4.12,
+    /// `specdec_core::block_verification::below`); a placeholder (`-1`)
     /// never. On a rejection it sets `row.log_excess`: the log of the larger
     /// of two lower bounds on the residual's mass `Σ max(p − q, 0) =
     /// Σ max(q − p, 0)`, the rejected id's excess `q − p` (for a one-hot
@@ -273,8 +276,18 @@ impl Request {
         if d == -1 {
             return false;
         }
+        // Synthetic acceptance (SPEC §4.12) decides by the rate alone; a
+        // rejected sampling row still seeds its residual's floors below.
+        let synthetic = p.rates != 0;
+        if synthetic {
+            // SAFETY: row.row < n_r <= max_drafts entries (the rates kernel wrote them).
+            let rate = unsafe { *(p.rates as *const f32).add(row.row as usize) };
+            if below(random_u32(self.slot.seed, row.pos, Stream::Accept, 0), f64::from(rate)) {
+                return true;
+            }
+        }
         if self.slot.greedy() {
-            return d as u32 == row.best;
+            return !synthetic && d as u32 == row.best;
         }
         let sampler = self.sampler(0);
         let (tau_t, tau_q) = if FILTERED {
@@ -293,7 +306,7 @@ impl Request {
         } else {
             0.0
         };
-        if accepts(random_u32(self.slot.seed, row.pos, Stream::Accept, 0), log_q, log_p) {
+        if !synthetic && accepts(random_u32(self.slot.seed, row.pos, Stream::Accept, 0), log_q, log_p) {
             return true;
         }
         // Only a guess for the floors: the hardware's logarithm will do. `max`

@@ -83,7 +83,8 @@ pub use specdec_core::scratch::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET,
 use crate::row::{SlotState, write_token};
 use specdec_core::dtype::{Bf16, F16};
 use specdec_core::kernel_symbol;
-use specdec_core::layout::RejectionParams;
+use crate::gpu;
+use specdec_core::layout::{MAX_SYNTHETIC_DRAFTS, RatesParams, RejectionParams};
 use specdec_core::rng::Stream;
 use specdec_core::sample::Sampler;
 use specdec_core::status::INVALID_OFFSETS;
@@ -275,3 +276,21 @@ macro_rules! rejection_kernels {
 }
 
 for_each_dtype_pair!(rejection_kernels);
+
+/// Writes a synthetic-acceptance call's rates into the workspace
+/// (`names::REJECTION_RATES`): thread `t < count` stores rate `t`. The
+/// indexed read copies the parameter block to local memory, which this
+/// one-block kernel can afford and the passes, which read the rates from
+/// the workspace, would not.
+///
+/// # Safety
+/// Launched by the host's checked launcher: one block; `dst` holds `count
+/// <= MAX_SYNTHETIC_DRAFTS` floats.
+#[unsafe(export_name = kernel_symbol!(REJECTION_RATES, f32, f32))]
+pub unsafe extern "ptx-kernel" fn rates(p: RatesParams) {
+    let t = gpu::thread_idx_x();
+    if t < p.count && (t as usize) < MAX_SYNTHETIC_DRAFTS {
+        // SAFETY: t < count <= the entries of dst (caller).
+        unsafe { (p.dst as *mut f32).add(t as usize).write(p.rates[t as usize]) };
+    }
+}

@@ -1,0 +1,552 @@
+//! Log-probabilities of a call's emitted tokens (REFERENCE §8), after
+//! either operation, over its positions (`layout::LogprobsParams`): the
+//! CPU twin is `specdec::cpu::logprobs`, which reads each emitted row
+//! again the same way.
+//!
+//! 1. `logprobs_lse_{values}_{values}`: grid `(positions, chunks)`. Block
+//!    `(at, c)` folds chunk `c` of position `at`'s row into the log-sum-exps
+//!    the call asks for ([`LogprobsPartial`]: the raw values at `T = 1`, the
+//!    processed ones scaled and masked to the kept set); the position's last
+//!    block combines them, writes the emitted token's log-probabilities and
+//!    keeps the sums ([`LogprobsLse`]) for the second kernel. A position past
+//!    its request's tokens gets NaN and `-1` from its block 0.
+//! 2. `logprobs_top_{values}_{values}` (where a top-n or rank is asked), the
+//!    same grid: each block reads its chunk again, now that the
+//!    log-sum-exp is known, and keeps the chunk's `top_n` best ids in a
+//!    warp's registers ([`WarpTop`]: each candidate's order is that of its
+//!    reported `f32` log-probability, as the CPU's) and counts the ids above
+//!    the emitted token's; the position's last block merges the chunks'
+//!    lists and writes the top-n, their ids and the rank.
+
+use crate::block::{ExactSum, Reduce, block_reduce, warp_fold};
+use crate::fold::push_scaled;
+use crate::gpu::{self, WARP};
+use crate::last_block;
+use crate::load::{Load, for_each_quad, load_quad, quad_aligned, widen};
+use crate::row::chunk_range;
+use crate::shared::Shared;
+use crate::threshold::{log_prob, mask};
+use specdec_core::dtype::{Bf16, F16};
+use specdec_core::kernel_symbol;
+use specdec_core::layout::{LogprobsParams, MAX_TOP_LOGPROBS, POSITIONS_REJECTION, TILE, TOP_SHARED_BYTES, WARPS};
+use specdec_core::logspace::Lse;
+use specdec_core::rng::Stream;
+use specdec_core::sample::Sampler;
+use specdec_core::scratch::{LogprobsLse, LogprobsPartial, TopPartial, top_key, top_key_id};
+
+/// An emitted position as the kernels read it.
+struct Emitted<V> {
+    /// The values its token was drawn from (`vocab` of them).
+    row: *const V,
+    /// Its slot's temperature (`0`: greedy, whose processed distribution is the raw one).
+    sampler: Sampler,
+    greedy: bool,
+    /// Its kept set's `τ` (`-inf`: the whole row).
+    tau: f32,
+    token: u32,
+}
+
+/// What a launch does at a position.
+enum At<V> {
+    /// Nothing was emitted there: NaN and `-1` (REFERENCE §8).
+    Past,
+    /// Another launch of the call takes it (`LogprobsParams::source`).
+    Other,
+    Emitted(Emitted<V>),
+}
+
+/// Position `at` of the call, read from its buffers.
+///
+/// # Safety
+/// `at < p.positions`; `p` was built by the host from the call's checked buffers.
+#[inline(always)]
+unsafe fn position<V: Load>(p: &LogprobsParams, at: u32) -> At<V> {
+    // SAFETY (all): the tables hold what `LogprobsParams` says (host-checked).
+    let (row, slot) = if p.op == POSITIONS_REJECTION {
+        // max_drafts < u32::MAX (host-checked); keeps the panic path out.
+        let k1 = (p.max_drafts + 1).max(1);
+        let (r, i) = ((at / k1) as usize, at % k1);
+        let (emitted, offset, slot) = unsafe {
+            (
+                *(p.num_emitted as *const i32).add(r),
+                *(p.offsets as *const i32).add(r),
+                *(p.slots as *const i32).add(r),
+            )
+        };
+        // num_emitted <= K + 1 of a valid request; 0 for an invalid one.
+        if i as i32 >= emitted {
+            return At::Past;
+        }
+        (offset as u32 + i, slot)
+    } else {
+        (at, unsafe { *(p.slots as *const i32).add(at as usize) })
+    };
+    let token = unsafe {
+        if p.tokens_i64 != 0 {
+            *(p.tokens as *const i64).add(at as usize)
+        } else {
+            *(p.tokens as *const i32).add(at as usize) as i64
+        }
+    };
+    // A row with a bad slot, temperature or column emitted `-1` (SPEC §3.5).
+    if token < 0 || token >= p.vocab as i64 || slot < -1 || (slot >= 0 && slot as u32 >= p.num_slots) {
+        return At::Past;
+    }
+    let rounded = p.rounded != 0 && slot >= 0;
+    if rounded as u32 != p.source {
+        return At::Other;
+    }
+    let row_ptr = if rounded {
+        let column = if p.draft_columns != 0 {
+            unsafe { *(p.draft_columns as *const i32).add(row as usize) as u32 }
+        } else {
+            p.draft_column
+        };
+        let offset = slot as usize * p.draft_stride0 as usize + column as usize * p.draft_stride1 as usize;
+        unsafe { (p.draft_logits as *const V).add(offset) }
+    } else {
+        unsafe { (p.values as *const V).add(row as usize * p.row_stride as usize) }
+    };
+    let temperature = if slot >= 0 { unsafe { *(p.temperature as *const f32).add(slot as usize) } } else { 0.0 };
+    let tau = if p.thresholds != 0 { unsafe { *(p.thresholds as *const f32).add(at as usize) } } else { f32::NEG_INFINITY };
+    At::Emitted(Emitted {
+        row: row_ptr,
+        sampler: Sampler::new(temperature, 0, 0, Stream::Target),
+        greedy: temperature == 0.0,
+        tau,
+        token: token as u32,
+    })
+}
+
+/// The raw log-probability of a value `x` in a row of raw log-sum-exp
+/// `lse`: a NaN logit is an impossible id (the CPU twin's `raw`).
+#[inline(always)]
+fn raw_logprob(x: f32, lse: f32) -> f32 {
+    if x.is_nan() { f32::NEG_INFINITY } else { x - lse }
+}
+
+impl<V> Emitted<V> {
+    /// The processed log-probability of a value `x`, under log-sum-exps `lse`
+    /// (a greedy position's is the raw one).
+    #[inline(always)]
+    fn processed_logprob(&self, x: f32, lse: LogprobsLse) -> f32 {
+        if self.greedy {
+            raw_logprob(x, lse.raw)
+        } else if x.is_nan() {
+            f32::NEG_INFINITY
+        } else {
+            log_prob(self.sampler.scaled(x), self.tau, lse.processed)
+        }
+    }
+
+    /// The log-probability of `x` under the top-n's distribution.
+    #[inline(always)]
+    fn top_logprob(&self, p: &LogprobsParams, x: f32, lse: LogprobsLse) -> f32 {
+        if p.top_raw != 0 { raw_logprob(x, lse.raw) } else { self.processed_logprob(x, lse) }
+    }
+}
+
+/// [`LogprobsPartial`] as a reduction value.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct Sums(pub LogprobsPartial);
+
+impl Reduce for Sums {
+    const IDENTITY: Sums = Sums(LogprobsPartial::IDENTITY);
+
+    #[inline(always)]
+    fn combine(self, o: Sums) -> Sums {
+        Sums(LogprobsPartial {
+            raw: self.0.raw.combine_with(o.0.raw, gpu::fast_exp),
+            processed: self.0.processed.combine_with(o.0.processed, gpu::fast_exp),
+        })
+    }
+
+    #[inline(always)]
+    unsafe fn warp_all(self) -> Sums {
+        let shfl = |s: Sums, m: u32| {
+            // SAFETY (all): the caller guarantees a full, converged warp.
+            let f = |x: f32| unsafe { gpu::shfl_bfly_f32(x, m) };
+            let lse = |l: Lse| Lse { max: f(l.max), sum: f(l.sum) };
+            Sums(LogprobsPartial { raw: lse(s.0.raw), processed: lse(s.0.processed) })
+        };
+        // SAFETY: as above.
+        unsafe { warp_fold(self, shfl, Sums::combine) }
+    }
+}
+
+/// The first kernel (see module docs).
+///
+/// # Safety
+/// Launched by the host's checked launcher after the call, on its stream.
+#[inline(always)]
+unsafe fn lse<V: Load>(p: &LogprobsParams) {
+    let (at, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
+    if at >= p.positions || c >= p.chunks {
+        return;
+    }
+    // SAFETY: at < positions.
+    let e = match unsafe { position::<V>(p, at) } {
+        At::Past => {
+            if c == 0 && tid == 0 && p.source == 0 {
+                // SAFETY: at < positions.
+                unsafe { write_past(p, at) };
+            }
+            return;
+        }
+        At::Other => return,
+        At::Emitted(e) => e,
+    };
+    let top = p.ranks != 0;
+    let raw = p.raw != 0 || e.greedy || (top && p.top_raw != 0);
+    let processed = !e.greedy && (p.processed != 0 || (top && p.top_raw == 0));
+    let unit = Sampler::new(1.0, 0, 0, Stream::Target);
+    let (start, end) = chunk_range(p.vocab, p.chunk, c);
+    let mut acc = LogprobsPartial::IDENTITY;
+    let none: *const V = core::ptr::null();
+    // SAFETY: the row holds `vocab >= end` values; start % 4 == 0.
+    unsafe {
+        for_each_quad::<false, 4, V, V>(
+            e.row,
+            none,
+            start,
+            end,
+            tid,
+            #[inline(always)]
+            |_, v, _, n| {
+                let v = widen(v);
+                if raw {
+                    acc.raw = push_scaled(acc.raw, v, n, &unit).0;
+                }
+                if processed {
+                    acc.processed = push_scaled(acc.processed, mask(v, e.tau, &e.sampler), n, &e.sampler).0;
+                }
+            },
+        )
+    };
+    // SAFETY: every thread of the block is here (the returns above are block-uniform).
+    let sums = unsafe { block_reduce(Sums(acc)) };
+    if tid >= WARP {
+        return;
+    }
+    // SAFETY: all of warp 0, once per block of the position; partials holds
+    // positions·chunks entries, counters `positions`.
+    let Some(Sums(total)) = (unsafe {
+        last_block::combine(
+            (p.partials as *mut Sums).add(at as usize * p.chunks as usize),
+            c,
+            p.chunks,
+            (p.counters as *mut u32).add(at as usize),
+            sums,
+        )
+    }) else {
+        return;
+    };
+    if tid != 0 {
+        return;
+    }
+    let raw_lse = total.raw.value();
+    let lse = LogprobsLse { raw: raw_lse, processed: if e.greedy { raw_lse } else { total.processed.value() } };
+    // SAFETY: token < vocab; the outputs hold `positions` entries where asked.
+    unsafe {
+        let x = (*e.row.add(e.token as usize)).as_f32();
+        if p.processed != 0 {
+            (p.processed as *mut f32).add(at as usize).write(e.processed_logprob(x, lse));
+        }
+        if p.raw != 0 {
+            (p.raw as *mut f32).add(at as usize).write(raw_logprob(x, lse.raw));
+        }
+        if top {
+            (p.lse as *mut LogprobsLse).add(at as usize).write(lse);
+        }
+    }
+}
+
+/// Position `at`'s outputs where nothing was emitted: NaN log-probabilities, `-1` ids and rank.
+///
+/// # Safety
+/// `at < positions`; one thread.
+#[inline(always)]
+unsafe fn write_past(p: &LogprobsParams, at: u32) {
+    let at = at as usize;
+    // SAFETY: the outputs hold `positions` (· top_n) entries where asked.
+    unsafe {
+        if p.processed != 0 {
+            (p.processed as *mut f32).add(at).write(f32::NAN);
+        }
+        if p.raw != 0 {
+            (p.raw as *mut f32).add(at).write(f32::NAN);
+        }
+        if p.ranks != 0 {
+            (p.ranks as *mut i32).add(at).write(-1);
+            let n = p.top_n as usize;
+            for k in 0..n {
+                (p.top_logprobs as *mut f32).add(at * n + k).write(f32::NAN);
+                (p.top_ids as *mut i32).add(at * n + k).write(-1);
+            }
+        }
+    }
+}
+
+/// A warp's best `n` keys so far (`scratch::top_key`), best first: lane
+/// `l < n` holds entry `l` (0: none yet), and every lane the last entry,
+/// the bar a new key must pass.
+#[derive(Clone, Copy)]
+struct WarpTop {
+    key: u64,
+    last: u64,
+    n: u32,
+}
+
+/// `v` of lane `lane`, in every lane.
+///
+/// # Safety
+/// All 32 lanes of the warp, converged.
+#[inline(always)]
+unsafe fn shfl_idx_u64(v: u64, lane: u32) -> u64 {
+    // SAFETY: forwarded.
+    unsafe { (gpu::shfl_idx_u32((v >> 32) as u32, lane) as u64) << 32 | gpu::shfl_idx_u32(v as u32, lane) as u64 }
+}
+
+impl WarpTop {
+    #[inline(always)]
+    fn new(n: u32) -> WarpTop {
+        WarpTop { key: 0, last: 0, n }
+    }
+
+    /// Offers each lane's key `cand` (0: none); keys offered are distinct
+    /// and not yet held.
+    ///
+    /// # Safety
+    /// All 32 lanes of the warp, converged.
+    #[inline(always)]
+    unsafe fn offer(&mut self, mut cand: u64) {
+        let lane = gpu::thread_idx_x() % WARP;
+        loop {
+            // SAFETY (all): the caller's full warp.
+            let from = unsafe { gpu::warp_min_u32(if cand > self.last { lane } else { WARP }) };
+            if from == WARP {
+                return;
+            }
+            let k = unsafe { shfl_idx_u64(cand, from) };
+            if lane == from {
+                cand = 0;
+            }
+            // The first entry `k` beats (entries are distinct, best first).
+            let to = unsafe { gpu::warp_min_u32(if lane < self.n && self.key < k { lane } else { self.n }) };
+            let up = unsafe { (gpu::shfl_up_u32((self.key >> 32) as u32, 1) as u64) << 32 }
+                | unsafe { gpu::shfl_up_u32(self.key as u32, 1) } as u64;
+            if lane < self.n && lane >= to {
+                self.key = if lane == to { k } else { up };
+            }
+            self.last = unsafe { shfl_idx_u64(self.key, self.n - 1) };
+        }
+    }
+}
+
+/// The top-n kernel's dynamic shared memory: the sampling kernels' (for
+/// the block's reductions), then each warp's list for the block's merge.
+#[repr(C)]
+struct TopShared {
+    shared: Shared,
+    lists: [[u64; MAX_TOP_LOGPROBS]; WARPS as usize],
+}
+
+const _: () = assert!(core::mem::size_of::<TopShared>() as u32 == TOP_SHARED_BYTES);
+
+/// The second kernel (see module docs).
+///
+/// # Safety
+/// Launched by the host's checked launcher after [`lse`], on the call's
+/// stream, with `layout::TOP_SHARED_BYTES` of dynamic shared memory.
+#[inline(always)]
+unsafe fn top<V: Load>(p: &LogprobsParams) {
+    let (at, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
+    if at >= p.positions || c >= p.chunks {
+        return;
+    }
+    // SAFETY: at < positions.
+    let At::Emitted(e) = (unsafe { position::<V>(p, at) }) else {
+        return; // the first kernel wrote the outputs of a position past the tokens
+    };
+    let (warp, lane) = (tid / WARP, tid % WARP);
+    // SAFETY: the first kernel wrote it for an emitted position.
+    let lse = unsafe { *(p.lse as *const LogprobsLse).add(at as usize) };
+    let order = |v: f32| if v.is_nan() { f32::NEG_INFINITY } else { v };
+    // SAFETY: token < vocab.
+    let mine = order(e.top_logprob(p, unsafe { (*e.row.add(e.token as usize)).as_f32() }, lse));
+    let (start, end) = chunk_range(p.vocab, p.chunk, c);
+    let aligned = quad_aligned(e.row);
+    let mut list = WarpTop::new(p.top_n);
+    let mut larger = 0u32;
+    // Every lane of a warp walks the same number of quads (the list is the warp's).
+    let mut x = start + 4 * tid;
+    let mut warp_x = x - 4 * lane;
+    while warp_x < end {
+        let (v, n) = if x < end {
+            // SAFETY: x < end <= vocab, x % 4 == 0.
+            let (q, n) = unsafe { load_quad(e.row, x, end, aligned) };
+            (widen(q), n)
+        } else {
+            ([0.0; 4], 0)
+        };
+        // Constant lane indices keep the quad and its keys in registers.
+        let mut key = #[inline(always)]
+        |k: u32| {
+            if k >= n {
+                return 0;
+            }
+            let lp = e.top_logprob(p, v[k as usize], lse);
+            larger += (order(lp) > mine) as u32;
+            top_key(lp, x + k)
+        };
+        let keys = [key(0), key(1), key(2), key(3)];
+        let best = keys[0].max(keys[1]).max(keys[2].max(keys[3]));
+        // SAFETY (all): the whole warp (uniform loop).
+        if list.n > 0 && unsafe { gpu::warp_or_u32((best > list.last) as u32) } != 0 {
+            unsafe {
+                list.offer(keys[0]);
+                list.offer(keys[1]);
+                list.offer(keys[2]);
+                list.offer(keys[3]);
+            }
+        }
+        x += TILE;
+        warp_x += TILE;
+    }
+    // SAFETY: every thread of the block is here (block-uniform returns).
+    let larger = unsafe { block_reduce(ExactSum::new(larger as u64)) }.get() as u32;
+    // SAFETY: the launch has TOP_SHARED_BYTES; barriers order the lists' writes and reads.
+    let lists = unsafe { (&raw mut (*gpu::dynamic_shared::<TopShared>()).lists).cast::<u64>() };
+    let entry = |w: u32| (w * MAX_TOP_LOGPROBS as u32 + lane) as usize;
+    if lane < list.n {
+        // SAFETY: warp < WARPS, lane < n <= MAX_TOP_LOGPROBS.
+        unsafe { lists.add(entry(warp)).write(list.key) };
+    }
+    // SAFETY: block-uniform.
+    unsafe { gpu::sync_threads() };
+    if warp != 0 {
+        return;
+    }
+    for w in 1..WARPS {
+        // SAFETY: written before the barrier; warp 0, converged.
+        let key = if lane < list.n { unsafe { lists.add(entry(w)).read() } } else { 0 };
+        unsafe { list.offer(key) };
+    }
+    let chunks = p.chunks;
+    let (list, larger) = if chunks == 1 {
+        (list, larger)
+    } else {
+        // SAFETY: top_partials holds positions·chunks entries.
+        let partials = unsafe { (p.top_partials as *mut TopPartial).add(at as usize * chunks as usize) };
+        let own = unsafe { partials.add(c as usize) };
+        if (lane as usize) < MAX_TOP_LOGPROBS {
+            // Zeros past `n`: `merge` reads the keys in pairs.
+            let key = if lane < list.n { list.key } else { 0 };
+            // SAFETY: lane < MAX_TOP_LOGPROBS.
+            unsafe { (&raw mut (*own).keys).cast::<u64>().add(lane as usize).write(key) };
+        }
+        if lane == 0 {
+            unsafe { (&raw mut (*own).larger).write(larger) };
+        }
+        // SAFETY: all of warp 0 after the block's entry; counters holds `positions`.
+        if !unsafe { last_block::arrive((p.counters as *mut u32).add(at as usize), chunks) } {
+            return;
+        }
+        // SAFETY (both): every block of the position published (arrive).
+        unsafe { merge(partials, chunks, p.top_n) }
+    };
+    // SAFETY: the outputs hold positions · top_n entries; ids < vocab.
+    unsafe {
+        let n = p.top_n as usize;
+        if lane < list.n {
+            // An entry the row had too few ids for (V < n): NaN and -1.
+            let (lp, id) = if list.key == 0 {
+                (f32::NAN, -1)
+            } else {
+                let id = top_key_id(list.key);
+                (e.top_logprob(p, (*e.row.add(id as usize)).as_f32(), lse), id as i32)
+            };
+            let k = at as usize * n + lane as usize;
+            (p.top_logprobs as *mut f32).add(k).write(lp);
+            (p.top_ids as *mut i32).add(k).write(id);
+        }
+        if lane == 0 {
+            (p.ranks as *mut i32).add(at as usize).write(larger as i32 + 1);
+        }
+    }
+}
+
+/// The chunks' lists and counts of a position, merged by warp 0 of its last block.
+///
+/// # Safety
+/// All 32 lanes of one warp; `partials` holds `chunks` entries, each published (fenced).
+#[inline(always)]
+unsafe fn merge(partials: *const TopPartial, chunks: u32, n: u32) -> (WarpTop, u32) {
+    let lane = gpu::thread_idx_x() % WARP;
+    let mut list = WarpTop::new(n);
+    let mut larger = 0u32;
+    for c in 0..chunks {
+        // SAFETY (all): c < chunks; 16-byte aligned pairs of keys, read from L2.
+        let entry = unsafe { partials.add(c as usize) };
+        let pair: [u64; 2] = if 2 * lane < n {
+            unsafe { gpu::load_relaxed((&raw const (*entry).keys).cast::<[u64; 2]>().add(lane as usize)) }
+        } else {
+            [0, 0]
+        };
+        unsafe {
+            list.offer(pair[0]);
+            list.offer(pair[1]);
+        }
+        if lane == 0 {
+            // The count's 16 bytes: `larger` and the entry's padding.
+            let tail: [u32; 4] = unsafe {
+                gpu::load_relaxed((&raw const (*entry).keys).cast::<[u32; 4]>().add(MAX_TOP_LOGPROBS / 2))
+            };
+            larger += tail[0];
+        }
+    }
+    // SAFETY: the whole warp; lane 0 holds the sum.
+    (list, unsafe { gpu::shfl_idx_u32(larger, 0) })
+}
+
+/// The two log-probability kernels for one dtype of values, exported under
+/// their `names` symbols (both dtypes of the pair the values').
+macro_rules! logprobs_kernels {
+    ($($module:ident: $v:ident;)*) => {$(
+        #[doc = concat!("The log-probability kernels over ", stringify!($v), " values.")]
+        pub mod $module {
+            use super::*;
+
+            /// `names::LOGPROBS_LSE`.
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher.
+            #[unsafe(export_name = kernel_symbol!(LOGPROBS_LSE, $v, $v))]
+            pub unsafe extern "ptx-kernel" fn logprobs_lse(p: LogprobsParams) {
+                // SAFETY: forwarded.
+                unsafe { super::lse::<$v>(&p) }
+            }
+
+            /// `names::LOGPROBS_TOP`.
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher, with `layout::TOP_SHARED_BYTES`.
+            #[unsafe(export_name = kernel_symbol!(LOGPROBS_TOP, $v, $v))]
+            pub unsafe extern "ptx-kernel" fn logprobs_top(p: LogprobsParams) {
+                // SAFETY: forwarded.
+                unsafe { super::top::<$v>(&p) }
+            }
+        }
+    )*};
+}
+
+logprobs_kernels! {
+    f32_f32: f32;
+    bf16_bf16: Bf16;
+    f16_f16: F16;
+}
+
+// The partials share the verifier's stats region.
+const _: () = assert!(core::mem::size_of::<Sums>() <= core::mem::size_of::<specdec_core::scratch::Stats>());
+const _: () = assert!(core::mem::size_of::<TopPartial>() == 176);
