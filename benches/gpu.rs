@@ -36,6 +36,15 @@
 //!   filter arrays (the name less the `+` suffix; kept by `--only` with it),
 //!   and its time over that call's is printed, in `bench.md`'s "Filtered
 //!   cases" table and as `filtered_ratio` in `bench.json`.
+//! - Outputs beside the tokens (REFERENCE §8): `rejection_sample` with bf16
+//!   draft logits (f32 target, T = 0.8, K = 7, V = 151936) at B ∈ {1, 256},
+//!   asking also for each emitted token's processed log-probability (name
+//!   suffix ` +logprobs`), or for it and the top 20 (`MAX_TOP_LOGPROBS`)
+//!   under the processed distribution with the emitted token's rank
+//!   (` +top20`). Each runs beside the plain call of the grid (the name less
+//!   the suffix; kept by `--only` with it), and its time over that call's is
+//!   printed, in `bench.md`'s "Outputs cases" table and as `outputs_ratio` in
+//!   `bench.json`; its bytes are the plain call's.
 //!
 //! Draft logits are `0.8·target + 0.6·noise` (both N(0, 1)-like), which makes
 //! the expected acceptance at T = 0.8 about 0.69 per draft; drafts are sampled
@@ -66,8 +75,9 @@ use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, result};
 use half::bf16;
 use specdec::filter::Filter;
 use specdec::{
-    Column, Cuda, Device, DraftLogits, DraftLogitsMut, DraftLogitsShape, Filters, GumbelOutput, GumbelSample, Logits,
-    RejectionOutput, RejectionSample, SamplingParams, Verification, Workspace,
+    Column, Cuda, Device, Distribution, DraftLogits, DraftLogitsMut, DraftLogitsShape, Filters, GumbelOutput,
+    GumbelSample, Logits, Logprobs, MAX_TOP_LOGPROBS, RejectionOutput, RejectionSample, SamplingParams, Verification,
+    Workspace,
 };
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams};
 use std::ffi::c_void;
@@ -113,6 +123,8 @@ const VERIFY_FILTERS: [Filter; 4] = [
 const SAMPLE_FILTERS: [Filter; 1] = [Filter { top_k: 50, top_p: 0.9, min_p: 0.0 }];
 /// (B, K) of the filtered verification cases (bf16 draft logits, f32 target, `V_MAIN`).
 const FILTER_BATCHES: [(usize, usize); 4] = [(1, 7), (64, 7), (256, 7), (1, 4)];
+/// B of the outputs cases (bf16 draft logits, f32 target, K = 7, `V_MAIN`: plain calls of the grid).
+const OUTPUT_REQUESTS: [usize; 2] = [1, 256];
 
 /// Rows of the logits buffers: B = 256 requests of K + 1 = 8 rows.
 const MAX_ROWS: usize = 2048;
@@ -253,6 +265,10 @@ struct Case {
     filter: Option<Filter>,
     /// The name of the same call unfiltered, measured beside it (filtered cases).
     unfiltered: Option<String>,
+    /// What a verification case asks for beside its tokens (`Outputs::Plain` for sampling).
+    outputs: Outputs,
+    /// The name of the same call without outputs, measured beside it (outputs cases).
+    plain: Option<String>,
 }
 
 impl Case {
@@ -262,26 +278,34 @@ impl Case {
 
     /// The time of the same call unfiltered (a filtered case whose unfiltered call ran).
     fn unfiltered_us(&self, cases: &[Case]) -> Option<f64> {
-        let name = self.unfiltered.as_ref()?;
-        cases.iter().find(|c| c.name == *name).map(|c| c.timing.us)
+        time_of(cases, self.unfiltered.as_deref()?)
     }
 
-    fn json(&self, copy_gbs: f64, unfiltered_us: Option<f64>) -> String {
+    /// The time of the same call without outputs (an outputs case whose plain call ran).
+    fn plain_us(&self, cases: &[Case]) -> Option<f64> {
+        time_of(cases, self.plain.as_deref()?)
+    }
+
+    /// One object of `bench.json`; `cases` are the run's, for the calls measured beside it.
+    fn json(&self, copy_gbs: f64, cases: &[Case]) -> String {
         let opt = |v: Option<usize>| v.map_or("null".to_string(), |v| v.to_string());
         let dtype = self.draft_dtype.map_or("null".to_string(), json_str);
         let accepted = self.accepted.map_or("null".to_string(), |a| format!("{a:.3}"));
         let filter = self.filter.map_or("null".to_string(), |f| {
             format!("{{\"top_k\":{},\"top_p\":{},\"min_p\":{}}}", f.top_k, f.top_p, f.min_p)
         });
-        let unfiltered = self.unfiltered.as_deref().map_or("null".to_string(), json_str);
-        let ratio = unfiltered_us.map_or("null".to_string(), |u| format!("{:.4}", self.timing.us / u));
-        let unfiltered_us = unfiltered_us.map_or("null".to_string(), |u| format!("{u:.2}"));
+        let name = |n: &Option<String>| n.as_deref().map_or("null".to_string(), json_str);
+        let ratio = |u: Option<f64>| u.map_or("null".to_string(), |u| format!("{:.4}", self.timing.us / u));
+        let us = |u: Option<f64>| u.map_or("null".to_string(), |u| format!("{u:.2}"));
+        let (unfiltered_us, plain_us) = (self.unfiltered_us(cases), self.plain_us(cases));
+        let outputs = self.outputs.json();
         format!(
             "{{\"case\":{},\"op\":{},\"mode\":{},\"logits_dtype\":{},\"draft_dtype\":{dtype},\"input\":{},\
              \"vocab\":{},\"rows\":{},\"requests\":{},\"max_drafts\":{},\"temperature\":{},\"latency\":{},\
              \"us\":{:.2},\"reps\":{},\"bytes\":{},\"gbs\":{:.1},\"copy_fraction\":{:.4},\
-             \"accepted_per_request\":{accepted},\"filter\":{filter},\"unfiltered_case\":{unfiltered},\
-             \"unfiltered_us\":{unfiltered_us},\"filtered_ratio\":{ratio}}}",
+             \"accepted_per_request\":{accepted},\"filter\":{filter},\"unfiltered_case\":{},\
+             \"unfiltered_us\":{},\"filtered_ratio\":{},\"outputs\":{outputs},\"plain_case\":{},\"plain_us\":{},\
+             \"outputs_ratio\":{}}}",
             json_str(&self.name),
             json_str(self.op),
             json_str(self.mode),
@@ -298,8 +322,19 @@ impl Case {
             self.bytes,
             self.gbs(),
             self.gbs() / copy_gbs,
+            name(&self.unfiltered),
+            us(unfiltered_us),
+            ratio(unfiltered_us),
+            name(&self.plain),
+            us(plain_us),
+            ratio(plain_us),
         )
     }
+}
+
+/// The time of the case named `name`, when it ran.
+fn time_of(cases: &[Case], name: &str) -> Option<f64> {
+    cases.iter().find(|c| c.name == name).map(|c| c.timing.us)
 }
 
 fn json_str(s: &str) -> String {
@@ -350,6 +385,38 @@ impl VerifyMode {
     }
 }
 
+/// What a verification case asks for beside its tokens (REFERENCE §8).
+#[derive(Clone, Copy, PartialEq)]
+enum Outputs {
+    /// The tokens alone.
+    Plain,
+    /// Each emitted token's processed log-probability.
+    Logprobs,
+    /// That, and the top `MAX_TOP_LOGPROBS` (20) of each emitted position
+    /// under the processed distribution with the emitted token's rank.
+    Top20,
+}
+
+impl Outputs {
+    /// The case name's suffix (none for the plain call).
+    fn suffix(self) -> String {
+        match self {
+            Outputs::Plain => String::new(),
+            Outputs::Logprobs => " +logprobs".to_string(),
+            Outputs::Top20 => format!(" +top{MAX_TOP_LOGPROBS}"),
+        }
+    }
+
+    /// `bench.json`'s `outputs`: null for the plain call.
+    fn json(self) -> String {
+        match self {
+            Outputs::Plain => "null".to_string(),
+            Outputs::Logprobs => json_str("logprobs"),
+            Outputs::Top20 => json_str(&format!("top{MAX_TOP_LOGPROBS}")),
+        }
+    }
+}
+
 /// What a case's time is: the GPU time of the call under graph replay, or
 /// the host time of a call ([`Timer::host`]).
 #[derive(Clone, Copy, PartialEq)]
@@ -379,8 +446,24 @@ impl HostCase {
 /// The host-time cases (see the module docs).
 const HOST_SPECS: [Spec; 3] = [
     Spec::Gumbel { mode: SampleMode::Random, zipf: false, vocab: V_MAIN, rows: 1, filter: None },
-    Spec::Rejection { mode: VerifyMode::Bf16Draft, bf16_target: false, b: 1, k: 4, vocab: V_MAIN, filter: None },
-    Spec::Rejection { mode: VerifyMode::Bf16Draft, bf16_target: false, b: 256, k: 7, vocab: V_MAIN, filter: None },
+    Spec::Rejection {
+        mode: VerifyMode::Bf16Draft,
+        bf16_target: false,
+        b: 1,
+        k: 4,
+        vocab: V_MAIN,
+        filter: None,
+        outputs: Outputs::Plain,
+    },
+    Spec::Rejection {
+        mode: VerifyMode::Bf16Draft,
+        bf16_target: false,
+        b: 256,
+        k: 7,
+        vocab: V_MAIN,
+        filter: None,
+        outputs: Outputs::Plain,
+    },
 ];
 
 /// A kernel that does nothing, taking a parameter block of
@@ -420,13 +503,7 @@ enum Spec {
     /// `filter`: `None` for a case at `T` without filters; `Some` for one at
     /// `FILTER_T` with that filter on every slot (`Filter::OFF`: no filter
     /// arrays, the unfiltered call the filtered ones are compared with).
-    Gumbel {
-        mode: SampleMode,
-        zipf: bool,
-        vocab: usize,
-        rows: usize,
-        filter: Option<Filter>,
-    },
+    Gumbel { mode: SampleMode, zipf: bool, vocab: usize, rows: usize, filter: Option<Filter> },
     Rejection {
         mode: VerifyMode,
         bf16_target: bool,
@@ -434,6 +511,8 @@ enum Spec {
         k: usize,
         vocab: usize,
         filter: Option<Filter>,
+        /// What the call asks for beside its tokens.
+        outputs: Outputs,
     },
 }
 
@@ -462,11 +541,13 @@ fn grid() -> Vec<Spec> {
         for mode in [VerifyMode::Greedy, VerifyMode::OneHot, VerifyMode::Bf16Draft] {
             for k in VERIFY_DRAFTS {
                 for b in VERIFY_REQUESTS {
-                    grid.push(Spec::Rejection { mode, bf16_target: false, b, k, vocab, filter: None });
+                    let outputs = Outputs::Plain;
+                    grid.push(Spec::Rejection { mode, bf16_target: false, b, k, vocab, filter: None, outputs });
                 }
             }
             if vocab == V_MAIN {
-                grid.push(Spec::Rejection { mode, bf16_target: true, b: 64, k: 3, vocab, filter: None });
+                let outputs = Outputs::Plain;
+                grid.push(Spec::Rejection { mode, bf16_target: true, b: 64, k: 3, vocab, filter: None, outputs });
             }
         }
         if vocab == V_MAIN {
@@ -477,12 +558,14 @@ fn grid() -> Vec<Spec> {
                 k: 4,
                 vocab,
                 filter: None,
+                outputs: Outputs::Plain,
             });
             for bf16_target in [false, true] {
                 for mode in [VerifyMode::Greedy, VerifyMode::OneHot, VerifyMode::Bf16Draft] {
                     for k in ENGINE_DRAFTS {
                         for b in ENGINE_REQUESTS {
-                            grid.push(Spec::Rejection { mode, bf16_target, b, k, vocab, filter: None });
+                            let outputs = Outputs::Plain;
+                            grid.push(Spec::Rejection { mode, bf16_target, b, k, vocab, filter: None, outputs });
                         }
                     }
                 }
@@ -490,8 +573,15 @@ fn grid() -> Vec<Spec> {
             // Filtered verification at T = FILTER_T, each beside the same call unfiltered.
             for (b, k) in FILTER_BATCHES {
                 for filter in std::iter::once(Filter::OFF).chain(VERIFY_FILTERS) {
+                    let (mode, outputs) = (VerifyMode::Bf16Draft, Outputs::Plain);
+                    grid.push(Spec::Rejection { mode, bf16_target: false, b, k, vocab, filter: Some(filter), outputs });
+                }
+            }
+            // Outputs beside the tokens, each beside the plain call of the grid above.
+            for b in OUTPUT_REQUESTS {
+                for outputs in [Outputs::Logprobs, Outputs::Top20] {
                     let mode = VerifyMode::Bf16Draft;
-                    grid.push(Spec::Rejection { mode, bf16_target: false, b, k, vocab, filter: Some(filter) });
+                    grid.push(Spec::Rejection { mode, bf16_target: false, b, k: 7, vocab, filter: None, outputs });
                 }
             }
         }
@@ -527,9 +617,10 @@ impl Spec {
                 let input = if zipf { " zipf" } else { "" };
                 format!("gumbel_sample {} {dtype}{input} V={vocab} rows={rows}{}", mode.name(), filter_name(filter))
             }
-            Spec::Rejection { mode, bf16_target, b, k, vocab, filter } => {
+            Spec::Rejection { mode, bf16_target, b, k, vocab, filter, outputs } => {
                 let target = if bf16_target { "bf16" } else { "f32" };
-                format!("rejection_sample {} {target} B={b} K={k} V={vocab}{}", mode.name(), filter_name(filter))
+                let suffix = format!("{}{}", filter_name(filter), outputs.suffix());
+                format!("rejection_sample {} {target} B={b} K={k} V={vocab}{suffix}", mode.name())
             }
         }
     }
@@ -547,10 +638,20 @@ impl Spec {
             Spec::Gumbel { mode, zipf, vocab, rows, .. } => {
                 Spec::Gumbel { mode, zipf, vocab, rows, filter: Some(Filter::OFF) }
             }
-            Spec::Rejection { mode, bf16_target, b, k, vocab, .. } => {
-                Spec::Rejection { mode, bf16_target, b, k, vocab, filter: Some(Filter::OFF) }
+            Spec::Rejection { mode, bf16_target, b, k, vocab, outputs, .. } => {
+                Spec::Rejection { mode, bf16_target, b, k, vocab, filter: Some(Filter::OFF), outputs }
             }
         })
+    }
+
+    /// The same call without outputs that an outputs case is compared with.
+    fn plain(&self) -> Option<Spec> {
+        match *self {
+            Spec::Rejection { mode, bf16_target, b, k, vocab, filter, outputs } if outputs != Outputs::Plain => {
+                Some(Spec::Rejection { mode, bf16_target, b, k, vocab, filter, outputs: Outputs::Plain })
+            }
+            _ => None,
+        }
     }
 
     /// The measured case: parameters, minimal bytes, timing and (verification) mean accepted drafts.
@@ -578,13 +679,16 @@ impl Spec {
                     accepted,
                     filter,
                     unfiltered: self.unfiltered().map(|u| u.name()),
+                    outputs: Outputs::Plain,
+                    plain: None,
                 }
             }
-            Spec::Rejection { mode, bf16_target, b, k, vocab, filter } => {
+            Spec::Rejection { mode, bf16_target, b, k, vocab, filter, outputs } => {
                 let rows = b * (k + 1);
                 let t_size = if bf16_target { 2 } else { 4 };
                 // Every target row once; every draft row used; one row per request re-read
-                // (its target row, and its draft row with draft logits) unless greedy.
+                // (its target row, and its draft row with draft logits) unless greedy. The
+                // outputs beside the tokens add none: an outputs case is the plain call's floor.
                 let draft_bytes = if mode == VerifyMode::Bf16Draft { b * k * vocab * 2 } else { 0 };
                 let reread = match mode {
                     VerifyMode::Greedy => 0,
@@ -603,12 +707,14 @@ impl Spec {
                     requests: Some(b),
                     max_drafts: Some(k),
                     temperature: temperature(mode == VerifyMode::Greedy, filter),
-                    latency: b == 1 && k == 4 && filter.is_none(),
+                    latency: b == 1 && k == 4 && filter.is_none() && outputs == Outputs::Plain,
                     bytes: (rows * vocab * t_size + draft_bytes + reread) as f64,
                     timing,
                     accepted,
                     filter,
                     unfiltered: self.unfiltered().map(|u| u.name()),
+                    outputs,
+                    plain: self.plain().map(|p| p.name()),
                 }
             }
         }
@@ -795,6 +901,85 @@ impl FilterArrays {
     }
 }
 
+/// Device arrays of a verification case's outputs beside its tokens, over
+/// its `positions` token slots (none for `Outputs::Plain`).
+struct OutputArrays {
+    /// `f32 [positions]`: each emitted token's processed log-probability.
+    processed: Option<CudaSlice<f32>>,
+    /// The top `MAX_TOP_LOGPROBS` under the processed distribution: their
+    /// log-probabilities and ids (`[positions, MAX_TOP_LOGPROBS]`) and the
+    /// emitted token's rank (`[positions]`).
+    top: Option<(CudaSlice<f32>, CudaSlice<i32>, CudaSlice<i32>)>,
+}
+
+impl OutputArrays {
+    fn alloc(s: &Arc<CudaStream>, outputs: Outputs, positions: usize, case: &str) -> OutputArrays {
+        let top_len = positions * MAX_TOP_LOGPROBS;
+        let processed = (outputs != Outputs::Plain).then(|| s.alloc_zeros::<f32>(positions));
+        let top = (outputs == Outputs::Top20).then(|| {
+            Ok::<_, cudarc::driver::DriverError>((
+                s.alloc_zeros::<f32>(top_len)?,
+                s.alloc_zeros::<i32>(top_len)?,
+                s.alloc_zeros::<i32>(positions)?,
+            ))
+        });
+        OutputArrays {
+            processed: processed.transpose().unwrap_or_else(|e| fail(case, e)),
+            top: top.transpose().unwrap_or_else(|e| fail(case, e)),
+        }
+    }
+
+    /// The outputs a call writes.
+    fn view(&mut self) -> Logprobs<'_, Device> {
+        let mut out = Logprobs::none();
+        if let Some(p) = &mut self.processed {
+            out = out.with_processed(p);
+        }
+        if let Some((lp, ids, ranks)) = &mut self.top {
+            out = out.with_top(MAX_TOP_LOGPROBS, Distribution::Processed, lp, ids, ranks);
+        }
+        out
+    }
+
+    /// Ends the run unless every emitted position (`i < emitted[r]` of each
+    /// request's `k + 1`) has a processed log-probability that is finite and
+    /// at most 0 (1e-4 of rounding allowed), a rank of at least 1 and top ids
+    /// in `0..vocab` with non-increasing log-probabilities, and every
+    /// position past them NaN log-probabilities and `-1` ids and ranks.
+    fn check(&self, s: &Arc<CudaStream>, emitted: &[i32], k: usize, vocab: usize, case: &str) {
+        let processed = self.processed.as_ref().map(|p| s.clone_dtoh(p).unwrap_or_else(|e| fail(case, e)));
+        let top = self.top.as_ref().map(|(lp, ids, ranks)| {
+            let download = |d: &CudaSlice<i32>| s.clone_dtoh(d).unwrap_or_else(|e| fail(case, e));
+            (s.clone_dtoh(lp).unwrap_or_else(|e| fail(case, e)), download(ids), download(ranks))
+        });
+        let n = MAX_TOP_LOGPROBS;
+        for (r, &emitted) in emitted.iter().enumerate() {
+            for i in 0..=k {
+                let (at, kept) = (r * (k + 1) + i, i < emitted as usize);
+                let position = || format!("request {r}, position {i} of {emitted} emitted");
+                if let Some(p) = processed.as_ref().map(|p| p[at]) {
+                    let good = if kept { p.is_finite() && p <= 1e-4 } else { p.is_nan() };
+                    if !good {
+                        fail(case, format!("{}: processed logprob {p}", position()));
+                    }
+                }
+                let Some((lp, ids, ranks)) = &top else { continue };
+                let (lp, ids, rank) = (&lp[at * n..(at + 1) * n], &ids[at * n..(at + 1) * n], ranks[at]);
+                let good = if kept {
+                    rank >= 1
+                        && ids.iter().all(|&t| (0..vocab as i32).contains(&t))
+                        && lp.windows(2).all(|w| w[0] >= w[1])
+                } else {
+                    rank == -1 && ids.iter().all(|&t| t == -1) && lp.iter().all(|x| x.is_nan())
+                };
+                if !good {
+                    fail(case, format!("{}: rank {rank}, top ids {ids:?}, top logprobs {lp:?}", position()));
+                }
+            }
+        }
+    }
+}
+
 struct Bench {
     cuda: Cuda,
     stream: Arc<CudaStream>,
@@ -848,6 +1033,9 @@ impl Bench {
         );
         if let Some(u) = case.unfiltered_us(&self.cases) {
             println!("{:<58} {:>9.2} × the unfiltered call ({u:.1} µs)", "  filtered / unfiltered", case.timing.us / u);
+        }
+        if let Some(u) = case.plain_us(&self.cases) {
+            println!("{:<58} {:>9.2} × the plain call ({u:.1} µs)", "  outputs / plain", case.timing.us / u);
         }
         self.cases.push(case);
     }
@@ -905,8 +1093,8 @@ impl Bench {
     fn run(&mut self, clock: Clock, spec: Spec, drafts: &[i32]) {
         match spec {
             Spec::Gumbel { mode, zipf, vocab, rows, filter } => self.gumbel(clock, mode, zipf, vocab, rows, filter),
-            Spec::Rejection { mode, bf16_target, b, k, vocab, filter } => {
-                self.rejection(clock, mode, bf16_target, b, k, vocab, filter, drafts)
+            Spec::Rejection { mode, bf16_target, b, k, vocab, filter, outputs } => {
+                self.rejection(clock, mode, bf16_target, b, k, vocab, filter, outputs, drafts)
             }
         }
     }
@@ -945,9 +1133,10 @@ impl Bench {
         k: usize,
         vocab: usize,
         filter: Option<Filter>,
+        outputs: Outputs,
         drafts: &[i32],
     ) {
-        let spec = Spec::Rejection { mode, bf16_target, b, k, vocab, filter };
+        let spec = Spec::Rejection { mode, bf16_target, b, k, vocab, filter, outputs };
         let name = spec.name();
         let rows = b * (k + 1);
         let s = self.stream.clone();
@@ -958,6 +1147,7 @@ impl Bench {
         let mut accepted = s.alloc_zeros::<i32>(b).unwrap_or_else(|e| fail(&name, e));
         let mut vtokens = s.alloc_zeros::<i32>(b * (k + 1)).unwrap_or_else(|e| fail(&name, e));
         let filters = FilterArrays::upload(&s, filter, &name);
+        let mut logprobs = OutputArrays::alloc(&s, outputs, rows, &name);
         let Bench { cuda, timer, ws, buf, .. } = self;
         let temps = buf.temps(mode == VerifyMode::Greedy, filter);
         // Draft `i` of request `r` is row `r·(K+1) + i` of the draft buffer, beside its target row.
@@ -976,7 +1166,9 @@ impl Bench {
                 verification: Verification::Token,
                 draft_logits: (mode == VerifyMode::Bf16Draft).then(|| DraftLogits::new(&buf.draft, draft_shape)),
             };
-            let mut out = RejectionOutput::new(&mut vtokens, &mut num_emitted).with_accepted(&mut accepted);
+            let mut out = RejectionOutput::new(&mut vtokens, &mut num_emitted)
+                .with_accepted(&mut accepted)
+                .with_logprobs(logprobs.view());
             cuda.rejection_sample(ws, &args, &mut out).unwrap_or_else(|e| fail(&name, e));
         };
         let timing = timer.measure(clock, &name, call);
@@ -995,6 +1187,7 @@ impl Bench {
                 fail(&name, format!("request {r}: tokens {row:?} with num_emitted {n}"));
             }
         }
+        logprobs.check(&s, &emitted, k, vocab, &name);
         let mean_accepted = acc.iter().map(|&a| a as f64).sum::<f64>() / b as f64;
 
         self.push(clock, spec.case(timing, Some(mean_accepted)));
@@ -1065,12 +1258,12 @@ impl Options {
 
     /// The grid, less the cases `--only` leaves out.
     fn grid(&self) -> Vec<Spec> {
-        // A filtered case kept keeps the unfiltered call it is compared with.
+        // A filtered (outputs) case kept keeps the unfiltered (plain) call it is compared with.
         let all = grid();
         let partners: Vec<String> = all
             .iter()
             .filter(|spec| self.wants(&spec.name()))
-            .filter_map(|spec| Some(spec.unfiltered()?.name()))
+            .flat_map(|spec| spec.unfiltered().into_iter().chain(spec.plain()).map(|p| p.name()))
             .collect();
         let grid: Vec<Spec> =
             all.into_iter().filter(|spec| self.wants(&spec.name()) || partners.contains(&spec.name())).collect();
@@ -1210,6 +1403,7 @@ fn dry_run(options: &Options) {
             // A made-up curve: a fixed cost, then a fraction of the copy bandwidth.
             let us = 6.0 + bytes / (copy.gbs() * 1e3 * 0.7);
             let us = if spec.active_filter().is_some() { 1.3 * us } else { us };
+            let us = if spec.plain().is_some() { 1.2 * us } else { us };
             let accepted = matches!(spec, Spec::Rejection { .. }).then_some(1.0);
             spec.case(Timing { us, reps: if us > LONG_US { reps.min(REPS_LONG) } else { reps } }, accepted)
         })
@@ -1271,6 +1465,18 @@ fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], host: &[HostC
             writeln!(md, "| {} | {:.1} | {u:.1} | {:.2} |", c.name, c.timing.us, c.timing.us / u).unwrap();
         }
     }
+    let with_outputs: Vec<(&Case, f64)> = cases.iter().filter_map(|c| Some((c, c.plain_us(cases)?))).collect();
+    if !with_outputs.is_empty() {
+        md.push_str(&format!(
+            "\nOutputs cases (REFERENCE §8: ` +logprobs` each emitted token's processed log-probability, \
+             ` +top{MAX_TOP_LOGPROBS}` also the top {MAX_TOP_LOGPROBS} under it with the emitted token's rank), each \
+             beside the plain call (its name less the suffix):\n\n\
+             | outputs case | µs | plain µs | outputs / plain |\n| --- | ---: | ---: | ---: |\n"
+        ));
+        for (c, u) in with_outputs {
+            writeln!(md, "| {} | {:.1} | {u:.1} | {:.2} |", c.name, c.timing.us, c.timing.us / u).unwrap();
+        }
+    }
     if !host.is_empty() {
         md.push_str("\n| host time per call | µs | cudarc event tracking |\n| --- | ---: | --- |\n");
         for h in host {
@@ -1280,7 +1486,7 @@ fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], host: &[HostC
     println!("\n{md}");
 
     let unix_time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let cases: Vec<String> = cases.iter().map(|c| format!("  {}", c.json(copy_gbs, c.unfiltered_us(cases)))).collect();
+    let cases: Vec<String> = cases.iter().map(|c| format!("  {}", c.json(copy_gbs, cases))).collect();
     let host: Vec<String> = host.iter().map(|h| format!("  {}", h.json())).collect();
     let json = format!(
         "{{\"device\":{},\"unix_time\":{unix_time},\"wall_s\":{wall_s:.1},\"reps\":{reps},\"reps_long\":{},\

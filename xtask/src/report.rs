@@ -42,6 +42,11 @@ struct Case {
     filter_case: bool,
     /// A filtered case's unfiltered call's µs, measured beside it.
     unfiltered_us: Option<f64>,
+    /// Whether it asks for outputs beside its tokens (`plain_case` given;
+    /// left out of the plots: its plain call is in them).
+    outputs_case: bool,
+    /// An outputs case's plain call's µs, measured beside it.
+    plain_us: Option<f64>,
 }
 
 impl Case {
@@ -216,10 +221,10 @@ struct TargetSummary<'a> {
     median: Option<f64>,
 }
 
-/// The filtered cases (and the unfiltered calls beside them) are left out:
-/// the target is the unfiltered calls' floor.
+/// The filtered cases (and the unfiltered calls beside them) and the
+/// outputs cases are left out: the target is the plain calls' floor.
 fn target_summary(cases: &[Case], copy_gbs: f64) -> TargetSummary<'_> {
-    let cases: Vec<&Case> = cases.iter().filter(|c| !c.filter_case).collect();
+    let cases: Vec<&Case> = cases.iter().filter(|c| !c.filter_case && !c.outputs_case).collect();
     let ratios: Vec<f64> = cases.iter().map(|c| target_ratio(c, copy_gbs)).collect();
     let mut worst: Option<(&str, f64)> = None;
     for (c, &r) in cases.iter().zip(&ratios) {
@@ -341,6 +346,8 @@ fn read_bench(path: &Path) -> Result<Bench> {
             reps: num(c, "reps", path)? as u64,
             filter_case: c.get("filter").is_some_and(|f| !f.is_null()),
             unfiltered_us: c.get("unfiltered_us").and_then(Value::as_f64),
+            outputs_case: c.get("plain_case").is_some_and(|p| !p.is_null()),
+            plain_us: c.get("plain_us").and_then(Value::as_f64),
         });
     }
     let mut host: BTreeMap<String, (Option<f64>, Option<f64>)> = BTreeMap::new();
@@ -586,6 +593,20 @@ fn markdown(bench: &Bench, torch: Option<&Torch>, previous: Option<&Previous>, s
         }
         md.push('\n');
     }
+    let with_outputs: Vec<(&Case, f64)> = bench.cases.iter().filter_map(|c| Some((c, c.plain_us?))).collect();
+    if !with_outputs.is_empty() {
+        md.push_str(
+            "## Outputs beside the tokens\n\n\
+             Each outputs case (REFERENCE §8; name suffix ` +logprobs`: each emitted token's processed \
+             log-probability; ` +top20`: also the top 20 under the processed distribution and the emitted token's \
+             rank) beside the same call without them, measured in the same run (the name less the suffix).\n\n\
+             | case | specdec µs | plain µs | with outputs / plain |\n| --- | ---: | ---: | ---: |\n",
+        );
+        for (c, u) in with_outputs {
+            writeln!(md, "| {} | {:.1} | {u:.1} | {:.2} |", c.name, c.us, c.us / u).unwrap();
+        }
+        md.push('\n');
+    }
 
     if !bench.host.is_empty() {
         md.push_str(&host_section(&bench.host));
@@ -654,7 +675,11 @@ struct Panel<'a> {
 fn panels(bench: &Bench) -> Vec<Panel<'_>> {
     let mut groups: BTreeMap<(String, u64, u64), Vec<&Case>> = BTreeMap::new();
     for c in &bench.cases {
-        if c.input != "normal" || c.filter_case || (c.op == "rejection_sample" && c.logits_dtype != "f32") {
+        if c.input != "normal"
+            || c.filter_case
+            || c.outputs_case
+            || (c.op == "rejection_sample" && c.logits_dtype != "f32")
+        {
             continue;
         }
         groups.entry((c.op.clone(), c.vocab, c.max_drafts.unwrap_or(0))).or_default().push(c);
@@ -897,6 +922,8 @@ mod tests {
             reps: 50,
             filter_case: false,
             unfiltered_us: None,
+            outputs_case: false,
+            plain_us: None,
         }
     }
 
@@ -971,6 +998,34 @@ mod tests {
         let cases = [case("a", 11.0, 4e6), Case { filter_case: true, ..case("a T=1", 11.0, 4e6) }, filtered];
         let summary = target_summary(&cases, copy);
         assert_eq!((summary.met, summary.total, summary.worst.map(|(name, _)| name)), (1, 1, Some("a")));
+    }
+
+    /// An outputs case is not counted against the target (its plain call
+    /// is) and is tabulated beside its plain call.
+    #[test]
+    fn the_summary_leaves_out_the_outputs_cases() {
+        let copy = 4000.0;
+        let top = Case { outputs_case: true, plain_us: Some(11.0), ..case("a +top20", 16.5, 4e6) };
+        let cases = [case("a", 11.0, 4e6), top];
+        let summary = target_summary(&cases, copy);
+        assert_eq!((summary.met, summary.total, summary.worst.map(|(name, _)| name)), (1, 1, Some("a")));
+        let bench = Bench {
+            device: "GPU X".to_string(),
+            unix_time: 0,
+            wall_s: 1.0,
+            reps: 50,
+            reps_long: 20,
+            long_us: 5000.0,
+            flush_bytes: 0.0,
+            temperature: 0.8,
+            copy_gbs: copy,
+            cases: cases.to_vec(),
+            host: BTreeMap::new(),
+        };
+        let md = markdown(&bench, None, None, "x.svg");
+        assert!(md.contains("## Outputs beside the tokens"), "{md}");
+        assert!(md.contains("| a +top20 | 16.5 | 11.0 | 1.50 |"), "{md}");
+        assert!(!md.contains("| a | 11.0 | 11.0 |"), "only the outputs case is in the table:\n{md}");
     }
 
     /// A bench.json of `cases` (name, µs, bytes) on `device` at copy 4000 GB/s.
