@@ -27,7 +27,7 @@ use crate::text::{count, float};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use specdec::filter::{self, Filter};
 use specdec::{
-    Backend, Column, DraftLogits, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Logits,
+    Backend, Column, DraftLogits, DraftLogitsMut, DraftLogitsShape, GumbelOutput, GumbelSample, Logits, Logprobs,
     RejectionOutput, RejectionSample, SamplingParams, Verification,
 };
 use specdec_stats::chi_square_groups;
@@ -197,6 +197,8 @@ struct Tally {
     random: Vec<(u64, u64)>,
     greedy: Vec<(u64, u64)>,
     tokens: u64,
+    /// The emitted tokens' processed log-probabilities (REFERENCE §8), summed.
+    logprob_sum: f64,
     verifies: u64,
     /// With `--block`: the tokens the draft-by-draft rule emits on the same inputs.
     token_rule_tokens: u64,
@@ -274,6 +276,8 @@ struct Demo<'a> {
     tokens: Vec<i32>,
     num_emitted: Vec<i32>,
     accepted: Vec<i32>,
+    /// `[B·(K+1)]`: each emitted token's processed log-probability.
+    logprobs: Vec<f32>,
     tally: Tally,
 }
 
@@ -303,6 +307,7 @@ impl<'a> Demo<'a> {
             tokens: vec![0; b * (k + 1)],
             num_emitted: vec![0; b],
             accepted: vec![0; b],
+            logprobs: vec![0.0; b * (k + 1)],
             tally: Tally {
                 random: vec![(0, 0); k],
                 greedy: vec![(0, 0); k],
@@ -378,7 +383,9 @@ impl<'a> Demo<'a> {
             self.tally.token_rule_tokens += emitted.iter().map(|&e| e as u64).sum::<u64>();
             call.verification = Verification::Block;
         }
-        let mut out = RejectionOutput::new(&mut self.tokens, &mut self.num_emitted).with_accepted(&mut self.accepted);
+        let mut out = RejectionOutput::new(&mut self.tokens, &mut self.num_emitted)
+            .with_accepted(&mut self.accepted)
+            .with_logprobs(Logprobs::none().with_processed(&mut self.logprobs));
         let t = Instant::now();
         self.backend.rejection_sample(&call, &mut out).map_err(|e| Failure::library("rejection_sample", e))?;
         self.tally.verify += t.elapsed();
@@ -410,6 +417,13 @@ impl<'a> Demo<'a> {
                         "request {r} emitted token {token} at position {p}, outside 0..{v}"
                     )));
                 }
+                let logprob = self.logprobs[r * (k + 1) + j];
+                if !(logprob <= 0.0) || logprob.is_infinite() {
+                    return Err(Failure::run(format!(
+                        "request {r} emitted token {token} at position {p} with log-probability {logprob}"
+                    )));
+                }
+                self.tally.logprob_sum += f64::from(logprob);
                 let row = self.model.row(r, p);
                 let rank = self.model.rank(&row, token as usize);
                 if self.greedy[r] {
@@ -487,6 +501,7 @@ impl<'a> Demo<'a> {
             random_tokens: t.ranks.iter().flatten().sum(),
             verifies: t.verifies,
             tokens_per_verify: t.tokens as f64 / t.verifies.max(1) as f64,
+            mean_logprob: t.logprob_sum / t.tokens.max(1) as f64,
             token_rule_tokens_per_verify: args.block.then(|| t.token_rule_tokens as f64 / t.verifies.max(1) as f64),
             sample_calls: t.sample_calls,
             us_per_sample_call: per_call(t.sample, t.sample_calls),

@@ -24,6 +24,9 @@ pub struct Report {
     /// Request-verifications (`batch × steps`).
     pub verifies: u64,
     pub tokens_per_verify: f64,
+    /// The mean processed log-probability of an emitted token (REFERENCE §8;
+    /// a greedy request's under its raw target row).
+    pub mean_logprob: f64,
     /// With `--block`: the draft-by-draft rule's tokens per verify on the same calls.
     pub token_rule_tokens_per_verify: Option<f64>,
     pub sample_calls: u64,
@@ -168,6 +171,7 @@ impl Report {
             count(self.tokens, "token"),
             count(self.verifies, "request-verification")
         );
+        println!("  mean log-probability per emitted token: {:.4}", self.mean_logprob);
         if let Some(token_rule) = self.token_rule_tokens_per_verify {
             println!(
                 "  block verification: {:+.3} tokens per verify over the draft-by-draft rule on the same calls ({token_rule:.3})",
