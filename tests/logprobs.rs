@@ -276,7 +276,6 @@ test_device!(rejection_logprobs_cover_the_emitted_positions, |backend, scale| {
                 }
                 r => r.expect("a valid call"),
             }
-            drop(out);
             let mut drawn = 0;
             for r in 0..n_r.len() {
                 let (t, filter) = SLOTS[r];
@@ -300,6 +299,28 @@ test_device!(rejection_logprobs_cover_the_emitted_positions, |backend, scale| {
                 }
             }
             assert!(drawn > n_r.len(), "some drafts were accepted ({drawn} positions)");
+            // The processed log-probabilities alone (on CUDA, written by the
+            // verifier's own passes): the same tokens, each position's value
+            // within the tolerance of the one above (both of the reference),
+            // NaN past the emitted tokens.
+            let (mut alone_tokens, mut alone_emitted) = (vec![0i32; positions], vec![0i32; n_r.len()]);
+            let mut alone = vec![0.5f32; positions];
+            let mut out = RejectionOutput::new(&mut alone_tokens, &mut alone_emitted)
+                .with_logprobs(Logprobs::none().with_processed(&mut alone));
+            backend.rejection_sample(&call, &mut out).expect("a valid call");
+            assert_eq!((&alone_tokens, &alone_emitted), (&tokens, &emitted), "{dtype:?}, {verification:?}: tokens");
+            for (at, (&a, &b)) in alone.iter().zip(&got.processed).enumerate() {
+                let (r, i) = (at / k1, at % k1);
+                let row = v.offsets[r] as usize + i;
+                let ctx = format!("{dtype:?}, {verification:?}, processed alone, request {r}, position {i}");
+                if i as i32 >= emitted[r] {
+                    assert!(a.is_nan(), "{ctx}: {a} past the emitted tokens");
+                    continue;
+                }
+                let (t, filter) = SLOTS[r];
+                let (_, lse) = reference(&widened[row * vocab..(row + 1) * vocab], t, filter, Distribution::Processed);
+                assert!((a - b).abs() as f64 <= 2.0 * tolerance(lse), "{ctx}: {a} alone against {b}");
+            }
         }
     }
 });

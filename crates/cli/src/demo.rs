@@ -418,7 +418,7 @@ impl<'a> Demo<'a> {
                     )));
                 }
                 let logprob = self.logprobs[r * (k + 1) + j];
-                if !(logprob <= 0.0) || logprob.is_infinite() {
+                if !logprob.is_finite() || logprob > 0.0 {
                     return Err(Failure::run(format!(
                         "request {r} emitted token {token} at position {p} with log-probability {logprob}"
                     )));

@@ -183,6 +183,11 @@ pub struct RejectionParams {
     /// How far below each candidate's log-mass pass 2 seeds its floors
     /// (`sample::FLOOR_MARGIN`; `-inf` makes every resample refold).
     pub floor_margin: f32,
+    /// `f32 [requests, max_drafts + 1]`: each emitted token's processed
+    /// log-probability (REFERENCE §8), written by the passes themselves for
+    /// a call that asks for it alone (greedy rows then also sum their
+    /// exponentials in pass 1), NaN past `num_emitted`; 0 where not asked.
+    pub processed: u64,
     /// `f32 [max_drafts]` (workspace), the rates of a synthetic-acceptance
     /// call (SPEC §4.12), written by the rates kernel before pass 1: draft
     /// `i` accepted iff its acceptance uniform is below entry `i`; 0 for

@@ -44,6 +44,8 @@ macro_rules! kernel_symbol {
     (@name GUMBEL_THRESHOLD_SEARCH) => { "gumbel_threshold_search" };
     (@name REJECTION_THRESHOLD_SEARCH) => { "rejection_threshold_search" };
     (@name REJECTION_RATES) => { "rejection_rates" };
+    (@name REJECTION_STATS_PROCESSED) => { "rejection_stats_processed" };
+    (@name REJECTION_STATS_FILTERED_PROCESSED) => { "rejection_stats_filtered_processed" };
     (@name LOGPROBS_LSE) => { "logprobs_lse" };
     (@name LOGPROBS_TOP) => { "logprobs_top" };
     // `DType::name` of each element type.
@@ -177,6 +179,21 @@ pub const GUMBEL_THRESHOLD_SEARCH: Kernel =
 pub const REJECTION_THRESHOLD_SEARCH: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD_SEARCH), pairs: Pairs::All, min_blocks: 3, except: None };
 
+/// Pass 1 of a call that asks for the processed log-probabilities alone
+/// (REFERENCE §8): [`REJECTION_STATS`]'s body writing them as it decides,
+/// greedy rows summing their exponentials too, at 3 blocks per SM (at 4 its
+/// decision spills).
+pub const REJECTION_STATS_PROCESSED: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_PROCESSED), pairs: Pairs::All, min_blocks: 3, except: None };
+
+/// The same of a call with filters: [`REJECTION_STATS_FILTERED`]'s body.
+pub const REJECTION_STATS_FILTERED_PROCESSED: Kernel = Kernel {
+    name: kernel_symbol!(@name REJECTION_STATS_FILTERED_PROCESSED),
+    pairs: Pairs::All,
+    min_blocks: 3,
+    except: None,
+};
+
 /// Writes a synthetic-acceptance call's rates (`layout::RatesParams`) into
 /// the workspace, before pass 1: one launch of one block, its parameter
 /// block the only copy of them. Reads no logits (`Pairs::One`).
@@ -197,7 +214,7 @@ pub const LOGPROBS_TOP: Kernel =
     Kernel { name: kernel_symbol!(@name LOGPROBS_TOP), pairs: Pairs::Same, min_blocks: 3, except: None };
 
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 18] = [
+pub const ALL: [Kernel; 20] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -214,6 +231,8 @@ pub const ALL: [Kernel; 18] = [
     GUMBEL_THRESHOLD_SEARCH,
     REJECTION_THRESHOLD_SEARCH,
     REJECTION_RATES,
+    REJECTION_STATS_PROCESSED,
+    REJECTION_STATS_FILTERED_PROCESSED,
     LOGPROBS_LSE,
     LOGPROBS_TOP,
 ];
@@ -316,14 +335,15 @@ mod tests {
         check!(GUMBEL_SAMPLE GUMBEL_SAMPLE_LEAN GUMBEL_SAMPLE_SMALL REJECTION_STATS REJECTION_STATS_SMALL
             REJECTION_RESAMPLE REJECTION_RESAMPLE_LEAN REJECTION_RESAMPLE_SMALL GUMBEL_THRESHOLD
             GUMBEL_SAMPLE_FILTERED REJECTION_THRESHOLD REJECTION_STATS_FILTERED REJECTION_RESAMPLE_FILTERED
-            GUMBEL_THRESHOLD_SEARCH REJECTION_THRESHOLD_SEARCH);
+            GUMBEL_THRESHOLD_SEARCH REJECTION_THRESHOLD_SEARCH REJECTION_STATS_PROCESSED
+            REJECTION_STATS_FILTERED_PROCESSED);
         assert_eq!(kernel_symbol!(GUMBEL_SAMPLE, Bf16, f32), "gumbel_sample_bf16_f32");
     }
 
     #[test]
     fn the_table() {
         let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
-        assert_eq!(all.len(), 14 * 9 + 3 * 3 + 1);
+        assert_eq!(all.len(), 16 * 9 + 3 * 3 + 1);
         let mut unique = all.clone();
         unique.sort();
         unique.dedup();

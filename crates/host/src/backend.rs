@@ -202,7 +202,16 @@ impl DeviceTokens {
 struct DeviceLogprobs {
     processed: Option<CudaSlice<f32>>,
     raw: Option<CudaSlice<f32>>,
-    top: Option<(usize, Distribution, CudaSlice<f32>, CudaSlice<i32>, CudaSlice<i32>)>,
+    top: Option<DeviceTop>,
+}
+
+/// Device outputs of a top-n (`TopLogprobs`).
+struct DeviceTop {
+    n: usize,
+    distribution: Distribution,
+    logprobs: CudaSlice<f32>,
+    ids: CudaSlice<i32>,
+    ranks: CudaSlice<i32>,
 }
 
 impl DeviceLogprobs {
@@ -212,13 +221,13 @@ impl DeviceLogprobs {
             processed: host.processed.as_ref().map(|p| alloc(p.len())).transpose()?,
             raw: host.raw.as_ref().map(|r| alloc(r.len())).transpose()?,
             top: match &host.top {
-                Some(t) => Some((
-                    t.n,
-                    t.distribution,
-                    alloc(t.logprobs.len())?,
-                    s.alloc_zeros::<i32>(t.ids.len())?,
-                    s.alloc_zeros::<i32>(t.ranks.len())?,
-                )),
+                Some(t) => Some(DeviceTop {
+                    n: t.n,
+                    distribution: t.distribution,
+                    logprobs: alloc(t.logprobs.len())?,
+                    ids: s.alloc_zeros::<i32>(t.ids.len())?,
+                    ranks: s.alloc_zeros::<i32>(t.ranks.len())?,
+                }),
                 None => None,
             },
         })
@@ -232,8 +241,8 @@ impl DeviceLogprobs {
         if let Some(r) = &mut self.raw {
             out = out.with_raw(r);
         }
-        if let Some((n, d, lp, ids, ranks)) = &mut self.top {
-            out = out.with_top(*n, *d, lp, ids, ranks);
+        if let Some(t) = &mut self.top {
+            out = out.with_top(t.n, t.distribution, &mut t.logprobs, &mut t.ids, &mut t.ranks);
         }
         out
     }
@@ -245,10 +254,10 @@ impl DeviceLogprobs {
         if let (Some(d), Some(h)) = (&self.raw, &mut host.raw) {
             s.memcpy_dtoh(d, &mut **h)?;
         }
-        if let (Some((_, _, lp, ids, ranks)), Some(h)) = (&self.top, &mut host.top) {
-            s.memcpy_dtoh(lp, &mut *h.logprobs)?;
-            s.memcpy_dtoh(ids, &mut *h.ids)?;
-            s.memcpy_dtoh(ranks, &mut *h.ranks)?;
+        if let (Some(d), Some(h)) = (&self.top, &mut host.top) {
+            s.memcpy_dtoh(&d.logprobs, &mut *h.logprobs)?;
+            s.memcpy_dtoh(&d.ids, &mut *h.ids)?;
+            s.memcpy_dtoh(&d.ranks, &mut *h.ranks)?;
         }
         Ok(())
     }
@@ -289,7 +298,6 @@ fn gumbel_on_device(cuda: &Cuda, args: &GumbelSample<'_, Host>, out: &mut Gumbel
         dout = dout.with_draft_logits(DraftLogitsMut { data: d.values_mut(), shape: host.shape }, column);
     }
     cuda.gumbel_sample(&mut ws, &dargs, &mut dout)?;
-    drop(dout);
     tokens.download(s, &mut out.tokens)?;
     logprobs.download(s, &mut out.logprobs)?;
     if let Some(rs) = &mut out.row_status {
@@ -350,7 +358,6 @@ fn rejection_on_device(
         logprobs: logprobs.view(),
     };
     cuda.rejection_sample(&mut ws, &dargs, &mut dout)?;
-    drop(dout);
     tokens.download(s, &mut out.tokens)?;
     logprobs.download(s, &mut out.logprobs)?;
     s.memcpy_dtoh(&num_emitted, &mut *out.num_emitted)?;

@@ -60,19 +60,25 @@ impl Cuda {
             } else {
                 None
             };
+        // Processed log-probabilities alone: the passes write them, from the
+        // statistics they keep (no row read again), pass 1 in its kernels
+        // that do; anything more takes the log-probability kernels after the call.
+        let processed = out.logprobs.processed.is_some() && out.logprobs.raw.is_none() && out.logprobs.top.is_none();
         let (stats_variants, resample_variants) = if filtered {
+            let op =
+                if processed { names::REJECTION_STATS_FILTERED_PROCESSED } else { names::REJECTION_STATS_FILTERED };
             (
-                Variants { op: names::REJECTION_STATS_FILTERED, spread: Spread::Statistics, lean: None, small: None },
+                Variants { op, spread: Spread::Statistics, lean: None, small: None },
                 Variants { op: names::REJECTION_RESAMPLE_FILTERED, spread: Spread::Resample, lean: None, small: None },
             )
         } else {
+            let (op, small) = if processed {
+                (names::REJECTION_STATS_PROCESSED, None)
+            } else {
+                (names::REJECTION_STATS, Some(names::REJECTION_STATS_SMALL))
+            };
             (
-                Variants {
-                    op: names::REJECTION_STATS,
-                    spread: Spread::Statistics,
-                    lean: None,
-                    small: Some(names::REJECTION_STATS_SMALL),
-                },
+                Variants { op, spread: Spread::Statistics, lean: None, small },
                 Variants {
                     op: names::REJECTION_RESAMPLE,
                     spread: Spread::Resample,
@@ -144,6 +150,11 @@ impl Cuda {
         (p.tokens, p.tokens_i64) = (tokens, tokens_i64 as u32);
         let (num_emitted, _g10) = out.num_emitted.device_ptr_mut(stream);
         p.num_emitted = num_emitted;
+        let mut _g15 = None;
+        if let Some(processed) = out.logprobs.processed.as_mut().filter(|_| processed) {
+            let (ptr, g) = processed.device_ptr_mut(stream);
+            (p.processed, _g15) = (ptr, Some(g));
+        }
         let mut _g11 = None;
         if let Some(a) = &mut out.accepted {
             let (ptr, g) = a.device_ptr_mut(stream);
@@ -206,6 +217,10 @@ impl Cuda {
         // `num_slots` entries; a synthetic call's rates fit the workspace's
         // MAX_SYNTHETIC_DRAFTS entries (K <= MAX_SYNTHETIC_DRAFTS, above).
         unsafe { launch::rejection_sample((rates, threshold, &stats, &resample), stream, p)? };
+        if p.processed != 0 {
+            return Ok(());
+        }
+        drop(_g15);
         let sources = Sources { values: target_dtype, rounded: None };
         // SAFETY: the call's fields of `positions` are its checked views',
         // enqueued above; `check` matched the outputs to its positions,

@@ -62,7 +62,10 @@ impl RowDecision {
 /// after every block of request `r < requests` published its statistics and
 /// thread 0 wrote the request to [`shared::request`] before a barrier.
 #[inline(always)]
-pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERED: bool>(p: &RejectionParams, r: u32) {
+pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERED: bool, const PROCESSED: bool>(
+    p: &RejectionParams,
+    r: u32,
+) {
     // SAFETY: written by thread 0 before the barrier (caller).
     let req = &unsafe { shared::request().read() };
     let (warp, lane) = (gpu::thread_idx_x() / WARP, gpu::thread_idx_x() % WARP);
@@ -78,7 +81,7 @@ pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERE
         // SAFETY: at < rows; drafts and pos hold rows elements.
         let (d, pos) =
             unsafe { (if i < n { *(p.drafts as *const i32).add(at) } else { -1 }, *(p.pos as *const u64).add(at)) };
-        let kind = row_kind::<OVERLAP>(p, req, i);
+        let kind = row_kind::<OVERLAP, PROCESSED>(p, req, i);
         // SAFETY: i <= n_r of a valid request; the warp is converged (uniform loop).
         let st = unsafe { row_stats(p, r, i, kind) };
         let bad = d < -1 || (d >= 0 && d as u32 >= p.vocab);
@@ -101,7 +104,7 @@ pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERE
                 f32::NAN
             };
             // SAFETY: i <= n_r of a valid request; d is -1 or in 0..V.
-            if i == n || !unsafe { req.accepts::<T, D, FILTERED>(p, r, &mut row, mass) } {
+            if i == n || !unsafe { req.accepts::<T, D, FILTERED, PROCESSED>(p, r, &mut row, mass) } {
                 mine = RowDecision { flags: mine.flags, ..row };
             }
         }
@@ -200,6 +203,18 @@ pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERE
         };
         // SAFETY: r < requests, i <= K.
         unsafe { write_request_token(p, r, i, token) };
+        // The processed log-probabilities past `j`, and a greedy request's at
+        // `j` (its argmax's, raw); pass 2 writes a sampling request's.
+        if PROCESSED && (i > j || (i == j && greedy)) {
+            let log_p = if i > j {
+                f32::NAN
+            } else {
+                // SAFETY: row0 + j < rows; the argmax is an id of the row.
+                raw_log_prob(unsafe { (*target_row::<T>(p, req.row0 + j).add(dec.best as usize)).as_f32() }, dec.lse_t)
+            };
+            // SAFETY: r < requests, i <= K.
+            unsafe { write_processed(p, r, i, log_p) };
+        }
         i += WARP;
     }
     if lane == 0 {
@@ -226,8 +241,13 @@ unsafe fn write_invalid(p: &RejectionParams, r: u32, flags: u32) {
     let lane = gpu::thread_idx_x() % WARP;
     let mut i = lane;
     while i <= p.max_drafts {
-        // SAFETY: r < requests, i <= K.
-        unsafe { write_request_token(p, r, i, -1) };
+        // SAFETY: r < requests, i <= K; processed holds requests·(K+1) entries.
+        unsafe {
+            write_request_token(p, r, i, -1);
+            if p.processed != 0 {
+                write_processed(p, r, i, f32::NAN);
+            }
+        };
         i += WARP;
     }
     if lane == 0 {
@@ -251,7 +271,10 @@ impl Request {
     /// acceptance uniform is below `p/q` (log space), either under
     /// synthetic acceptance if it is below the row's rate (SPEC §4.12,
     /// `specdec_core::block_verification::below`); a placeholder (`-1`)
-    /// never. On a rejection it sets `row.log_excess`: the log of the larger
+    /// never. Where the call asks for processed log-probabilities, it writes
+    /// an accepted draft's (a greedy request's raw: `t − LSE` at `T = 1`),
+    /// provisionally: the decision sets the rows past `j` to NaN once `j` is
+    /// known, after a barrier. On a rejection it sets `row.log_excess`: the log of the larger
     /// of two lower bounds on the residual's mass `Σ max(p − q, 0) =
     /// Σ max(q − p, 0)`, the rejected id's excess `q − p` (for a one-hot
     /// draft, the mass itself, `1 − p`) and, with draft logits, `mass` (the
@@ -265,7 +288,7 @@ impl Request {
     /// request `r` after the threshold kernel: `p` and `q` are the kept sets'
     /// (`crate::threshold::log_prob`), `log p' = -inf` outside the target's.
     #[inline(always)]
-    unsafe fn accepts<T: Load, D: Load, const FILTERED: bool>(
+    unsafe fn accepts<T: Load, D: Load, const FILTERED: bool, const PROCESSED: bool>(
         &self,
         p: &RejectionParams,
         r: u32,
@@ -279,15 +302,23 @@ impl Request {
         // Synthetic acceptance (SPEC §4.12) decides by the rate alone; a
         // rejected sampling row still seeds its residual's floors below.
         let synthetic = p.rates != 0;
-        if synthetic {
+        let by_rate = synthetic && {
             // SAFETY: row.row < n_r <= max_drafts entries (the rates kernel wrote them).
             let rate = unsafe { *(p.rates as *const f32).add(row.row as usize) };
-            if below(random_u32(self.slot.seed, row.pos, Stream::Accept, 0), f64::from(rate)) {
-                return true;
-            }
-        }
+            below(random_u32(self.slot.seed, row.pos, Stream::Accept, 0), f64::from(rate))
+        };
         if self.slot.greedy() {
-            return !synthetic && d as u32 == row.best;
+            let accepted = if synthetic { by_rate } else { d as u32 == row.best };
+            if accepted && PROCESSED {
+                // SAFETY: row0 + row < rows, 0 <= d < vocab.
+                let t = unsafe { (*target_row::<T>(p, self.row0 + row.row).add(d as usize)).as_f32() };
+                // SAFETY: r < requests, row.row < n_r.
+                unsafe { write_processed(p, r, row.row, raw_log_prob(t, row.lse_t)) };
+            }
+            return accepted;
+        }
+        if by_rate && !PROCESSED {
+            return true;
         }
         let sampler = self.sampler(0);
         let (tau_t, tau_q) = if FILTERED {
@@ -306,7 +337,11 @@ impl Request {
         } else {
             0.0
         };
-        if !synthetic && accepts(random_u32(self.slot.seed, row.pos, Stream::Accept, 0), log_q, log_p) {
+        if by_rate || (!synthetic && accepts(random_u32(self.slot.seed, row.pos, Stream::Accept, 0), log_q, log_p)) {
+            if PROCESSED {
+                // SAFETY: r < requests, row.row < n_r.
+                unsafe { write_processed(p, r, row.row, log_p) };
+            }
             return true;
         }
         // Only a guess for the floors: the hardware's logarithm will do. `max`
@@ -315,6 +350,26 @@ impl Request {
         row.log_excess = gpu::fast_ln(if p.draft_logits != 0 { excess.max(mass) } else { excess });
         false
     }
+}
+
+/// Writes position `i` of request `r`'s processed log-probabilities (by
+/// every lane that calls it: the same value).
+///
+/// # Safety
+/// `p.processed != 0`; `r < requests`, `i <= max_drafts`.
+#[inline(always)]
+unsafe fn write_processed(p: &RejectionParams, r: u32, i: u32, log_p: f32) {
+    let at = r as usize * (p.max_drafts as usize + 1) + i as usize;
+    // SAFETY: processed holds requests·(K+1) entries (caller).
+    unsafe { (p.processed as *mut f32).add(at).write(log_p) };
+}
+
+/// The raw log-probability of a value `x` in a row of log-sum-exp `lse` at
+/// `T = 1` (a greedy request's processed one, REFERENCE §8.1): a NaN logit is
+/// an impossible id, as on the CPU.
+#[inline(always)]
+pub(super) fn raw_log_prob(x: f32, lse: f32) -> f32 {
+    if x.is_nan() { f32::NEG_INFINITY } else { x - lse }
 }
 
 /// The seeds of pass 2's floors (residual, target) for a job of `mode`

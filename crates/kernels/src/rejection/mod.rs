@@ -155,7 +155,7 @@ unsafe fn write_request_token(p: &RejectionParams, r: u32, i: u32, token: i64) {
     unsafe { write_token(p.tokens, p.tokens_i64, at, token) }
 }
 
-/// The nine entry points of `rejection_sample` for each (target, draft
+/// The eleven entry points of `rejection_sample` for each (target, draft
 /// logits) dtype pair, in a module per pair, exported under their `names` symbols.
 macro_rules! rejection_kernels {
     ($($pair:ident: $t:ident => $d:ident;)*) => {$(
@@ -177,7 +177,7 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_STATS, $t, $d))]
             pub unsafe extern "ptx-kernel" fn stats(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::stats::stats::<$t, $d, 4, false, false>(&p) }
+                unsafe { super::stats::stats::<$t, $d, 4, false, false, false>(&p) }
             }
 
             /// Pass 1 reading one quad a batch (`names::REJECTION_STATS_SMALL`):
@@ -191,7 +191,7 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_SMALL, $t, $d))]
             pub unsafe extern "ptx-kernel" fn stats_small(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::stats::stats::<$t, $d, 1, true, false>(&p) }
+                unsafe { super::stats::stats::<$t, $d, 1, true, false, false>(&p) }
             }
 
             /// The thresholds of a call with filters (`names::REJECTION_THRESHOLD`).
@@ -225,7 +225,31 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_FILTERED, $t, $d))]
             pub unsafe extern "ptx-kernel" fn stats_filtered(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::stats::stats::<$t, $d, 4, false, true>(&p) }
+                unsafe { super::stats::stats::<$t, $d, 4, false, true, false>(&p) }
+            }
+
+            /// Pass 1 of a call that asks for the processed log-probabilities
+            /// alone (`names::REJECTION_STATS_PROCESSED`): the passes write
+            /// them, a greedy row summing its exponentials too (the plain
+            /// kernels keep the registers those take).
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher (`p.processed` given).
+            #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_PROCESSED, $t, $d))]
+            pub unsafe extern "ptx-kernel" fn stats_processed(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::stats::stats::<$t, $d, 4, false, false, true>(&p) }
+            }
+
+            /// `stats_processed` of a call with filters, after `threshold`
+            /// (`names::REJECTION_STATS_FILTERED_PROCESSED`).
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher (`p.processed` given).
+            #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_FILTERED_PROCESSED, $t, $d))]
+            pub unsafe extern "ptx-kernel" fn stats_filtered_processed(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::stats::stats::<$t, $d, 4, false, true, true>(&p) }
             }
 
             /// Pass 2 of a call with filters (`names::REJECTION_RESAMPLE_FILTERED`).

@@ -15,7 +15,7 @@ use crate::last_block;
 use crate::load::{Load, for_each_quad_shared, widen};
 use crate::row::chunk_range;
 use crate::shared;
-use crate::threshold::{kept, mask};
+use crate::threshold::{kept, log_prob, mask};
 use core::cell::Cell;
 use specdec_core::argmax::Floored;
 use specdec_core::layout::RejectionParams;
@@ -45,7 +45,7 @@ pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32, const FILTERED: bo
     // SAFETY: all threads of the block reach this reduction.
     let reduced = unsafe { block_reduce(Candidates(best)) };
     // SAFETY: all of warp 0, once per block of an active request.
-    let refold = tid < WARP && unsafe { complete_resample(p, r, c, reduced) };
+    let refold = tid < WARP && unsafe { complete_resample::<T, FILTERED>(p, r, c, reduced) };
     // SAFETY: every thread of the block is here (the returns above are block-uniform).
     if !unsafe { gpu::sync_threads_or(refold) } {
         return;
@@ -62,12 +62,42 @@ pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32, const FILTERED: bo
     let reduced = unsafe { block_reduce(Candidates(best)) };
     if tid == 0 {
         // Read again, not kept through the loop (which then spilled).
-        // SAFETY: as above; r < requests, column <= K.
+        // SAFETY: as above; r < requests.
         unsafe {
-            let column = (p.jobs as *const ResampleJob).add(r as usize).read_volatile().column;
-            write_request_token(p, r, column, reduced.0.token() as i64)
+            let job = (p.jobs as *const ResampleJob).add(r as usize).read_volatile();
+            write_job_token::<T, FILTERED>(p, r, &job, reduced.0.token())
         };
     }
+}
+
+/// Writes the token of request `r`'s job and, where the call asks for it
+/// (`RejectionParams::processed`), its processed log-probability: under the
+/// target row's kept set and log-sum-exp (the job's `lse_t`), as the CPU
+/// twin's `Dist::log_prob`, a NaN logit `-inf`.
+///
+/// # Safety
+/// One thread; `job` is pass 1's for request `r < requests`; `token` is an
+/// id of its row or `u32::MAX` (none: the row has no candidate).
+#[inline(always)]
+unsafe fn write_job_token<T: Load, const FILTERED: bool>(p: &RejectionParams, r: u32, job: &ResampleJob, token: u32) {
+    // SAFETY: r < requests, column <= K (the job's).
+    unsafe { write_request_token(p, r, job.column, token as i64) };
+    if p.processed == 0 {
+        return;
+    }
+    let log_p = if token < p.vocab {
+        // SAFETY: job.row < rows, token < vocab.
+        let x = unsafe { (*target_row::<T>(p, job.row).add(token as usize)).as_f32() };
+        // SAFETY: r < requests, the job's column <= n_r; the threshold kernel wrote them.
+        let tau = if FILTERED { unsafe { thresholds(p, r, job.column).0 } } else { f32::NEG_INFINITY };
+        let sampler = Sampler::new(job.temperature, 0, 0, Stream::Target);
+        if x.is_nan() { f32::NEG_INFINITY } else { log_prob(sampler.scaled(x), tau, job.lse_t) }
+    } else {
+        f32::NAN
+    };
+    let at = r as usize * (p.max_drafts as usize + 1) + job.column as usize;
+    // SAFETY: processed holds requests·(K+1) entries.
+    unsafe { (p.processed as *mut f32).add(at).write(log_p) };
 }
 
 /// Ids `start .. end` of the job's row folded by the block, up to `Q` quads a
@@ -167,7 +197,12 @@ unsafe fn resample_range<T: Load, D: Load, const Q: u32, const FILTERED: bool>(
 /// All 32 lanes of warp 0 call this together, once per block of request `r`
 /// (which has a job).
 #[inline(always)]
-unsafe fn complete_resample(p: &RejectionParams, r: u32, c: u32, mine: Candidates) -> bool {
+unsafe fn complete_resample<T: Load, const FILTERED: bool>(
+    p: &RejectionParams,
+    r: u32,
+    c: u32,
+    mine: Candidates,
+) -> bool {
     let chunks = p.resample_chunks;
     // SAFETY: partials holds requests·resample_chunks entries, counters
     // `requests`; all `chunks` blocks of a request with a job arrive.
@@ -189,8 +224,8 @@ unsafe fn complete_resample(p: &RejectionParams, r: u32, c: u32, mine: Candidate
         return true;
     }
     if gpu::thread_idx_x() == 0 {
-        // SAFETY: r < requests, column <= K (the job's).
-        unsafe { write_request_token(p, r, job.column, acc.0.token() as i64) };
+        // SAFETY: one thread; the job of request r < requests.
+        unsafe { write_job_token::<T, FILTERED>(p, r, &job, acc.0.token()) };
     }
     false
 }

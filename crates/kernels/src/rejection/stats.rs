@@ -23,12 +23,15 @@ use specdec_core::scratch::{Pooled, Stats};
 use specdec_core::status::{INVALID_FILTER, NAN_LOGITS};
 
 /// The kinds of row, by what their [`Stats`] hold: a greedy request's
-/// argmax; a sampling request's log-sum-exps (of the target, and of the
-/// draft where there is one); with the overlap too, a draft row with
-/// draft logits in a kernel that keeps it.
+/// argmax (and, in a call whose passes write the processed
+/// log-probabilities, its target's log-sum-exp at `T = 1`); a sampling
+/// request's log-sum-exps (of the target, and of the draft where there is
+/// one); with the overlap too, a draft row with draft logits in a kernel
+/// that keeps it.
 pub(super) const GREEDY_ROW: u32 = 0;
 pub(super) const SAMPLED_ROW: u32 = 1;
 pub(super) const OVERLAP_ROW: u32 = 2;
+pub(super) const GREEDY_LSE_ROW: u32 = 3;
 
 /// [`Stats`] of rows of kind `KIND` as a reduction value: each kind combines
 /// and shuffles only its own fields (the others keep the first operand's).
@@ -47,9 +50,11 @@ impl<const KIND: u32> Reduce for Row<KIND> {
     fn combine(self, o: Row<KIND>) -> Row<KIND> {
         let (a, b) = (self.0, o.0);
         let mut out = Stats { flags: a.flags | b.flags, ..a };
-        if KIND == GREEDY_ROW {
+        if KIND == GREEDY_ROW || KIND == GREEDY_LSE_ROW {
             out.best = a.best.combine(b.best);
-            return Row(out);
+            if KIND == GREEDY_ROW {
+                return Row(out);
+            }
         }
         out.target = a.target.combine_with(b.target, gpu::fast_exp);
         out.draft = a.draft.combine_with(b.draft, gpu::fast_exp);
@@ -97,10 +102,12 @@ impl<const KIND: u32> Reduce for Row<KIND> {
             lane_mask /= 2;
         }
         let flags = unsafe { gpu::warp_or_u32(s.flags) };
+        // SAFETY: as above.
+        let best = if KIND == GREEDY_LSE_ROW { unsafe { warp_best(s.best) } } else { s.best };
         Row(Stats {
             target: Lse { max: mt, sum: sums.0 },
             draft: Lse { max: md, sum: sums.1 },
-            best: s.best,
+            best,
             flags,
             overlap: if KIND == OVERLAP_ROW { sums.2 } else { s.overlap },
         })
@@ -115,7 +122,14 @@ impl<const KIND: u32> Reduce for Row<KIND> {
 /// Launched by the host's checked launcher (with `FILTERED`, after the
 /// threshold kernel on the same stream).
 #[inline(always)]
-pub(super) unsafe fn stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool, const FILTERED: bool>(
+pub(super) unsafe fn stats<
+    T: Load,
+    D: Load,
+    const Q: u32,
+    const OVERLAP: bool,
+    const FILTERED: bool,
+    const PROCESSED: bool,
+>(
     p: &RejectionParams,
 ) {
     let (pair, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
@@ -136,7 +150,7 @@ pub(super) unsafe fn stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool, 
     // Block-uniform; the decision never reads the entries of other blocks.
     if req.slot.is_valid() && i <= req.drafts {
         // SAFETY: every thread of the block is here; i <= n_r of a valid request.
-        let acc = unsafe { row_chunk_stats::<T, D, Q, OVERLAP, FILTERED>(p, &req, r, i, c) };
+        let acc = unsafe { row_chunk_stats::<T, D, Q, OVERLAP, FILTERED, PROCESSED>(p, &req, r, i, c) };
         if tid == 0 {
             // SAFETY: stats holds requests·(K+1)·chunks entries (workspace, host-sized).
             unsafe { (p.stats as *mut Stats).add(pair as usize * p.chunks as usize + c as usize).write(acc) };
@@ -153,15 +167,16 @@ pub(super) unsafe fn stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool, 
         gpu::fence_device();
         // SAFETY: the whole block, after every block of request `r` published
         // and thread 0 wrote the request (before the barrier above).
-        unsafe { decide::<T, D, OVERLAP, FILTERED>(p, r) };
+        unsafe { decide::<T, D, OVERLAP, FILTERED, PROCESSED>(p, r) };
     }
 }
 
-/// The kind of row `i` of `req` ([`Row`]) in a kernel keeping overlaps if `OVERLAP`.
+/// The kind of row `i` of `req` ([`Row`]) in a kernel keeping overlaps if
+/// `OVERLAP`, writing the processed log-probabilities if `PROCESSED`.
 #[inline(always)]
-pub(super) fn row_kind<const OVERLAP: bool>(p: &RejectionParams, req: &Request, i: u32) -> u32 {
+pub(super) fn row_kind<const OVERLAP: bool, const PROCESSED: bool>(p: &RejectionParams, req: &Request, i: u32) -> u32 {
     if req.slot.greedy() {
-        GREEDY_ROW
+        if PROCESSED { GREEDY_LSE_ROW } else { GREEDY_ROW }
     } else if OVERLAP && p.draft_logits != 0 && i < req.drafts {
         OVERLAP_ROW
     } else {
@@ -177,7 +192,14 @@ pub(super) fn row_kind<const OVERLAP: bool>(p: &RejectionParams, req: &Request, 
 /// # Safety
 /// Called by every thread of the block; `req` is valid and `i <= n_r`.
 #[inline(always)]
-unsafe fn row_chunk_stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool, const FILTERED: bool>(
+unsafe fn row_chunk_stats<
+    T: Load,
+    D: Load,
+    const Q: u32,
+    const OVERLAP: bool,
+    const FILTERED: bool,
+    const PROCESSED: bool,
+>(
     p: &RejectionParams,
     req: &Request,
     r: u32,
@@ -209,7 +231,27 @@ unsafe fn row_chunk_stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool, c
     // Two loops, as in `gumbel_sample`: the greedy one keeps twice the loads
     // in flight (pipelined), in the registers the other spends on its sums.
     // SAFETY (both): the rows hold >= vocab >= end elements; start % 4 == 0.
-    if greedy {
+    if greedy && PROCESSED {
+        // Also the row's log-sum-exp at T = 1 (a greedy request's scale is 1),
+        // for the processed log-probabilities the passes write: a loop of its
+        // own, not pipelined, so that the plain greedy loop keeps its registers.
+        let none: *const D = core::ptr::null();
+        unsafe {
+            for_each_quad::<false, 1, _, _>(
+                target,
+                none,
+                start,
+                end,
+                gpu::thread_idx_x(),
+                #[inline(always)]
+                |x, t, _, n| {
+                    let t = widen(t);
+                    acc.best = fold_greedy(&sampler, acc.best, x, t, n, &mut nan);
+                    acc.target = push_scaled(acc.target, t, n, &sampler).0;
+                },
+            )
+        };
+    } else if greedy {
         let none: *const D = core::ptr::null();
         unsafe {
             for_each_quad::<true, Q, _, _>(
@@ -297,8 +339,9 @@ unsafe fn row_chunk_stats<T: Load, D: Load, const Q: u32, const OVERLAP: bool, c
     // SAFETY (all): all threads of the block reach this reduction (caller),
     // and the kind is block-uniform.
     unsafe {
-        match row_kind::<OVERLAP>(p, req, i) {
+        match row_kind::<OVERLAP, PROCESSED>(p, req, i) {
             GREEDY_ROW => block_reduce(Row::<GREEDY_ROW>(acc)).0,
+            GREEDY_LSE_ROW => block_reduce(Row::<GREEDY_LSE_ROW>(acc)).0,
             OVERLAP_ROW => block_reduce(Row::<OVERLAP_ROW>(acc)).0,
             _ => block_reduce(Row::<SAMPLED_ROW>(acc)).0,
         }
@@ -320,6 +363,7 @@ pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32) -
         let entries = row_entries(p, r, i);
         match kind {
             GREEDY_ROW => last_block::gather(entries as *const Row<GREEDY_ROW>, p.chunks).0,
+            GREEDY_LSE_ROW => last_block::gather(entries as *const Row<GREEDY_LSE_ROW>, p.chunks).0,
             OVERLAP_ROW => last_block::gather(entries as *const Row<OVERLAP_ROW>, p.chunks).0,
             _ => last_block::gather(entries as *const Row<SAMPLED_ROW>, p.chunks).0,
         }
