@@ -71,7 +71,7 @@ impl Got {
 
 /// Checks position `at` of `got` (token `token`, drawn from `row` under
 /// `t` and `filter`) against the f64 reference: the token's two
-/// log-probabilities, then the top-n (each within tolerance of its id's
+/// log-probabilities (the processed alone where `got` has no raw ones), then the top-n (each within tolerance of its id's
 /// reference, in the argmax's order, none left out that is clearly larger
 /// than the last listed) and the rank (within the ids clearly larger or smaller).
 #[allow(clippy::too_many_arguments)]
@@ -86,7 +86,8 @@ fn check_position(
     token: usize,
     ctx: &str,
 ) {
-    for (d, value) in [(Distribution::Processed, got.processed[at]), (Distribution::Raw, got.raw[at])] {
+    let raw = (!got.raw.is_empty()).then(|| (Distribution::Raw, got.raw[at]));
+    for (d, value) in [(Distribution::Processed, got.processed[at])].into_iter().chain(raw) {
         let (lp, lse) = reference(row, t, filter, d);
         let tol = tolerance(lse);
         assert!(lp[token] > f64::NEG_INFINITY, "{ctx}: the emitted token {token} is possible ({d:?})");
@@ -299,27 +300,56 @@ test_device!(rejection_logprobs_cover_the_emitted_positions, |backend, scale| {
                 }
             }
             assert!(drawn > n_r.len(), "some drafts were accepted ({drawn} positions)");
-            // The processed log-probabilities alone (on CUDA, written by the
-            // verifier's own passes): the same tokens, each position's value
-            // within the tolerance of the one above (both of the reference),
-            // NaN past the emitted tokens.
-            let (mut alone_tokens, mut alone_emitted) = (vec![0i32; positions], vec![0i32; n_r.len()]);
-            let mut alone = vec![0.5f32; positions];
-            let mut out = RejectionOutput::new(&mut alone_tokens, &mut alone_emitted)
-                .with_logprobs(Logprobs::none().with_processed(&mut alone));
-            backend.rejection_sample(&call, &mut out).expect("a valid call");
-            assert_eq!((&alone_tokens, &alone_emitted), (&tokens, &emitted), "{dtype:?}, {verification:?}: tokens");
-            for (at, (&a, &b)) in alone.iter().zip(&got.processed).enumerate() {
-                let (r, i) = (at / k1, at % k1);
-                let row = v.offsets[r] as usize + i;
-                let ctx = format!("{dtype:?}, {verification:?}, processed alone, request {r}, position {i}");
-                if i as i32 >= emitted[r] {
-                    assert!(a.is_nan(), "{ctx}: {a} past the emitted tokens");
-                    continue;
+            // The processed distribution alone (on CUDA, the verifier's own
+            // passes write the log-probabilities and their log-sum-exps, and
+            // the top-n kernel alone runs after the call): the processed
+            // log-probabilities, then with the top-n of the processed
+            // distribution; the same tokens, every position against the
+            // reference, NaN and -1 past the emitted tokens.
+            for top in [false, true] {
+                let (mut alone_tokens, mut alone_emitted) = (vec![0i32; positions], vec![0i32; n_r.len()]);
+                let mut alone = Got { raw: Vec::new(), ..Got::new(positions, n) };
+                let Got { processed, top: top_logprobs, ids, ranks, .. } = &mut alone;
+                let mut outputs = Logprobs::none().with_processed(processed);
+                if top {
+                    outputs = outputs.with_top(n, Distribution::Processed, top_logprobs, ids, ranks);
                 }
-                let (t, filter) = SLOTS[r];
-                let (_, lse) = reference(&widened[row * vocab..(row + 1) * vocab], t, filter, Distribution::Processed);
-                assert!((a - b).abs() as f64 <= 2.0 * tolerance(lse), "{ctx}: {a} alone against {b}");
+                let mut out = RejectionOutput::new(&mut alone_tokens, &mut alone_emitted).with_logprobs(outputs);
+                backend.rejection_sample(&call, &mut out).expect("a valid call");
+                assert_eq!((&alone_tokens, &alone_emitted), (&tokens, &emitted), "{dtype:?}, {verification:?}: tokens");
+                for at in 0..positions {
+                    let (r, i) = (at / k1, at % k1);
+                    let ctx =
+                        format!("{dtype:?}, {verification:?}, processed alone (top {top}), request {r}, position {i}");
+                    if i as i32 >= emitted[r] {
+                        assert!(alone.processed[at].is_nan(), "{ctx}: past the emitted tokens");
+                        if top {
+                            assert!(alone.ids[at * n..(at + 1) * n].iter().all(|&id| id == -1), "{ctx}: top ids past");
+                            assert_eq!(alone.ranks[at], -1, "{ctx}: rank past");
+                        }
+                        continue;
+                    }
+                    let (t, filter) = SLOTS[r];
+                    let row = v.offsets[r] as usize + i;
+                    let values = &widened[row * vocab..(row + 1) * vocab];
+                    if top {
+                        check_position(
+                            &alone,
+                            at,
+                            n,
+                            Distribution::Processed,
+                            values,
+                            t,
+                            filter,
+                            tokens[at] as usize,
+                            &ctx,
+                        );
+                    } else {
+                        let (lp, lse) = reference(values, t, filter, Distribution::Processed);
+                        let (got, want) = (f64::from(alone.processed[at]), lp[tokens[at] as usize]);
+                        assert!((got - want).abs() <= tolerance(lse), "{ctx}: {got} against {want}");
+                    }
+                }
             }
         }
     }

@@ -188,6 +188,10 @@ pub struct RejectionParams {
     /// a call that asks for it alone (greedy rows then also sum their
     /// exponentials in pass 1), NaN past `num_emitted`; 0 where not asked.
     pub processed: u64,
+    /// `scratch::LogprobsLse [requests · (max_drafts + 1)]` (workspace): each
+    /// emitted position's log-sum-exps, written with `processed` for a
+    /// top-n kernel after the call (`LogprobsParams::lse`); 0: none.
+    pub lse: u64,
     /// `f32 [max_drafts]` (workspace), the rates of a synthetic-acceptance
     /// call (SPEC §4.12), written by the rates kernel before pass 1: draft
     /// `i` accepted iff its acceptance uniform is below entry `i`; 0 for

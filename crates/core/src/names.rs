@@ -45,6 +45,7 @@ macro_rules! kernel_symbol {
     (@name REJECTION_THRESHOLD_SEARCH) => { "rejection_threshold_search" };
     (@name REJECTION_RATES) => { "rejection_rates" };
     (@name REJECTION_STATS_PROCESSED) => { "rejection_stats_processed" };
+    (@name REJECTION_STATS_SMALL_PROCESSED) => { "rejection_stats_small_processed" };
     (@name REJECTION_STATS_FILTERED_PROCESSED) => { "rejection_stats_filtered_processed" };
     (@name LOGPROBS_LSE) => { "logprobs_lse" };
     (@name LOGPROBS_TOP) => { "logprobs_top" };
@@ -186,12 +187,22 @@ pub const REJECTION_THRESHOLD_SEARCH: Kernel =
 pub const REJECTION_STATS_PROCESSED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_STATS_PROCESSED), pairs: Pairs::All, min_blocks: 3, except: None };
 
-/// The same of a call with filters: [`REJECTION_STATS_FILTERED`]'s body.
+/// The same reading one quad a batch and keeping the overlaps, for chunks of
+/// a few tiles: [`REJECTION_STATS_SMALL`]'s body.
+pub const REJECTION_STATS_SMALL_PROCESSED: Kernel = Kernel {
+    name: kernel_symbol!(@name REJECTION_STATS_SMALL_PROCESSED),
+    pairs: Pairs::All,
+    min_blocks: 3,
+    except: None,
+};
+
+/// The same of a call with filters: [`REJECTION_STATS_FILTERED`]'s body
+/// (f32 target and draft logits at 2 blocks per SM: at 3 it spills).
 pub const REJECTION_STATS_FILTERED_PROCESSED: Kernel = Kernel {
     name: kernel_symbol!(@name REJECTION_STATS_FILTERED_PROCESSED),
     pairs: Pairs::All,
     min_blocks: 3,
-    except: None,
+    except: Some((DType::F32, DType::F32, 2)),
 };
 
 /// Writes a synthetic-acceptance call's rates (`layout::RatesParams`) into
@@ -214,7 +225,7 @@ pub const LOGPROBS_TOP: Kernel =
     Kernel { name: kernel_symbol!(@name LOGPROBS_TOP), pairs: Pairs::Same, min_blocks: 3, except: None };
 
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 20] = [
+pub const ALL: [Kernel; 21] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -232,6 +243,7 @@ pub const ALL: [Kernel; 20] = [
     REJECTION_THRESHOLD_SEARCH,
     REJECTION_RATES,
     REJECTION_STATS_PROCESSED,
+    REJECTION_STATS_SMALL_PROCESSED,
     REJECTION_STATS_FILTERED_PROCESSED,
     LOGPROBS_LSE,
     LOGPROBS_TOP,
@@ -336,14 +348,14 @@ mod tests {
             REJECTION_RESAMPLE REJECTION_RESAMPLE_LEAN REJECTION_RESAMPLE_SMALL GUMBEL_THRESHOLD
             GUMBEL_SAMPLE_FILTERED REJECTION_THRESHOLD REJECTION_STATS_FILTERED REJECTION_RESAMPLE_FILTERED
             GUMBEL_THRESHOLD_SEARCH REJECTION_THRESHOLD_SEARCH REJECTION_STATS_PROCESSED
-            REJECTION_STATS_FILTERED_PROCESSED);
+            REJECTION_STATS_SMALL_PROCESSED REJECTION_STATS_FILTERED_PROCESSED);
         assert_eq!(kernel_symbol!(GUMBEL_SAMPLE, Bf16, f32), "gumbel_sample_bf16_f32");
     }
 
     #[test]
     fn the_table() {
         let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
-        assert_eq!(all.len(), 16 * 9 + 3 * 3 + 1);
+        assert_eq!(all.len(), 17 * 9 + 3 * 3 + 1);
         let mut unique = all.clone();
         unique.sort();
         unique.dedup();

@@ -29,6 +29,7 @@ use crate::threshold::{log_prob, mask};
 use specdec_core::dtype::{Bf16, F16};
 use specdec_core::kernel_symbol;
 use specdec_core::layout::{LogprobsParams, MAX_TOP_LOGPROBS, POSITIONS_REJECTION, TILE, TOP_SHARED_BYTES, WARPS};
+use specdec_core::argmax::floor_value;
 use specdec_core::logspace::Lse;
 use specdec_core::rng::Stream;
 use specdec_core::sample::Sampler;
@@ -314,6 +315,13 @@ impl WarpTop {
         WarpTop { key: 0, last: 0, n }
     }
 
+    /// The value of the last entry (`-inf` while the list is not full): a
+    /// value below it cannot enter the list.
+    #[inline(always)]
+    fn last_value(&self) -> f32 {
+        if self.last == 0 { f32::NEG_INFINITY } else { floor_value(((self.last >> 32) as u32 ^ 0x8000_0000) as i32) }
+    }
+
     /// Offers each lane's key `cand` (0: none); keys offered are distinct
     /// and not yet held.
     ///
@@ -357,7 +365,8 @@ const _: () = assert!(core::mem::size_of::<TopShared>() as u32 == TOP_SHARED_BYT
 /// The second kernel (see module docs).
 ///
 /// # Safety
-/// Launched by the host's checked launcher after [`lse`], on the call's
+/// Launched by the host's checked launcher after the log-sum-exps are known
+/// (`lse`, or the verifier's passes: `LogprobsParams::lse`), on the call's
 /// stream, with `layout::TOP_SHARED_BYTES` of dynamic shared memory.
 #[inline(always)]
 unsafe fn top<V: Load>(p: &LogprobsParams) {
@@ -366,13 +375,20 @@ unsafe fn top<V: Load>(p: &LogprobsParams) {
         return;
     }
     // SAFETY: at < positions.
-    let At::Emitted(e) = (unsafe { position::<V>(p, at) }) else {
-        return; // the first kernel wrote the outputs of a position past the tokens
+    let e = match unsafe { position::<V>(p, at) } {
+        At::Past => {
+            if c == 0 && tid == 0 && p.source == 0 {
+                // SAFETY: at < positions (the first kernel, where it ran, wrote the same).
+                unsafe { write_past(p, at) };
+            }
+            return;
+        }
+        At::Other => return,
+        At::Emitted(e) => e,
     };
     let (warp, lane) = (tid / WARP, tid % WARP);
-    // SAFETY: the first kernel wrote it for an emitted position.
+    // SAFETY: written for an emitted position before this launch.
     let lse = unsafe { *(p.lse as *const LogprobsLse).add(at as usize) };
-    let order = |v: f32| if v.is_nan() { f32::NEG_INFINITY } else { v };
     // SAFETY: token < vocab.
     let mine = order(e.top_logprob(p, unsafe { (*e.row.add(e.token as usize)).as_f32() }, lse));
     let (start, end) = chunk_range(p.vocab, p.chunk, c);
@@ -390,16 +406,18 @@ unsafe fn top<V: Load>(p: &LogprobsParams) {
         } else {
             ([0.0; 4], 0)
         };
-        // Constant lane indices keep the quad and its keys in registers.
+        // The bar in f32 first: a key only for a value that can enter the list.
+        let bar = list.last_value();
         let mut key = #[inline(always)]
         |k: u32| {
             if k >= n {
                 return 0;
             }
-            let lp = e.top_logprob(p, v[k as usize], lse);
-            larger += (order(lp) > mine) as u32;
-            top_key(lp, x + k)
+            let lp = order(e.top_logprob(p, v[k as usize], lse));
+            larger += (lp > mine) as u32;
+            if lp >= bar { top_key(lp, x + k) } else { 0 }
         };
+        // Constant lane indices keep the quad and its keys in registers.
         let keys = [key(0), key(1), key(2), key(3)];
         let best = keys[0].max(keys[1]).max(keys[2].max(keys[3]));
         // SAFETY (all): the whole warp (uniform loop).
@@ -415,47 +433,40 @@ unsafe fn top<V: Load>(p: &LogprobsParams) {
         warp_x += TILE;
     }
     // SAFETY: every thread of the block is here (block-uniform returns).
-    let larger = unsafe { block_reduce(ExactSum::new(larger as u64)) }.get() as u32;
-    // SAFETY: the launch has TOP_SHARED_BYTES; barriers order the lists' writes and reads.
-    let lists = unsafe { (&raw mut (*gpu::dynamic_shared::<TopShared>()).lists).cast::<u64>() };
-    let entry = |w: u32| (w * MAX_TOP_LOGPROBS as u32 + lane) as usize;
-    if lane < list.n {
-        // SAFETY: warp < WARPS, lane < n <= MAX_TOP_LOGPROBS.
-        unsafe { lists.add(entry(warp)).write(list.key) };
-    }
-    // SAFETY: block-uniform.
-    unsafe { gpu::sync_threads() };
-    if warp != 0 {
-        return;
-    }
-    for w in 1..WARPS {
-        // SAFETY: written before the barrier; warp 0, converged.
-        let key = if lane < list.n { unsafe { lists.add(entry(w)).read() } } else { 0 };
-        unsafe { list.offer(key) };
-    }
+    let (list, larger) = unsafe { block_top(list, larger) };
     let chunks = p.chunks;
     let (list, larger) = if chunks == 1 {
         (list, larger)
     } else {
         // SAFETY: top_partials holds positions·chunks entries.
         let partials = unsafe { (p.top_partials as *mut TopPartial).add(at as usize * chunks as usize) };
-        let own = unsafe { partials.add(c as usize) };
-        if (lane as usize) < MAX_TOP_LOGPROBS {
-            // Zeros past `n`: `merge` reads the keys in pairs.
-            let key = if lane < list.n { list.key } else { 0 };
-            // SAFETY: lane < MAX_TOP_LOGPROBS.
-            unsafe { (&raw mut (*own).keys).cast::<u64>().add(lane as usize).write(key) };
+        let mut last = false;
+        if warp == 0 {
+            let own = unsafe { partials.add(c as usize) };
+            if (lane as usize) < MAX_TOP_LOGPROBS {
+                // Zeros past `n`: `merge` reads the keys in pairs.
+                let key = if lane < list.n { list.key } else { 0 };
+                // SAFETY: lane < MAX_TOP_LOGPROBS.
+                unsafe { (&raw mut (*own).keys).cast::<u64>().add(lane as usize).write(key) };
+            }
+            if lane == 0 {
+                unsafe { (&raw mut (*own).larger).write(larger) };
+            }
+            // SAFETY: all of warp 0 after the block's entry; counters holds `positions`.
+            last = unsafe { last_block::arrive((p.counters as *mut u32).add(at as usize), chunks) };
         }
-        if lane == 0 {
-            unsafe { (&raw mut (*own).larger).write(larger) };
-        }
-        // SAFETY: all of warp 0 after the block's entry; counters holds `positions`.
-        if !unsafe { last_block::arrive((p.counters as *mut u32).add(at as usize), chunks) } {
+        // SAFETY: block-uniform (every thread is here); then the whole last block merges.
+        if !unsafe { gpu::sync_threads_or(last) } {
             return;
         }
-        // SAFETY (both): every block of the position published (arrive).
-        unsafe { merge(partials, chunks, p.top_n) }
+        gpu::fence_device();
+        // SAFETY (both): every block of the position published (arrive); all threads.
+        let (list, larger) = unsafe { merge(partials, chunks, p.top_n) };
+        unsafe { block_top(list, larger) }
     };
+    if warp != 0 {
+        return;
+    }
     // SAFETY: the outputs hold positions · top_n entries; ids < vocab.
     unsafe {
         let n = p.top_n as usize;
@@ -477,16 +488,58 @@ unsafe fn top<V: Load>(p: &LogprobsParams) {
     }
 }
 
-/// The chunks' lists and counts of a position, merged by warp 0 of its last block.
+/// A log-probability in the order of the top-n and the rank: NaN as `-inf`.
+#[inline(always)]
+fn order(v: f32) -> f32 {
+    if v.is_nan() { f32::NEG_INFINITY } else { v }
+}
+
+/// The block's warps' lists merged, and their counts summed: valid in warp 0.
 ///
 /// # Safety
-/// All 32 lanes of one warp; `partials` holds `chunks` entries, each published (fenced).
+/// Every thread of the block calls this together (barriers), launched with
+/// `layout::TOP_SHARED_BYTES`.
+#[inline(always)]
+unsafe fn block_top(mut list: WarpTop, larger: u32) -> (WarpTop, u32) {
+    let (warp, lane) = (gpu::thread_idx_x() / WARP, gpu::thread_idx_x() % WARP);
+    // SAFETY: every thread of the block is here (caller).
+    let larger = unsafe { block_reduce(ExactSum::new(larger as u64)) }.get() as u32;
+    // SAFETY: the launch has TOP_SHARED_BYTES; barriers order the lists' writes and reads.
+    let lists = unsafe { (&raw mut (*gpu::dynamic_shared::<TopShared>()).lists).cast::<u64>() };
+    let entry = |w: u32| (w * MAX_TOP_LOGPROBS as u32 + lane) as usize;
+    if lane < list.n {
+        // SAFETY: warp < WARPS, lane < n <= MAX_TOP_LOGPROBS.
+        unsafe { lists.add(entry(warp)).write(list.key) };
+    }
+    // SAFETY: block-uniform.
+    unsafe { gpu::sync_threads() };
+    if warp == 0 {
+        for w in 1..WARPS {
+            // SAFETY: written before the barrier; warp 0, converged.
+            let key = if lane < list.n { unsafe { lists.add(entry(w)).read() } } else { 0 };
+            unsafe { list.offer(key) };
+        }
+    }
+    // The lists are read before any later use of the memory.
+    // SAFETY: block-uniform.
+    unsafe { gpu::sync_threads() };
+    // larger: valid in thread 0 (block_reduce); lane 0 of warp 0 writes the rank.
+    (list, larger)
+}
+
+/// The chunks' lists and counts of a position, merged by the whole last
+/// block: warp `w` takes chunks `w, w + WARPS, …` (each warp's list, to be
+/// merged by [`block_top`]).
+///
+/// # Safety
+/// Every thread of the block; `partials` holds `chunks` entries, each published (fenced).
 #[inline(always)]
 unsafe fn merge(partials: *const TopPartial, chunks: u32, n: u32) -> (WarpTop, u32) {
-    let lane = gpu::thread_idx_x() % WARP;
+    let (warp, lane) = (gpu::thread_idx_x() / WARP, gpu::thread_idx_x() % WARP);
     let mut list = WarpTop::new(n);
     let mut larger = 0u32;
-    for c in 0..chunks {
+    let mut c = warp;
+    while c < chunks {
         // SAFETY (all): c < chunks; 16-byte aligned pairs of keys, read from L2.
         let entry = unsafe { partials.add(c as usize) };
         let pair: [u64; 2] = if 2 * lane < n {
@@ -505,9 +558,9 @@ unsafe fn merge(partials: *const TopPartial, chunks: u32, n: u32) -> (WarpTop, u
             };
             larger += tail[0];
         }
+        c += WARPS;
     }
-    // SAFETY: the whole warp; lane 0 holds the sum.
-    (list, unsafe { gpu::shfl_idx_u32(larger, 0) })
+    (list, larger)
 }
 
 /// The two log-probability kernels for one dtype of values, exported under

@@ -158,6 +158,6 @@ impl Cuda {
         // SAFETY: the call's fields of `positions` are its checked views',
         // enqueued above; `check` matched the outputs to its rows, rows <=
         // max_rows (the split above).
-        unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs) }
+        unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs, false) }
     }
 }

@@ -150,19 +150,27 @@ pub(super) unsafe fn rejection_sample(
 }
 
 /// Launches the log-probability kernels of a call (`cuda::logprobs`): the
-/// log-sum-exps, then, where a top-n or rank is asked (`p.ranks`), the top-n.
+/// log-sum-exps (unless the call's passes wrote them: `lse` none), then,
+/// where a top-n or rank is asked (`p.ranks`), the top-n.
 ///
 /// # Safety
 /// `p` must have been built by `cuda::logprobs` from a checked call enqueued
 /// before on `stream`: every pointer valid for the extent its shape fields
 /// imply; the workspace holds `positions · chunks` partials and top
-/// partials, `positions` log-sum-exps and zeroed counters; `chunk · chunks >= vocab`.
-pub(super) unsafe fn logprobs((lse, top): (&Kernel, &Kernel), stream: &CudaStream, p: LogprobsParams) -> Result<()> {
+/// partials, `positions` log-sum-exps (written, without `lse`) and zeroed
+/// counters; `chunk · chunks >= vocab`.
+pub(super) unsafe fn logprobs(
+    (lse, top): (Option<&Kernel>, &Kernel),
+    stream: &CudaStream,
+    p: LogprobsParams,
+) -> Result<()> {
     stream.context().bind_to_thread()?;
     // SAFETY: the caller guarantees `p`; both grids are positions × chunks,
     // in order on one stream; the top-n kernel's shared memory.
     unsafe {
-        launch(lse, stream, (p.positions, p.chunks), &p)?;
+        if let Some(lse) = lse {
+            launch(lse, stream, (p.positions, p.chunks), &p)?;
+        }
         if p.ranks != 0 {
             launch_shared(top, stream, (p.positions, p.chunks), TOP_SHARED_BYTES, &p)?;
         }

@@ -22,20 +22,25 @@ pub(super) struct Sources {
 impl Cuda {
     /// Enqueues the log-probabilities `logprobs` asks for at the positions
     /// `p` describes (its call's fields set: op, rows, slots, tokens, …),
-    /// after the call on this backend's stream.
+    /// after the call on this backend's stream; with `in_passes`, the call's
+    /// passes wrote the processed ones and the log-sum-exps (a verify call
+    /// that asks for nothing raw): only the top-n, where asked, is left.
     ///
     /// # Safety
     /// `p`'s call fields come from the call's checked views, enqueued before
     /// on this stream; `logprobs` was checked against `p.positions`
-    /// (`Logprobs::check`); `p.positions <= ws.max_rows()`.
+    /// (`Logprobs::check`); `p.positions <= ws.max_rows()`; with
+    /// `in_passes`, the workspace's log-sum-exps of every emitted position
+    /// were written before on this stream.
     pub(super) unsafe fn logprobs(
         &self,
         ws: &Workspace,
         mut p: LogprobsParams,
         sources: Sources,
         logprobs: &mut Logprobs<'_, Device>,
+        in_passes: bool,
     ) -> Result<()> {
-        if logprobs.is_none() || p.positions == 0 {
+        if logprobs.is_none() || p.positions == 0 || (in_passes && logprobs.top.is_none()) {
             return Ok(());
         }
         let stream = &*self.stream;
@@ -51,7 +56,7 @@ impl Cuda {
         let split = ws.split(p.positions as usize, p.vocab as usize, first.0.blocks_per_sm, Spread::Statistics)?;
         (p.chunk, p.chunks) = (split.chunk, split.chunks);
         let (mut _g1, mut _g2, mut _g3) = (None, None, None);
-        if let Some(o) = &mut logprobs.processed {
+        if let Some(o) = logprobs.processed.as_mut().filter(|_| !in_passes) {
             let (ptr, g) = o.device_ptr_mut(stream);
             (p.processed, _g1) = (ptr, Some(g));
         }
@@ -81,10 +86,10 @@ impl Cuda {
         // `positions` lse entries and counters, chunk · chunks >= vocab.
         unsafe {
             p.source = 0;
-            launch::logprobs((&first.0, &first.1), stream, p)?;
+            launch::logprobs(((!in_passes).then_some(&first.0), &first.1), stream, p)?;
             if let Some(second) = &second {
                 p.source = 1;
-                launch::logprobs((&second.0, &second.1), stream, p)?;
+                launch::logprobs((Some(&second.0), &second.1), stream, p)?;
             }
         }
         Ok(())

@@ -7,6 +7,7 @@ use super::launch::Threshold;
 use super::logprobs::Sources;
 use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
 use crate::error::{Error, Result};
+use crate::logprobs::Distribution;
 use crate::memory::Device;
 use crate::rejection::{RejectionOutput, RejectionSample, Verification};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
@@ -60,10 +61,14 @@ impl Cuda {
             } else {
                 None
             };
-        // Processed log-probabilities alone: the passes write them, from the
-        // statistics they keep (no row read again), pass 1 in its kernels
-        // that do; anything more takes the log-probability kernels after the call.
-        let processed = out.logprobs.processed.is_some() && out.logprobs.raw.is_none() && out.logprobs.top.is_none();
+        // Log-probabilities of the processed distribution alone: the passes
+        // write them and their log-sum-exps, from the statistics they keep
+        // (no row read again), pass 1 in its kernels that do; a top-n of them
+        // then takes one kernel after the call, anything raw both of
+        // `cuda::logprobs`.
+        let processed = !out.logprobs.is_none()
+            && out.logprobs.raw.is_none()
+            && out.logprobs.top.as_ref().is_none_or(|t| t.distribution == Distribution::Processed);
         let (stats_variants, resample_variants) = if filtered {
             let op =
                 if processed { names::REJECTION_STATS_FILTERED_PROCESSED } else { names::REJECTION_STATS_FILTERED };
@@ -73,7 +78,7 @@ impl Cuda {
             )
         } else {
             let (op, small) = if processed {
-                (names::REJECTION_STATS_PROCESSED, None)
+                (names::REJECTION_STATS_PROCESSED, Some(names::REJECTION_STATS_SMALL_PROCESSED))
             } else {
                 (names::REJECTION_STATS, Some(names::REJECTION_STATS_SMALL))
             };
@@ -151,9 +156,12 @@ impl Cuda {
         let (num_emitted, _g10) = out.num_emitted.device_ptr_mut(stream);
         p.num_emitted = num_emitted;
         let mut _g15 = None;
-        if let Some(processed) = out.logprobs.processed.as_mut().filter(|_| processed) {
-            let (ptr, g) = processed.device_ptr_mut(stream);
+        if let Some(out) = out.logprobs.processed.as_mut().filter(|_| processed) {
+            let (ptr, g) = out.device_ptr_mut(stream);
             (p.processed, _g15) = (ptr, Some(g));
+        }
+        if processed && out.logprobs.top.is_some() {
+            p.lse = workspace.scratch + ws.logprobs_regions().1;
         }
         let mut _g11 = None;
         if let Some(a) = &mut out.accepted {
@@ -217,14 +225,12 @@ impl Cuda {
         // `num_slots` entries; a synthetic call's rates fit the workspace's
         // MAX_SYNTHETIC_DRAFTS entries (K <= MAX_SYNTHETIC_DRAFTS, above).
         unsafe { launch::rejection_sample((rates, threshold, &stats, &resample), stream, p)? };
-        if p.processed != 0 {
-            return Ok(());
-        }
         drop(_g15);
         let sources = Sources { values: target_dtype, rounded: None };
         // SAFETY: the call's fields of `positions` are its checked views',
         // enqueued above; `check` matched the outputs to its positions,
-        // requests · (K + 1) <= max_rows (the split above).
-        unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs) }
+        // requests · (K + 1) <= max_rows (the split above); with `processed`,
+        // the passes wrote the log-sum-exps of the emitted positions (p.lse).
+        unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs, processed) }
     }
 }

@@ -13,6 +13,7 @@ use crate::load::Load;
 use crate::shared;
 use crate::threshold::log_prob;
 use specdec_core::layout::{RejectionParams, WARPS};
+use specdec_core::scratch::LogprobsLse;
 use specdec_core::logspace::residual_mass_bound;
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::block_verification::below;
@@ -213,7 +214,7 @@ pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERE
                 raw_log_prob(unsafe { (*target_row::<T>(p, req.row0 + j).add(dec.best as usize)).as_f32() }, dec.lse_t)
             };
             // SAFETY: r < requests, i <= K.
-            unsafe { write_processed(p, r, i, log_p) };
+            unsafe { write_processed(p, r, i, log_p, dec.lse_t, greedy) };
         }
         i += WARP;
     }
@@ -245,7 +246,7 @@ unsafe fn write_invalid(p: &RejectionParams, r: u32, flags: u32) {
         unsafe {
             write_request_token(p, r, i, -1);
             if p.processed != 0 {
-                write_processed(p, r, i, f32::NAN);
+                (p.processed as *mut f32).add((r * (p.max_drafts + 1) + i) as usize).write(f32::NAN);
             }
         };
         i += WARP;
@@ -302,21 +303,19 @@ impl Request {
         // Synthetic acceptance (SPEC §4.12) decides by the rate alone; a
         // rejected sampling row still seeds its residual's floors below.
         let synthetic = p.rates != 0;
-        let by_rate = synthetic && {
-            // SAFETY: row.row < n_r <= max_drafts entries (the rates kernel wrote them).
-            let rate = unsafe { *(p.rates as *const f32).add(row.row as usize) };
-            below(random_u32(self.slot.seed, row.pos, Stream::Accept, 0), f64::from(rate))
-        };
         if self.slot.greedy() {
-            let accepted = if synthetic { by_rate } else { d as u32 == row.best };
+            // SAFETY (both): row.row < n_r.
+            let accepted = if synthetic { unsafe { by_rate(p, self.slot.seed, row) } } else { d as u32 == row.best };
             if accepted && PROCESSED {
                 // SAFETY: row0 + row < rows, 0 <= d < vocab.
                 let t = unsafe { (*target_row::<T>(p, self.row0 + row.row).add(d as usize)).as_f32() };
                 // SAFETY: r < requests, row.row < n_r.
-                unsafe { write_processed(p, r, row.row, raw_log_prob(t, row.lse_t)) };
+                unsafe { write_processed(p, r, row.row, raw_log_prob(t, row.lse_t), row.lse_t, true) };
             }
             return accepted;
         }
+        // SAFETY: row.row < n_r.
+        let by_rate = synthetic && unsafe { by_rate(p, self.slot.seed, row) };
         if by_rate && !PROCESSED {
             return true;
         }
@@ -340,7 +339,7 @@ impl Request {
         if by_rate || (!synthetic && accepts(random_u32(self.slot.seed, row.pos, Stream::Accept, 0), log_q, log_p)) {
             if PROCESSED {
                 // SAFETY: r < requests, row.row < n_r.
-                unsafe { write_processed(p, r, row.row, log_p) };
+                unsafe { write_processed(p, r, row.row, log_p, row.lse_t, false) };
             }
             return true;
         }
@@ -352,16 +351,41 @@ impl Request {
     }
 }
 
-/// Writes position `i` of request `r`'s processed log-probabilities (by
-/// every lane that calls it: the same value).
+/// Whether synthetic acceptance (SPEC §4.12) accepts draft row `row.row`
+/// (seeded `seed`): its acceptance uniform below the row's rate, in `f64`
+/// as the CPU's. Out of line: the decision's code stays as compact as
+/// without it (a small call fetches it cold).
 ///
 /// # Safety
-/// `p.processed != 0`; `r < requests`, `i <= max_drafts`.
+/// `p.rates != 0`; `row.row < n_r <= max_drafts` (the rates kernel wrote that many).
+#[inline(never)]
+unsafe fn by_rate(p: &RejectionParams, seed: u64, row: &RowDecision) -> bool {
+    // SAFETY: the rates hold max_drafts entries (caller).
+    let rate = unsafe { *(p.rates as *const f32).add(row.row as usize) };
+    below(random_u32(seed, row.pos, Stream::Accept, 0), f64::from(rate))
+}
+
+/// Writes position `i` of request `r`'s processed log-probability `log_p`
+/// and, for a top-n kernel after the call, its log-sum-exps (`lse_t` of its
+/// target row: a greedy request's at `T = 1`, its raw one too), where the
+/// call asks for them (`RejectionParams::processed`, `lse`); by every lane
+/// that calls it, the same values.
+///
+/// # Safety
+/// `r < requests`, `i <= max_drafts`.
 #[inline(always)]
-unsafe fn write_processed(p: &RejectionParams, r: u32, i: u32, log_p: f32) {
+pub(super) unsafe fn write_processed(p: &RejectionParams, r: u32, i: u32, log_p: f32, lse_t: f32, greedy: bool) {
     let at = r as usize * (p.max_drafts as usize + 1) + i as usize;
-    // SAFETY: processed holds requests·(K+1) entries (caller).
-    unsafe { (p.processed as *mut f32).add(at).write(log_p) };
+    // SAFETY: processed and lse hold requests·(K+1) entries where given (host-sized).
+    unsafe {
+        if p.processed != 0 {
+            (p.processed as *mut f32).add(at).write(log_p);
+        }
+        if p.lse != 0 {
+            let lse = LogprobsLse { raw: if greedy { lse_t } else { f32::NAN }, processed: lse_t };
+            (p.lse as *mut LogprobsLse).add(at).write(lse);
+        }
+    }
 }
 
 /// The raw log-probability of a value `x` in a row of log-sum-exp `lse` at

@@ -155,7 +155,7 @@ unsafe fn write_request_token(p: &RejectionParams, r: u32, i: u32, token: i64) {
     unsafe { write_token(p.tokens, p.tokens_i64, at, token) }
 }
 
-/// The eleven entry points of `rejection_sample` for each (target, draft
+/// The twelve entry points of `rejection_sample` for each (target, draft
 /// logits) dtype pair, in a module per pair, exported under their `names` symbols.
 macro_rules! rejection_kernels {
     ($($pair:ident: $t:ident => $d:ident;)*) => {$(
@@ -239,6 +239,18 @@ macro_rules! rejection_kernels {
             pub unsafe extern "ptx-kernel" fn stats_processed(p: RejectionParams) {
                 // SAFETY: forwarded.
                 unsafe { super::stats::stats::<$t, $d, 4, false, false, true>(&p) }
+            }
+
+            /// `stats_processed` reading one quad a batch, keeping the overlaps
+            /// (`names::REJECTION_STATS_SMALL_PROCESSED`): the host's pick
+            /// where it would take `stats_small`.
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher.
+            #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_SMALL_PROCESSED, $t, $d))]
+            pub unsafe extern "ptx-kernel" fn stats_small_processed(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::stats::stats::<$t, $d, 1, true, false, true>(&p) }
             }
 
             /// `stats_processed` of a call with filters, after `threshold`

@@ -6,6 +6,7 @@
 //! writes token `j` once the result is certified against the job's floors,
 //! or folds the row again unseeded.
 
+use super::accept::write_processed;
 use super::stats::thresholds;
 use super::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, ResampleJob, draft_row, target_row, write_request_token};
 use crate::block::{Reduce, block_reduce, warp_best};
@@ -71,7 +72,8 @@ pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32, const FILTERED: bo
 }
 
 /// Writes the token of request `r`'s job and, where the call asks for it
-/// (`RejectionParams::processed`), its processed log-probability: under the
+/// (`RejectionParams::processed`, `lse`), its processed log-probability and
+/// log-sum-exp: under the
 /// target row's kept set and log-sum-exp (the job's `lse_t`), as the CPU
 /// twin's `Dist::log_prob`, a NaN logit `-inf`.
 ///
@@ -82,7 +84,7 @@ pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32, const FILTERED: bo
 unsafe fn write_job_token<T: Load, const FILTERED: bool>(p: &RejectionParams, r: u32, job: &ResampleJob, token: u32) {
     // SAFETY: r < requests, column <= K (the job's).
     unsafe { write_request_token(p, r, job.column, token as i64) };
-    if p.processed == 0 {
+    if p.processed == 0 && p.lse == 0 {
         return;
     }
     let log_p = if token < p.vocab {
@@ -95,9 +97,8 @@ unsafe fn write_job_token<T: Load, const FILTERED: bool>(p: &RejectionParams, r:
     } else {
         f32::NAN
     };
-    let at = r as usize * (p.max_drafts as usize + 1) + job.column as usize;
-    // SAFETY: processed holds requests·(K+1) entries.
-    unsafe { (p.processed as *mut f32).add(at).write(log_p) };
+    // SAFETY: r < requests, column <= K; a resample job's request samples.
+    unsafe { write_processed(p, r, job.column, log_p, job.lse_t, false) };
 }
 
 /// Ids `start .. end` of the job's row folded by the block, up to `Q` quads a
