@@ -57,6 +57,10 @@ fn check(report: &Value, drafts: u64) {
     let tpv = f(&report["tokens_per_verify"]);
     assert!((1.0..=(drafts + 1) as f64).contains(&tpv), "tokens per verify {tpv}");
     assert!(f(&report["us_per_sample_call"]) > 0.0 && f(&report["us_per_verify_call"]) > 0.0);
+    // Each emitted token's log-probability is that of a token drawn from
+    // its distribution: their mean estimates minus its entropy, at most ln V.
+    let (mean, vocab) = (f(&report["mean_logprob"]), f(&report["sizes"]["vocab"]));
+    assert!(mean < 0.0 && mean > -vocab.ln(), "mean log-probability {mean} at V = {vocab}");
     let greedy = &report["greedy"];
     assert_eq!(greedy["mismatches"], 0, "greedy requests emit the argmax chain: {greedy}");
     assert!(greedy["tokens"].as_u64().unwrap() > 0);
