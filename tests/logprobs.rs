@@ -195,6 +195,45 @@ test_device!(drafting_into_rounding_draft_logits_reports_the_stored_values, |bac
     assert!((got - unrounded[token]).abs() > 10.0 * tolerance(lse), "the stored row's, not the logits'");
 });
 
+// A drafting batch into rounding draft logits, per-row columns: the rows of
+// a slot (sampling or greedy) report the stored values they were sampled
+// from, a padding row (slot -1, nothing stored) its logits; every output
+// against the reference of those values (on CUDA, two launches of the
+// log-probability kernels, one for each kind of row).
+test_device!(a_rounding_drafting_batch_reports_each_rows_own_values, |backend, scale| {
+    use specdec::{Column, DraftLogitsMut, DraftLogitsShape};
+    let (vocab, n) = (999usize, 5usize);
+    let slots = [-1i32, 0, 1, 0];
+    let columns = [0i32, 1, 0, 2];
+    let rows = slots.len();
+    let raw: Vec<f32> =
+        (0..rows).flat_map(|r| mixed_logits(vocab, 60 + r as u64).into_iter().map(|x| x * 1.37 + 0.001)).collect();
+    let (temperature, seed) = ([0.8f32, 0.0], [3u64, 4]);
+    let pos: Vec<u64> = (0..rows as u64).map(|r| 9 + r).collect();
+    let call =
+        GumbelSample::new(Logits::new(&raw, rows, vocab), &slots, &pos, SamplingParams::new(&temperature, &seed))
+            .drafting();
+    let mut cache = vec![half::bf16::ZERO; 2 * 3 * vocab];
+    let mut tokens = vec![0i32; rows];
+    let mut got = Got::new(rows, n);
+    let draft = DraftLogitsMut::new(&mut cache[..], DraftLogitsShape::dense(2, 3, vocab));
+    let mut out = GumbelOutput::new(&mut tokens)
+        .with_draft_logits(draft, Column::per_row(&columns[..]))
+        .with_logprobs(got.outputs(n, Distribution::Processed));
+    backend.gumbel_sample(&call, &mut out).expect("a valid call");
+    for (r, &slot) in slots.iter().enumerate() {
+        let logits = &raw[r * vocab..(r + 1) * vocab];
+        let values: Vec<f32> = if slot >= 0 {
+            logits.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect()
+        } else {
+            logits.to_vec()
+        };
+        let t = if slot >= 0 { temperature[slot as usize] } else { 0.0 };
+        let ctx = format!("row {r} (slot {slot}, T {t})");
+        check_position(&got, r, n, Distribution::Processed, &values, t, Filter::OFF, tokens[r] as usize, &ctx);
+    }
+});
+
 // Rows of a few levels, each tied many times, and `-inf`: the top-n ids
 // are the levels' ids in order, the smaller id first within a level, and
 // the rank counts the ids of larger levels; exactly, for both
