@@ -64,15 +64,13 @@ impl Cuda {
             let (ptr, g) = o.device_ptr_mut(stream);
             (p.raw, _g2) = (ptr, Some(g));
         }
-        let mut _g4 = None;
         if let Some(top) = &mut logprobs.top {
             let (a, ga) = top.logprobs.device_ptr_mut(stream);
             let (b, gb) = top.ids.device_ptr_mut(stream);
             let (c, gc) = top.ranks.device_ptr_mut(stream);
             (p.top_logprobs, p.top_ids, p.ranks) = (a, b, c);
             (p.top_n, p.top_raw) = (top.n as u32, (top.distribution == Distribution::Raw) as u32);
-            _g3 = Some((ga, gb));
-            _g4 = Some(gc);
+            _g3 = Some((ga, gb, gc));
         }
         let (partials, lse, top_partials) = ws.logprobs_regions();
         p.partials = workspace.scratch + partials;

@@ -129,15 +129,8 @@ impl Cuda {
             floor_margin: self.floor_margin,
             ..RejectionParams::default()
         };
-        let rates = rates.map(|rates| {
-            let mut params = RatesParams { rates: [0.0; MAX_SYNTHETIC_DRAFTS], dst: 0, count: rates.len() as u32 };
-            params.rates[..rates.len()].copy_from_slice(rates);
-            params
-        });
-        let rates_kernel = rates
-            .is_some()
-            .then(|| self.kernels.function(names::REJECTION_RATES.symbol(DType::F32, DType::F32)))
-            .transpose()?;
+        let rates_kernel =
+            rates.map(|_| self.kernels.function(names::REJECTION_RATES.symbol(DType::F32, DType::F32))).transpose()?;
         let (mut _g8, mut _g13) = (None, None);
         if let Some(d) = &args.draft_logits {
             let (ptr, g) = d.data.device_ptr(stream);
@@ -192,9 +185,11 @@ impl Cuda {
         p.status = workspace.status;
         p.counters = workspace.counters;
         let threshold = threshold.as_ref().map(|kernel| Threshold { kernel, search: search.as_ref() });
-        let rates = rates_kernel.as_ref().zip(rates).map(|(kernel, mut params)| {
-            params.dst = workspace.scratch + ws.rates_region();
-            p.rates = params.dst;
+        let rates = rates_kernel.as_ref().zip(rates).map(|(kernel, rates)| {
+            let dst = workspace.scratch + ws.rates_region();
+            let mut params = RatesParams { rates: [0.0; MAX_SYNTHETIC_DRAFTS], dst, count: rates.len() as u32 };
+            params.rates[..rates.len()].copy_from_slice(rates);
+            p.rates = dst;
             (kernel, params)
         });
         let positions = LogprobsParams {
