@@ -41,7 +41,8 @@
 //!   asking also for each emitted token's processed log-probability (name
 //!   suffix ` +logprobs`), or for it and the top 20 (`MAX_TOP_LOGPROBS`)
 //!   under the processed distribution with the emitted token's rank
-//!   (` +top20`). Each runs beside the plain call of the grid (the name less
+//!   (` +top20`), or verifying each request's drafts as a block (REFERENCE
+//!   §4.11: ` +block`). Each runs beside the plain call of the grid (the name less
 //!   the suffix; kept by `--only` with it), and its time over that call's is
 //!   printed, in `bench.md`'s "Outputs cases" table and as `outputs_ratio` in
 //!   `bench.json`; its bytes are the plain call's.
@@ -395,6 +396,9 @@ enum Outputs {
     /// That, and the top `MAX_TOP_LOGPROBS` (20) of each emitted position
     /// under the processed distribution with the emitted token's rank.
     Top20,
+    /// The tokens alone, by block verification (REFERENCE §4.11) rather
+    /// than the draft-by-draft rule.
+    Block,
 }
 
 impl Outputs {
@@ -404,6 +408,7 @@ impl Outputs {
             Outputs::Plain => String::new(),
             Outputs::Logprobs => " +logprobs".to_string(),
             Outputs::Top20 => format!(" +top{MAX_TOP_LOGPROBS}"),
+            Outputs::Block => " +block".to_string(),
         }
     }
 
@@ -413,6 +418,7 @@ impl Outputs {
             Outputs::Plain => "null".to_string(),
             Outputs::Logprobs => json_str("logprobs"),
             Outputs::Top20 => json_str(&format!("top{MAX_TOP_LOGPROBS}")),
+            Outputs::Block => json_str("block"),
         }
     }
 }
@@ -579,7 +585,7 @@ fn grid() -> Vec<Spec> {
             }
             // Outputs beside the tokens, each beside the plain call of the grid above.
             for b in OUTPUT_REQUESTS {
-                for outputs in [Outputs::Logprobs, Outputs::Top20] {
+                for outputs in [Outputs::Logprobs, Outputs::Top20, Outputs::Block] {
                     let mode = VerifyMode::Bf16Draft;
                     grid.push(Spec::Rejection { mode, bf16_target: false, b, k: 7, vocab, filter: None, outputs });
                 }
@@ -915,7 +921,7 @@ struct OutputArrays {
 impl OutputArrays {
     fn alloc(s: &Arc<CudaStream>, outputs: Outputs, positions: usize, case: &str) -> OutputArrays {
         let top_len = positions * MAX_TOP_LOGPROBS;
-        let processed = (outputs != Outputs::Plain).then(|| s.alloc_zeros::<f32>(positions));
+        let processed = matches!(outputs, Outputs::Logprobs | Outputs::Top20).then(|| s.alloc_zeros::<f32>(positions));
         let top = (outputs == Outputs::Top20).then(|| {
             Ok::<_, cudarc::driver::DriverError>((
                 s.alloc_zeros::<f32>(top_len)?,
@@ -1163,7 +1169,7 @@ impl Bench {
                 params: SamplingParams::new(temps.slice(..VERIFY_SLOTS), buf.seeds.slice(..VERIFY_SLOTS))
                     .with_filters(filters.view(VERIFY_SLOTS)),
                 max_drafts: k,
-                verification: Verification::Token,
+                verification: if outputs == Outputs::Block { Verification::Block } else { Verification::Token },
                 draft_logits: (mode == VerifyMode::Bf16Draft).then(|| DraftLogits::new(&buf.draft, draft_shape)),
             };
             let mut out = RejectionOutput::new(&mut vtokens, &mut num_emitted)
@@ -1469,7 +1475,8 @@ fn write_outputs(device: &str, copy: &CopyCeiling, cases: &[Case], host: &[HostC
     if !with_outputs.is_empty() {
         md.push_str(&format!(
             "\nOutputs cases (REFERENCE §8: ` +logprobs` each emitted token's processed log-probability, \
-             ` +top{MAX_TOP_LOGPROBS}` also the top {MAX_TOP_LOGPROBS} under it with the emitted token's rank), each \
+             ` +top{MAX_TOP_LOGPROBS}` also the top {MAX_TOP_LOGPROBS} under it with the emitted token's rank, \
+             ` +block` block verification, REFERENCE §4.11), each \
              beside the plain call (its name less the suffix):\n\n\
              | outputs case | µs | plain µs | outputs / plain |\n| --- | ---: | ---: | ---: |\n"
         ));

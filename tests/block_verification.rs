@@ -8,13 +8,14 @@
 //! expectation is known exactly.
 
 use specdec::filter::Filter;
-use specdec::{Backend, DType, Verification};
+use specdec::{DType, Verification};
 use specdec_core::block_verification::{next_weight, stop_probability};
 use specdec_suite::drafting::{
     Drafted, FixedPositions, MIN_POSITION_DRAWS, check_filtered_positions, check_positions, perturbed, run_split,
     target_row, zipf_logits,
 };
 use specdec_suite::inputs::Rng;
+use specdec_suite::test_device;
 use std::collections::HashMap;
 
 /// A model's next-token distribution after each prefix (of ids `< v`).
@@ -199,21 +200,19 @@ fn the_papers_example_enumerates_to_its_figures() {
     assert!((token - 10.0 / 9.0).abs() < 1e-12 && (block - 11.0 / 9.0).abs() < 1e-12, "token {token}, block {block}");
 }
 
-/// The paper's example through `rejection_sample`: drafts sampled by
-/// `gumbel_sample(drafting)` from the drafter's logits, 40,000 requests of
-/// two drafts. The mean accepted drafts is within 6 standard errors of
-/// 10/9 draft by draft and of 11/9 as a block, on the same drafts.
-#[test]
-fn mean_accepted_drafts_match_the_exact_gain() {
-    let cpu = Backend::cpu();
+// The paper's example through `rejection_sample`: drafts sampled by
+// `gumbel_sample(drafting)` from the drafter's logits, 40,000 requests of
+// two drafts. The mean accepted drafts is within 6 standard errors of
+// 10/9 draft by draft and of 11/9 as a block, on the same drafts.
+test_device!(mean_accepted_drafts_match_the_exact_gain, |backend, _scale| {
     let requests = 40_000;
     let ln = |x: f64| x.ln() as f32;
     let target = [ln(1.0 / 3.0), ln(2.0 / 3.0)];
     let case = FixedPositions { distinct_targets: false, ..FixedPositions::new(2, 2, 1.0, requests) };
-    let Drafted { mut verify, .. } = case.build(&cpu, &target, |_, _| vec![ln(2.0 / 3.0), ln(1.0 / 3.0)]);
+    let Drafted { mut verify, .. } = case.build(&backend, &target, |_, _| vec![ln(2.0 / 3.0), ln(1.0 / 3.0)]);
     for (verification, want) in [(Verification::Token, 10.0 / 9.0), (Verification::Block, 11.0 / 9.0)] {
         verify.verification = verification;
-        let out = run_split(&verify, &cpu);
+        let out = run_split(&verify, &backend);
         let accepted: Vec<f64> = out.accepted.iter().map(|&a| f64::from(a)).collect();
         let mean = accepted.iter().sum::<f64>() / requests as f64;
         let var = accepted.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / (requests - 1) as f64;
@@ -223,15 +222,13 @@ fn mean_accepted_drafts_match_the_exact_gain() {
             "{verification:?}: mean accepted {mean:.4} against {want:.4} (se {se:.4})"
         );
     }
-}
+});
 
-/// Every position's tokens follow its target under block verification (the
-/// chi-square of `rejection_stats.rs`, its inputs: Zipf targets, noisy
-/// drafters, f32 and bf16 draft logits and one-hot drafts), and the block
-/// accepts at least as many drafts as the draft-by-draft rule on the same drafts.
-#[test]
-fn every_position_follows_the_target() {
-    let cpu = Backend::cpu();
+// Every position's tokens follow its target under block verification (the
+// chi-square of `rejection_stats.rs`, its inputs: Zipf targets, noisy
+// drafters, f32 and bf16 draft logits and one-hot drafts), and the block
+// accepts at least as many drafts as the draft-by-draft rule on the same drafts.
+test_device!(every_position_follows_the_target, |backend, _scale| {
     let (vocab, requests) = (4096, 10_240);
     let base = zipf_logits(vocab, 1.0, 64, 0x21F);
     for (k, t) in [(3usize, 1.0f32), (7, 0.6)] {
@@ -242,10 +239,10 @@ fn every_position_follows_the_target() {
             let case = FixedPositions { draft_dtype, one_hot, pos0, ..FixedPositions::new(vocab, k, t, requests) };
             let sharpen = if one_hot { 3.0 } else { 1.0 };
             let Drafted { mut verify, targets } =
-                case.build(&cpu, &base, |i, row| perturbed(i, row, 1.5).into_iter().map(|x| x * sharpen).collect());
-            let token: i64 = run_split(&verify, &cpu).accepted.iter().map(|&a| i64::from(a)).sum();
+                case.build(&backend, &base, |i, row| perturbed(i, row, 1.5).into_iter().map(|x| x * sharpen).collect());
+            let token: i64 = run_split(&verify, &backend).accepted.iter().map(|&a| i64::from(a)).sum();
             verify.verification = Verification::Block;
-            let out = run_split(&verify, &cpu);
+            let out = run_split(&verify, &backend);
             let ctx = format!("block, {case:?}");
             let draws = check_positions(&out, &targets, t, &ctx);
             let block: i64 = out.accepted.iter().map(|&a| i64::from(a)).sum();
@@ -256,14 +253,12 @@ fn every_position_follows_the_target() {
             assert!(block as f64 >= token as f64 - slack, "{ctx}: block accepted {block}, token {token}");
         }
     }
-}
+});
 
-/// A small vocabulary, a drafter far from the target, many requests: every
-/// bin is large, so a residual drawn without the block's weight `p_τ` (the
-/// draft-by-draft residual at row `τ`) fails the chi-square.
-#[test]
-fn small_vocabulary_positions_follow_the_target() {
-    let cpu = Backend::cpu();
+// A small vocabulary, a drafter far from the target, many requests: every
+// bin is large, so a residual drawn without the block's weight `p_τ` (the
+// draft-by-draft residual at row `τ`) fails the chi-square.
+test_device!(small_vocabulary_positions_follow_the_target, |backend, _scale| {
     let (vocab, requests) = (8, 40_000);
     let base: Vec<f32> = (0..vocab).map(|i| ((i * 5) % 8) as f32 * 0.4).collect();
     for (k, t, one_hot) in [(3usize, 1.0f32, false), (3, 0.8, true)] {
@@ -272,26 +267,24 @@ fn small_vocabulary_positions_follow_the_target() {
             pos0: 0x5A11 << 32 | (k as u64) << 8,
             ..FixedPositions::new(vocab, k, t, requests)
         };
-        let Drafted { mut verify, targets } = case.build(&cpu, &base, |i, row| perturbed(i + 11, row, 3.0));
+        let Drafted { mut verify, targets } = case.build(&backend, &base, |i, row| perturbed(i + 11, row, 3.0));
         verify.verification = Verification::Block;
-        let out = run_split(&verify, &cpu);
+        let out = run_split(&verify, &backend);
         let draws = check_positions(&out, &targets, t, &format!("block, {case:?}"));
         assert!(draws[2] >= MIN_POSITION_DRAWS, "positions 0..=2 are fit: {draws:?}");
     }
-}
+});
 
-/// A block of one draft is the draft-by-draft rule (`h_1 = min(p/q, 1)`,
-/// the same acceptance word), and greedy requests verify as they always
-/// do: the same outputs, bit for bit, either way.
-#[test]
-fn one_draft_blocks_and_greedy_requests_are_the_token_rule() {
-    let cpu = Backend::cpu();
+// A block of one draft is the draft-by-draft rule (`h_1 = min(p/q, 1)`,
+// the same acceptance word), and greedy requests verify as they always
+// do: the same outputs, bit for bit, either way.
+test_device!(one_draft_blocks_and_greedy_requests_are_the_token_rule, |backend, _scale| {
     let base = zipf_logits(1024, 1.0, 64, 7);
     for (k, t) in [(1usize, 1.0f32), (3, 0.0)] {
         for one_hot in [false, true] {
             let case =
                 FixedPositions { one_hot, pos0: 0x1D << 40 | (k as u64) << 8, ..FixedPositions::new(1024, k, t, 2000) };
-            let Drafted { mut verify, .. } = case.build(&cpu, &base, |i, row| perturbed(i, row, 1.5));
+            let Drafted { mut verify, .. } = case.build(&backend, &base, |i, row| perturbed(i, row, 1.5));
             if t == 0.0 {
                 // Greedy requests: each row's argmax as its draft half the time.
                 let best: Vec<i32> = (0..verify.rows)
@@ -303,22 +296,20 @@ fn one_draft_blocks_and_greedy_requests_are_the_token_rule() {
                     }
                 }
             }
-            let token = run_split(&verify, &cpu);
+            let token = run_split(&verify, &backend);
             verify.verification = Verification::Block;
-            let block = run_split(&verify, &cpu);
+            let block = run_split(&verify, &backend);
             let ctx = format!("K {k}, T {t}, one-hot {one_hot}");
             assert_eq!(block.tokens, token.tokens, "{ctx}: tokens");
             assert_eq!(block.num_emitted, token.num_emitted, "{ctx}: emitted");
         }
     }
-}
+});
 
-/// Block verification against filtered targets (SPEC §7.3): every position
-/// follows the target renormalised on its kept set, with drafts sampled
-/// unfiltered or with the same filters (and declared so), draft logits or one-hot.
-#[test]
-fn filtered_positions_follow_the_filtered_target() {
-    let cpu = Backend::cpu();
+// Block verification against filtered targets (SPEC §7.3): every position
+// follows the target renormalised on its kept set, with drafts sampled
+// unfiltered or with the same filters (and declared so), draft logits or one-hot.
+test_device!(filtered_positions_follow_the_filtered_target, |backend, _scale| {
     let (vocab, requests, k, t) = (4096, 10_240, 3, 1.0);
     let base = zipf_logits(vocab, 1.0, 64, 0x21F);
     let filters = [Filter { top_k: 50, ..Filter::OFF }, Filter { top_p: 0.8, min_p: 0.01, ..Filter::OFF }];
@@ -335,27 +326,25 @@ fn filtered_positions_follow_the_filtered_target() {
             };
             let sharpen = if one_hot { 3.0 } else { 1.0 };
             let Drafted { mut verify, targets } =
-                case.build(&cpu, &base, |i, row| perturbed(i, row, 1.0).into_iter().map(|x| x * sharpen).collect());
+                case.build(&backend, &base, |i, row| perturbed(i, row, 1.0).into_iter().map(|x| x * sharpen).collect());
             verify.verification = Verification::Block;
-            let out = run_split(&verify, &cpu);
+            let out = run_split(&verify, &backend);
             let draws = check_filtered_positions(&out, &targets, t, filter, &format!("block, {case:?}"));
             assert!(draws[1] >= MIN_POSITION_DRAWS, "position 1 is fit: {draws:?}");
         }
     }
-}
+});
 
-/// A draft whose target or draft logit is NaN is rejected (SPEC §4.10) under
-/// the block rule too: its weight is 0, so no block reaches past it.
-#[test]
-fn a_draft_with_a_nan_logit_is_never_accepted() {
-    let cpu = Backend::cpu();
+// A draft whose target or draft logit is NaN is rejected (SPEC §4.10) under
+// the block rule too: its weight is 0, so no block reaches past it.
+test_device!(a_draft_with_a_nan_logit_is_never_accepted, |backend, _scale| {
     let base = zipf_logits(256, 1.0, 64, 5);
     for nan_in_draft in [false, true] {
         let case = FixedPositions { pos0: 0x4A4E << 32, ..FixedPositions::new(256, 3, 1.0, 400) };
         // The drafter is the target itself: every draft would be accepted.
-        let Drafted { mut verify, .. } = case.build(&cpu, &base, |_, row| row.to_vec());
+        let Drafted { mut verify, .. } = case.build(&backend, &base, |_, row| row.to_vec());
         verify.verification = Verification::Block;
-        let before: i32 = run_split(&verify, &cpu).accepted.iter().sum();
+        let before: i32 = run_split(&verify, &backend).accepted.iter().sum();
         for r in 0..verify.requests() {
             let row = verify.offsets[r] as usize;
             let d = verify.drafts[row] as usize;
@@ -367,9 +356,9 @@ fn a_draft_with_a_nan_logit_is_never_accepted() {
                 specdec_suite::drafting::set_target(&mut verify, row, d, f32::NAN);
             }
         }
-        let out = run_split(&verify, &cpu);
+        let out = run_split(&verify, &backend);
         assert!(before > 1000, "without NaN the drafts are accepted ({before})");
         let what = if nan_in_draft { "draft" } else { "target" };
         assert!(out.accepted.iter().all(|&a| a == 0), "{what} NaN at the draft: accepted {:?}", &out.accepted[..16]);
     }
-}
+});

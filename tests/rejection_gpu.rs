@@ -6,7 +6,7 @@
 #![cfg(feature = "gpu")]
 
 use specdec::status::{INVALID_DRAFT, INVALID_OFFSETS, INVALID_SLOT, INVALID_TEMPERATURE};
-use specdec::{Backend, DType};
+use specdec::{Backend, DType, Verification};
 use specdec_suite::agreement::{Agreement, MIN_DECISIONS, compare, pick};
 use specdec_suite::drafting::{
     Drafted, FixedPositions, RandomSpec, check_positions, perturbed, random_verify, run_split, select_requests,
@@ -36,6 +36,45 @@ fn gpu_tokens_equal_cpu_tokens_but_near_thresholds() {
     }
     eprintln!("CPU vs GPU: {tally:?}");
     tally.assert_rare_near(MIN_DECISIONS);
+}
+
+/// Block verification (REFERENCE §4.11) on the GPU against the CPU twin,
+/// on random batches (ragged, padding, placeholders, greedy and sampling
+/// slots, one-hot drafts and draft logits, rows of one chunk and of many,
+/// blocks past one warp's lanes): the same outputs, request by request, but
+/// for rare sampling requests whose residual mass, summed in another order
+/// (on the GPU from `f32` terms), decides a stop test the other way: fewer
+/// than one in a thousand. Greedy requests agree exactly.
+#[test]
+fn block_verification_gives_the_cpu_tokens() {
+    let (gpu, mut rng) = (cuda(), Rng::new(0xB10C));
+    let (mut sampled, mut differ) = (0usize, 0usize);
+    for (vocab, requests, k) in [(999, 2048, 4), (4097, 512, 7), (151_936, 8, 4), (151_936, 1, 7), (999, 64, 40)] {
+        for target in DType::ALL {
+            for draft in [None, Some(DType::F32), Some(DType::BF16)] {
+                let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, k, target, draft));
+                v.verification = Verification::Block;
+                let ctx = format!("V {vocab} K {k} target {target:?} draft {draft:?}");
+                let (want, got) = (run_split(&v, &Backend::cpu()), v.run(&gpu).expect("block verification on the GPU"));
+                assert_eq!(want.row_status, got.row_status, "{ctx}: row status");
+                for r in 0..requests {
+                    let same = want.request(r) == got.request(r)
+                        && (want.num_emitted[r], want.accepted[r]) == (got.num_emitted[r], got.accepted[r]);
+                    assert!(
+                        same || !v.is_greedy(r),
+                        "{ctx}: greedy request {r}: cpu {:?} gpu {:?}",
+                        want.request(r),
+                        got.request(r)
+                    );
+                    sampled += !v.is_greedy(r) as usize;
+                    differ += !same as usize;
+                }
+            }
+        }
+    }
+    eprintln!("block verification, CPU vs GPU: {differ} of {sampled} sampled requests differ");
+    assert!(sampled >= 10_000, "{sampled} sampled requests: too few");
+    assert!(differ as f64 <= 1e-3 * sampled as f64, "{differ} of {sampled} sampled requests differ");
 }
 
 /// Calls of one or two requests, as a decoder's small batches make them:

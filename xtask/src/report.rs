@@ -599,7 +599,8 @@ fn markdown(bench: &Bench, torch: Option<&Torch>, previous: Option<&Previous>, s
             "## Outputs beside the tokens\n\n\
              Each outputs case (REFERENCE §8; name suffix ` +logprobs`: each emitted token's processed \
              log-probability; ` +top20`: also the top 20 under the processed distribution and the emitted token's \
-             rank) beside the same call without them, measured in the same run (the name less the suffix).\n\n\
+             rank; ` +block`: block verification, REFERENCE §4.11, the tokens alone) beside the same call without \
+             them, measured in the same run (the name less the suffix).\n\n\
              | case | specdec µs | plain µs | with outputs / plain |\n| --- | ---: | ---: | ---: |\n",
         );
         for (c, u) in with_outputs {

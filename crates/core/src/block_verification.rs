@@ -13,6 +13,61 @@ pub fn below(word: u32, h: f64) -> bool {
     (word as f64 + 0.5) * (1.0 / 4_294_967_296.0) < h
 }
 
+/// `p(d) / q(d)` of a draft from its log-probabilities `log_p`, `log_q`
+/// (`log_q = 0` for a one-hot draft) in `f64`: 0 where `log_p = -inf` (a draft
+/// outside the target's kept set), `+inf` where `q(d)` underflowed, NaN from
+/// a NaN logit ([`next_weight`] makes it 0). With [`exp64`], so that both
+/// backends weigh a block bit for bit alike.
+#[inline(always)]
+pub fn ratio(log_p: f32, log_q: f32) -> f64 {
+    if log_p == f32::NEG_INFINITY { 0.0 } else { exp64(f64::from(log_p) - f64::from(log_q)) }
+}
+
+/// A one-hot draft's residual mass `Σ_x max(w·p(x) − q(x), 0) = w·(1 − p(d))`
+/// (`q` the point mass at `d`, where `w·p(d) <= 1`), from `log p(d)`: no
+/// row to read. A NaN `log p(d)` (a NaN logit) is a probability of 0.
+#[inline(always)]
+pub fn one_hot_mass(w: f64, log_p: f32) -> f64 {
+    let p = if log_p.is_nan() { 0.0 } else { exp64(f64::from(log_p)) };
+    w * (1.0 - p)
+}
+
+/// `e^x` in `f64` from IEEE `+ − ×` and integer operations only (no fused
+/// multiply-add, as the kernels are built), so that every backend computes
+/// it bit for bit alike: `x = k·ln 2 + r` (Cody–Waite, `|r| <= ln 2 / 2`),
+/// `e^r` by its Taylor series to `r^13` (truncation below `2^-60`), scaled
+/// by `2^k`, in two steps where the result is subnormal. NaN for NaN, `inf`
+/// above 709.78, 0 below -745.2.
+#[inline(always)]
+pub fn exp64(x: f64) -> f64 {
+    const LN2_HI: f64 = 6.931_471_803_691_238e-1; // 0x3fe62e42fee00000: k·LN2_HI exact for |k| < 2^11
+    const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
+    if x.is_nan() {
+        return x;
+    }
+    if x > 709.78 {
+        return f64::INFINITY;
+    }
+    if x < -745.2 {
+        return 0.0;
+    }
+    let t = x * core::f64::consts::LOG2_E;
+    let k = if t >= 0.0 { (t + 0.5) as i32 } else { (t - 0.5) as i32 };
+    let kf = f64::from(k);
+    let r = (x - kf * LN2_HI) - kf * LN2_LO;
+    // 1 + r/1·(1 + r/2·(… (1 + r/13))), from the inside out.
+    let mut p = 1.0;
+    let mut n = 13.0f64;
+    while n >= 1.0 {
+        p = 1.0 + r * p / n;
+        n -= 1.0;
+    }
+    // 2^k for k in [-1075, 1024]: two normal factors.
+    let half = k / 2;
+    let two = |e: i32| f64::from_bits(((e + 1023) as u64) << 52);
+    p * two(half) * two(k - half)
+}
+
 /// The block's weight after one more draft: `p_i = min(p_{i-1} · ratio, 1)`,
 /// `ratio = p(d_i) / q(d_i)` of draft `d_i` under its row's target and draft
 /// distributions. A product that is NaN (a NaN ratio, from a NaN logit, or
@@ -138,6 +193,22 @@ mod tests {
             assert!((got - want).abs() <= 4e-7 * want.abs().max(1.0), "ln_weight({w}) = {got}, ln = {want}");
         }
         assert_eq!(ln_weight(0.0), f32::NEG_INFINITY);
+    }
+
+    /// `exp64` against std's `exp` (within 2 ulp) from the subnormal range to overflow.
+    #[test]
+    fn exp64_is_accurate() {
+        extern crate std;
+        for x in [-745.0f64, -708.5, -300.25, -30.0, -1.5, -0.34, 0.0, 1e-12, 0.5, 3.0, 88.8, 300.0, 709.7] {
+            let (got, want) = (exp64(x), x.exp());
+            assert!((got - want).abs() <= 2.0 * f64::EPSILON * want, "exp64({x}) = {got:e}, exp = {want:e}");
+        }
+        assert_eq!(exp64(f64::NEG_INFINITY), 0.0);
+        assert_eq!(exp64(f64::INFINITY), f64::INFINITY);
+        assert!(exp64(f64::NAN).is_nan());
+        assert_eq!(ratio(f32::NEG_INFINITY, -1.0), 0.0);
+        assert_eq!(ratio(-1.0, f32::NEG_INFINITY), f64::INFINITY);
+        assert_eq!(one_hot_mass(0.5, f32::NAN), 0.5);
     }
 
     /// A weight of 0 never stops a block there: `h = r / (r + 1)` with `r = 0`.

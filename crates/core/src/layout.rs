@@ -197,6 +197,18 @@ pub struct RejectionParams {
     /// `i` accepted iff its acceptance uniform is below entry `i`; 0 for
     /// the token rule.
     pub rates: u64,
+    /// Block verification (REFERENCE §4.11; 0 for the other rules):
+    /// `scratch::BlockRow [requests · (max_drafts + 1)]` and
+    /// `scratch::BlockState [requests]` (workspace). Pass 1's decision then
+    /// accepts every draft of a sampling request, noting each row, and the
+    /// block kernel decides the block (`block_chunks` blocks of
+    /// `block_chunk` ids for each draft row).
+    pub block_rows: u64,
+    pub block_states: u64,
+    pub block_chunk: u32,
+    pub block_chunks: u32,
+    /// Non-zero where the call has filters (the threshold kernel wrote `thresholds`).
+    pub filtered: u32,
 }
 
 /// The most drafts a synthetic-acceptance call of the CUDA backend takes:

@@ -47,6 +47,7 @@ macro_rules! kernel_symbol {
     (@name REJECTION_STATS_PROCESSED) => { "rejection_stats_processed" };
     (@name REJECTION_STATS_SMALL_PROCESSED) => { "rejection_stats_small_processed" };
     (@name REJECTION_STATS_FILTERED_PROCESSED) => { "rejection_stats_filtered_processed" };
+    (@name REJECTION_BLOCK) => { "rejection_block" };
     (@name LOGPROBS_LSE) => { "logprobs_lse" };
     (@name LOGPROBS_TOP) => { "logprobs_top" };
     // `DType::name` of each element type.
@@ -211,6 +212,13 @@ pub const REJECTION_STATS_FILTERED_PROCESSED: Kernel = Kernel {
 pub const REJECTION_RATES: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_RATES), pairs: Pairs::One, min_blocks: 1, except: None };
 
+/// Block verification's kernel (REFERENCE §4.11), between pass 1 and pass
+/// 2 of a call that asks for it: each draft row's residual mass and stop
+/// test, the last row of a request its decision. At 3 blocks per SM: its
+/// loop of four quads a batch spills at 64 registers.
+pub const REJECTION_BLOCK: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_BLOCK), pairs: Pairs::All, min_blocks: 3, except: None };
+
 /// The log-sum-exps of each emitted position of a call (REFERENCE §8), the
 /// raw and the processed, and the emitted token's log-probabilities, after
 /// either operation (`layout::LogprobsParams`), for the dtype of the values
@@ -225,7 +233,7 @@ pub const LOGPROBS_TOP: Kernel =
     Kernel { name: kernel_symbol!(@name LOGPROBS_TOP), pairs: Pairs::Same, min_blocks: 3, except: None };
 
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 21] = [
+pub const ALL: [Kernel; 22] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -245,6 +253,7 @@ pub const ALL: [Kernel; 21] = [
     REJECTION_STATS_PROCESSED,
     REJECTION_STATS_SMALL_PROCESSED,
     REJECTION_STATS_FILTERED_PROCESSED,
+    REJECTION_BLOCK,
     LOGPROBS_LSE,
     LOGPROBS_TOP,
 ];

@@ -53,6 +53,10 @@ pub struct ResampleJob {
     pub temperature: f32,
     pub lse_t: f32,
     pub lse_q: f32,
+    /// `ln w_τ` of a block-verified request's residual `max(w_τ·p − q, 0)`
+    /// (REFERENCE §4.11): its walk shifts the target by `lse_t − ln_weight`;
+    /// 0 for the draft-by-draft residual.
+    pub ln_weight: f32,
     /// Seeds of the residual's and the target's floors.
     pub floors: (f32, f32),
     pub seed: u64,
@@ -70,10 +74,39 @@ impl ResampleJob {
         temperature: 0.0,
         lse_t: 0.0,
         lse_q: 0.0,
+        ln_weight: 0.0,
         floors: (0.0, 0.0),
         seed: 0,
         pos: 0,
     };
+}
+
+/// A draft row of a block-verified request (REFERENCE §4.11), as pass 1's
+/// decision leaves it for the block kernel: the draft's log-probabilities
+/// under the row's target and draft distributions, the row's log-sum-exps,
+/// and the residual mass `r_i` the block kernel sums for it (written where
+/// it summed it).
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct BlockRow {
+    pub log_p: f32,
+    pub log_q: f32,
+    pub lse_t: f32,
+    pub lse_q: f32,
+    pub mass: f64,
+}
+
+/// A block-verified request between pass 1 and the block kernel: `len`,
+/// its drafts before the first placeholder (written by pass 1's decision
+/// for a sampling request of two or more), `stop`, the largest row found
+/// to stop so far, and `done`, the rows decided (an arrival counter). All
+/// zero between calls: the request's last row resets them.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct BlockState {
+    pub len: u32,
+    pub stop: u32,
+    pub done: u32,
 }
 
 /// Values a row's threshold blocks may keep for its merge

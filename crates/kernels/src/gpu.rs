@@ -248,6 +248,17 @@ pub unsafe fn atomic_max_u32(ptr: *mut u32, value: u32) {
     unsafe { AtomicU32::from_ptr(ptr).fetch_max(value, Ordering::Relaxed) };
 }
 
+/// Atomically loads the `u32` at `ptr` (no ordering): another block's
+/// atomic writes, never a stale L1 line.
+///
+/// # Safety
+/// As for [`atomic_or`].
+#[inline(always)]
+pub unsafe fn atomic_load(ptr: *mut u32) -> u32 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { AtomicU32::from_ptr(ptr).load(Ordering::Relaxed) }
+}
+
 /// Atomically stores `value` into the `u32` at `ptr` (no ordering).
 ///
 /// # Safety

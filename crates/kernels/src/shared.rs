@@ -6,7 +6,7 @@
 use crate::block::{ExactSum, Partial};
 use crate::gpu;
 use crate::load::Walk;
-use crate::rejection::{Request, RowDecision};
+use crate::rejection::{Mass, Request, RowDecision};
 use core::mem::{align_of, size_of};
 use specdec_core::layout::{SHARED_BYTES, WARPS};
 use specdec_core::sample::Resampled;
@@ -30,6 +30,8 @@ pub union WarpSlots {
     pub candidates: [Resampled; WARPS as usize],
     /// Pass 1's exact sums (`LSE(S)` of a pooled row).
     pub sums: [ExactSum; WARPS as usize],
+    /// Block verification's residual masses.
+    pub masses: [Mass; WARPS as usize],
     /// The log-probability kernels' sums (their `Sums` are `LogprobsPartial`).
     pub logprobs: [LogprobsPartial; WARPS as usize],
     /// The decision's per-warp rows, the largest.

@@ -16,7 +16,7 @@ use crate::rejection::{RejectionOutput, RejectionSample, Verification};
 use crate::tensor::{Tokens, Values};
 use rayon::prelude::*;
 use specdec_core::argmax::ArgMax;
-use specdec_core::block_verification::{below, block_verify, ln_weight};
+use specdec_core::block_verification::{below, block_verify, ln_weight, one_hot_mass, ratio};
 use specdec_core::filter::Filter;
 use specdec_core::gumbel::{COARSE_BOUND, TOP_BUCKET};
 use specdec_core::logspace::ln_residual;
@@ -144,11 +144,11 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
             return Verdict { j: 0, last: self.resample(0, None) };
         }
         let mut dists: Vec<RowDists> = (0..block).map(|i| self.dists(i)).collect();
+        // As the kernels weigh them, bit for bit (`ratio`'s own `exp`).
         let mut ratios: Vec<f64> = (0..block)
             .map(|i| {
-                // `+inf` where `q(d) = 0 < p(d)`, NaN from a NaN logit (`next_weight` makes it 0).
                 let (log_p, log_q) = self.log_probs(i, drafts[i] as usize, &dists[i]);
-                if log_p == f32::NEG_INFINITY { 0.0 } else { (f64::from(log_p) - f64::from(log_q)).exp() }
+                ratio(log_p, log_q)
             })
             .collect();
         let residual_mass = |i: usize, p: f64| self.residual_mass(i, drafts[i] as usize, &dists[i], p);
@@ -178,7 +178,7 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
                 .zip(q)
                 .map(|(t, q)| (w * prob(&dists.target, t.to_f32()) - prob(dq, q.to_f32())).max(0.0))
                 .sum(),
-            _ => w * (1.0 - prob(&dists.target, target[d].to_f32())),
+            _ => one_hot_mass(w, dists.target.log_prob(s.scaled(target[d].to_f32()))),
         }
     }
 

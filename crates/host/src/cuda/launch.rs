@@ -111,7 +111,8 @@ pub(super) unsafe fn gumbel_sample(
     }
 }
 
-/// Launches the two passes of `rejection_sample`.
+/// Launches the two passes of `rejection_sample`, and between them, for
+/// block verification, the block kernel.
 ///
 /// # Safety
 /// `p` must have been built by `cuda::rejection` from checked arguments: every
@@ -119,14 +120,23 @@ pub(super) unsafe fn gumbel_sample(
 /// workspace regions hold `requests·(K+1)·chunks` stats, `requests` jobs,
 /// `requests·resample_chunks` partials and `requests` zeroed counters (with
 /// `rates`, the kernel that writes `p.rates` first, `rates.count` entries
-/// there); `chunk ·
+/// there); with `block`, `max_drafts >= 2`, `requests·(K−1)·block_chunks`
+/// partials, `requests·(K−1)` counters and the zeroed block notes and
+/// states of `p.block_rows` / `p.block_states`; `chunk ·
 /// chunks >= vocab` and `resample_chunk · resample_chunks >= vocab`. With
 /// filters (`threshold`, which writes `p.thresholds` first), also
 /// `2·requests·(K+1)` thresholds and (unless `threshold_chunks = 1`) zeroed
 /// filter scratch entries, and the
 /// threshold split as for [`gumbel_sample`].
+#[allow(clippy::type_complexity)]
 pub(super) unsafe fn rejection_sample(
-    (rates, threshold, stats, resample): (Option<(&Kernel, RatesParams)>, Option<Threshold<'_>>, &Kernel, &Kernel),
+    (rates, threshold, stats, block, resample): (
+        Option<(&Kernel, RatesParams)>,
+        Option<Threshold<'_>>,
+        &Kernel,
+        Option<&Kernel>,
+        &Kernel,
+    ),
     stream: &CudaStream,
     p: RejectionParams,
 ) -> Result<()> {
@@ -145,6 +155,9 @@ pub(super) unsafe fn rejection_sample(
             launch_thresholds(threshold, stream, (2 * pairs, p.threshold_chunks), &p)?;
         }
         launch(stats, stream, (pairs, p.chunks), &p)?;
+        if let Some(block) = block {
+            launch(block, stream, (p.requests * (p.max_drafts - 1) * p.block_chunks, 1), &p)?;
+        }
         launch(resample, stream, (p.requests, p.resample_chunks), &p)
     }
 }

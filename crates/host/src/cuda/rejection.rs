@@ -5,7 +5,7 @@
 
 use super::launch::Threshold;
 use super::logprobs::Sources;
-use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
+use super::{Cuda, Launch, Split, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
 use crate::error::{Error, Result};
 use crate::logprobs::Distribution;
 use crate::memory::Device;
@@ -41,8 +41,11 @@ impl Cuda {
             Verification::Synthetic(_) => {
                 return Err(Error::NotOnCuda { what: "synthetic acceptance past MAX_SYNTHETIC_DRAFTS drafts" });
             }
-            Verification::Block => return Err(Error::NotOnCuda { what: "block verification" }),
+            Verification::Block => None,
         };
+        // Blocks of one draft are the token rule's (REFERENCE §4.11): the
+        // block kernel runs where a request may have two or more.
+        let block = matches!(args.verification, Verification::Block) && args.max_drafts >= 2;
         let filtered =
             !args.params.filters.is_none() || args.draft_logits.as_ref().is_some_and(|d| !d.filters.is_none());
         let target_dtype = args.target.data.dtype();
@@ -96,6 +99,16 @@ impl Cuda {
             self.launch_for(ws, stats_variants, dtypes, (shape.requests * (args.max_drafts + 1), args.target.vocab))?;
         let Launch { kernel: resample, split: resample_split } =
             self.launch_for(ws, resample_variants, dtypes, (shape.requests, args.target.vocab))?;
+        // One-hot drafts read no row in it: one block a row.
+        let block = if block {
+            let v = Variants { op: names::REJECTION_BLOCK, spread: Spread::Statistics, lean: None, small: None };
+            let Launch { kernel, split } =
+                self.launch_for(ws, v, dtypes, (shape.requests * (args.max_drafts - 1), args.target.vocab))?;
+            let split = if args.draft_logits.is_some() { split } else { Split { chunk: split.chunk, chunks: 1 } };
+            Some((kernel, split))
+        } else {
+            None
+        };
         let stream = &*self.stream;
         let workspace = ws.on(stream)?;
 
@@ -182,6 +195,12 @@ impl Cuda {
         // Rows of one block are searched by it: no search launches.
         let search = search.filter(|_| filter_split.chunks > 1);
         p.threshold_search = search.is_some() as u32;
+        p.filtered = filtered as u32;
+        if let Some((_, split)) = &block {
+            let (rows, states) = ws.block_regions();
+            (p.block_rows, p.block_states) = (workspace.scratch + rows, workspace.scratch + states);
+            (p.block_chunk, p.block_chunks) = (split.chunk, split.chunks);
+        }
         p.status = workspace.status;
         p.counters = workspace.counters;
         let threshold = threshold.as_ref().map(|kernel| Threshold { kernel, search: search.as_ref() });
@@ -218,8 +237,12 @@ impl Cuda {
         // row), and chunk · chunks >= vocab (all three splits, the
         // threshold's within its summaries); each filter table has
         // `num_slots` entries; a synthetic call's rates fit the workspace's
-        // MAX_SYNTHETIC_DRAFTS entries (K <= MAX_SYNTHETIC_DRAFTS, above).
-        unsafe { launch::rejection_sample((rates, threshold, &stats, &resample), stream, p)? };
+        // MAX_SYNTHETIC_DRAFTS entries (K <= MAX_SYNTHETIC_DRAFTS, above); the
+        // block kernel's split bounded requests·(K−1)·block_chunks by the
+        // partials and requests·(K−1) <= max_rows counters, its notes and
+        // states hold max_rows entries each.
+        let block = block.as_ref().map(|(kernel, _)| kernel);
+        unsafe { launch::rejection_sample((rates, threshold, &stats, block, &resample), stream, p)? };
         drop(_g15);
         let sources = Sources { values: target_dtype, rounded: None };
         // SAFETY: the call's fields of `positions` are its checked views',

@@ -4,7 +4,9 @@ use crate::error::{Error, Result};
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, DriverError};
 use specdec_core::layout::{MAX_SYNTHETIC_DRAFTS, SUMMARY_CHUNKS, THRESHOLD_CHUNK, TILE};
-use specdec_core::scratch::{FilterScratch, LogprobsLse, PARTIAL_BYTES, ResampleJob, Stats, TopPartial};
+use specdec_core::scratch::{
+    BlockRow, BlockState, FilterScratch, LogprobsLse, PARTIAL_BYTES, ResampleJob, Stats, TopPartial,
+};
 use std::mem::size_of;
 use std::sync::Arc;
 
@@ -16,6 +18,8 @@ const JOB_BYTES: usize = size_of::<ResampleJob>();
 const LSE_BYTES: usize = size_of::<LogprobsLse>();
 /// Bytes of one block's top-n candidates (the log-probability kernels).
 const TOP_BYTES: usize = size_of::<TopPartial>();
+/// Bytes of a row's block-verification note, and of a request's state.
+const BLOCK_BYTES: usize = size_of::<BlockRow>() + size_of::<BlockState>();
 /// Bytes of a synthetic-acceptance call's rates.
 const RATES_BYTES: usize = MAX_SYNTHETIC_DRAFTS * size_of::<f32>();
 /// Bytes of a row's filter thresholds: the target's `τ` and the draft's (f32 each).
@@ -74,8 +78,12 @@ impl Workspace {
         let filter_bytes = filter_entries(max_rows) * size_of::<FilterScratch>() + 16;
         let bytes = entries
             .checked_mul(STATS_BYTES + PARTIAL_BYTES + TOP_BYTES)
-            .and_then(|b| b.checked_add(16 + RATES_BYTES))
-            .and_then(|b| max_rows.checked_mul(JOB_BYTES + THRESHOLD_BYTES + LSE_BYTES).and_then(|j| b.checked_add(j)))
+            .and_then(|b| b.checked_add(16 + RATES_BYTES + 8))
+            .and_then(|b| {
+                max_rows
+                    .checked_mul(JOB_BYTES + THRESHOLD_BYTES + LSE_BYTES + BLOCK_BYTES)
+                    .and_then(|j| b.checked_add(j))
+            })
             .and_then(|b| b.checked_add(filter_bytes))
             .ok_or(Error::OutOfMemory { bytes: usize::MAX, max_rows })?;
         let out_of_memory = |e: DriverError| match e.0 {
@@ -211,6 +219,15 @@ impl Workspace {
     /// (`MAX_SYNTHETIC_DRAFTS` f32), after the top partials.
     pub(crate) fn rates_region(&self) -> u64 {
         self.logprobs_regions().2 + (self.entries * TOP_BYTES) as u64
+    }
+
+    /// Byte offsets in `scratch` of block verification's notes
+    /// (`max_rows` [`BlockRow`]s, 8-byte aligned after the rates) and
+    /// request states (`max_rows` [`BlockState`]s after them), which the
+    /// kernels keep zero between calls.
+    pub(crate) fn block_regions(&self) -> (u64, u64) {
+        let rows = (self.rates_region() + RATES_BYTES as u64).next_multiple_of(8);
+        (rows, rows + (self.max_rows * size_of::<BlockRow>()) as u64)
     }
 
     /// The threshold kernel's scratch entries: a call of more filtered rows

@@ -13,7 +13,7 @@ use crate::load::Load;
 use crate::shared;
 use crate::threshold::log_prob;
 use specdec_core::layout::{RejectionParams, WARPS};
-use specdec_core::scratch::LogprobsLse;
+use specdec_core::scratch::{BlockRow, BlockState, LogprobsLse};
 use specdec_core::logspace::residual_mass_bound;
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::block_verification::below;
@@ -179,12 +179,18 @@ pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERE
                 temperature: req.slot.temperature,
                 lse_t: dec.lse_t,
                 lse_q: dec.lse_q,
-                floors: floors(mode, &dec, p.floor_margin),
+                ln_weight: 0.0,
+                floors: floors(mode, dec.lse_t, dec.log_excess, p.floor_margin),
                 seed: req.slot.seed,
                 pos: dec.pos,
             };
             // SAFETY: jobs holds `requests` entries.
             unsafe { (p.jobs as *mut ResampleJob).add(r as usize).write(job) };
+            // A block of two drafts or more is the block kernel's to decide.
+            if p.block_states != 0 && j >= 2 {
+                // SAFETY: block_states holds `requests` entries.
+                unsafe { (&raw mut (*(p.block_states as *mut BlockState).add(r as usize)).len).write(j) };
+            }
         }
         -1 // pass 2 writes the sampled token
     };
@@ -272,7 +278,9 @@ impl Request {
     /// acceptance uniform is below `p/q` (log space), either under
     /// synthetic acceptance if it is below the row's rate (SPEC §4.12,
     /// `specdec_core::block_verification::below`); a placeholder (`-1`)
-    /// never. Where the call asks for processed log-probabilities, it writes
+    /// never. Under block verification (`p.block_rows`) a sampling
+    /// request's draft always passes here, its row noted for the block
+    /// kernel, which decides the block (`super::block_verification`). Where the call asks for processed log-probabilities, it writes
     /// an accepted draft's (a greedy request's raw: `t − LSE` at `T = 1`),
     /// provisionally: the decision sets the rows past `j` to NaN once `j` is
     /// known, after a barrier. On a rejection it sets `row.log_excess`: the log of the larger
@@ -336,7 +344,18 @@ impl Request {
         } else {
             0.0
         };
-        if by_rate || (!synthetic && accepts(random_u32(self.slot.seed, row.pos, Stream::Accept, 0), log_q, log_p)) {
+        // Block verification (REFERENCE §4.11): every draft passes here,
+        // its row noted for the block kernel, which decides the block.
+        let block = p.block_rows != 0;
+        if block {
+            let note = BlockRow { log_p, log_q, lse_t: row.lse_t, lse_q: row.lse_q, mass: 0.0 };
+            // SAFETY: block_rows holds requests·(K+1) entries; r < requests, row.row < n_r.
+            unsafe { (p.block_rows as *mut BlockRow).add(block_row(p, r, row.row)).write(note) };
+        }
+        if block
+            || by_rate
+            || (!synthetic && accepts(random_u32(self.slot.seed, row.pos, Stream::Accept, 0), log_q, log_p))
+        {
             if PROCESSED {
                 // SAFETY: r < requests, row.row < n_r.
                 unsafe { write_processed(p, r, row.row, log_p, row.lse_t, false) };
@@ -363,6 +382,12 @@ unsafe fn by_rate(p: &RejectionParams, seed: u64, row: &RowDecision) -> bool {
     // SAFETY: the rates hold max_drafts entries (caller).
     let rate = unsafe { *(p.rates as *const f32).add(row.row as usize) };
     below(random_u32(seed, row.pos, Stream::Accept, 0), f64::from(rate))
+}
+
+/// The index of row `i` of request `r` in the block rows (`RejectionParams::block_rows`).
+#[inline(always)]
+pub(super) fn block_row(p: &RejectionParams, r: u32, i: u32) -> usize {
+    r as usize * (p.max_drafts as usize + 1) + i as usize
 }
 
 /// Writes position `i` of request `r`'s processed log-probability `log_p`
@@ -396,22 +421,23 @@ pub(super) fn raw_log_prob(x: f32, lse: f32) -> f32 {
     if x.is_nan() { f32::NEG_INFINITY } else { x - lse }
 }
 
-/// The seeds of pass 2's floors (residual, target) for a job of `mode`
-/// decided by `dec`: each candidate's log-mass less `margin`
-/// ([`specdec_core::sample::FLOOR_MARGIN`]), the target's `lse_t` (its
-/// weights are the scaled logits), the residual's bounded below as
-/// [`Request::accepts`] says.
+/// The seeds of pass 2's floors (residual, target) for a job of `mode` on a
+/// row of target log-sum-exp `lse_t`: each candidate's log-mass less
+/// `margin` ([`specdec_core::sample::FLOOR_MARGIN`]), the target's `lse_t`
+/// (its weights are the scaled logits), the residual's `log_excess` (a
+/// lower bound of its mass: as [`Request::accepts`] says, or block
+/// verification's summed mass; relative to `lse_t` for a one-hot draft).
 /// Pass 2 checks its result against them ([`Resampled::certified`]), so
 /// they need not be exact.
 #[inline(always)]
-fn floors(mode: u32, dec: &RowDecision, margin: f32) -> (f32, f32) {
+pub(super) fn floors(mode: u32, lse_t: f32, log_excess: f32, margin: f32) -> (f32, f32) {
     // NaN (from NaN logits) seeds nothing: `-inf` is a floor every result reaches.
     let seed = |x: f32| if x.is_nan() { f32::NEG_INFINITY } else { x };
-    let target = seed(dec.lse_t - margin);
+    let target = seed(lse_t - margin);
     let residual = match mode {
-        JOB_RESIDUAL => seed(dec.log_excess - margin),
+        JOB_RESIDUAL => seed(log_excess - margin),
         // The residual's weights are the target's, one id removed.
-        JOB_ONE_HOT => seed(dec.lse_t + dec.log_excess - margin),
+        JOB_ONE_HOT => seed(lse_t + log_excess - margin),
         _ => target,
     };
     (residual, target)

@@ -72,11 +72,13 @@
 //! steps `Request::lse`, `Request::accepts` and `Request::resample`.
 
 mod accept;
+mod block_verification;
 mod resample;
 mod stats;
 mod threshold;
 
 pub use accept::RowDecision;
+pub use block_verification::Mass;
 
 pub use specdec_core::scratch::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, ResampleJob, Stats};
 
@@ -272,6 +274,17 @@ macro_rules! rejection_kernels {
             pub unsafe extern "ptx-kernel" fn resample_filtered(p: RejectionParams) {
                 // SAFETY: forwarded.
                 unsafe { super::resample::resample::<$t, $d, 2, true>(&p) }
+            }
+
+            /// Block verification's kernel, between the passes
+            /// (`names::REJECTION_BLOCK`).
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher.
+            #[unsafe(export_name = kernel_symbol!(REJECTION_BLOCK, $t, $d))]
+            pub unsafe extern "ptx-kernel" fn block(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::block_verification::block::<$t, $d>(&p) }
             }
 
             /// Pass 2 of `rejection_sample` (`names::REJECTION_RESAMPLE`).

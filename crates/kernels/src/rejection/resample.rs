@@ -134,6 +134,9 @@ unsafe fn resample_range<T: Load, D: Load, const Q: u32, const FILTERED: bool>(
     } else {
         core::ptr::null()
     };
+    // The target's shift in the residual: `log(w·p) = t − (lse_t − ln w)`,
+    // `w = 1` but in a block-verified residual (REFERENCE §4.11).
+    let shift = job.lse_t - job.ln_weight;
     // A warp evaluates the noise and the residual weight whenever one lane
     // must, so pruning each lane against the block's ids so far rather than
     // its own is what makes the floors pay; the seeds prune from the first quad.
@@ -156,16 +159,16 @@ unsafe fn resample_range<T: Load, D: Load, const Q: u32, const FILTERED: bool>(
                 let b = Resampled { residual: res_floor.probe(), target: tgt_floor.probe() };
                 let folded = match job.mode {
                     JOB_RESIDUAL => {
-                        // log(p − q) <= log p = tgt − lse_t. The draft logit
+                        // log(w·p − q) <= log(w·p) = tgt − shift. The draft logit
                         // is loaded only for an id the bounds cannot rule out:
                         // no draft registers live through the loop.
                         let res = |i: usize, tgt: f32| {
                             // SAFETY (in the walk's unsafe block): x + i < end <= vocab: an id of the draft row.
                             let q = sampler.scaled((*draft.add(x as usize + i)).as_f32());
                             let q = if FILTERED { kept(q, tau_q) } else { q };
-                            ln_residual(tgt - job.lse_t, q - job.lse_q)
+                            ln_residual(tgt - shift, q - job.lse_q)
                         };
-                        sampler.fold_resample_logits(b, x, t, job.lse_t, res, n)
+                        sampler.fold_resample_logits(b, x, t, shift, res, n)
                     }
                     JOB_ONE_HOT => {
                         let res = |i: usize, tgt: f32| if x + i as u32 == job.draft { f32::NEG_INFINITY } else { tgt };

@@ -1,0 +1,326 @@
+//! Block verification (REFERENCE §4.11) on the GPU: the kernel that runs
+//! between pass 1 and pass 2 of a call that asks for it, the rule of
+//! `specdec_core::block_verification::block_verify` spread over blocks.
+//!
+//! Pass 1's decision accepts every draft of a sampling request and notes
+//! each draft row (`scratch::BlockRow`: `log p`, `log q`, the log-sum-exps)
+//! and the block's length `n` (`scratch::BlockState`). Block `(s, r, c)` of
+//! this kernel then takes chunk `c` of row `i = n − 1 − s` of request `r`
+//! (rows `1 ..= n − 1`, the last first: the grid is ordered so that a
+//! request's later rows run before its earlier ones), weighs the block up to
+//! it (`w_i`, `w_n`, bit for bit as the CPU twin) and sums its chunk of the
+//! residual mass `r_i = Σ max(w_i·p − q, 0)`, unless the row cannot matter:
+//!
+//! - the block reaches its end (`u_{n−1} < w_n`: `τ = n`, no row below counts);
+//! - the row cannot stop (`h_i <= w_i <= u_{i−1}`, since `r_i <= w_i`);
+//! - a later row already stopped (`τ` is the largest row that stops).
+//!
+//! The row's last block tests `u_{i−1} < h_i` and raises the request's
+//! `stop` to `i` if so; the request's last row to finish sets `τ` and, where
+//! `τ < n`, writes the outputs from position `τ` on and the resample job of
+//! row `τ`: pass 2 draws its residual `max(w_τ·p − q, 0)` (the target
+//! shifted by `ln w_τ`). One-hot drafts read no row: `r_i = w_i·(1 − p(d_i))`.
+
+use super::accept::{block_row, floors, write_processed};
+use super::stats::thresholds;
+use super::{JOB_ONE_HOT, JOB_RESIDUAL, ResampleJob, draft_row, target_row, write_request_token};
+use crate::block::{Reduce, block_reduce};
+use crate::gpu::{self, WARP};
+use crate::last_block;
+use crate::load::{Load, for_each_quad, widen};
+use crate::row::chunk_range;
+use crate::threshold::log_prob;
+use specdec_core::block_verification::{below, ln_weight, next_weight, one_hot_mass, ratio, stop_probability};
+use specdec_core::layout::RejectionParams;
+use specdec_core::rng::{Stream, random_u32};
+use specdec_core::sample::Sampler;
+use specdec_core::scratch::{BlockRow, BlockState};
+
+/// The block kernel (see module docs).
+///
+/// # Safety
+/// Launched by the host's checked launcher after pass 1 (with
+/// `block_rows`) on the same stream, over `requests · (max_drafts − 1) ·
+/// block_chunks` blocks.
+#[inline(always)]
+pub(super) unsafe fn block<T: Load, D: Load>(p: &RejectionParams) {
+    let (b, tid) = (gpu::block_idx_x(), gpu::thread_idx_x());
+    let (chunks, requests) = (p.block_chunks.max(1), p.requests.max(1));
+    let (slot, c) = (b / chunks, b % chunks);
+    let (s, r) = (slot / requests, slot % requests);
+    if s + 2 > p.max_drafts {
+        return;
+    }
+    let state = (p.block_states as *mut BlockState).wrapping_add(r as usize);
+    // Zero but for a request whose block pass 1 left to this kernel (and
+    // zero again once its last row decided it: a late block leaves).
+    // SAFETY: r < requests; block_states holds `requests` entries.
+    let n = unsafe { gpu::atomic_load(&raw mut (*state).len) };
+    if s + 2 > n {
+        return; // block-uniform: not a row of the block
+    }
+    let i = n - 1 - s;
+    // Pass 1's job: the bonus (or placeholder) row `n`, with the request's slot and seed.
+    // SAFETY: pass 1's decision wrote it; none rewrites it before this row arrives.
+    let job = unsafe { *(p.jobs as *const ResampleJob).add(r as usize) };
+    let row0 = job.row - job.column;
+    let rows = (p.block_rows as *mut BlockRow).wrapping_add(block_row(p, r, 0));
+    // SAFETY: rows 0..n of the request were noted by pass 1 (n <= n_r); pos holds rows elements.
+    let weights = unsafe { Weights::of(rows, n, i) };
+    let word = |j: u32| {
+        // SAFETY: row0 + j < row0 + n <= rows.
+        random_u32(job.seed, unsafe { *(p.pos as *const u64).add((row0 + j) as usize) }, Stream::Accept, 0)
+    };
+    let reaches_end = below(word(n - 1), weights.end);
+    let may_stop = !reaches_end && below(word(i - 1), weights.at);
+    // SAFETY: every thread of the block is here; the stop word lies in `state`.
+    let later_stopped = unsafe { gpu::sync_threads_or(tid == 0 && gpu::atomic_load(&raw mut (*state).stop) >= i) };
+    let mine = if !may_stop || later_stopped {
+        0.0
+    } else if p.draft_logits == 0 {
+        // SAFETY: row i < n was noted.
+        let log_p = unsafe { (*rows.add(i as usize)).log_p };
+        if c == 0 { one_hot_mass(weights.at, log_p) } else { 0.0 }
+    } else {
+        // SAFETY: every thread of the block is here; i < n <= n_r of a valid sampling request.
+        unsafe { chunk_mass::<T, D>(p, r, &job, row0, i, c, rows.add(i as usize).read(), weights.at) }
+    };
+    // SAFETY: every thread of the block reaches this reduction.
+    let mine = unsafe { block_reduce(Mass::new(mine)) };
+    if tid >= WARP {
+        return;
+    }
+    // SAFETY: all of warp 0; partials hold requests·(K−1)·block_chunks
+    // entries (host-sized), counters requests·(K−1); the row's chunks all arrive.
+    let Some(total) = (unsafe {
+        last_block::combine(
+            (p.partials as *mut Mass).add(slot as usize * chunks as usize),
+            c,
+            chunks,
+            (p.counters as *mut u32).add(slot as usize),
+            mine,
+        )
+    }) else {
+        return;
+    };
+    // Row i's last block (lane 0 holds the sum where the row is one chunk).
+    // SAFETY: the stop word lies in `state`; rows.add(i) was noted.
+    if tid == 0 && may_stop && unsafe { gpu::atomic_load(&raw mut (*state).stop) } < i {
+        let mass = total.sum;
+        unsafe { (&raw mut (*rows.add(i as usize)).mass).write(mass) };
+        if below(word(i - 1), stop_probability(weights.at, mass)) {
+            // SAFETY: as above.
+            unsafe { gpu::atomic_max_u32(&raw mut (*state).stop, i) };
+        }
+    }
+    // SAFETY: all of warp 0, after lane 0's writes; the done counter lies in
+    // `state` and rows 1..n each arrive once.
+    if !unsafe { last_block::arrive(&raw mut (*state).done, n - 1) } {
+        return;
+    }
+    // The request's last row: every row decided.
+    // SAFETY: as above; the block's rows, weights and outputs are the request's.
+    let tau = if reaches_end { n } else { unsafe { gpu::atomic_load(&raw mut (*state).stop) } };
+    if tid == 0 {
+        // SAFETY: as above: the state is zero again for the next call.
+        unsafe {
+            gpu::atomic_store(&raw mut (*state).len, 0);
+            gpu::atomic_store(&raw mut (*state).stop, 0);
+        }
+    }
+    if tau < n {
+        // SAFETY: warp 0; tau < n rows noted; r < requests.
+        unsafe { write_block(p, r, &job, row0, n, tau, rows) };
+    }
+}
+
+/// The weights a row's block needs: `w_i` of its row `i` and `w_n` of the
+/// block's end (`specdec_core::block_verification::next_weight` over the
+/// noted rows' ratios, in `f64`, as the CPU twin weighs them).
+struct Weights {
+    at: f64,
+    end: f64,
+}
+
+impl Weights {
+    /// # Safety
+    /// `rows` holds the `n` noted rows of a request; `i <= n`.
+    #[inline(always)]
+    unsafe fn of(rows: *const BlockRow, n: u32, i: u32) -> Weights {
+        let (mut w, mut at) = (1.0, 1.0);
+        for j in 0..n {
+            if j == i {
+                at = w;
+            }
+            // SAFETY: j < n (caller).
+            let row = unsafe { rows.add(j as usize).read() };
+            w = next_weight(w, ratio(row.log_p, row.log_q));
+        }
+        Weights { at: if i == n { w } else { at }, end: w }
+    }
+}
+
+/// Chunk `c` of row `i`'s residual mass `Σ max(w·p(x) − q(x), 0)` (valid in
+/// thread 0 after the block's reduction): `p` and `q` the row's target and
+/// draft distributions (masked to their kept sets in a call with filters),
+/// from the noted log-sum-exps, a NaN value a probability of 0 (as on the
+/// CPU); each quad's terms summed in `f32`, the quads in `f64`.
+///
+/// # Safety
+/// Every thread of the block calls this together; request `r` is a valid
+/// sampling request with draft logits, `i < n_r`; `note` is row `i`'s.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn chunk_mass<T: Load, D: Load>(
+    p: &RejectionParams,
+    r: u32,
+    job: &ResampleJob,
+    row0: u32,
+    i: u32,
+    c: u32,
+    note: BlockRow,
+    w: f64,
+) -> f64 {
+    let (start, end) = chunk_range(p.vocab, p.block_chunk, c);
+    let sampler = Sampler::new(job.temperature, 0, 0, Stream::Target);
+    let (tau_t, tau_q) = if p.filtered != 0 {
+        // SAFETY: the threshold kernel wrote row i's (r < requests, i <= K).
+        unsafe { thresholds(p, r, i) }
+    } else {
+        (f32::NEG_INFINITY, f32::NEG_INFINITY)
+    };
+    let lw = ln_weight(w);
+    let prob = |lp: f32| if lp.is_nan() { 0.0 } else { gpu::fast_exp(lp) };
+    let mut acc = 0.0f64;
+    // SAFETY: row0 + i < rows; a valid slot's draft column i < n_r <= K; both rows hold >= vocab >= end elements.
+    unsafe {
+        let (target, draft) = (target_row::<T>(p, row0 + i), draft_row::<D>(p, job.slot, i));
+        for_each_quad::<false, 4, _, _>(
+            target,
+            draft,
+            start,
+            end,
+            gpu::thread_idx_x(),
+            #[inline(always)]
+            |_, t, q, n| {
+                let (t, q) = (widen(t), widen(q));
+                let mut quad = 0.0f32;
+                for l in 0..4 {
+                    if (l as u32) < n {
+                        let a = prob(log_prob(sampler.scaled(t[l]), tau_t, note.lse_t) + lw);
+                        let b = prob(log_prob(sampler.scaled(q[l]), tau_q, note.lse_q));
+                        quad += (a - b).max(0.0);
+                    }
+                }
+                acc += f64::from(quad);
+            },
+        )
+    };
+    acc
+}
+
+/// Request `r`'s outputs where its block stopped at `tau < n` (pass 1 wrote
+/// them as if it reached `n`): tokens `-1` from `tau` on (pass 2 writes
+/// `tau`'s), the processed log-probabilities NaN past it, the counts, and
+/// the job of row `tau`'s residual: weighted by `w_tau`, its floors from
+/// the summed mass `r_tau` (`tau >= 1`) or, at row 0, the draft's excess
+/// `q(d) − p(d)` (a guess: pass 2 certifies against them).
+///
+/// # Safety
+/// All 32 lanes of one warp call this together; `rows` holds the `n`
+/// noted rows of valid sampling request `r`; `job` is pass 1's.
+#[inline(always)]
+unsafe fn write_block(p: &RejectionParams, r: u32, job: &ResampleJob, row0: u32, n: u32, tau: u32, rows: *const BlockRow) {
+    let lane = gpu::thread_idx_x() % WARP;
+    let mut x = tau + lane;
+    while x <= n {
+        // SAFETY: r < requests, x <= n <= K.
+        unsafe {
+            if x < n {
+                write_request_token(p, r, x, -1);
+            }
+            if x > tau {
+                write_processed(p, r, x, f32::NAN, f32::NAN, false);
+            }
+        }
+        x += WARP;
+    }
+    if lane != 0 {
+        return;
+    }
+    // SAFETY: tau < n rows noted; row0 + tau < rows.
+    let (note, d, pos) = unsafe {
+        (rows.add(tau as usize).read(), *(p.drafts as *const i32).add((row0 + tau) as usize), *(p.pos as *const u64).add((row0 + tau) as usize))
+    };
+    // SAFETY: as above.
+    let w = unsafe { Weights::of(rows, n, tau) }.at;
+    let (mode, log_excess) = if p.draft_logits == 0 {
+        (JOB_ONE_HOT, gpu::fast_ln(1.0 - gpu::fast_exp(note.log_p)))
+    } else if tau == 0 {
+        (JOB_RESIDUAL, gpu::fast_ln(gpu::fast_exp(note.log_q) - gpu::fast_exp(note.log_p)))
+    } else {
+        (JOB_RESIDUAL, gpu::fast_ln(note.mass as f32))
+    };
+    let next = ResampleJob {
+        mode,
+        row: row0 + tau,
+        column: tau,
+        draft: d as u32,
+        lse_t: note.lse_t,
+        lse_q: note.lse_q,
+        ln_weight: ln_weight(w),
+        floors: floors(mode, note.lse_t, log_excess, p.floor_margin),
+        pos,
+        ..*job
+    };
+    // SAFETY: jobs and the per-request outputs hold `requests` entries.
+    unsafe {
+        (p.jobs as *mut ResampleJob).add(r as usize).write(next);
+        (p.num_emitted as *mut i32).add(r as usize).write(tau as i32 + 1);
+        if p.accepted != 0 {
+            (p.accepted as *mut i32).add(r as usize).write(tau as i32);
+        }
+    }
+}
+
+/// A chunk's residual mass as a block reduction value: 16 bytes, as
+/// `last_block::gather` reads partials.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct Mass {
+    sum: f64,
+    _pad: f64,
+}
+
+impl Mass {
+    #[inline(always)]
+    fn new(sum: f64) -> Mass {
+        Mass { sum, _pad: 0.0 }
+    }
+}
+
+const _: () = assert!(core::mem::size_of::<Mass>() == specdec_core::scratch::PARTIAL_BYTES);
+
+impl Reduce for Mass {
+    const IDENTITY: Mass = Mass { sum: 0.0, _pad: 0.0 };
+
+    #[inline(always)]
+    fn combine(self, o: Mass) -> Mass {
+        Mass::new(self.sum + o.sum)
+    }
+
+    #[inline(always)]
+    unsafe fn warp_all(self) -> Mass {
+        let mut sum = self.sum;
+        let mut lane_mask = WARP / 2;
+        while lane_mask > 0 {
+            let bits = sum.to_bits();
+            // SAFETY (both): the caller guarantees a full, converged warp.
+            let (lo, hi) =
+                unsafe { (gpu::shfl_bfly_u32(bits as u32, lane_mask), gpu::shfl_bfly_u32((bits >> 32) as u32, lane_mask)) };
+            sum += f64::from_bits((hi as u64) << 32 | lo as u64);
+            lane_mask /= 2;
+        }
+        Mass::new(sum)
+    }
+}
