@@ -57,6 +57,7 @@ fn block_verification_gives_the_cpu_tokens() {
                 let ctx = format!("V {vocab} K {k} target {target:?} draft {draft:?}");
                 let (want, got) = (run_split(&v, &Backend::cpu()), v.run(&gpu).expect("block verification on the GPU"));
                 assert_eq!(want.row_status, got.row_status, "{ctx}: row status");
+                let before = differ;
                 for r in 0..requests {
                     let same = want.request(r) == got.request(r)
                         && (want.num_emitted[r], want.accepted[r]) == (got.num_emitted[r], got.accepted[r]);
@@ -68,6 +69,9 @@ fn block_verification_gives_the_cpu_tokens() {
                     );
                     sampled += !v.is_greedy(r) as usize;
                     differ += !same as usize;
+                }
+                if differ > before {
+                    eprintln!("{ctx}: {} requests differ", differ - before);
                 }
             }
         }

@@ -25,7 +25,7 @@ use crate::last_block;
 use crate::load::{Load, for_each_quad, load_quad, quad_aligned, widen};
 use crate::row::chunk_range;
 use crate::shared::Shared;
-use crate::threshold::{log_prob, mask};
+use crate::threshold::{mask, processed_log_prob, raw_log_prob};
 use specdec_core::dtype::{Bf16, F16};
 use specdec_core::kernel_symbol;
 use specdec_core::layout::{LogprobsParams, MAX_TOP_LOGPROBS, POSITIONS_REJECTION, TILE, TOP_SHARED_BYTES, WARPS};
@@ -119,31 +119,18 @@ unsafe fn position<V: Load>(p: &LogprobsParams, at: u32) -> At<V> {
     })
 }
 
-/// The raw log-probability of a value `x` in a row of raw log-sum-exp
-/// `lse`: a NaN logit is an impossible id (the CPU twin's `raw`).
-#[inline(always)]
-fn raw_logprob(x: f32, lse: f32) -> f32 {
-    if x.is_nan() { f32::NEG_INFINITY } else { x - lse }
-}
-
 impl<V> Emitted<V> {
     /// The processed log-probability of a value `x`, under log-sum-exps `lse`
     /// (a greedy position's is the raw one).
     #[inline(always)]
-    fn processed_logprob(&self, x: f32, lse: LogprobsLse) -> f32 {
-        if self.greedy {
-            raw_logprob(x, lse.raw)
-        } else if x.is_nan() {
-            f32::NEG_INFINITY
-        } else {
-            log_prob(self.sampler.scaled(x), self.tau, lse.processed)
-        }
+    fn processed(&self, x: f32, lse: LogprobsLse) -> f32 {
+        if self.greedy { raw_log_prob(x, lse.raw) } else { processed_log_prob(x, &self.sampler, self.tau, lse.processed) }
     }
 
     /// The log-probability of `x` under the top-n's distribution.
     #[inline(always)]
     fn top_logprob(&self, p: &LogprobsParams, x: f32, lse: LogprobsLse) -> f32 {
-        if p.top_raw != 0 { raw_logprob(x, lse.raw) } else { self.processed_logprob(x, lse) }
+        if p.top_raw != 0 { raw_log_prob(x, lse.raw) } else { self.processed(x, lse) }
     }
 }
 
@@ -182,22 +169,11 @@ impl Reduce for Sums {
 /// Launched by the host's checked launcher after the call, on its stream.
 #[inline(always)]
 unsafe fn lse<V: Load>(p: &LogprobsParams) {
-    let (at, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
-    if at >= p.positions || c >= p.chunks {
-        return;
-    }
-    // SAFETY: at < positions.
-    let e = match unsafe { position::<V>(p, at) } {
-        At::Past => {
-            if c == 0 && tid == 0 && p.source == 0 {
-                // SAFETY: at < positions.
-                unsafe { write_past(p, at) };
-            }
-            return;
-        }
-        At::Other => return,
-        At::Emitted(e) => e,
+    // SAFETY: forwarded.
+    let Some((at, c, e)) = (unsafe { block_position::<V, false>(p) }) else {
+        return; // block-uniform
     };
+    let tid = gpu::thread_idx_x();
     let top = p.ranks != 0;
     let raw = p.raw != 0 || e.greedy || (top && p.top_raw != 0);
     let processed = !e.greedy && (p.processed != 0 || (top && p.top_raw == 0));
@@ -252,14 +228,43 @@ unsafe fn lse<V: Load>(p: &LogprobsParams) {
     unsafe {
         let x = (*e.row.add(e.token as usize)).as_f32();
         if p.processed != 0 {
-            (p.processed as *mut f32).add(at as usize).write(e.processed_logprob(x, lse));
+            (p.processed as *mut f32).add(at as usize).write(e.processed(x, lse));
         }
         if p.raw != 0 {
-            (p.raw as *mut f32).add(at as usize).write(raw_logprob(x, lse.raw));
+            (p.raw as *mut f32).add(at as usize).write(raw_log_prob(x, lse.raw));
         }
         if top {
             (p.lse as *mut LogprobsLse).add(at as usize).write(lse);
         }
+    }
+}
+
+/// The emitted position that block `(at, c)` of a log-probability kernel
+/// (the top-n kernel if `TOP`) works on, or none: the block has nothing to
+/// do (block-uniform). A position past its request's emitted tokens gets
+/// its NaN and `-1` outputs here, once: from block `(at, 0)` of the launch
+/// of source 0 of the last kernel the call runs (the top-n kernel where it
+/// runs, `p.ranks`, else the first).
+///
+/// # Safety
+/// `p` was built by the host from the call's checked buffers.
+#[inline(always)]
+unsafe fn block_position<V: Load, const TOP: bool>(p: &LogprobsParams) -> Option<(u32, u32, Emitted<V>)> {
+    let (at, c) = (gpu::block_idx_x(), gpu::block_idx_y());
+    if at >= p.positions || c >= p.chunks {
+        return None;
+    }
+    // SAFETY: at < positions.
+    match unsafe { position::<V>(p, at) } {
+        At::Past => {
+            if c == 0 && gpu::thread_idx_x() == 0 && p.source == 0 && (TOP || p.ranks == 0) {
+                // SAFETY: at < positions.
+                unsafe { write_past(p, at) };
+            }
+            None
+        }
+        At::Other => None,
+        At::Emitted(e) => Some((at, c, e)),
     }
 }
 
@@ -370,22 +375,11 @@ const _: () = assert!(core::mem::size_of::<TopShared>() as u32 == TOP_SHARED_BYT
 /// stream, with `layout::TOP_SHARED_BYTES` of dynamic shared memory.
 #[inline(always)]
 unsafe fn top<V: Load>(p: &LogprobsParams) {
-    let (at, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
-    if at >= p.positions || c >= p.chunks {
-        return;
-    }
-    // SAFETY: at < positions.
-    let e = match unsafe { position::<V>(p, at) } {
-        At::Past => {
-            if c == 0 && tid == 0 && p.source == 0 {
-                // SAFETY: at < positions (the first kernel, where it ran, wrote the same).
-                unsafe { write_past(p, at) };
-            }
-            return;
-        }
-        At::Other => return,
-        At::Emitted(e) => e,
+    // SAFETY: forwarded.
+    let Some((at, c, e)) = (unsafe { block_position::<V, true>(p) }) else {
+        return; // block-uniform
     };
+    let tid = gpu::thread_idx_x();
     let (warp, lane) = (tid / WARP, tid % WARP);
     // SAFETY: written for an emitted position before this launch.
     let lse = unsafe { *(p.lse as *const LogprobsLse).add(at as usize) };

@@ -269,6 +269,23 @@ pub fn log_prob(y: f32, tau: f32, lse: f32) -> f32 {
     if tau == f32::NEG_INFINITY || y >= tau || y == f32::NEG_INFINITY { y - lse } else { f32::NEG_INFINITY }
 }
 
+/// The log-probability of a raw value `x` of a row sampled by `sampler`,
+/// as the distribution it was sampled from sees it (REFERENCE §8.1): of its
+/// scaled value ([`log_prob`], kept set `{y >= tau}`, log-sum-exp `lse`);
+/// a NaN logit is an impossible id, as on the CPU.
+#[inline(always)]
+pub fn processed_log_prob(x: f32, sampler: &Sampler, tau: f32, lse: f32) -> f32 {
+    if x.is_nan() { f32::NEG_INFINITY } else { log_prob(sampler.scaled(x), tau, lse) }
+}
+
+/// The raw log-probability of a value `x` in a row of log-sum-exp `lse` at
+/// `T = 1` (REFERENCE §8.1; a greedy row's processed one too): a NaN logit
+/// is an impossible id, as on the CPU.
+#[inline(always)]
+pub fn raw_log_prob(x: f32, lse: f32) -> f32 {
+    if x.is_nan() { f32::NEG_INFINITY } else { x - lse }
+}
+
 /// A quad of raw values `v` of a row sampled by `sampler`, masked to its
 /// kept set as [`kept`] says of their scaled values.
 #[inline(always)]

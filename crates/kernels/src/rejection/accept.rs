@@ -11,7 +11,7 @@ use crate::block::warp_fold;
 use crate::gpu::{self, WARP};
 use crate::load::Load;
 use crate::shared;
-use crate::threshold::log_prob;
+use crate::threshold::{log_prob, raw_log_prob};
 use specdec_core::layout::{RejectionParams, WARPS};
 use specdec_core::scratch::{BlockRow, BlockState, LogprobsLse};
 use specdec_core::logspace::residual_mass_bound;
@@ -411,14 +411,6 @@ pub(super) unsafe fn write_processed(p: &RejectionParams, r: u32, i: u32, log_p:
             (p.lse as *mut LogprobsLse).add(at).write(lse);
         }
     }
-}
-
-/// The raw log-probability of a value `x` in a row of log-sum-exp `lse` at
-/// `T = 1` (a greedy request's processed one, REFERENCE §8.1): a NaN logit is
-/// an impossible id, as on the CPU.
-#[inline(always)]
-pub(super) fn raw_log_prob(x: f32, lse: f32) -> f32 {
-    if x.is_nan() { f32::NEG_INFINITY } else { x - lse }
 }
 
 /// The seeds of pass 2's floors (residual, target) for a job of `mode` on a

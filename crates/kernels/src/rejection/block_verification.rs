@@ -80,7 +80,8 @@ pub(super) unsafe fn block<T: Load, D: Load>(p: &RejectionParams) {
     } else if p.draft_logits == 0 {
         // SAFETY: row i < n was noted.
         let log_p = unsafe { (*rows.add(i as usize)).log_p };
-        if c == 0 { one_hot_mass(weights.at, log_p) } else { 0.0 }
+        // Once in the block's sum: thread 0 of its one chunk.
+        if c == 0 && tid == 0 { one_hot_mass(weights.at, log_p) } else { 0.0 }
     } else {
         // SAFETY: every thread of the block is here; i < n <= n_r of a valid sampling request.
         unsafe { chunk_mass::<T, D>(p, r, &job, row0, i, c, rows.add(i as usize).read(), weights.at) }

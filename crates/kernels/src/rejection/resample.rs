@@ -16,7 +16,7 @@ use crate::last_block;
 use crate::load::{Load, for_each_quad_shared, widen};
 use crate::row::chunk_range;
 use crate::shared;
-use crate::threshold::{kept, log_prob, mask};
+use crate::threshold::{kept, mask, processed_log_prob};
 use core::cell::Cell;
 use specdec_core::argmax::Floored;
 use specdec_core::layout::RejectionParams;
@@ -93,7 +93,7 @@ unsafe fn write_job_token<T: Load, const FILTERED: bool>(p: &RejectionParams, r:
         // SAFETY: r < requests, the job's column <= n_r; the threshold kernel wrote them.
         let tau = if FILTERED { unsafe { thresholds(p, r, job.column).0 } } else { f32::NEG_INFINITY };
         let sampler = Sampler::new(job.temperature, 0, 0, Stream::Target);
-        if x.is_nan() { f32::NEG_INFINITY } else { log_prob(sampler.scaled(x), tau, job.lse_t) }
+        processed_log_prob(x, &sampler, tau, job.lse_t)
     } else {
         f32::NAN
     };

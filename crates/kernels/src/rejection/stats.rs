@@ -16,9 +16,10 @@ use crate::load::{Load, any_nan, for_each_quad, widen};
 use crate::row::chunk_range;
 use crate::shared;
 use crate::threshold::mask;
-use specdec_core::argmax::{floor_key, floor_value};
+use specdec_core::argmax::{ArgMax, floor_key, floor_value};
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams};
 use specdec_core::logspace::{Lse, centre, recentre};
+use specdec_core::sample::Sampler;
 use specdec_core::scratch::{Pooled, Stats};
 use specdec_core::status::{INVALID_FILTER, NAN_LOGITS};
 
@@ -233,37 +234,11 @@ unsafe fn row_chunk_stats<
     // SAFETY (both): the rows hold >= vocab >= end elements; start % 4 == 0.
     if greedy && PROCESSED {
         // Also the row's log-sum-exp at T = 1 (a greedy request's scale is 1),
-        // for the processed log-probabilities the passes write: a loop of its
-        // own, not pipelined, so that the plain greedy loop keeps its registers.
-        let none: *const D = core::ptr::null();
-        unsafe {
-            for_each_quad::<false, 1, _, _>(
-                target,
-                none,
-                start,
-                end,
-                gpu::thread_idx_x(),
-                #[inline(always)]
-                |x, t, _, n| {
-                    let t = widen(t);
-                    acc.best = fold_greedy(&sampler, acc.best, x, t, n, &mut nan);
-                    acc.target = push_scaled(acc.target, t, n, &sampler).0;
-                },
-            )
-        };
+        // for the processed log-probabilities the passes write: not
+        // pipelined, so that the plain greedy loop keeps its registers.
+        (acc.best, acc.target) = unsafe { greedy_chunk::<T, false, 1, true>(target, &sampler, (start, end), &mut nan) };
     } else if greedy {
-        let none: *const D = core::ptr::null();
-        unsafe {
-            for_each_quad::<true, Q, _, _>(
-                target,
-                none,
-                start,
-                end,
-                gpu::thread_idx_x(),
-                #[inline(always)]
-                |x, t, _, n| acc.best = fold_greedy(&sampler, acc.best, x, widen(t), n, &mut nan),
-            )
-        };
+        acc.best = unsafe { greedy_chunk::<T, true, Q, false>(target, &sampler, (start, end), &mut nan) }.0;
     } else if let Some(pooled_t) = if FILTERED { unsafe { pooled(p, r, i, 0, tau_t) } } else { None } {
         // The target's kept set is in its pool: no read of the target row,
         // and of the draft's only where its own kept set is not pooled;
@@ -346,6 +321,42 @@ unsafe fn row_chunk_stats<
             _ => block_reduce(Row::<SAMPLED_ROW>(acc)).0,
         }
     }
+}
+
+/// A greedy row's chunk `start .. end` walked by this thread, `Q` quads a
+/// batch (pipelined if `PIPELINED`), by its request's `sampler` (`T = 0`):
+/// its argmax and, if `SUM`, its log-sum-exp at `T = 1`; NaN values raise `nan`.
+///
+/// # Safety
+/// `target` holds >= vocab >= end elements; start % 4 == 0.
+#[inline(always)]
+unsafe fn greedy_chunk<T: Load, const PIPELINED: bool, const Q: u32, const SUM: bool>(
+    target: *const T,
+    sampler: &Sampler,
+    (start, end): (u32, u32),
+    nan: &mut bool,
+) -> (ArgMax, Lse) {
+    let (mut best, mut sum) = (ArgMax::IDENTITY, Lse::EMPTY);
+    let none: *const T = core::ptr::null();
+    // SAFETY: forwarded (caller).
+    unsafe {
+        for_each_quad::<PIPELINED, Q, _, _>(
+            target,
+            none,
+            start,
+            end,
+            gpu::thread_idx_x(),
+            #[inline(always)]
+            |x, t, _, n| {
+                let t = widen(t);
+                best = fold_greedy(sampler, best, x, t, n, nan);
+                if SUM {
+                    sum = push_scaled(sum, t, n, sampler).0;
+                }
+            },
+        )
+    };
+    (best, sum)
 }
 
 /// Row `i` of request `r`, a row of `kind`, its chunks combined by the whole
