@@ -276,11 +276,13 @@ test_device!(small_vocabulary_positions_follow_the_target, |backend, _scale| {
 });
 
 // A block of one draft is the draft-by-draft rule (`h_1 = min(p/q, 1)`,
-// the same acceptance word), and greedy requests verify as they always
-// do: the same outputs, bit for bit, either way.
+// the same acceptance word), at K = 1 and where a placeholder follows the
+// first of K = 3 drafts (on CUDA the block kernel decides the latter), and
+// greedy requests verify as they always do: the same outputs, bit for bit,
+// either way.
 test_device!(one_draft_blocks_and_greedy_requests_are_the_token_rule, |backend, _scale| {
     let base = zipf_logits(1024, 1.0, 64, 7);
-    for (k, t) in [(1usize, 1.0f32), (3, 0.0)] {
+    for (k, t, cut) in [(1usize, 1.0f32, false), (3, 1.0, true), (3, 0.0, false)] {
         for one_hot in [false, true] {
             let case =
                 FixedPositions { one_hot, pos0: 0x1D << 40 | (k as u64) << 8, ..FixedPositions::new(1024, k, t, 2000) };
@@ -296,10 +298,19 @@ test_device!(one_draft_blocks_and_greedy_requests_are_the_token_rule, |backend, 
                     }
                 }
             }
+            if cut {
+                // Each request's second draft a placeholder: blocks of one draft.
+                for r in 0..verify.requests() {
+                    verify.drafts[verify.offsets[r] as usize + 1] = -1;
+                }
+            }
             let token = run_split(&verify, &backend);
             verify.verification = Verification::Block;
             let block = run_split(&verify, &backend);
-            let ctx = format!("K {k}, T {t}, one-hot {one_hot}");
+            let ctx = format!("K {k}, T {t}, one-hot {one_hot}, cut {cut}");
+            // Both outcomes occur: some drafts accepted, some rejected.
+            let accepted: i32 = token.accepted.iter().sum();
+            assert!(accepted > 0 && (accepted as usize) < 2000 * k, "{ctx}: {accepted} drafts accepted");
             assert_eq!(block.tokens, token.tokens, "{ctx}: tokens");
             assert_eq!(block.num_emitted, token.num_emitted, "{ctx}: emitted");
         }

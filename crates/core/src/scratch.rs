@@ -98,7 +98,7 @@ pub struct BlockRow {
 
 /// A block-verified request between pass 1 and the block kernel: `len`,
 /// its drafts before the first placeholder (written by pass 1's decision
-/// for a sampling request of two or more), `stop`, the largest row found
+/// for a sampling request of one or more), `stop`, the largest row found
 /// to stop so far, and `done`, the rows decided (an arrival counter). All
 /// zero between calls: the request's last row resets them.
 #[derive(Clone, Copy)]

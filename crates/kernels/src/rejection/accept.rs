@@ -186,8 +186,8 @@ pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERE
             };
             // SAFETY: jobs holds `requests` entries.
             unsafe { (p.jobs as *mut ResampleJob).add(r as usize).write(job) };
-            // A block of two drafts or more is the block kernel's to decide.
-            if p.block_states != 0 && j >= 2 {
+            // A block of drafts is the block kernel's to decide.
+            if p.block_states != 0 && j >= 1 {
                 // SAFETY: block_states holds `requests` entries.
                 unsafe { (&raw mut (*(p.block_states as *mut BlockState).add(r as usize)).len).write(j) };
             }

@@ -4,7 +4,8 @@
 //!
 //! Pass 1's decision accepts every draft of a sampling request and notes
 //! each draft row (`scratch::BlockRow`: `log p`, `log q`, the log-sum-exps)
-//! and the block's length `n` (`scratch::BlockState`). Block `(s, r, c)` of
+//! and the block's length `n` (`scratch::BlockState`; a block of one draft
+//! is decided by the token rule, `u_0 < w_1`, by block `(0, r, 0)`). Block `(s, r, c)` of
 //! this kernel then takes chunk `c` of row `i = n − 1 − s` of request `r`
 //! (rows `1 ..= n − 1`, the last first: the grid is ordered so that a
 //! request's later rows run before its earlier ones), weighs the block up to
@@ -56,15 +57,28 @@ pub(super) unsafe fn block<T: Load, D: Load>(p: &RejectionParams) {
     // zero again once its last row decided it: a late block leaves).
     // SAFETY: r < requests; block_states holds `requests` entries.
     let n = unsafe { gpu::atomic_load(&raw mut (*state).len) };
-    if s + 2 > n {
+    // A block of one draft has no row to sum: block (0, r, 0) decides it alone.
+    let one = n == 1 && s == 0 && c == 0;
+    if s + 2 > n && !one {
         return; // block-uniform: not a row of the block
     }
-    let i = n - 1 - s;
     // Pass 1's job: the bonus (or placeholder) row `n`, with the request's slot and seed.
     // SAFETY: pass 1's decision wrote it; none rewrites it before this row arrives.
     let job = unsafe { *(p.jobs as *const ResampleJob).add(r as usize) };
     let row0 = job.row - job.column;
     let rows = (p.block_rows as *mut BlockRow).wrapping_add(block_row(p, r, 0));
+    if one {
+        // The token rule, `u_0 < w_1`, with the same word (REFERENCE §4.11).
+        // SAFETY: row 0 was noted; row0 < rows.
+        let (w, pos) = unsafe { (Weights::of(rows, 1, 1).end, *(p.pos as *const u64).add(row0 as usize)) };
+        let tau = below(random_u32(job.seed, pos, Stream::Accept, 0), w) as u32;
+        if tid < WARP {
+            // SAFETY: warp 0; the request's state, notes and outputs.
+            unsafe { finish(p, r, state, &job, (n, tau), rows) };
+        }
+        return;
+    }
+    let i = n - 1 - s;
     // SAFETY: rows 0..n of the request were noted by pass 1 (n <= n_r); pos holds rows elements.
     let weights = unsafe { Weights::of(rows, n, i) };
     let word = |j: u32| {
@@ -122,16 +136,30 @@ pub(super) unsafe fn block<T: Load, D: Load>(p: &RejectionParams) {
     // The request's last row: every row decided.
     // SAFETY: as above; the block's rows, weights and outputs are the request's.
     let tau = if reaches_end { n } else { unsafe { gpu::atomic_load(&raw mut (*state).stop) } };
-    if tid == 0 {
-        // SAFETY: as above: the state is zero again for the next call.
+    // SAFETY: warp 0; the request's state, notes and outputs.
+    unsafe { finish(p, r, state, &job, (n, tau), rows) };
+}
+
+/// The end of request `r`'s block of `n` drafts, decided at `tau`: its
+/// state zero again for the next call, and where `tau < n` its outputs
+/// rewritten ([`write_block`]).
+///
+/// # Safety
+/// All 32 lanes of one warp call this together, once per request, after
+/// every row of its block was decided; `state`, `rows` and `job` are the
+/// request's.
+#[inline(always)]
+unsafe fn finish(p: &RejectionParams, r: u32, state: *mut BlockState, job: &ResampleJob, (n, tau): (u32, u32), rows: *const BlockRow) {
+    if gpu::thread_idx_x() == 0 {
+        // SAFETY: the request's state (caller).
         unsafe {
             gpu::atomic_store(&raw mut (*state).len, 0);
             gpu::atomic_store(&raw mut (*state).stop, 0);
         }
     }
     if tau < n {
-        // SAFETY: warp 0; tau < n rows noted; r < requests.
-        unsafe { write_block(p, r, &job, row0, n, tau, rows) };
+        // SAFETY: one warp; tau < n rows noted; r < requests (caller).
+        unsafe { write_block(p, r, job, job.row - job.column, n, tau, rows) };
     }
 }
 
