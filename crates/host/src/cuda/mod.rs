@@ -14,7 +14,7 @@ mod workspace;
 
 pub use workspace::Workspace;
 
-use workspace::{Split, Spread, threshold_split};
+use workspace::{MOST_CHUNKS, Split, Spread, threshold_split};
 
 use crate::error::{Error, Result};
 use crate::memory::Device;

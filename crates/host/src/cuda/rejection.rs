@@ -5,7 +5,7 @@
 
 use super::launch::Threshold;
 use super::logprobs::Sources;
-use super::{Cuda, Launch, Split, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
+use super::{Cuda, Launch, MOST_CHUNKS, Split, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
 use crate::error::{Error, Result};
 use crate::logprobs::Distribution;
 use crate::memory::Device;
@@ -99,12 +99,20 @@ impl Cuda {
             self.launch_for(ws, stats_variants, dtypes, (shape.requests * (args.max_drafts + 1), args.target.vocab))?;
         let Launch { kernel: resample, split: resample_split } =
             self.launch_for(ws, resample_variants, dtypes, (shape.requests, args.target.vocab))?;
-        // One-hot drafts read no row in it: one block a row.
+        // One-hot drafts read no row in it: one block a row. With draft
+        // logits most of its blocks find their row need not be summed, so
+        // the rows that must be are split at least in `MOST_CHUNKS`: whole
+        // rows left a tail of a few blocks each summing one
+        // (benches/results/2026-12-04-nvidia-h200-block-verification.md).
         let block = if block {
             let v = Variants { op: names::REJECTION_BLOCK, spread: Spread::Statistics, lean: None, small: None };
             let Launch { kernel, split } =
                 self.launch_for(ws, v, dtypes, (shape.requests * (args.max_drafts - 1), args.target.vocab))?;
-            let split = if args.draft_logits.is_some() { split } else { Split { chunk: split.chunk, chunks: 1 } };
+            let split = if args.draft_logits.is_some() {
+                split.at_least(MOST_CHUNKS, args.target.vocab)
+            } else {
+                Split { chunk: split.chunk, chunks: 1 }
+            };
             Some((kernel, split))
         } else {
             None

@@ -71,6 +71,24 @@ pub(crate) struct Split {
     pub chunks: u32,
 }
 
+/// The most chunks a row may take whatever its call's rows: the scratch
+/// holds `1 + EXTRA_CHUNKS` entries per row ([`entries`]).
+pub(crate) const MOST_CHUNKS: u32 = 1 + EXTRA_CHUNKS as u32;
+
+impl Split {
+    /// This split of rows of `vocab >= 1` ids, or one of at least `chunks
+    /// <= MOST_CHUNKS` chunks a row where it has fewer (and the row that
+    /// many tiles): within the scratch for any number of rows.
+    pub(crate) fn at_least(self, chunks: u32, vocab: usize) -> Split {
+        debug_assert!(chunks <= MOST_CHUNKS);
+        if self.chunks >= chunks {
+            return self;
+        }
+        let chunk = vocab.div_ceil(TILE as usize).div_ceil(chunks as usize) * TILE as usize;
+        Split { chunk: chunk as u32, chunks: vocab.div_ceil(chunk) as u32 }
+    }
+}
+
 impl Workspace {
     pub(crate) fn new(stream: &Arc<CudaStream>, sm_count: u32, max_rows: usize) -> Result<Self> {
         let entries = entries(sm_count, max_rows).ok_or(Error::OutOfMemory { bytes: usize::MAX, max_rows })?;
@@ -398,6 +416,25 @@ mod tests {
                         assert!(((s.chunks - 1) * s.chunk) < vocab as u32, "{at}: an empty chunk");
                         assert!(rows * s.chunks as usize <= entries(sm_count, rows).unwrap(), "{at}: past the scratch");
                     }
+                }
+            }
+        }
+    }
+
+    /// A split raised to `MOST_CHUNKS` chunks a row covers the row, no chunk
+    /// empty, within the scratch for its rows.
+    #[test]
+    fn raised_splits_cover_rows_and_fit_the_scratch() {
+        for rows in [1, 6, 42, 256, 1536, 4096] {
+            for vocab in [1, 3, 1024, 1025, 4097, 32000, 151_936, MAX_VOCAB] {
+                for bps in [3, 4] {
+                    let s = split(132, rows, vocab, bps, Spread::Statistics).at_least(super::MOST_CHUNKS, vocab);
+                    let at = format!("{rows} rows of {vocab}: {s:?}");
+                    assert!(s.chunk > 0 && s.chunk.is_multiple_of(TILE), "{at}");
+                    assert!(s.chunks as usize * s.chunk as usize >= vocab && ((s.chunks - 1) * s.chunk) < vocab as u32);
+                    let tiles = vocab.div_ceil(TILE as usize) as u32;
+                    assert!(s.chunks >= super::MOST_CHUNKS.min(tiles), "{at}");
+                    assert!(rows * s.chunks as usize <= entries(132, rows).unwrap(), "{at}: past the scratch");
                 }
             }
         }
