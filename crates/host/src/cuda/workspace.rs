@@ -18,8 +18,6 @@ const JOB_BYTES: usize = size_of::<ResampleJob>();
 const LSE_BYTES: usize = size_of::<LogprobsLse>();
 /// Bytes of one block's top-n candidates (the log-probability kernels).
 const TOP_BYTES: usize = size_of::<TopPartial>();
-/// Bytes of a row's block-verification note, and of a request's state.
-const BLOCK_BYTES: usize = size_of::<BlockRow>() + size_of::<BlockState>();
 /// Bytes of a synthetic-acceptance call's rates.
 const RATES_BYTES: usize = MAX_SYNTHETIC_DRAFTS * size_of::<f32>();
 /// Bytes of a row's filter thresholds: the target's `τ` and the draft's (f32 each).
@@ -50,8 +48,8 @@ pub struct Workspace {
     addresses: Addresses,
     sm_count: u32,
     max_rows: usize,
-    /// Stats and partials entries each ([`entries`]).
-    entries: usize,
+    /// Where each kernel's scratch lies in `scratch`.
+    regions: Regions,
 }
 
 /// Device addresses of a workspace's buffers.
@@ -91,19 +89,10 @@ impl Split {
 
 impl Workspace {
     pub(crate) fn new(stream: &Arc<CudaStream>, sm_count: u32, max_rows: usize) -> Result<Self> {
-        let entries = entries(sm_count, max_rows).ok_or(Error::OutOfMemory { bytes: usize::MAX, max_rows })?;
-        // 16 bytes of slack each: the filter scratch's alignment, the top partials'.
-        let filter_bytes = filter_entries(max_rows) * size_of::<FilterScratch>() + 16;
-        let bytes = entries
-            .checked_mul(STATS_BYTES + PARTIAL_BYTES + TOP_BYTES)
-            .and_then(|b| b.checked_add(16 + RATES_BYTES + 8))
-            .and_then(|b| {
-                max_rows
-                    .checked_mul(JOB_BYTES + THRESHOLD_BYTES + LSE_BYTES + BLOCK_BYTES)
-                    .and_then(|j| b.checked_add(j))
-            })
-            .and_then(|b| b.checked_add(filter_bytes))
-            .ok_or(Error::OutOfMemory { bytes: usize::MAX, max_rows })?;
+        let too_large = || Error::OutOfMemory { bytes: usize::MAX, max_rows };
+        let entries = entries(sm_count, max_rows).ok_or_else(too_large)?;
+        let regions = Regions::of(entries, max_rows).ok_or_else(too_large)?;
+        let bytes = usize::try_from(regions.end).map_err(|_| too_large())?;
         let out_of_memory = |e: DriverError| match e.0 {
             CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory { bytes, max_rows },
             _ => Error::Driver(e),
@@ -116,7 +105,7 @@ impl Workspace {
             counters: counters.device_ptr_mut(stream).0,
             status: status.device_ptr_mut(stream).0,
         };
-        Ok(Workspace { scratch, _counters: counters, status, addresses, sm_count, max_rows, entries })
+        Ok(Workspace { scratch, _counters: counters, status, addresses, sm_count, max_rows, regions })
     }
 
     /// The buffers' device addresses, for a call enqueued on `stream`, which
@@ -197,55 +186,37 @@ impl Workspace {
         small(self.sm_count, rows, split, blocks_per_sm)
     }
 
-    /// Byte offsets of the rejection regions (stats, jobs, partials) in
-    /// `scratch`. The jobs come last: the kernels gather stats and partials 16
-    /// bytes a load, so both start 16-byte aligned, which jobs (a size that
-    /// is a multiple of 8, not of 16) before them would not leave for an odd
-    /// `max_rows`.
+    /// Byte offsets of the rejection regions (stats, jobs, partials) in `scratch`.
     pub(crate) fn rejection_regions(&self) -> (u64, u64, u64) {
-        let partials = self.entries * STATS_BYTES;
-        let jobs = partials + self.entries * PARTIAL_BYTES;
-        (0, jobs as u64, partials as u64)
+        (self.regions.stats, self.regions.jobs, self.regions.partials)
     }
 
-    /// Byte offset in `scratch` of the filters' thresholds, `2 · max_rows`
-    /// f32 after the jobs: a filtered call's `τ` of each row (both
-    /// operations' `thresholds`).
+    /// Byte offset in `scratch` of the filters' thresholds (both operations' `thresholds`).
     pub(crate) fn thresholds_region(&self) -> u64 {
-        (self.entries * (STATS_BYTES + PARTIAL_BYTES) + self.max_rows * JOB_BYTES) as u64
+        self.regions.thresholds
     }
 
-    /// Byte offset in `scratch` of the threshold kernel's
-    /// [`FilterScratch`] entries ([`Workspace::filter_entries`] of them),
-    /// 16-byte aligned after the thresholds (both operations' `filter_scratch`).
+    /// Byte offset in `scratch` of the threshold kernel's [`FilterScratch`]
+    /// entries (both operations' `filter_scratch`).
     pub(crate) fn filter_scratch_region(&self) -> u64 {
-        (self.thresholds_region() + (2 * self.max_rows * size_of::<f32>()) as u64).next_multiple_of(16)
+        self.regions.filter_scratch
     }
 
     /// Byte offsets in `scratch` of the log-probability kernels' regions:
-    /// their partials (the stats region, which no kernel of theirs runs
-    /// beside: each call's own passes are done with it), `max_rows`
-    /// log-sum-exps after the filter scratch, then the top partials, 16-byte
-    /// aligned (read 16 bytes a load).
+    /// their partials (the stats region), log-sum-exps and top partials.
     pub(crate) fn logprobs_regions(&self) -> (u64, u64, u64) {
-        let filter_end = self.filter_scratch_region() + (self.filter_entries() * size_of::<FilterScratch>()) as u64;
-        let top = (filter_end + (self.max_rows * LSE_BYTES) as u64).next_multiple_of(16);
-        (self.rejection_regions().0, filter_end, top)
+        (self.regions.stats, self.regions.lse, self.regions.top)
     }
 
-    /// Byte offset in `scratch` of a synthetic-acceptance call's rates
-    /// (`MAX_SYNTHETIC_DRAFTS` f32), after the top partials.
+    /// Byte offset in `scratch` of a synthetic-acceptance call's rates.
     pub(crate) fn rates_region(&self) -> u64 {
-        self.logprobs_regions().2 + (self.entries * TOP_BYTES) as u64
+        self.regions.rates
     }
 
-    /// Byte offsets in `scratch` of block verification's notes
-    /// (`max_rows` [`BlockRow`]s, 8-byte aligned after the rates) and
-    /// request states (`max_rows` [`BlockState`]s after them), which the
-    /// kernels keep zero between calls.
+    /// Byte offsets in `scratch` of block verification's notes and request
+    /// states, which the kernels keep zero between calls.
     pub(crate) fn block_regions(&self) -> (u64, u64) {
-        let rows = (self.rates_region() + RATES_BYTES as u64).next_multiple_of(8);
-        (rows, rows + (self.max_rows * size_of::<BlockRow>()) as u64)
+        (self.regions.block_rows, self.regions.block_states)
     }
 
     /// The threshold kernel's scratch entries: a call of more filtered rows
@@ -258,6 +229,73 @@ impl Workspace {
 /// [`Workspace::filter_entries`] of a workspace of `max_rows` rows.
 fn filter_entries(max_rows: usize) -> usize {
     max_rows.saturating_mul(2).min(FILTER_ENTRIES)
+}
+
+/// Byte offsets in a workspace's `scratch` of each region, one after
+/// another, and the end of the last (the scratch's size). With `entries`
+/// stats and partials entries ([`entries`]) and `max_rows` rows:
+///
+/// - `stats`: `entries` pass-1 [`Stats`] (also the log-probability kernels'
+///   partials, which no kernel of theirs needs beside a call's own passes);
+/// - `partials`: `entries` partials of `PARTIAL_BYTES` (gumbel_sample's, the
+///   resample's, block verification's masses). Both 16-byte aligned: the
+///   kernels gather them 16 bytes a load; the jobs, whose size is not a
+///   multiple of 16, come after them;
+/// - `jobs`: `max_rows` [`ResampleJob`]s;
+/// - `thresholds`: `2 · max_rows` f32, a filtered call's `τ` of each row;
+/// - `filter_scratch`: [`filter_entries`] [`FilterScratch`]es, 16-byte aligned;
+/// - `lse`: `max_rows` [`LogprobsLse`]s;
+/// - `top`: `entries` [`TopPartial`]s, 16-byte aligned (read 16 bytes a load);
+/// - `rates`: `MAX_SYNTHETIC_DRAFTS` f32;
+/// - `block_rows`, `block_states`: `max_rows` [`BlockRow`]s (8-byte aligned)
+///   and `max_rows` [`BlockState`]s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Regions {
+    stats: u64,
+    partials: u64,
+    jobs: u64,
+    thresholds: u64,
+    filter_scratch: u64,
+    lse: u64,
+    top: u64,
+    rates: u64,
+    block_rows: u64,
+    block_states: u64,
+    end: u64,
+}
+
+impl Regions {
+    /// The regions of `entries` entries and `max_rows` rows; `None` past `u64`.
+    fn of(entries: usize, max_rows: usize) -> Option<Regions> {
+        let (entries, rows) = (entries as u64, max_rows as u64);
+        let bytes = |n: u64, each: usize| n.checked_mul(each as u64);
+        let after = |at: u64, n: u64, each: usize| at.checked_add(bytes(n, each)?);
+        let align = |at: u64, to: u64| at.checked_next_multiple_of(to);
+        let stats = 0;
+        let partials = after(stats, entries, STATS_BYTES)?;
+        let jobs = after(partials, entries, PARTIAL_BYTES)?;
+        let thresholds = after(jobs, rows, JOB_BYTES)?;
+        let filter_scratch = align(after(thresholds, rows, THRESHOLD_BYTES)?, 16)?;
+        let lse = after(filter_scratch, filter_entries(max_rows) as u64, size_of::<FilterScratch>())?;
+        let top = align(after(lse, rows, LSE_BYTES)?, 16)?;
+        let rates = after(top, entries, TOP_BYTES)?;
+        let block_rows = align(rates.checked_add(RATES_BYTES as u64)?, 8)?;
+        let block_states = after(block_rows, rows, size_of::<BlockRow>())?;
+        let end = after(block_states, rows, size_of::<BlockState>())?;
+        Some(Regions {
+            stats,
+            partials,
+            jobs,
+            thresholds,
+            filter_scratch,
+            lse,
+            top,
+            rates,
+            block_rows,
+            block_states,
+            end,
+        })
+    }
 }
 
 /// How the threshold kernel of a filtered call splits rows of `vocab >= 1`
@@ -419,6 +457,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The regions follow one another, each as aligned as its kernels read
+    /// it, and the last ends the scratch; past `u64`, none.
+    #[test]
+    fn regions_follow_one_another_within_the_scratch() {
+        use super::*;
+        for max_rows in [0, 1, 3, 7, 1000, 2047, 4097, 65_536] {
+            let entries = entries(132, max_rows).unwrap();
+            let r = Regions::of(entries, max_rows).unwrap();
+            let (e, m) = (entries as u64, max_rows as u64);
+            let size = |n: u64, each: usize| n * each as u64;
+            let spans = [
+                (r.stats, size(e, STATS_BYTES), 16),
+                (r.partials, size(e, PARTIAL_BYTES), 16),
+                (r.jobs, size(m, JOB_BYTES), 8),
+                (r.thresholds, size(m, THRESHOLD_BYTES), 4),
+                (r.filter_scratch, size(filter_entries(max_rows) as u64, size_of::<FilterScratch>()), 16),
+                (r.lse, size(m, LSE_BYTES), 4),
+                (r.top, size(e, TOP_BYTES), 16),
+                (r.rates, RATES_BYTES as u64, 4),
+                (r.block_rows, size(m, size_of::<BlockRow>()), 8),
+                (r.block_states, size(m, size_of::<BlockState>()), 4),
+            ];
+            for (k, &(at, len, align)) in spans.iter().enumerate() {
+                assert_eq!(at % align, 0, "{max_rows} rows: region {k} at {at}");
+                let next = spans.get(k + 1).map_or(r.end, |s| s.0);
+                assert!(at + len <= next, "{max_rows} rows: region {k} overlaps the next");
+            }
+            assert_eq!(r.block_states + size(m, size_of::<BlockState>()), r.end);
+        }
+        assert_eq!(Regions::of(usize::MAX, 1), None);
     }
 
     /// A split raised to `MOST_CHUNKS` chunks a row covers the row, no chunk
