@@ -10,9 +10,10 @@
 use specdec::filter::Filter;
 use specdec::{DType, Verification};
 use specdec_core::block_verification::{next_weight, stop_probability};
+use specdec_suite::agreement::{MAX_NEAR_RATE, NEAR, block_decisions};
 use specdec_suite::drafting::{
-    Drafted, FixedPositions, MIN_POSITION_DRAWS, check_filtered_positions, check_positions, perturbed, run_split,
-    target_row, zipf_logits,
+    Drafted, FixedPositions, MIN_POSITION_DRAWS, RandomSpec, check_filtered_positions, check_positions, perturbed,
+    random_verify, run_split, target_row, zipf_logits,
 };
 use specdec_suite::inputs::Rng;
 use specdec_suite::test_device;
@@ -372,4 +373,41 @@ test_device!(a_draft_with_a_nan_logit_is_never_accepted, |backend, _scale| {
         let what = if nan_in_draft { "draft" } else { "target" };
         assert!(out.accepted.iter().all(|&a| a == 0), "{what} NaN at the draft: accepted {:?}", &out.accepted[..16]);
     }
+});
+
+// The rule recomputed in f64 from the logits (`agreement::block_decisions`,
+// its own arithmetic) accepts as many drafts as the backend in every
+// sampling request of random ragged batches (placeholders, padding, every
+// temperature of the harness, one-hot drafts and draft logits), except where
+// one of the block's decisions at or above the smaller of the two is within
+// `NEAR` of its threshold; such decisions stay rare.
+test_device!(accepted_drafts_match_the_f64_rule, |backend, _scale| {
+    let mut rng = Rng::new(0x0B10_CF64);
+    let (mut decisions, mut near, mut differ) = (0usize, 0usize, 0usize);
+    for (vocab, requests, k) in [(999, 4096, 4), (4097, 1024, 7), (32_000, 64, 4)] {
+        for draft in [None, Some(DType::F32), Some(DType::BF16)] {
+            let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, k, DType::F32, draft));
+            v.verification = Verification::Block;
+            let out = run_split(&v, &backend);
+            for r in (0..requests).filter(|&r| !v.is_greedy(r)) {
+                let Some(b) = block_decisions(&v, r) else { continue };
+                decisions += b.margins.len();
+                near += b.margins.iter().filter(|m| m.1 < NEAR).count();
+                let accepted = out.accepted[r].max(0) as usize;
+                if b.tau != accepted {
+                    differ += 1;
+                    let low = b.tau.min(accepted).max(1);
+                    assert!(
+                        b.margins.iter().any(|&(row, m)| row >= low && m < NEAR),
+                        "V {vocab} draft {draft:?}, request {r}: f64 rule tau {} ({:?}), backend {accepted}",
+                        b.tau,
+                        b.margins
+                    );
+                }
+            }
+        }
+    }
+    eprintln!("{decisions} decisions, {near} near their thresholds, {differ} requests differ");
+    assert!(decisions >= 10_000, "{decisions} decisions: too few");
+    assert!((near as f64) < MAX_NEAR_RATE * decisions as f64, "{near} of {decisions} decisions near their thresholds");
 });

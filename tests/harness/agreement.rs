@@ -54,6 +54,113 @@ pub fn residual_scores(v: &Verify, r: usize, i: usize, xs: [usize; 2]) -> Option
     }))
 }
 
+/// A block-verified request (REFERENCE §4.11) recomputed in f64 from the
+/// logits: the block's length `n` (drafts before the first placeholder), its
+/// weights `w_0 … w_n`, the `τ` the rule gives, and each decision's
+/// relative distance to its threshold, `|u − h| / h`: the end test
+/// (`u_{n−1}` against `w_n`, row `n`) and every row's stop test (`u_{i−1}`
+/// against `h_i`, rows `n − 1` down to 1).
+pub struct BlockDecisions {
+    pub n: usize,
+    pub weights: Vec<f64>,
+    pub tau: usize,
+    /// `(row, margin)`, the end test first.
+    pub margins: Vec<(usize, f64)>,
+}
+
+/// [`BlockDecisions`] of sampling request `r` of `v`, none for a block of
+/// no draft. Its own f64 arithmetic (`exp`, sums in order), apart from
+/// the backends'.
+pub fn block_decisions(v: &Verify, r: usize) -> Option<BlockDecisions> {
+    let (row0, slot) = (v.offsets[r] as usize, v.slots[r] as usize);
+    let n_r = (v.offsets[r + 1] - v.offsets[r] - 1) as usize;
+    let n = (0..n_r).position(|i| v.drafts[row0 + i] == -1).unwrap_or(n_r);
+    if n == 0 {
+        return None;
+    }
+    let u =
+        |i: usize| (f64::from(random_u32(v.seed[slot], v.pos[row0 + i], Stream::Accept, 0)) + 0.5) / 4_294_967_296.0;
+    let rows: Vec<_> = (0..n).map(|i| log_pq(v, r, i)).collect();
+    let mut weights = vec![1.0f64];
+    for (i, (log_p, log_q)) in rows.iter().enumerate() {
+        let d = v.drafts[row0 + i] as usize;
+        let ratio = (log_p[d] - log_q.as_ref().map_or(0.0, |q| q[d])).exp();
+        let w = weights[i] * ratio;
+        weights.push(if w.is_nan() { 0.0 } else { w.min(1.0) });
+    }
+    let relative = |u: f64, h: f64| (u - h).abs() / h.max(f64::MIN_POSITIVE);
+    let mut margins = vec![(n, relative(u(n - 1), weights[n]))];
+    let mut tau = if u(n - 1) < weights[n] { Some(n) } else { None };
+    for i in (1..n).rev() {
+        let (w, (log_p, log_q)) = (weights[i], &rows[i]);
+        let mass: f64 = match log_q {
+            Some(q) => log_p.iter().zip(q).map(|(p, q)| (w * p.exp() - q.exp()).max(0.0)).sum(),
+            None => w * (1.0 - log_p[v.drafts[row0 + i] as usize].exp()),
+        };
+        let d = mass + 1.0 - w;
+        let h = if d > 0.0 { mass / d } else { 1.0 };
+        margins.push((i, relative(u(i - 1), h)));
+        if tau.is_none() && u(i - 1) < h {
+            tau = Some(i);
+        }
+    }
+    Some(BlockDecisions { n, weights, tau: tau.unwrap_or(0), margins })
+}
+
+/// The weighted residual's Gumbel-max scores `log(w·p − q)(x) + g(x)` of
+/// the ids `xs` at row `i` of request `r` (weight `w`), in f64; none for
+/// one-hot drafts, whose residual involves no sum.
+fn weighted_residual_scores(v: &Verify, r: usize, i: usize, w: f64, xs: [usize; 2]) -> Option<[f64; 2]> {
+    let j = v.offsets[r] as usize + i;
+    let slot = v.slots[r] as usize;
+    let (log_p, log_q) = log_pq(v, r, i);
+    let log_q = log_q?;
+    Some(xs.map(|x| {
+        let res = (w * log_p[x].exp() - log_q[x].exp()).ln();
+        res + f64::from(gumbel(random_u32(v.seed[slot], v.pos[j], Stream::Target, x as u32)))
+    }))
+}
+
+/// [`compare`] for block verification: the outputs of `requests` of `v`
+/// equal, except a sampling request whose `τ` differs where one of the
+/// block's decisions at or above the smaller `τ` is within [`NEAR`] of its
+/// threshold, or whose last token differs by a near-tie of its weighted
+/// residual's scores. Counts every decision of the blocks and the near ones.
+pub fn compare_blocks(
+    v: &Verify,
+    cpu: &Verified,
+    gpu: &Verified,
+    requests: &[usize],
+    tally: &mut Agreement,
+    ctx: &str,
+) {
+    assert_eq!(cpu.row_status, gpu.row_status, "{ctx}: row status");
+    for (k, &r) in requests.iter().enumerate() {
+        let block = if v.is_greedy(r) { None } else { block_decisions(v, r) };
+        if let Some(b) = &block {
+            tally.decisions += b.margins.len();
+            tally.near += b.margins.iter().filter(|m| m.1 < NEAR).count();
+        }
+        if cpu.request(k) == gpu.request(k)
+            && (cpu.num_emitted[k], cpu.accepted[k]) == (gpu.num_emitted[k], gpu.accepted[k])
+        {
+            continue;
+        }
+        let why = format!("{ctx}: request {r} (slot {}) cpu {:?} gpu {:?}", v.slots[r], cpu.request(k), gpu.request(k));
+        let b = block.unwrap_or_else(|| panic!("{why}: greedy requests and blocks of no draft must agree exactly"));
+        let (tc, tg) = (cpu.accepted[k].max(0) as usize, gpu.accepted[k].max(0) as usize);
+        let near = if tc != tg {
+            b.margins.iter().any(|&(row, m)| row >= tc.min(tg).max(1) && m < NEAR)
+        } else {
+            let ids = [cpu.request(k)[tc] as usize, gpu.request(k)[tc] as usize];
+            tc < b.n
+                && weighted_residual_scores(v, r, tc, b.weights[tc], ids).is_some_and(|[a, c]| (a - c).abs() < NEAR)
+        };
+        assert!(near, "{why}: they differ at position {}, with no decision near its threshold", tc.min(tg));
+        tally.near_mismatches += 1;
+    }
+}
+
 /// Counts of a CPU/GPU comparison.
 #[derive(Default, Debug)]
 pub struct Agreement {
