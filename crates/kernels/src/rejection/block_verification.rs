@@ -5,10 +5,11 @@
 //! Pass 1's decision accepts every draft of a sampling request and notes
 //! each draft row (`scratch::BlockRow`: `log p`, `log q`, the log-sum-exps)
 //! and the block's length `n` (`scratch::BlockState`; a block of one draft
-//! is decided by the token rule, `u_0 < w_1`, by block `(0, r, 0)`). Block `(s, r, c)` of
-//! this kernel then takes chunk `c` of row `i = n − 1 − s` of request `r`
-//! (rows `1 ..= n − 1`, the last first: the grid is ordered so that a
-//! request's later rows run before its earlier ones), weighs the block up to
+//! is decided by the token rule, `u_0 < w_1`, by block `(0, r, 0)`). Block
+//! `(s, r, c)` of this kernel (linear index `(s·requests + r)·block_chunks +
+//! c`) then takes chunk `c` of row `i = n − 1 − s` of request `r` (rows
+//! `1 ..= n − 1`; the grid runs every request's last row before any of its
+//! earlier ones, so that a row found to stop spares those below it), weighs the block up to
 //! it (`w_i`, `w_n`, bit for bit as the CPU twin) and sums its chunk of the
 //! residual mass `r_i = Σ max(w_i·p − q, 0)`, unless the row cannot matter:
 //!
