@@ -44,14 +44,7 @@ pub fn margin(v: &Verify, r: usize, i: usize) -> f64 {
 /// draft `i` of request `r`, in f64 (none for one-hot drafts, whose residual
 /// involves no sum).
 pub fn residual_scores(v: &Verify, r: usize, i: usize, xs: [usize; 2]) -> Option<[f64; 2]> {
-    let j = v.offsets[r] as usize + i;
-    let slot = v.slots[r] as usize;
-    let (log_p, log_q) = log_pq(v, r, i);
-    let log_q = log_q?;
-    Some(xs.map(|x| {
-        let w = (log_p[x].exp() - log_q[x].exp()).ln();
-        w + f64::from(gumbel(random_u32(v.seed[slot], v.pos[j], Stream::Target, x as u32)))
-    }))
+    weighted_residual_scores(v, r, i, 1.0, xs)
 }
 
 /// A block-verified request (REFERENCE §4.11) recomputed in f64 from the
