@@ -61,6 +61,15 @@ pub struct BlockDecisions {
     pub margins: Vec<(usize, f64)>,
 }
 
+impl BlockDecisions {
+    /// Whether a decision at or above row `row` (row 1 at least: row 0 has
+    /// none) is within [`NEAR`] of its threshold: where a backend's `τ` may
+    /// differ from another `τ` no larger than `row`.
+    pub fn near_at_or_above(&self, row: usize) -> bool {
+        self.margins.iter().any(|&(at, m)| at >= row.max(1) && m < NEAR)
+    }
+}
+
 /// [`BlockDecisions`] of sampling request `r` of `v`, none for a block of
 /// no draft. Its own f64 arithmetic (`exp`, sums in order), apart from
 /// the backends'.
@@ -143,7 +152,7 @@ pub fn compare_blocks(
         let b = block.unwrap_or_else(|| panic!("{why}: greedy requests and blocks of no draft must agree exactly"));
         let (tc, tg) = (cpu.accepted[k].max(0) as usize, gpu.accepted[k].max(0) as usize);
         let near = if tc != tg {
-            b.margins.iter().any(|&(row, m)| row >= tc.min(tg).max(1) && m < NEAR)
+            b.near_at_or_above(tc.min(tg))
         } else {
             let ids = [cpu.request(k)[tc] as usize, gpu.request(k)[tc] as usize];
             tc < b.n
