@@ -63,7 +63,7 @@ pub fn parse(options: &[String]) -> Result<Options> {
 }
 
 pub fn bench_gpu(root: &Path, options: &Options) -> Result<()> {
-    let binary = build(root, None)?;
+    let binary = build(root, root, None)?;
     match &options.bundle {
         Some(dir) => make_bundle(root, dir, &binary, options.against.as_deref()),
         None => run_here(root, &binary),
@@ -95,18 +95,20 @@ fn build_revision(root: &Path, rev: &str) -> Result<(PathBuf, String)> {
     }
     cmd::run_ok(&mut git(&["worktree", "prune"]))?;
     cmd::run_ok(&mut git(&["worktree", "add", "--detach", &tree, &commit]))?;
-    Ok((build(&worktree, Some(&ab.join("target")))?, commit))
+    Ok((build(root, &worktree, Some(&ab.join("target")))?, commit))
 }
 
-/// `cargo bench -p specdec-suite --features gpu --bench gpu --no-run` without debug
-/// info and stripped; returns the benchmark executable cargo reports.
-fn build(root: &Path, target_dir: Option<&Path>) -> Result<PathBuf> {
+/// `cargo bench -p specdec-suite --features gpu --bench gpu --no-run` in `tree` (the
+/// repository at `root`, or a worktree of it) without debug info and stripped; returns the
+/// benchmark executable cargo reports.
+fn build(root: &Path, tree: &Path, target_dir: Option<&Path>) -> Result<PathBuf> {
     let mut cargo = cmd::cargo();
+    crate::cuda_toolkit::configure(root, &mut cargo)?;
     if let Some(dir) = target_dir {
         cargo.env("CARGO_TARGET_DIR", dir);
     }
     cargo
-        .current_dir(root)
+        .current_dir(tree)
         .env("CARGO_PROFILE_BENCH_DEBUG", "false")
         .env("CARGO_PROFILE_BENCH_STRIP", "true")
         .args([

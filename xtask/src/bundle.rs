@@ -106,6 +106,7 @@ fn pack(dir: &Path) -> Result<()> {
 /// without debug info and stripped; returns the test executables cargo reports.
 fn build_tests(root: &Path, extra: &[String]) -> Result<Vec<TestBinary>> {
     let mut cargo = cmd::cargo();
+    crate::cuda_toolkit::configure(root, &mut cargo)?;
     cargo
         .current_dir(root)
         .env("CARGO_PROFILE_TEST_DEBUG", "false")

@@ -8,6 +8,7 @@ mod bench;
 mod bundle;
 mod cmd;
 mod cubin;
+mod cuda_toolkit;
 mod ptx;
 mod ptxas;
 mod report;

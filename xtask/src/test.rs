@@ -46,6 +46,7 @@ pub fn test(root: &Path, extra: &[String]) -> Result<()> {
 pub fn test_gpu(root: &Path, extra: &[String]) -> Result<()> {
     find_gpu()?;
     let mut cargo_test = cmd::cargo();
+    crate::cuda_toolkit::configure(root, &mut cargo_test)?;
     cargo_test.current_dir(root).args(["test", "--workspace", "--features", GPU_FEATURE]).args(extra);
     cmd::run_ok(&mut cargo_test)
 }

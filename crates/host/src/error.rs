@@ -65,6 +65,25 @@ pub enum Error {
     InvalidRate { position: usize, value: f32 },
     #[error("{what}: not on the CUDA backend yet (use the CPU backend)")]
     NotOnCuda { what: &'static str },
+    /// A candle operation the call ran (feature `candle`).
+    #[cfg(feature = "candle")]
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+    #[cfg(feature = "candle")]
+    #[error("{what}: expected {expected}, got a tensor of shape {got:?}")]
+    TensorShape { what: &'static str, expected: &'static str, got: Vec<usize> },
+    #[cfg(feature = "candle")]
+    #[error("{what}: expected dtype {expected}, got {got}")]
+    TensorDType { what: &'static str, expected: String, got: &'static str },
+    #[cfg(feature = "candle")]
+    #[error("{what}: {reason}, got strides {strides:?} (make it contiguous first)")]
+    TensorLayout { what: &'static str, reason: &'static str, strides: Vec<usize> },
+    #[cfg(feature = "candle")]
+    #[error("{what} is on {got}, expected {expected}")]
+    TensorDevice { what: &'static str, expected: String, got: String },
+    #[cfg(feature = "candle")]
+    #[error("{what} share memory with {other}, which the call reads while it writes them")]
+    TensorAliased { what: &'static str, other: &'static str },
 }
 
 fn draft_suffix(draft: bool) -> &'static str {

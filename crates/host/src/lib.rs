@@ -28,12 +28,14 @@
 //! # Ok::<(), specdec::Error>(())
 //! ```
 
-/// The README's examples, compiled and run as doctests.
-#[cfg(doctest)]
+/// The README's examples, compiled and run as doctests (they use the `candle` feature too).
+#[cfg(all(doctest, feature = "candle"))]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeExamples;
 
 mod backend;
+#[cfg(feature = "candle")]
+pub mod candle;
 pub mod cpu;
 pub mod cuda;
 mod error;

@@ -38,7 +38,11 @@ pub const PTX_ARCH: &str = env!("SPECDEC_PTX_ARCH");
 /// first matters: `cudarc` panics on first use without one.
 pub fn driver_present() -> bool {
     // SAFETY: only tries to open the library; no driver call is made.
-    unsafe { cudarc::driver::sys::is_culib_present() }
+    #[cfg(not(feature = "candle-cuda"))]
+    return unsafe { cudarc::driver::sys::is_culib_present() };
+    // candle's CUDA build links libcuda: the process would not have started without it.
+    #[cfg(feature = "candle-cuda")]
+    true
 }
 
 /// A loaded kernel, and how many of its blocks one SM holds at once (its
