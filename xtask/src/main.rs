@@ -76,7 +76,10 @@ Commands:
 
 Environment:
   SPECDEC_PTXAS   ptxas to use (default: .tools/ptxas/bin/ptxas, installed from PyPI on first use)
-  PYTHON          python for the PyTorch baseline of bench-gpu (default: python3)";
+  PYTHON          python for the PyTorch baseline of bench-gpu (default: python3)
+  CUDA_COMPUTE_CAP  the GPU candle's kernels are built for in GPU builds (default: 90). GPU builds
+                  (test-gpu, bench-gpu) build candle's CUDA backend with the CUDA 13.0 toolkit in
+                  .tools/cuda-13.0, installed from NVIDIA's PyPI wheels on first use";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
