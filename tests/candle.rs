@@ -341,6 +341,7 @@ test_device!(bad_tensors_are_typed_errors, |backend, _scale| {
             let bad = bad.unwrap();
             assert_eq!(bad.tokens.to_vec1::<i64>().unwrap()[1], -1);
             assert_eq!(bad.row_status.to_vec1::<u32>().unwrap()[1] & status::INVALID_SLOT, status::INVALID_SLOT);
+            assert_eq!(sampler.take_status().unwrap() & status::INVALID_SLOT, status::INVALID_SLOT);
         }
     }
     // An i64 draft past the i32 range is not read as its low word (5): it is
@@ -350,11 +351,16 @@ test_device!(bad_tensors_are_typed_errors, |backend, _scale| {
     let (offsets, one_slot) = (Tensor::new(&[0i64, 2], &device).unwrap(), Tensor::new(&[0i32], &device).unwrap());
     let out = sampler.rejection_sample(&RejectionCall::new(&target, &offsets, &drafts, &one_slot, &pos, params, 1));
     match &backend {
-        Backend::Cpu(_) => assert!(matches!(out, Err(Error::InvalidDraft { row: 0, .. })), "{out:?}"),
+        Backend::Cpu(_) => {
+            assert!(matches!(out, Err(Error::InvalidDraft { row: 0, .. })), "{out:?}");
+            assert_eq!(sampler.take_status().unwrap(), 0);
+        }
         Backend::Cuda(_) => {
+            // An invalid request: no tokens, its flags in the status word (its rows' status untouched).
             let out = out.unwrap();
             assert_eq!(out.num_emitted.to_vec1::<i32>().unwrap(), [0]);
-            assert_eq!(out.row_status.to_vec1::<u32>().unwrap()[0] & status::INVALID_DRAFT, status::INVALID_DRAFT);
+            assert_eq!(out.tokens.flatten_all().unwrap().to_vec1::<i64>().unwrap(), [-1, -1]);
+            assert_eq!(sampler.take_status().unwrap() & status::INVALID_DRAFT, status::INVALID_DRAFT);
         }
     }
     // Draft logits that share memory with an input the call reads.

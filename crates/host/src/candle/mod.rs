@@ -8,7 +8,9 @@
 //! shapes and strides come from each tensor's layout: logits rows may be
 //! strided (last stride 1), the draft logits `[slots, k, width]` any strides
 //! with last stride 1; vectors must have stride 1. Anything else is a typed
-//! [`Error`] before launch, as are values the host can see (REFERENCE §5).
+//! [`Error`] before launch, as are values the host can see (REFERENCE §5);
+//! values in device memory are flagged, in the returned row status and in
+//! [`Sampler::take_status`].
 //!
 //! Dtypes: logits and draft logits f32, bf16 or f16; drafts, slots, offsets,
 //! draft-logits columns and top-k `i32`, or `i64` (candle's index dtype, and
@@ -61,6 +63,8 @@ enum Engine {
     Cuda {
         cuda: crate::Cuda,
         workspace: Option<Box<crate::Workspace>>,
+        /// Workspaces outgrown since the last `take_status`, kept for their status words.
+        retired: Vec<crate::Workspace>,
     },
 }
 
@@ -74,7 +78,9 @@ impl Sampler {
         let engine = match device {
             candle_core::Device::Cpu => Engine::Cpu,
             #[cfg(feature = "candle-cuda")]
-            candle_core::Device::Cuda(d) => Engine::Cuda { cuda: crate::Cuda::new(d.cuda_stream())?, workspace: None },
+            candle_core::Device::Cuda(d) => {
+                Engine::Cuda { cuda: crate::Cuda::new(d.cuda_stream())?, workspace: None, retired: Vec::new() }
+            }
             other => {
                 return Err(Error::TensorDevice {
                     what: "the sampler",
@@ -93,6 +99,28 @@ impl Sampler {
 
     pub fn device(&self) -> &candle_core::Device {
         &self.device
+    }
+
+    /// The OR of the [`crate::status`] flags raised in device memory by this
+    /// sampler's calls since the last call of this (REFERENCE §5.4: an
+    /// invalid request's rows keep their status; its flags land here). On
+    /// CUDA it synchronises with the stream to read them; on the CPU, whose
+    /// checks are typed errors, it is 0.
+    pub fn take_status(&mut self) -> Result<u32> {
+        match &mut self.engine {
+            Engine::Cpu => Ok(0),
+            #[cfg(feature = "candle-cuda")]
+            Engine::Cuda { workspace, retired, .. } => {
+                let mut flags = 0;
+                for mut ws in retired.drain(..) {
+                    flags |= ws.take_status()?;
+                }
+                if let Some(ws) = workspace {
+                    flags |= ws.take_status()?;
+                }
+                Ok(flags)
+            }
+        }
     }
 }
 
@@ -471,10 +499,13 @@ impl Engine {
     /// The CUDA backend and a workspace of at least `rows` rows (made anew,
     /// twice as large, when the last was too small; see `Workspace` for what a call counts).
     fn cuda(&mut self, rows: usize) -> Result<(&crate::Cuda, &mut crate::Workspace)> {
-        let Engine::Cuda { cuda, workspace } = self else { unreachable!("Device memory runs on the CUDA engine") };
+        let Engine::Cuda { cuda, workspace, retired } = self else {
+            unreachable!("Device memory runs on the CUDA engine")
+        };
         let capacity = workspace.as_ref().map_or(0, |w| w.max_rows());
         if rows > capacity {
-            *workspace = Some(Box::new(cuda.workspace(rows.max(2 * capacity).max(64))?));
+            let grown = Box::new(cuda.workspace(rows.max(2 * capacity).max(64))?);
+            retired.extend(workspace.replace(grown).map(|w| *w));
         }
         Ok((cuda, workspace.as_deref_mut().expect("made above")))
     }
