@@ -14,18 +14,10 @@ use specdec::{
     GumbelSample, Logits, Logprobs, RejectionOutput, RejectionSample, SamplingParams, Verification, status,
 };
 use specdec_suite::inputs::{Rng, TEMPERATURES};
-use specdec_suite::test_device;
+use specdec_suite::{candle_device, test_device};
 
-/// The candle device of a backend of the suite.
-fn device_of(backend: &Backend) -> Device {
-    match backend {
-        Backend::Cpu(_) => Device::Cpu,
-        Backend::Cuda(_) => Device::new_cuda(0).expect("the GPU suite needs a CUDA device"),
-    }
-}
-
-/// A flat f32 buffer on `device`, converted to `dtype`, and the same
-/// elements on the host as the core API reads them (through `to_dtype`'s rounding).
+/// A flat buffer of `values` on `device`, converted to `dtype` (the core call
+/// reads its host copy, [`HostValues::of`], rounded alike).
 fn flat(values: &[f32], dtype: CDType, device: &Device) -> Tensor {
     Tensor::new(values, device).unwrap().to_dtype(dtype).unwrap()
 }
@@ -102,7 +94,7 @@ fn random_logits(rng: &mut Rng, n: usize) -> Vec<f32> {
 }
 
 test_device!(gumbel_sample_is_the_core_call, |backend, _scale| {
-    let device = device_of(&backend);
+    let device = candle_device(&backend);
     let mut sampler = Sampler::new(&device).unwrap();
     let mut rng = Rng::new(0xCA4D1E);
     for (case, dtype) in [CDType::F32, CDType::BF16, CDType::F32, CDType::BF16].into_iter().enumerate() {
@@ -194,7 +186,7 @@ test_device!(gumbel_sample_is_the_core_call, |backend, _scale| {
 });
 
 test_device!(rejection_sample_is_the_core_call, |backend, _scale| {
-    let device = device_of(&backend);
+    let device = candle_device(&backend);
     let mut sampler = Sampler::new(&device).unwrap();
     let mut rng = Rng::new(0x5EC0DE);
     let cases = [
@@ -305,7 +297,7 @@ test_device!(rejection_sample_is_the_core_call, |backend, _scale| {
 });
 
 test_device!(bad_tensors_are_typed_errors, |backend, _scale| {
-    let device = device_of(&backend);
+    let device = candle_device(&backend);
     let mut sampler = Sampler::new(&device).unwrap();
     let logits = Tensor::new(&[[0.5f32, 2.0, -1.0], [0.0, 3.0, 1.0]], &device).unwrap();
     let slots = Tensor::new(&[0i32, -1], &device).unwrap();

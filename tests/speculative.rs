@@ -17,7 +17,7 @@ use specdec::candle::Sampler;
 use specdec::filter::Filter;
 use specdec::{Backend, Verification};
 use specdec_suite::filters::filtered_probs;
-use specdec_suite::{chi_square, test_device};
+use specdec_suite::{candle_device, chi_square, test_device};
 
 /// Runs `f` on a pool of two threads: the models are tiny, and candle's CPU
 /// ops spread over every core of a large machine spend their time waking threads.
@@ -25,19 +25,12 @@ fn on_two_threads<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a thread pool").install(f)
 }
 
-fn device_of(backend: &Backend) -> Device {
-    match backend {
-        Backend::Cpu(_) => Device::Cpu,
-        Backend::Cuda(_) => Device::new_cuda(0).expect("the GPU suite needs a CUDA device"),
-    }
-}
-
 test_device!(greedy_speculation_emits_the_greedy_tokens, |backend, _scale| {
     on_two_threads(|| greedy_speculation(&backend))
 });
 
 fn greedy_speculation(backend: &Backend) {
-    let device = device_of(backend);
+    let device = candle_device(backend);
     let config =
         Config { vocab: 512, hidden: 64, heads: 4, layers: 3, max_positions: 256, logit_scale: 2.5, deep_scale: 0.3 };
     let target = Model::new(config, 7, &device).unwrap();
@@ -90,7 +83,7 @@ test_device!(sampled_speculation_follows_the_target, |backend, _scale| {
 });
 
 fn sampled_speculation(backend: &Backend) {
-    let device = device_of(backend);
+    let device = candle_device(backend);
     let config =
         Config { vocab: VOCAB, hidden: 32, heads: 4, layers: 3, max_positions: 16, logit_scale: 1.5, deep_scale: 0.6 };
     let target = Model::new(config, 11, &device).unwrap();

@@ -97,6 +97,11 @@ fn forward(model: &Model, cache: &mut KvCache, feed: &[u32], device: &Device) ->
     Ok(model.forward(&Tensor::new(feed, device)?, cache)?)
 }
 
+/// The logits after the last of `feed` only: `[1, vocab]`.
+fn next_logits(model: &Model, cache: &mut KvCache, feed: &[u32], device: &Device) -> Result<Tensor> {
+    Ok(forward(model, cache, feed, device)?.narrow(0, feed.len() - 1, 1)?)
+}
+
 fn ids(tokens: &Tensor) -> Result<Vec<u32>> {
     Ok(tokens.to_vec1::<i64>()?.into_iter().map(|t| u32::try_from(t).expect("a sampled id")).collect())
 }
@@ -120,8 +125,7 @@ pub fn autoregressive(
         let mut rows = Vec::with_capacity(requests.len());
         for r in requests.iter_mut() {
             let feed = r.tokens[r.target.len()..].to_vec();
-            let logits = forward(target, &mut r.target, &feed, &device)?;
-            rows.push(logits.narrow(0, feed.len() - 1, 1)?);
+            rows.push(next_logits(target, &mut r.target, &feed, &device)?);
         }
         let logits = Tensor::cat(&rows, 0)?;
         let slots = Tensor::arange(0i32, requests.len() as i32, &device)?;
@@ -180,8 +184,7 @@ pub fn speculative(
                 let req = &mut requests[r];
                 let cache = req.draft.as_mut().expect("speculative requests have a draft cache");
                 let feed = if i == 0 { req.tokens[cache.len()..].to_vec() } else { vec![drafts[a][i - 1]] };
-                let logits = forward(draft, cache, &feed, &device)?;
-                rows.push(logits.narrow(0, feed.len() - 1, 1)?);
+                rows.push(next_logits(draft, cache, &feed, &device)?);
             }
             let logits = Tensor::cat(&rows, 0)?;
             let pos: Vec<i64> = active.iter().map(|&r| (requests[r].tokens.len() - 1 + i) as i64).collect();

@@ -42,6 +42,15 @@ pub fn cuda_device() -> specdec::Cuda {
     specdec::Cuda::on_device(0).unwrap_or_else(|e| panic!("the GPU suite needs a CUDA device: {e}"))
 }
 
+/// The candle device of a suite backend: the CPU, or CUDA device 0 (the GPU
+/// suite must not pass without one).
+pub fn candle_device(backend: &Backend) -> candle_core::Device {
+    match backend {
+        Backend::Cpu(_) => candle_core::Device::Cpu,
+        Backend::Cuda(_) => candle_core::Device::new_cuda(0).expect("the GPU suite needs a CUDA device"),
+    }
+}
+
 /// The GPU suite's usual sample-size scale: big samples are cheap on a GPU.
 pub const GPU_SCALE: usize = 8;
 

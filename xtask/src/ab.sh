@@ -15,14 +15,7 @@
 set -u
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# GPU builds link the CUDA 13 libraries candle uses (cublas, curand, nvrtc, cudart):
-# take them from the machine's CUDA 13 toolkit.
-for lib in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64; do
-  if [ -e "$lib/libcublas.so.13" ]; then
-    export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    break
-  fi
-done
+. "$here/cuda-libs.sh"
 out="${OUT:-$here}"
 rounds=2
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then

@@ -197,7 +197,9 @@ fn make_bundle(root: &Path, dir: &Path, binary: &Path, against: Option<&str>) ->
     copy(&root.join(TORCH_SCRIPT), &dir.join("torch_baseline.py"))?;
     write("bench.sh", BENCH_SH)?;
     cmd::make_executable(&dir.join("bench.sh"))?;
-    let mut names = vec![BINARY, "torch_baseline.py", "bench.sh"];
+    let (libs_name, libs_sh) = crate::cuda_toolkit::LIBS_SH;
+    write(libs_name, libs_sh)?;
+    let mut names = vec![BINARY, "torch_baseline.py", "bench.sh", libs_name];
     if let Some((binary, commit, rev)) = &base {
         copy(binary, &dir.join(ab::BASE_BINARY))?;
         write(ab::BASE_FILE, &format!("{} ({rev})\n", &commit[..commit.len().min(12)]))?;

@@ -10,12 +10,15 @@
 //! comes with the GPU machine's NVIDIA driver). 13.0 because it is the
 //! CUDA of the H200 machines' driver (580) and libraries, and the 12.x
 //! wheels carry no nvcc. The GPU machine runs the binaries against its own
-//! CUDA 13 libraries (run.sh and bench.sh find them).
+//! CUDA 13 libraries (the bundles' scripts find them: `cuda-libs.sh`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::{Result, cmd};
+
+/// What every bundle's scripts source to find the GPU machine's CUDA 13 libraries, and its name there.
+pub const LIBS_SH: (&str, &str) = ("cuda-libs.sh", include_str!("cuda-libs.sh"));
 
 /// Where the toolkit is installed, under the repository root.
 const DIR: &str = ".tools/cuda-13.0";

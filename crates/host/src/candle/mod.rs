@@ -562,13 +562,7 @@ impl Sampler {
             return self.gumbel_in(&inputs, call, None);
         };
         let layout = CacheLayout::of(cache)?;
-        if !cache.device().same_device(device) {
-            return Err(Error::TensorDevice {
-                what: "draft logits",
-                expected: format!("{:?}", device.location()),
-                got: format!("{:?}", cache.device().location()),
-            });
-        }
+        // Locking checks the device too; the lock is released before the write takes it.
         let cache_addr = Locked::new("draft logits", cache, device)?.storage_addr();
         let mut read = [&logits, &slots, &pos].into_iter().chain(params.all()).chain(columns.as_ref());
         if let Some(input) = read.find(|l| l.storage_addr() == cache_addr) {
