@@ -5,6 +5,8 @@
 //! ```text
 //! DIR/bin/<name>        one test binary per test target (name: target name, or package-target on a clash)
 //! DIR/run.sh            runs them all: `run.sh [--sanitize[=TOOL,...]] [--] [TEST ARGS...]` (see src/run.sh)
+//! DIR/bin/python-package  the Python package's tests, on its wheel, as one more test binary
+//! DIR/python/           the package's wheel and pytest's (wheels/), and its tests (tests/)
 //! DIR/cuda-libs.sh      what run.sh sources to find the machine's CUDA 13 libraries
 //! DIR/.specdec-bundle   marks DIR as ours (so it may be deleted next time); lists the binaries
 //! DIR.tar.xz            DIR packed, when DIR is over the 64 MiB a GPU machine can be sent
@@ -61,6 +63,8 @@ pub fn bundle(root: &Path, dir: &Path, extra: &[String]) -> Result<()> {
     let (libs_name, libs_sh) = crate::cuda_toolkit::LIBS_SH;
     let libs = dir.join(libs_name);
     std::fs::write(&libs, libs_sh).map_err(|e| format!("write {}: {e}", libs.display()))?;
+    crate::python::bundle(root, dir)?;
+    listing.push_str("python-package\tthe Python package's tests (python/tests), on its wheel (python/wheels)\n");
     let marker = dir.join(MARKER);
     std::fs::write(&marker, listing).map_err(|e| format!("write {}: {e}", marker.display()))?;
 

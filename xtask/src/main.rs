@@ -11,6 +11,7 @@ mod cubin;
 mod cuda_toolkit;
 mod ptx;
 mod ptxas;
+mod python;
 mod report;
 mod resource_usage;
 mod test;
@@ -34,7 +35,9 @@ Commands:
         --deny-spills fails if any kernel spills at sm_90 (its own PTX, and an earlier arch's PTX
         assembled for sm_90, as the driver's JIT does with the default sm_80 build on Hopper).
   test [-- EXTRA...]
-        CI: `cargo test --workspace EXTRA...` (CPU tests), then `ptx --deny-spills`.
+        CI: `cargo test --workspace EXTRA...` (CPU tests), then `ptx --deny-spills`, then the
+        Python package: its wheel built by maturin, pip-installed, and its CPU tests run by pytest
+        (in .tools/python, a virtual environment made from crates/python/requirements-test.txt).
   test-gpu [-- EXTRA...]
         On a machine with an NVIDIA GPU: `cargo test --workspace --features specdec-suite/gpu EXTRA...`.
   test-gpu --sanitize[=TOOL[,TOOL...]] [-- CARGO ARGS... [-- TEST ARGS...]]
@@ -44,8 +47,9 @@ Commands:
         A pass fails on any error the tool reports. TEST ARGS (e.g. a test name filter) go to
         every binary.
   test-gpu --bundle DIR [-- EXTRA...]
-        Build the GPU test binaries here (no GPU needed) into DIR/bin and write DIR/run.sh,
-        which runs them on a GPU machine without a Rust toolchain
+        Build the GPU test binaries here (no GPU needed) into DIR/bin, and the Python package's
+        wheel and tests into DIR/python (run as DIR/bin/python-package, on the machine's torch),
+        and write DIR/run.sh, which runs them on a GPU machine without a Rust toolchain
         (`DIR/run.sh [--sanitize[=TOOL[,TOOL...]]] [--] [TEST ARGS...]`, the same tools;
         logs in ${OUT:-DIR}/logs).
   bench-gpu [--bundle DIR]

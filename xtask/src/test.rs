@@ -32,14 +32,23 @@ pub fn test(root: &Path, extra: &[String]) -> Result<()> {
         }
     };
 
+    let python_passed = match crate::python::test(root) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("error: {e}");
+            false
+        }
+    };
+
     let word = |passed| if passed { "ok" } else { "FAILED" };
     println!(
-        "\nxtask test: cargo test --workspace {}; PTX check ({}, --deny-spills) {}",
+        "\nxtask test: cargo test --workspace {}; PTX check ({}, --deny-spills) {}; Python package (wheel, pytest) {}",
         word(tests_passed),
         ptx::DEFAULT_ARCHS.join(", "),
-        word(ptx_passed)
+        word(ptx_passed),
+        word(python_passed)
     );
-    if tests_passed && ptx_passed { Ok(()) } else { Err("xtask test failed (see above)".into()) }
+    if tests_passed && ptx_passed && python_passed { Ok(()) } else { Err("xtask test failed (see above)".into()) }
 }
 
 /// Checks for a GPU, then `cargo test --workspace --features specdec-suite/gpu EXTRA...`.

@@ -69,19 +69,18 @@ pub enum Error {
     #[cfg(feature = "candle")]
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
-    #[cfg(feature = "candle")]
+    // A tensor argument of an integration (`specdec::candle`, the Python package) that the call
+    // cannot take as it is.
     #[error("{what}: expected {expected}, got a tensor of shape {got:?}")]
     TensorShape { what: &'static str, expected: &'static str, got: Vec<usize> },
-    #[cfg(feature = "candle")]
     #[error("{what}: expected dtype {expected}, got {got}")]
     TensorDType { what: &'static str, expected: String, got: &'static str },
-    #[cfg(feature = "candle")]
     #[error("{what}: {reason}, got strides {strides:?} (make it contiguous first)")]
-    TensorLayout { what: &'static str, reason: &'static str, strides: Vec<usize> },
-    #[cfg(feature = "candle")]
+    TensorLayout { what: &'static str, reason: &'static str, strides: Vec<i64> },
     #[error("{what} is on {got}, expected {expected}")]
     TensorDevice { what: &'static str, expected: String, got: String },
-    #[cfg(feature = "candle")]
+    #[error("{what} is read-only, and the call writes it")]
+    TensorReadOnly { what: &'static str },
     #[error("{what} share memory with {other}, which the call reads while it writes them")]
     TensorAliased { what: &'static str, other: &'static str },
 }

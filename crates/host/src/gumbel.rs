@@ -61,7 +61,12 @@ impl<'a, M: Memory> GumbelOutput<'a, M> {
         B: ViewMut<'a, Memory = M>,
         B::Elem: TokenId,
     {
-        GumbelOutput { tokens: Tokens::new(tokens), row_status: None, draft_logits: None, logprobs: Logprobs::none() }
+        Self::from_tokens(Tokens::new(tokens))
+    }
+
+    /// The tokens alone, as a dtype-tagged buffer (for code generic over [`Memory`]).
+    pub fn from_tokens(tokens: Tokens<'a, M>) -> Self {
+        GumbelOutput { tokens, row_status: None, draft_logits: None, logprobs: Logprobs::none() }
     }
 
     /// Also each row's status flags (`u32 [rows]`).

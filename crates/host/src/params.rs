@@ -29,7 +29,12 @@ impl<'a, M: Memory> SamplingParams<'a, M> {
         T: View<'a, Memory = M, Elem = f32>,
         S: View<'a, Memory = M, Elem = u64>,
     {
-        SamplingParams { temperature: temperature.view(), seed: seed.view(), filters: Filters::none() }
+        Self::from_parts(temperature.view(), seed.view())
+    }
+
+    /// The same from buffers already in `M`'s form (for code generic over [`Memory`]).
+    pub fn from_parts(temperature: M::Ref<'a, f32>, seed: M::Ref<'a, u64>) -> Self {
+        SamplingParams { temperature, seed, filters: Filters::none() }
     }
 
     /// The same table with the slots' sampling filters.

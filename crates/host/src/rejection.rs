@@ -108,13 +108,12 @@ impl<'a, M: Memory> RejectionOutput<'a, M> {
         B::Elem: TokenId,
         N: ViewMut<'a, Memory = M, Elem = i32>,
     {
-        RejectionOutput {
-            tokens: Tokens::new(tokens),
-            num_emitted: num_emitted.view_mut(),
-            accepted: None,
-            row_status: None,
-            logprobs: Logprobs::none(),
-        }
+        Self::from_parts(Tokens::new(tokens), num_emitted.view_mut())
+    }
+
+    /// The tokens, as a dtype-tagged buffer, and the counts (for code generic over [`Memory`]).
+    pub fn from_parts(tokens: Tokens<'a, M>, num_emitted: M::Mut<'a, i32>) -> Self {
+        RejectionOutput { tokens, num_emitted, accepted: None, row_status: None, logprobs: Logprobs::none() }
     }
 
     /// Also each request's accepted drafts (`i32 [requests]`).

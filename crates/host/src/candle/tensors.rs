@@ -98,7 +98,7 @@ impl<'t> Locked<'t> {
     }
 
     fn layout_error(&self, reason: &'static str) -> Error {
-        Error::TensorLayout { what: self.what, reason, strides: self.layout.stride().to_vec() }
+        Error::TensorLayout { what: self.what, reason, strides: signed(self.layout.stride()) }
     }
 
     /// The logits elements in `at`, by dtype.
@@ -135,7 +135,7 @@ impl CacheLayout {
             return Err(Error::TensorLayout {
                 what: WHAT,
                 reason: "a row's logits must be adjacent (last stride 1)",
-                strides: stride.to_vec(),
+                strides: signed(stride),
             });
         }
         let start = tensor.layout().start_offset();
@@ -350,6 +350,11 @@ pub(super) fn ints<'t>(what: &'static str, tensor: &'t Tensor) -> Result<Cow<'t,
         other => return Err(not_in(what, if other.is_cuda() { "CUDA" } else { "host" })),
     };
     Ok(Cow::Owned(narrowed))
+}
+
+/// Strides as the error reports them (signed, as other integrations' may be).
+fn signed(strides: &[usize]) -> Vec<i64> {
+    strides.iter().map(|&s| s as i64).collect()
 }
 
 fn not_in(what: &'static str, memory: &'static str) -> Error {

@@ -1,0 +1,134 @@
+//! `gumbel_sample` on DLPack tensors (REFERENCE §3), with the engine-style
+//! argument names of the Python package.
+
+use crate::args::{FilterArgs, ParamArgs, Run, import_opt, target_of, tokens};
+use crate::raise;
+use crate::stream::Target;
+use crate::tensor::{Arg, DType, check_written};
+use pyo3::prelude::*;
+use specdec::{
+    Column, Device, DraftLogitsMut, DraftLogitsShape, Error, GumbelOutput, GumbelSample, Host, Logits, Result,
+};
+
+/// Which draft-logits column each row writes: one for all, or `int32 [rows]`.
+enum ColumnArg {
+    All(i64),
+    PerRow(Arg),
+}
+
+struct GumbelArgs {
+    logits: Arg,
+    slots: Arg,
+    pos: Arg,
+    params: ParamArgs,
+    drafting: bool,
+    cache: Option<(Arg, ColumnArg)>,
+    sampled: Arg,
+}
+
+/// One token per row of `logits` into `sampled` (REFERENCE §3): see the
+/// Python package's `specdec.gumbel_sample` for the arguments.
+#[pyfunction]
+#[pyo3(signature = (
+    logits, expanded_idx_mapping, temperature, seed, pos, sampled, *,
+    top_k=None, top_p=None, min_p=None, is_drafting=false, logits_cache=None, logits_cache_col=None, stream=0
+))]
+#[allow(clippy::too_many_arguments, reason = "the Python signature")]
+pub fn gumbel_sample(
+    py: Python<'_>,
+    logits: &Bound<'_, PyAny>,
+    expanded_idx_mapping: &Bound<'_, PyAny>,
+    temperature: &Bound<'_, PyAny>,
+    seed: &Bound<'_, PyAny>,
+    pos: &Bound<'_, PyAny>,
+    sampled: &Bound<'_, PyAny>,
+    top_k: Option<&Bound<'_, PyAny>>,
+    top_p: Option<&Bound<'_, PyAny>>,
+    min_p: Option<&Bound<'_, PyAny>>,
+    is_drafting: bool,
+    logits_cache: Option<&Bound<'_, PyAny>>,
+    logits_cache_col: Option<&Bound<'_, PyAny>>,
+    stream: usize,
+) -> PyResult<()> {
+    let target = target_of("logits", logits, stream)?;
+    let import = |what, obj| Arg::import(what, obj, &target);
+    let cache = match (logits_cache, logits_cache_col) {
+        (None, None) => None,
+        (Some(cache), Some(col)) => {
+            let column = match col.extract::<i64>() {
+                Ok(c) => ColumnArg::All(c),
+                Err(_) => ColumnArg::PerRow(import("logits_cache_col", col)?),
+            };
+            Some((import("logits_cache", cache)?, column))
+        }
+        _ => {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "logits_cache and logits_cache_col go together: give both or neither",
+            ));
+        }
+    };
+    let mut call = GumbelArgs {
+        logits: import("logits", logits)?,
+        slots: import("expanded_idx_mapping", expanded_idx_mapping)?,
+        pos: import("pos", pos)?,
+        params: ParamArgs {
+            temperature: import("temperature", temperature)?,
+            seed: import("seed", seed)?,
+            filters: FilterArgs {
+                top_k: import_opt("top_k", top_k, &target)?,
+                top_p: import_opt("top_p", top_p, &target)?,
+                min_p: import_opt("min_p", min_p, &target)?,
+            },
+        },
+        drafting: is_drafting,
+        cache,
+        sampled: import("sampled", sampled)?,
+    };
+    match target {
+        // The CPU backend runs without the GIL; a launch is too short to be worth releasing it.
+        Target::Host => py.detach(|| call.run::<Host>(&target)),
+        Target::Cuda { .. } => call.run::<Device>(&target),
+    }
+    .map_err(raise)
+}
+
+impl GumbelArgs {
+    fn run<M: Run>(&mut self, target: &Target) -> Result<()> {
+        let GumbelArgs { logits, slots, pos, params, drafting, cache, sampled } = self;
+        {
+            let columns = cache.iter().filter_map(|(_, c)| match c {
+                ColumnArg::PerRow(a) => Some(a),
+                ColumnArg::All(_) => None,
+            });
+            let read: Vec<&Arg> = [&*logits, &*slots, &*pos].into_iter().chain(params.all()).chain(columns).collect();
+            let written: Vec<&Arg> = [&*sampled].into_iter().chain(cache.iter().map(|(c, _)| c)).collect();
+            check_written(&written, &read)?;
+        }
+        let (rows, vocab, row_stride) = logits.matrix()?;
+        slots.vector(&[DType::I32])?;
+        pos.vector(&[DType::I64])?;
+        let args = GumbelSample {
+            logits: Logits { data: logits.values::<M>()?, rows, vocab, row_stride },
+            slots: M::read::<i32>(slots)?,
+            pos: M::read::<u64>(pos)?,
+            params: params.views::<M>()?,
+            drafting: *drafting,
+        };
+        sampled.vector(&[DType::I64, DType::I32])?;
+        let mut out = GumbelOutput::from_tokens(tokens::<M>(sampled)?);
+        if let Some((cache, column)) = cache {
+            let ([slots, k, width], [stride0, stride1]) = cache.cache()?;
+            let column = match column {
+                &mut ColumnArg::All(c) if c < 0 => return Err(Error::ColumnOutOfRange { row: None, column: c, k }),
+                &mut ColumnArg::All(c) => Column::All(c as usize),
+                ColumnArg::PerRow(a) => {
+                    a.vector(&[DType::I32])?;
+                    Column::PerRow(M::read::<i32>(a)?)
+                }
+            };
+            let shape = DraftLogitsShape { slots, k, width, stride0, stride1 };
+            out.draft_logits = Some((DraftLogitsMut { data: cache.values_mut::<M>()?, shape }, column));
+        }
+        M::gumbel(target, &args, &mut out)
+    }
+}
