@@ -8,12 +8,50 @@
 
 use serde_json::{Value, json};
 use specdec::{
-    Backend, Column, DraftLogits, DraftLogitsMut, DraftLogitsShape, Filters, GumbelOutput, GumbelSample, Logits,
-    RejectionOutput, RejectionSample, SamplingParams, Verification,
+    Backend, Column, Distribution, DraftLogits, DraftLogitsMut, DraftLogitsShape, Filters, GumbelOutput, GumbelSample,
+    Logits, Logprobs, RejectionOutput, RejectionSample, SamplingParams, Verification,
 };
 use std::path::Path;
 
 const VOCAB: usize = 40;
+/// The top log-probabilities each case asks for.
+const TOP: usize = 3;
+
+/// Log-probability outputs for `positions` (processed, top `TOP` processed, ranks).
+struct LogprobBufs {
+    emitted: Vec<f32>,
+    top: Vec<f32>,
+    ids: Vec<i32>,
+    ranks: Vec<i32>,
+}
+
+impl LogprobBufs {
+    fn new(positions: usize) -> Self {
+        LogprobBufs {
+            emitted: vec![0.0; positions],
+            top: vec![0.0; positions * TOP],
+            ids: vec![0; positions * TOP],
+            ranks: vec![0; positions],
+        }
+    }
+
+    fn views(&mut self) -> Logprobs<'_, specdec::Host> {
+        Logprobs::none().with_processed(&mut self.emitted).with_top(
+            TOP,
+            Distribution::Processed,
+            &mut self.top,
+            &mut self.ids,
+            &mut self.ranks,
+        )
+    }
+
+    /// The floats as their bits: NaN (unemitted positions) and -inf (ids a filter drops) survive JSON.
+    fn json(&self) -> Value {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+        json!({ "logprobs_bits": bits(&self.emitted), "top_logprobs_bits": bits(&self.top),
+                "top_ids": self.ids, "ranks": self.ranks })
+    }
+}
 
 /// Logits from integers: multiples of 1/4, exact in every dtype the package takes.
 fn logits(rows: usize, salt: usize) -> Vec<f32> {
@@ -62,21 +100,26 @@ fn gumbel_cases(cpu: &Backend, t: &Table) -> Value {
     let mut cases = Vec::new();
     for (name, filtered) in [("plain", false), ("filtered", true)] {
         let mut tokens = vec![0i64; rows];
+        let mut logprobs = LogprobBufs::new(rows);
         let call = GumbelSample::new(Logits::new(&x, rows, VOCAB), &slots, &pos, t.params(filtered));
-        cpu.gumbel_sample(&call, &mut GumbelOutput::new(&mut tokens)).unwrap();
-        cases.push(json!({ "name": name, "filtered": filtered, "drafting": false, "sampled": tokens }));
+        cpu.gumbel_sample(&call, &mut GumbelOutput::new(&mut tokens).with_logprobs(logprobs.views())).unwrap();
+        cases.push(json!({
+            "name": name, "filtered": filtered, "drafting": false, "sampled": tokens, "logprobs": logprobs.json(),
+        }));
     }
     // Drafting: each row's logits into the cache [3 slots, 2 columns, VOCAB + 2], per-row columns.
     let (draft_slots, columns) = ([0, 1, 2, -1, 1, 0], [0, 0, 1, 0, 1, 1]);
     let shape = DraftLogitsShape::dense(3, 2, VOCAB + 2);
     let mut cache = vec![0f32; 3 * 2 * (VOCAB + 2)];
     let mut tokens = vec![0i64; rows];
+    let mut logprobs = LogprobBufs::new(rows);
     let call = GumbelSample::new(Logits::new(&x, rows, VOCAB), &draft_slots, &pos, t.params(true)).drafting();
     let mut out = GumbelOutput::new(&mut tokens)
-        .with_draft_logits(DraftLogitsMut::new(&mut cache, shape), Column::per_row(&columns));
+        .with_draft_logits(DraftLogitsMut::new(&mut cache, shape), Column::per_row(&columns))
+        .with_logprobs(logprobs.views());
     cpu.gumbel_sample(&call, &mut out).unwrap();
     cases.push(json!({
-        "name": "drafting", "filtered": true, "drafting": true, "sampled": tokens,
+        "name": "drafting", "filtered": true, "drafting": true, "sampled": tokens, "logprobs": logprobs.json(),
         "cache_shape": [3, 2, VOCAB + 2], "cache_col": columns, "cache": cache,
     }));
     json!({ "logits": x, "rows": rows, "idx_mapping": slots, "pos": pos, "cases": cases })
@@ -140,11 +183,13 @@ fn rejection_cases(cpu: &Backend, t: &Table) -> Value {
                 draft
             });
         }
-        cpu.rejection_sample(&call, &mut RejectionOutput::new(&mut sampled, &mut num_sampled)).unwrap();
+        let mut logprobs = LogprobBufs::new(sampled.len());
+        let mut out = RejectionOutput::new(&mut sampled, &mut num_sampled).with_logprobs(logprobs.views());
+        cpu.rejection_sample(&call, &mut out).unwrap();
         let sampled: Vec<&[i64]> = sampled.chunks(k + 1).collect();
         cases.push(json!({
             "name": name, "one_hot": one_hot, "block": block, "filtered": filtered,
-            "sampled": sampled, "num_sampled": num_sampled,
+            "sampled": sampled, "num_sampled": num_sampled, "logprobs": logprobs.json(),
         }));
     }
     json!({
@@ -160,6 +205,7 @@ fn python_reference_is_the_librarys_results() {
     let t = table();
     let reference = json!({
         "vocab": VOCAB,
+        "num_logprobs": TOP,
         "table": t.json(),
         "gumbel_sample": gumbel_cases(&cpu, &t),
         "rejection_sample": rejection_cases(&cpu, &t),

@@ -49,6 +49,20 @@ pub struct TopLogprobs<'a, M: Memory> {
     pub ranks: M::Mut<'a, i32>,
 }
 
+impl<'a, M: Memory> TopLogprobs<'a, M> {
+    /// The top `n` under `distribution`, from buffers already in `M`'s form
+    /// (for code generic over [`Memory`]; [`Logprobs::with_top`] takes any views).
+    pub fn from_parts(
+        n: usize,
+        distribution: Distribution,
+        logprobs: M::Mut<'a, f32>,
+        ids: M::Mut<'a, i32>,
+        ranks: M::Mut<'a, i32>,
+    ) -> Self {
+        TopLogprobs { n, distribution, logprobs, ids, ranks }
+    }
+}
+
 impl<'a, M: Memory> Logprobs<'a, M> {
     /// No log-probabilities.
     pub fn none() -> Self {
@@ -77,13 +91,7 @@ impl<'a, M: Memory> Logprobs<'a, M> {
         I: ViewMut<'a, Memory = M, Elem = i32>,
         R: ViewMut<'a, Memory = M, Elem = i32>,
     {
-        let top = TopLogprobs {
-            n,
-            distribution,
-            logprobs: logprobs.view_mut(),
-            ids: ids.view_mut(),
-            ranks: ranks.view_mut(),
-        };
+        let top = TopLogprobs::from_parts(n, distribution, logprobs.view_mut(), ids.view_mut(), ranks.view_mut());
         Logprobs { top: Some(top), ..self }
     }
 

@@ -6,8 +6,8 @@ use crate::stream::{Target, with_engine};
 use crate::tensor::{Arg, DType, Place};
 use pyo3::prelude::*;
 use specdec::{
-    Cpu, Device, Error, Filters, GumbelOutput, GumbelSample, Host, RejectionOutput, RejectionSample, Result,
-    SamplingParams, Tokens,
+    Cpu, Device, Distribution, Error, Filters, GumbelOutput, GumbelSample, Host, Logprobs, RejectionOutput,
+    RejectionSample, Result, SamplingParams, Tokens, TopLogprobs,
 };
 
 /// Where a call whose first tensor is `first` runs: the host for a CPU
@@ -121,5 +121,82 @@ pub fn tokens<M: Place>(arg: &mut Arg) -> Result<Tokens<'_, M>> {
         DType::I64 => Ok(Tokens::I64(M::write(arg)?)),
         DType::I32 => Ok(Tokens::I32(M::write(arg)?)),
         _ => Err(arg.expect_dtype(&[DType::I64, DType::I32]).expect_err("not a token dtype")),
+    }
+}
+
+/// The log-probability outputs a call writes (REFERENCE §8), each optional:
+/// `float32` per position, and the top-n (`float32`, `int32 [positions, n]`)
+/// with the emitted token's rank (`int32 [positions]`). Each is contiguous,
+/// of any shape holding the call's positions.
+pub struct LogprobArgs {
+    pub processed: Option<Arg>,
+    pub raw: Option<Arg>,
+    pub top: Option<TopArgs>,
+}
+
+pub struct TopArgs {
+    pub n: usize,
+    pub distribution: Distribution,
+    pub logprobs: Arg,
+    pub ids: Arg,
+    pub ranks: Arg,
+}
+
+impl LogprobArgs {
+    /// Imports the outputs given: `top` is `(logprobs, ids, ranks)`, `n` the
+    /// last dimension of `logprobs`; `top_raw` picks its distribution.
+    pub fn import(
+        processed: Option<&Bound<'_, PyAny>>,
+        raw: Option<&Bound<'_, PyAny>>,
+        top: Option<(Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>)>,
+        top_raw: bool,
+        target: &Target,
+    ) -> PyResult<LogprobArgs> {
+        let top = match top {
+            Some((logprobs, ids, ranks)) => {
+                let logprobs = Arg::import("top_logprobs", &logprobs, target)?;
+                let n = logprobs.last_dim();
+                Some(TopArgs {
+                    n,
+                    distribution: if top_raw { Distribution::Raw } else { Distribution::Processed },
+                    logprobs,
+                    ids: Arg::import("top_token_ids", &ids, target)?,
+                    ranks: Arg::import("ranks", &ranks, target)?,
+                })
+            }
+            None => None,
+        };
+        Ok(LogprobArgs {
+            processed: import_opt("logprobs", processed, target)?,
+            raw: import_opt("raw_logprobs", raw, target)?,
+            top,
+        })
+    }
+
+    pub fn written(&self) -> impl Iterator<Item = &Arg> {
+        let top = self.top.iter().flat_map(|t| [&t.logprobs, &t.ids, &t.ranks]);
+        [&self.processed, &self.raw].into_iter().flatten().chain(top)
+    }
+
+    pub fn views<M: Place>(&mut self) -> Result<Logprobs<'_, M>> {
+        fn floats<'a, M: Place>(arg: &'a mut Option<Arg>) -> Result<Option<M::Mut<'a, f32>>> {
+            arg.as_mut().map(|a| a.dense(&[DType::F32]).and_then(|_| M::write::<f32>(a))).transpose()
+        }
+        let mut logprobs = Logprobs::none();
+        logprobs.processed = floats::<M>(&mut self.processed)?;
+        logprobs.raw = floats::<M>(&mut self.raw)?;
+        if let Some(t) = &mut self.top {
+            t.logprobs.dense(&[DType::F32])?;
+            t.ids.dense(&[DType::I32])?;
+            t.ranks.dense(&[DType::I32])?;
+            logprobs.top = Some(TopLogprobs::from_parts(
+                t.n,
+                t.distribution,
+                M::write::<f32>(&mut t.logprobs)?,
+                M::write::<i32>(&mut t.ids)?,
+                M::write::<i32>(&mut t.ranks)?,
+            ));
+        }
+        Ok(logprobs)
     }
 }

@@ -1,7 +1,7 @@
 //! `gumbel_sample` on DLPack tensors (REFERENCE §3), with the engine-style
 //! argument names of the Python package.
 
-use crate::args::{FilterArgs, ParamArgs, Run, import_opt, target_of, tokens};
+use crate::args::{FilterArgs, LogprobArgs, ParamArgs, Run, import_opt, target_of, tokens};
 use crate::raise;
 use crate::stream::Target;
 use crate::tensor::{Arg, DType, check_written};
@@ -24,6 +24,7 @@ struct GumbelArgs {
     drafting: bool,
     cache: Option<(Arg, ColumnArg)>,
     sampled: Arg,
+    logprobs: LogprobArgs,
 }
 
 /// One token per row of `logits` into `sampled` (REFERENCE §3): see the
@@ -31,7 +32,8 @@ struct GumbelArgs {
 #[pyfunction]
 #[pyo3(signature = (
     logits, expanded_idx_mapping, temperature, seed, pos, sampled, *,
-    top_k=None, top_p=None, min_p=None, is_drafting=false, logits_cache=None, logits_cache_col=None, stream=0
+    top_k=None, top_p=None, min_p=None, is_drafting=false, logits_cache=None, logits_cache_col=None,
+    logprobs=None, raw_logprobs=None, top_logprobs=None, top_logprobs_raw=false, stream=0
 ))]
 #[allow(clippy::too_many_arguments, reason = "the Python signature")]
 pub fn gumbel_sample(
@@ -48,6 +50,10 @@ pub fn gumbel_sample(
     is_drafting: bool,
     logits_cache: Option<&Bound<'_, PyAny>>,
     logits_cache_col: Option<&Bound<'_, PyAny>>,
+    logprobs: Option<&Bound<'_, PyAny>>,
+    raw_logprobs: Option<&Bound<'_, PyAny>>,
+    top_logprobs: Option<(Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>)>,
+    top_logprobs_raw: bool,
     stream: usize,
 ) -> PyResult<()> {
     let target = target_of("logits", logits, stream)?;
@@ -83,6 +89,7 @@ pub fn gumbel_sample(
         drafting: is_drafting,
         cache,
         sampled: import("sampled", sampled)?,
+        logprobs: LogprobArgs::import(logprobs, raw_logprobs, top_logprobs, top_logprobs_raw, &target)?,
     };
     match target {
         // The CPU backend runs without the GIL; a launch is too short to be worth releasing it.
@@ -94,14 +101,15 @@ pub fn gumbel_sample(
 
 impl GumbelArgs {
     fn run<M: Run>(&mut self, target: &Target) -> Result<()> {
-        let GumbelArgs { logits, slots, pos, params, drafting, cache, sampled } = self;
+        let GumbelArgs { logits, slots, pos, params, drafting, cache, sampled, logprobs } = self;
         {
             let columns = cache.iter().filter_map(|(_, c)| match c {
                 ColumnArg::PerRow(a) => Some(a),
                 ColumnArg::All(_) => None,
             });
             let read: Vec<&Arg> = [&*logits, &*slots, &*pos].into_iter().chain(params.all()).chain(columns).collect();
-            let written: Vec<&Arg> = [&*sampled].into_iter().chain(cache.iter().map(|(c, _)| c)).collect();
+            let written: Vec<&Arg> =
+                [&*sampled].into_iter().chain(cache.iter().map(|(c, _)| c)).chain(logprobs.written()).collect();
             check_written(&written, &read)?;
         }
         let (rows, vocab, row_stride) = logits.matrix()?;
@@ -116,6 +124,7 @@ impl GumbelArgs {
         };
         sampled.vector(&[DType::I64, DType::I32])?;
         let mut out = GumbelOutput::from_tokens(tokens::<M>(sampled)?);
+        out.logprobs = logprobs.views::<M>()?;
         if let Some((cache, column)) = cache {
             let ([slots, k, width], [stride0, stride1]) = cache.cache()?;
             let column = match column {

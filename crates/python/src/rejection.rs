@@ -1,7 +1,7 @@
 //! `rejection_sample` on DLPack tensors (REFERENCE §4), with the engine-style
 //! argument names of the Python package.
 
-use crate::args::{FilterArgs, ParamArgs, Run, import_opt, target_of, tokens};
+use crate::args::{FilterArgs, LogprobArgs, ParamArgs, Run, import_opt, target_of, tokens};
 use crate::raise;
 use crate::stream::Target;
 use crate::tensor::{Arg, DType, check_written};
@@ -24,6 +24,7 @@ struct RejectionArgs {
     synthetic: Option<Vec<f32>>,
     sampled: Arg,
     num_sampled: Arg,
+    logprobs: LogprobArgs,
 }
 
 /// Verify each request's drafts into `sampled` and `num_sampled` (REFERENCE
@@ -33,7 +34,8 @@ struct RejectionArgs {
     target_logits, draft_logits, draft_tokens, cu_num_logits, pos, idx_mapping, temperature, seed,
     num_speculative_steps, sampled, num_sampled, *,
     top_k=None, top_p=None, min_p=None, draft_top_k=None, draft_top_p=None, draft_min_p=None,
-    use_block_verification=false, synthetic_conditional_rates=None, stream=0
+    use_block_verification=false, synthetic_conditional_rates=None,
+    logprobs=None, raw_logprobs=None, top_logprobs=None, top_logprobs_raw=false, stream=0
 ))]
 #[allow(clippy::too_many_arguments, reason = "the Python signature")]
 pub fn rejection_sample(
@@ -57,6 +59,10 @@ pub fn rejection_sample(
     draft_min_p: Option<&Bound<'_, PyAny>>,
     use_block_verification: bool,
     synthetic_conditional_rates: Option<Vec<f32>>,
+    logprobs: Option<&Bound<'_, PyAny>>,
+    raw_logprobs: Option<&Bound<'_, PyAny>>,
+    top_logprobs: Option<(Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>)>,
+    top_logprobs_raw: bool,
     stream: usize,
 ) -> PyResult<()> {
     if use_block_verification && synthetic_conditional_rates.is_some() {
@@ -99,6 +105,7 @@ pub fn rejection_sample(
         synthetic: synthetic_conditional_rates,
         sampled: import("sampled", sampled)?,
         num_sampled: import("num_sampled", num_sampled)?,
+        logprobs: LogprobArgs::import(logprobs, raw_logprobs, top_logprobs, top_logprobs_raw, &target)?,
     };
     match target {
         // The CPU backend runs without the GIL; a launch is too short to be worth releasing it.
@@ -110,7 +117,9 @@ pub fn rejection_sample(
 
 impl RejectionArgs {
     fn run<M: Run>(&mut self, on: &Target) -> Result<()> {
-        let RejectionArgs { target, draft, drafts, offsets, pos, slots, params, sampled, num_sampled, .. } = self;
+        let RejectionArgs {
+            target, draft, drafts, offsets, pos, slots, params, sampled, num_sampled, logprobs, ..
+        } = self;
         {
             let draft_args = draft.iter().flat_map(|(d, f)| std::iter::once(d).chain(f.all()));
             let read: Vec<&Arg> = [&*target, &*drafts, &*offsets, &*pos, &*slots]
@@ -118,7 +127,8 @@ impl RejectionArgs {
                 .chain(params.all())
                 .chain(draft_args)
                 .collect();
-            check_written(&[&*sampled, &*num_sampled], &read)?;
+            let written: Vec<&Arg> = [&*sampled, &*num_sampled].into_iter().chain(logprobs.written()).collect();
+            check_written(&written, &read)?;
         }
         let (rows, vocab, row_stride) = target.matrix()?;
         for (arg, dtype) in
@@ -156,6 +166,7 @@ impl RejectionArgs {
         sampled.dense(&[DType::I64, DType::I32])?;
         num_sampled.vector(&[DType::I32])?;
         let mut out = RejectionOutput::from_parts(tokens::<M>(sampled)?, M::write::<i32>(num_sampled)?);
+        out.logprobs = logprobs.views::<M>()?;
         M::rejection(on, &args, &mut out)
     }
 }

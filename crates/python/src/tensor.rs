@@ -137,6 +137,11 @@ impl Arg {
         self.dtype
     }
 
+    /// The last dimension's length (1 for a scalar).
+    pub fn last_dim(&self) -> usize {
+        self.tensor.shape().last().map_or(1, |&d| d as usize)
+    }
+
     fn dims(&self) -> Vec<usize> {
         self.tensor.shape().iter().map(|&d| d as usize).collect()
     }

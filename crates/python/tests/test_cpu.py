@@ -50,6 +50,21 @@ def test_strided_rows_and_int64_inputs_are_taken_as_they_are():
     assert want.dtype == np.int64 and want.shape == (5,)
 
 
+def test_logprobs_modes_and_shapes():
+    b = batch()
+    sampled, raw = specdec.gumbel_sample(**b, num_logprobs=2, logprobs_mode="raw")
+    assert raw.logprobs.shape == (5, 3) and raw.logprob_token_ids.shape == (5, 3) and raw.selected_token_ranks.shape == (5,)
+    # Raw: the log-softmax of the logits as given, T = 1.
+    x = b["logits"].astype(np.float64)
+    want = x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(raw.logprobs[:, 0], want[np.arange(5), sampled], atol=1e-5)
+    np.testing.assert_allclose(raw.logprobs[:, 1], want.max(axis=1), atol=1e-5)
+    np.testing.assert_array_equal(raw.logprob_token_ids[:, 1], want.argmax(axis=1))
+    np.testing.assert_array_equal(raw.selected_token_ranks, (want > want[np.arange(5), sampled][:, None]).sum(1) + 1)
+    with pytest.raises(ValueError, match="logprobs_mode is 'soft'"):
+        specdec.gumbel_sample(**b, num_logprobs=1, logprobs_mode="soft")
+
+
 def test_out_receives_the_tokens():
     b = batch()
     out = np.full(5, -7, dtype=np.int32)

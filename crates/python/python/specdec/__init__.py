@@ -20,7 +20,7 @@ one call first on the stream, to capture a call in a CUDA graph.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
 from . import _specdec
 from ._specdec import (
@@ -36,6 +36,7 @@ from ._specdec import (
 )
 
 __all__ = [
+    "LogprobsTensors",
     "gumbel_sample",
     "rejection_sample",
     "take_status",
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-_DL_CUDA = 2
+_DL_CPU, _DL_CUDA = 1, 2
 
 
 def _is_torch(x: Any) -> bool:
@@ -68,10 +69,14 @@ def _empty(like: Any, shape: Tuple[int, ...], dtype: str) -> Any:
 
         return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
     namespace = getattr(like, "__array_namespace__", None)
-    if namespace is None:
-        raise TypeError(f"specdec cannot allocate outputs beside a {type(like).__name__}: pass out=")
-    xp = namespace()
-    return xp.empty(shape, dtype=getattr(xp, dtype), device=like.device)
+    if namespace is not None:
+        xp = namespace()
+        return xp.empty(shape, dtype=getattr(xp, dtype), device=like.device)
+    if like.__dlpack_device__()[0] == _DL_CPU:
+        import numpy
+
+        return numpy.empty(shape, dtype=dtype)
+    raise TypeError(f"specdec cannot allocate outputs beside a {type(like).__name__} on its device: pass out=")
 
 
 def _as(x: Any, dtype: str) -> Any:
@@ -108,6 +113,67 @@ def _stream(like: Any, stream: Optional[int]) -> int:
     return 0
 
 
+class LogprobsTensors(NamedTuple):
+    """Log-probabilities of the emitted tokens, as engines return them
+    (``num_logprobs=n``): per position, column 0 is the emitted token and
+    columns ``1..n+1`` the ``n`` most likely ids (largest first, equal ones by
+    smaller id), all under ``logprobs_mode``'s distribution. Positions no
+    token was emitted at hold NaN and ``-1``."""
+
+    #: int32 ``[..., n + 1]``
+    logprob_token_ids: Any
+    #: float32 ``[..., n + 1]``
+    logprobs: Any
+    #: int32 ``[...]``: 1 + the number of ids more likely than the emitted token.
+    selected_token_ranks: Any
+
+
+def _concat(like: Any, parts: Sequence[Any]) -> Any:
+    """``parts`` joined along their last axis, by ``like``'s framework."""
+    if _is_torch(like):
+        import torch
+
+        return torch.cat(list(parts), dim=-1)
+    namespace = getattr(like, "__array_namespace__", None)
+    if namespace is not None:
+        return namespace().concat(list(parts), axis=-1)
+    import numpy
+
+    return numpy.concatenate(list(parts), axis=-1)
+
+
+class _LogprobOutputs:
+    """The arrays a call writes its log-probabilities into, for ``shape``
+    positions, and how they become a ``LogprobsTensors``."""
+
+    def __init__(self, like: Any, shape: Tuple[int, ...], num_logprobs: int, mode: str):
+        if mode not in ("processed", "raw"):
+            raise ValueError(f"logprobs_mode is {mode!r}, expected 'processed' or 'raw'")
+        self.like, self.raw = like, mode == "raw"
+        self.emitted = _empty(like, shape, "float32")
+        self.top = (
+            _empty(like, shape + (num_logprobs,), "float32"),
+            _empty(like, shape + (num_logprobs,), "int32"),
+            _empty(like, shape, "int32"),
+        )
+
+    def kwargs(self) -> dict:
+        return {
+            "raw_logprobs" if self.raw else "logprobs": self.emitted,
+            "top_logprobs": self.top,
+            "top_logprobs_raw": self.raw,
+        }
+
+    def tensors(self, sampled: Any) -> LogprobsTensors:
+        top_logprobs, top_ids, ranks = self.top
+        ids = _as(sampled, "int32")
+        return LogprobsTensors(
+            _concat(self.like, [ids[..., None], top_ids]),
+            _concat(self.like, [self.emitted[..., None], top_logprobs]),
+            ranks,
+        )
+
+
 def gumbel_sample(
     logits: Any,
     expanded_idx_mapping: Any,
@@ -121,6 +187,8 @@ def gumbel_sample(
     top_k: Any = None,
     top_p: Any = None,
     min_p: Any = None,
+    num_logprobs: Optional[int] = None,
+    logprobs_mode: str = "processed",
     out: Any = None,
     stream: Optional[int] = None,
 ) -> Any:
@@ -141,13 +209,18 @@ def gumbel_sample(
       and, where the cache's dtype rounds them, the row is sampled as stored.
     - ``top_k`` (int32/int64), ``top_p``, ``min_p`` (float32): ``[max_num_reqs]``
       per-slot filters, each optional.
+    - ``num_logprobs``: also return a ``LogprobsTensors`` of each token's
+      log-probability and the top ``num_logprobs`` ids (0: the token's alone),
+      under ``logprobs_mode``: ``"processed"`` (what the token was drawn from:
+      temperature and filters applied) or ``"raw"`` (the logits' own softmax).
     - ``out``: ``[num_tokens]`` int64 or int32 for the tokens.
 
     Returns the tokens (``-1`` where a row's device-resident values were
-    invalid; see ``take_status``). Raises ``SpecdecError`` for arguments the
-    call cannot take, before anything runs.
+    invalid; see ``take_status``), or ``(tokens, LogprobsTensors)``. Raises
+    ``SpecdecError`` for arguments the call cannot take, before anything runs.
     """
     sampled = out if out is not None else _empty(logits, (logits.shape[0],), "int64")
+    outputs = None if num_logprobs is None else _LogprobOutputs(logits, (logits.shape[0],), num_logprobs, logprobs_mode)
     if logits_cache_col is not None and not isinstance(logits_cache_col, numbers.Integral):
         logits_cache_col = _as(logits_cache_col, "int32")
     _specdec.gumbel_sample(
@@ -164,8 +237,9 @@ def gumbel_sample(
         logits_cache=logits_cache,
         logits_cache_col=logits_cache_col,
         stream=_stream(logits, stream),
+        **(outputs.kwargs() if outputs else {}),
     )
-    return sampled
+    return sampled if outputs is None else (sampled, outputs.tensors(sampled))
 
 
 def rejection_sample(
@@ -187,9 +261,11 @@ def rejection_sample(
     draft_min_p: Any = None,
     use_block_verification: bool = False,
     synthetic_conditional_rates: Optional[Sequence[float]] = None,
+    num_logprobs: Optional[int] = None,
+    logprobs_mode: str = "processed",
     out: Optional[Tuple[Any, Any]] = None,
     stream: Optional[int] = None,
-) -> Tuple[Any, Any]:
+) -> Tuple[Any, ...]:
     """Verify each request's drafts against the target, exactly: every
     emitted token follows the target's distribution (its argmax where ``T = 0``).
 
@@ -214,11 +290,14 @@ def rejection_sample(
     - ``use_block_verification``: test the drafts jointly (block verification);
       ``synthetic_conditional_rates``: ``[K]`` acceptance rates, **not exact**, for
       benchmarking a deployment before its drafter exists.
+    - ``num_logprobs``, ``logprobs_mode``: as ``gumbel_sample``'s, per token slot
+      ``[num_reqs, K + 1]``.
     - ``out``: ``(sampled, num_sampled)``, ``[num_reqs, K + 1]`` int64/int32 and
       ``[num_reqs]`` int32.
 
     Returns ``(sampled, num_sampled)``: the accepted drafts, then the resampled
-    or bonus token, then ``-1``; and the tokens emitted per request.
+    or bonus token, then ``-1``; and the tokens emitted per request; with
+    ``num_logprobs``, ``(sampled, num_sampled, LogprobsTensors)``.
     """
     num_reqs = cu_num_logits.shape[0] - 1
     if out is None:
@@ -227,6 +306,8 @@ def rejection_sample(
             _empty(target_logits, (num_reqs,), "int32"),
         )
     sampled, num_sampled = out
+    shape = (num_reqs, num_speculative_steps + 1)
+    outputs = None if num_logprobs is None else _LogprobOutputs(target_logits, shape, num_logprobs, logprobs_mode)
     rates = None
     if synthetic_conditional_rates is not None:
         values = synthetic_conditional_rates
@@ -252,8 +333,11 @@ def rejection_sample(
         use_block_verification=use_block_verification,
         synthetic_conditional_rates=rates,
         stream=_stream(target_logits, stream),
+        **(outputs.kwargs() if outputs else {}),
     )
-    return sampled, num_sampled
+    if outputs is None:
+        return sampled, num_sampled
+    return sampled, num_sampled, outputs.tensors(sampled)
 
 
 def take_status(like: Any, *, stream: Optional[int] = None) -> int:

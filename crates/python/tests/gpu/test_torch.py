@@ -31,10 +31,11 @@ def get(t: torch.Tensor) -> np.ndarray:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 def test_the_librarys_results_on_cuda(dtype):
-    # The reference logits are quarters, exact in every dtype: the tokens are the same.
+    # The reference logits are quarters, exact in every dtype: the tokens are the same. The
+    # log-probabilities' log-sum-exps are summed in another order (REFERENCE §2.5, §8.3).
     as_dtype = lambda a: put(a).to(dtype)
-    assert check_gumbel(put, get, as_dtype) == 3
-    assert check_rejection(put, get, as_dtype) == 4
+    assert check_gumbel(put, get, as_dtype, tol=1e-5) == 3
+    assert check_rejection(put, get, as_dtype, tol=1e-5) == 4
 
 
 def large_batch(requests=32, k=4, vocab=151_936, seed=1):
