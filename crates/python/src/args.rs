@@ -27,7 +27,7 @@ pub fn target_of(what: &'static str, first: &Bound<'_, PyAny>, stream: usize) ->
 }
 
 /// An optional argument, imported where given.
-pub fn import_opt(what: &'static str, obj: Option<&Bound<'_, PyAny>>, target: &Target) -> PyResult<Option<Arg>> {
+fn import_opt(what: &'static str, obj: Option<&Bound<'_, PyAny>>, target: &Target) -> PyResult<Option<Arg>> {
     obj.map(|o| Arg::import(what, o, target)).transpose()
 }
 
@@ -39,6 +39,19 @@ pub struct FilterArgs {
 }
 
 impl FilterArgs {
+    pub fn import(
+        top_k: Option<&Bound<'_, PyAny>>,
+        top_p: Option<&Bound<'_, PyAny>>,
+        min_p: Option<&Bound<'_, PyAny>>,
+        target: &Target,
+    ) -> PyResult<FilterArgs> {
+        Ok(FilterArgs {
+            top_k: import_opt("top_k", top_k, target)?,
+            top_p: import_opt("top_p", top_p, target)?,
+            min_p: import_opt("min_p", min_p, target)?,
+        })
+    }
+
     pub fn views<M: Place>(&self) -> Result<Filters<'_, M>> {
         fn read<'a, M: Place, T>(arg: &'a Option<Arg>, dtype: DType) -> Result<Option<M::Ref<'a, T>>> {
             arg.as_ref().map(|a| a.vector(&[dtype]).and_then(|_| M::read::<T>(a))).transpose()
@@ -64,6 +77,19 @@ pub struct ParamArgs {
 }
 
 impl ParamArgs {
+    pub fn import(
+        temperature: &Bound<'_, PyAny>,
+        seed: &Bound<'_, PyAny>,
+        filters: FilterArgs,
+        target: &Target,
+    ) -> PyResult<ParamArgs> {
+        Ok(ParamArgs {
+            temperature: Arg::import("temperature", temperature, target)?,
+            seed: Arg::import("seed", seed, target)?,
+            filters,
+        })
+    }
+
     pub fn views<M: Place>(&self) -> Result<SamplingParams<'_, M>> {
         self.temperature.vector(&[DType::F32])?;
         self.seed.vector(&[DType::I64])?;
@@ -74,6 +100,21 @@ impl ParamArgs {
     pub fn all(&self) -> impl Iterator<Item = &Arg> {
         [&self.temperature, &self.seed].into_iter().chain(self.filters.all())
     }
+}
+
+/// A call's imported arguments, run in host or device memory.
+pub trait Call: Send {
+    fn run<M: Run>(&mut self, target: &Target) -> Result<()>;
+}
+
+/// Runs `call` where `target` says: the CPU backend without the GIL (a
+/// launch is too short to be worth releasing it).
+pub fn dispatch(py: Python<'_>, call: &mut impl Call, target: &Target) -> PyResult<()> {
+    match target {
+        Target::Host => py.detach(|| call.run::<Host>(target)),
+        Target::Cuda { .. } => call.run::<Device>(target),
+    }
+    .map_err(raise)
 }
 
 /// Runs a core call in memory `M`: the CPU backend on host memory, the CUDA

@@ -1,14 +1,11 @@
 //! `gumbel_sample` on DLPack tensors (REFERENCE §3), with the engine-style
 //! argument names of the Python package.
 
-use crate::args::{FilterArgs, LogprobArgs, ParamArgs, Run, import_opt, target_of, tokens};
-use crate::raise;
+use crate::args::{Call, FilterArgs, LogprobArgs, ParamArgs, Run, dispatch, target_of, tokens};
 use crate::stream::Target;
 use crate::tensor::{Arg, DType, check_written};
 use pyo3::prelude::*;
-use specdec::{
-    Column, Device, DraftLogitsMut, DraftLogitsShape, Error, GumbelOutput, GumbelSample, Host, Logits, Result,
-};
+use specdec::{Column, DraftLogitsMut, DraftLogitsShape, Error, GumbelOutput, GumbelSample, Logits, Result};
 
 /// Which draft-logits column each row writes: one for all, or `int32 [rows]`.
 enum ColumnArg {
@@ -77,29 +74,16 @@ pub fn gumbel_sample(
         logits: import("logits", logits)?,
         slots: import("expanded_idx_mapping", expanded_idx_mapping)?,
         pos: import("pos", pos)?,
-        params: ParamArgs {
-            temperature: import("temperature", temperature)?,
-            seed: import("seed", seed)?,
-            filters: FilterArgs {
-                top_k: import_opt("top_k", top_k, &target)?,
-                top_p: import_opt("top_p", top_p, &target)?,
-                min_p: import_opt("min_p", min_p, &target)?,
-            },
-        },
+        params: ParamArgs::import(temperature, seed, FilterArgs::import(top_k, top_p, min_p, &target)?, &target)?,
         drafting: is_drafting,
         cache,
         sampled: import("sampled", sampled)?,
         logprobs: LogprobArgs::import(logprobs, raw_logprobs, top_logprobs, top_logprobs_raw, &target)?,
     };
-    match target {
-        // The CPU backend runs without the GIL; a launch is too short to be worth releasing it.
-        Target::Host => py.detach(|| call.run::<Host>(&target)),
-        Target::Cuda { .. } => call.run::<Device>(&target),
-    }
-    .map_err(raise)
+    dispatch(py, &mut call, &target)
 }
 
-impl GumbelArgs {
+impl Call for GumbelArgs {
     fn run<M: Run>(&mut self, target: &Target) -> Result<()> {
         let GumbelArgs { logits, slots, pos, params, drafting, cache, sampled, logprobs } = self;
         {

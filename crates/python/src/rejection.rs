@@ -1,14 +1,11 @@
 //! `rejection_sample` on DLPack tensors (REFERENCE §4), with the engine-style
 //! argument names of the Python package.
 
-use crate::args::{FilterArgs, LogprobArgs, ParamArgs, Run, import_opt, target_of, tokens};
-use crate::raise;
+use crate::args::{Call, FilterArgs, LogprobArgs, ParamArgs, Run, dispatch, target_of, tokens};
 use crate::stream::Target;
 use crate::tensor::{Arg, DType, check_written};
 use pyo3::prelude::*;
-use specdec::{
-    Device, DraftLogits, DraftLogitsShape, Host, Logits, RejectionOutput, RejectionSample, Result, Verification,
-};
+use specdec::{DraftLogits, DraftLogitsShape, Logits, RejectionOutput, RejectionSample, Result, Verification};
 
 struct RejectionArgs {
     target: Arg,
@@ -72,15 +69,10 @@ pub fn rejection_sample(
     }
     let target = target_of("target_logits", target_logits, stream)?;
     let import = |what, obj| Arg::import(what, obj, &target);
-    let filters = |k, p, m| -> PyResult<FilterArgs> {
-        Ok(FilterArgs {
-            top_k: import_opt("top_k", k, &target)?,
-            top_p: import_opt("top_p", p, &target)?,
-            min_p: import_opt("min_p", m, &target)?,
-        })
-    };
     let draft = match draft_logits {
-        Some(d) => Some((import("draft_logits", d)?, filters(draft_top_k, draft_top_p, draft_min_p)?)),
+        Some(d) => {
+            Some((import("draft_logits", d)?, FilterArgs::import(draft_top_k, draft_top_p, draft_min_p, &target)?))
+        }
         None if draft_top_k.or(draft_top_p).or(draft_min_p).is_some() => {
             return Err(pyo3::exceptions::PyTypeError::new_err(
                 "draft filters describe draft logits: one-hot drafts (draft_logits=None) have none",
@@ -95,11 +87,7 @@ pub fn rejection_sample(
         offsets: import("cu_num_logits", cu_num_logits)?,
         pos: import("pos", pos)?,
         slots: import("idx_mapping", idx_mapping)?,
-        params: ParamArgs {
-            temperature: import("temperature", temperature)?,
-            seed: import("seed", seed)?,
-            filters: filters(top_k, top_p, min_p)?,
-        },
+        params: ParamArgs::import(temperature, seed, FilterArgs::import(top_k, top_p, min_p, &target)?, &target)?,
         max_drafts: num_speculative_steps,
         block: use_block_verification,
         synthetic: synthetic_conditional_rates,
@@ -107,15 +95,10 @@ pub fn rejection_sample(
         num_sampled: import("num_sampled", num_sampled)?,
         logprobs: LogprobArgs::import(logprobs, raw_logprobs, top_logprobs, top_logprobs_raw, &target)?,
     };
-    match target {
-        // The CPU backend runs without the GIL; a launch is too short to be worth releasing it.
-        Target::Host => py.detach(|| call.run::<Host>(&target)),
-        Target::Cuda { .. } => call.run::<Device>(&target),
-    }
-    .map_err(raise)
+    dispatch(py, &mut call, &target)
 }
 
-impl RejectionArgs {
+impl Call for RejectionArgs {
     fn run<M: Run>(&mut self, on: &Target) -> Result<()> {
         let RejectionArgs {
             target, draft, drafts, offsets, pos, slots, params, sampled, num_sampled, logprobs, ..
