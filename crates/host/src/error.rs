@@ -63,6 +63,14 @@ pub enum Error {
     TopLogprobs { n: usize, max: usize },
     #[error("synthetic acceptance rate {position} is {value:?}, expected a value in [0, 1]")]
     InvalidRate { position: usize, value: f32 },
+    #[error("invalid shard: {detail}")]
+    InvalidShard { detail: String },
+    #[error("{what}: not in a sharded call yet")]
+    NotSharded { what: &'static str },
+    #[error("the exchange between ranks failed: {0}")]
+    Exchange(String),
+    #[error("rank {rank} of the sharded call failed its checks (its own call returned why)")]
+    PeerFailed { rank: usize },
     #[error("{what}: not on the CUDA backend yet (use the CPU backend)")]
     NotOnCuda { what: &'static str },
     /// A candle operation the call ran (feature `candle`).

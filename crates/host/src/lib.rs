@@ -44,6 +44,7 @@ mod logprobs;
 mod memory;
 mod params;
 mod rejection;
+pub mod shard;
 mod tensor;
 
 pub use backend::Backend;

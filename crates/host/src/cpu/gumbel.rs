@@ -4,11 +4,12 @@ use super::filter;
 use super::logprobs::{self, Emitted};
 use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::logprobs::Logprobs;
 use crate::memory::Host;
 use crate::params::Filters;
+use crate::shard::{self, Candidate, Exchange, Shard};
 use crate::tensor::{Column, DraftLogitsMut, Tokens, Values, ValuesMut};
 use rayon::prelude::*;
 use specdec_core::argmax::ArgMax;
@@ -27,30 +28,13 @@ impl Cpu {
     pub fn gumbel_sample(&self, args: &GumbelSample<'_, Host>, out: &mut GumbelOutput<'_, Host>) -> Result<()> {
         let shape = args.check(out)?;
         args.check_values(out, shape)?;
-        let GumbelSample { logits, slots, pos, params, drafting } = args;
         let GumbelOutput { tokens, row_status, draft_logits, logprobs } = out;
-        let rows = Rows {
-            slots,
-            pos,
-            temperature: params.temperature,
-            seed: params.seed,
-            filters: &params.filters,
-            stream: if *drafting { Stream::Draft } else { Stream::Target },
-            level: Level::detect(),
-            rows: logits.rows,
-            vocab: logits.vocab,
-            row_stride: logits.row_stride,
-        };
-        let out = RowOut { tokens, row_status: row_status.as_deref_mut() };
-        let draft = draft_logits.as_mut();
-        match &logits.data {
-            Values::F32(l) => with_draft_logits(&rows, l, draft, out),
-            Values::BF16(l) => with_draft_logits(&rows, l.as_core(), draft, out),
-            Values::F16(l) => with_draft_logits(&rows, l.as_core(), draft, out),
-        }
+        let rows = Rows::of(args, 0);
+        let mut out = RowOut { tokens, row_status: row_status.as_deref_mut() };
+        sample_call(args, &rows, draft_logits.as_mut(), &mut |row, c| write_row(&mut out, row, c.best.index, c.nan));
         if !logprobs.is_none() {
             let draft = draft_logits.as_ref();
-            match &logits.data {
+            match &args.logits.data {
                 Values::F32(l) => row_logprobs(&rows, l, draft, tokens, logprobs),
                 Values::BF16(l) => row_logprobs(&rows, l.as_core(), draft, tokens, logprobs),
                 Values::F16(l) => row_logprobs(&rows, l.as_core(), draft, tokens, logprobs),
@@ -58,6 +42,71 @@ impl Cpu {
         }
         Ok(())
     }
+
+    /// `gumbel_sample` on this rank's shard of every row (`docs/VOCAB_PARALLEL.md`):
+    /// `args.logits` holds ids `shard.offset ..` of rows of `shard.vocab` ids,
+    /// the draft logits (if any) the same ids of their rows. The ranks
+    /// exchange one candidate per row through `exchange`, once, and every
+    /// rank writes the tokens and row statuses of the unsharded call on the
+    /// whole rows, bit for bit; each writes its own ids of the draft logits.
+    /// Every rank must pass the same slots, positions and parameters.
+    ///
+    /// # Errors
+    /// This rank's errors of [`Cpu::gumbel_sample`], [`Error::InvalidShard`],
+    /// and [`Error::NotSharded`] for filters or log-probabilities; a rank
+    /// whose checks fail still takes part in the exchange, and the others
+    /// return [`Error::PeerFailed`] (having written their draft logits).
+    /// [`Error::Exchange`] if the exchange fails.
+    pub fn sharded_gumbel_sample(
+        &self,
+        shard: Shard,
+        exchange: &mut dyn Exchange<Host>,
+        args: &GumbelSample<'_, Host>,
+        out: &mut GumbelOutput<'_, Host>,
+    ) -> Result<()> {
+        let rows = args.logits.rows;
+        let mine = shard_candidates(shard, args, out);
+        let message = match &mine {
+            Ok(candidates) => shard::encode(true, candidates),
+            Err(_) => shard::encode(false, &vec![Candidate::NONE; rows]),
+        };
+        let mut gathered = vec![0u8; exchange.ranks() * shard::message_len(rows)];
+        exchange.all_gather(&message, &mut gathered)?;
+        mine?;
+        let mut combined = vec![Candidate::NONE; rows];
+        for (rank, part) in gathered.chunks_exact(message.len()).enumerate() {
+            let theirs = shard::decode(part).ok_or(Error::PeerFailed { rank })?;
+            for (c, t) in combined.iter_mut().zip(theirs) {
+                *c = c.combine(t);
+            }
+        }
+        let mut out = RowOut { tokens: &mut out.tokens, row_status: out.row_status.as_deref_mut() };
+        for (row, c) in combined.into_iter().enumerate() {
+            write_row(&mut out, row, c.best.index, c.nan);
+        }
+        Ok(())
+    }
+}
+
+/// This rank's candidate for each row, its draft logits written.
+fn shard_candidates(
+    shard: Shard,
+    args: &GumbelSample<'_, Host>,
+    out: &mut GumbelOutput<'_, Host>,
+) -> Result<Vec<Candidate>> {
+    let shape = args.check(out)?;
+    shard.check(args.logits.vocab)?;
+    if !args.params.filters.is_none() {
+        return Err(Error::NotSharded { what: "filters (top-k, top-p, min-p)" });
+    }
+    if !out.logprobs.is_none() {
+        return Err(Error::NotSharded { what: "log-probabilities" });
+    }
+    args.check_values(out, shape)?;
+    let mut candidates = vec![Candidate::NONE; args.logits.rows];
+    let rows = Rows::of(args, shard.offset as u32);
+    sample_call(args, &rows, out.draft_logits.as_mut(), &mut |row, c| candidates[row] = c);
+    Ok(candidates)
 }
 
 /// The read-only per-call inputs.
@@ -73,7 +122,47 @@ struct Rows<'r, 'a> {
     rows: usize,
     vocab: usize,
     row_stride: usize,
+    /// The global id of each row's first value (a sharded call's offset, else 0).
+    base: u32,
 }
+
+impl<'r, 'a> Rows<'r, 'a> {
+    /// The rows of `args`, whose first values are global id `base`.
+    fn of(args: &'r GumbelSample<'a, Host>, base: u32) -> Self {
+        let GumbelSample { logits, slots, pos, params, drafting } = args;
+        Rows {
+            slots,
+            pos,
+            temperature: params.temperature,
+            seed: params.seed,
+            filters: &params.filters,
+            stream: if *drafting { Stream::Draft } else { Stream::Target },
+            level: Level::detect(),
+            rows: logits.rows,
+            vocab: logits.vocab,
+            row_stride: logits.row_stride,
+            base,
+        }
+    }
+}
+
+/// Samples every row of `args` (described by `rows`), writing the draft
+/// logits, and hands each row's candidate to `out`.
+fn sample_call(
+    args: &GumbelSample<'_, Host>,
+    rows: &Rows<'_, '_>,
+    draft: Option<&mut (DraftLogitsMut<'_, Host>, Column<'_, Host>)>,
+    out: Sink<'_>,
+) {
+    match &args.logits.data {
+        Values::F32(l) => with_draft_logits(rows, l, draft, out),
+        Values::BF16(l) => with_draft_logits(rows, l.as_core(), draft, out),
+        Values::F16(l) => with_draft_logits(rows, l.as_core(), draft, out),
+    }
+}
+
+/// Where each row's candidate goes.
+type Sink<'s> = &'s mut dyn FnMut(usize, Candidate);
 
 /// Where each row's token and status go.
 struct RowOut<'o, 'a> {
@@ -104,7 +193,7 @@ fn with_draft_logits<L: Logit + Send + Sync>(
     rows: &Rows<'_, '_>,
     logits: &[L],
     draft: Option<&mut (DraftLogitsMut<'_, Host>, Column<'_, Host>)>,
-    out: RowOut<'_, '_>,
+    out: Sink<'_>,
 ) {
     let Some((draft, column)) = draft else {
         return sample_rows::<L, L>(rows, logits, None, out);
@@ -130,7 +219,7 @@ fn sample_rows<L: Logit + Sync, D: Logit + Send>(
     rows: &Rows<'_, '_>,
     logits: &[L],
     mut draft: Option<DraftRows<'_, '_, D>>,
-    mut out: RowOut<'_, '_>,
+    out: Sink<'_>,
 ) {
     if super::parallel(rows.rows, rows.rows * rows.vocab) {
         let split = match &mut draft {
@@ -144,8 +233,8 @@ fn sample_rows<L: Logit + Sync, D: Logit + Send>(
                 .enumerate()
                 .map(|(row, draft_row)| sample_one(rows, logits, row, draft_row))
                 .collect_into_vec(&mut sampled);
-            for (row, (token, nan)) in sampled.into_iter().enumerate() {
-                write_row(&mut out, row, token, nan);
+            for (row, candidate) in sampled.into_iter().enumerate() {
+                out(row, candidate);
             }
             return;
         }
@@ -159,8 +248,7 @@ fn sample_rows<L: Logit + Sync, D: Logit + Send>(
             }
             _ => None,
         };
-        let (token, nan) = sample_one(rows, logits, row, draft_row);
-        write_row(&mut out, row, token, nan);
+        out(row, sample_one(rows, logits, row, draft_row));
     }
 }
 
@@ -189,15 +277,15 @@ fn split_draft_rows<'s, D>(
     Some(split)
 }
 
-/// Row `row`'s token and whether it holds a NaN; its raw logits go to
-/// `draft_row`, the row's own draft row (`None`: no draft logits or a padding
-/// row).
+/// Row `row`'s candidate: its best id (global) and score, and whether it
+/// holds a NaN; its raw logits go to `draft_row`, the row's own draft row
+/// (`None`: no draft logits or a padding row).
 fn sample_one<L: Logit, D: Logit>(
     rows: &Rows<'_, '_>,
     logits: &[L],
     row: usize,
     draft_row: Option<&mut [D]>,
-) -> (u32, bool) {
+) -> Candidate {
     let slot = rows.slots[row];
     let (t, seed, filter) = if slot >= 0 {
         let slot = slot as usize;
@@ -212,10 +300,11 @@ fn sample_one<L: Logit, D: Logit>(
         if let Some(d) = draft_row {
             copy(values, d);
         }
-        first_argmax(rows.level, values)
+        let (index, nan) = first_argmax(rows.level, values);
+        Candidate { best: ArgMax::new(values[index as usize].to_f32(), rows.base + index), nan }
     } else {
-        let (best, nan) = sample_row(rows.level, &sampler, filter, values, draft_row);
-        (best.index, nan)
+        let (best, nan) = sample_row(rows.level, &sampler, filter, rows.base, values, draft_row);
+        Candidate { best, nan }
     }
 }
 
@@ -245,6 +334,7 @@ fn sample_row<L: Logit, D: Logit>(
     level: Level,
     sampler: &Sampler,
     filter: Filter,
+    base: u32,
     values: &[L],
     draft: Option<&mut [D]>,
 ) -> (ArgMax, bool) {
@@ -262,13 +352,13 @@ fn sample_row<L: Logit, D: Logit>(
         };
     }
     let Some(draft) = draft else {
-        return simd::fold(level, sampler, ArgMax::IDENTITY, 0, values);
+        return simd::fold(level, sampler, ArgMax::IDENTITY, base, values);
     };
     let stored = L::DTYPE.rounds_into(D::DTYPE);
     let (mut best, mut nan) = (ArgMax::IDENTITY, false);
     for (step, (values, draft)) in values.chunks(STEP).zip(draft.chunks_mut(STEP)).enumerate() {
         copy(values, draft);
-        let base = (step * STEP) as u32;
+        let base = base + (step * STEP) as u32;
         let (b, n) = if stored {
             simd::fold(level, sampler, best, base, draft)
         } else {

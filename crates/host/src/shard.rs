@@ -1,0 +1,222 @@
+//! Vocab-parallel calls (`docs/VOCAB_PARALLEL.md`): each of `P` ranks holds
+//! a shard of every row's ids, the ranks exchange a candidate per row, and
+//! every rank returns the unsharded call's outputs bit for bit. Noise is
+//! keyed by global id and candidates combine by the argmax rule (a total
+//! order), so the split cannot change a token. Built so far:
+//! `gumbel_sample` on the CPU backend ([`crate::Cpu::sharded_gumbel_sample`]),
+//! without filters or log-probabilities.
+
+use crate::error::{Error, Result};
+use crate::memory::{Host, Memory};
+use crate::tensor::MAX_VOCAB;
+use specdec_core::argmax::ArgMax;
+use std::sync::{Arc, Barrier, Mutex};
+
+/// This rank's part of every row: ids `offset .. offset + V_r` of a row of
+/// `vocab` ids, where `V_r` is the width of the logits the rank passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// The global id of the rank's first id: a multiple of 4, as noise is drawn four ids a word.
+    pub offset: usize,
+    /// The whole row's ids, `V`.
+    pub vocab: usize,
+}
+
+impl Shard {
+    /// The ids a shard starts at are a multiple of this.
+    pub const ALIGN: usize = 4;
+
+    /// The shard's ids fit the row, and start where noise words start.
+    pub(crate) fn check(&self, ids: usize) -> Result<()> {
+        let bad = |detail: String| Err(Error::InvalidShard { detail });
+        if self.vocab == 0 || self.vocab > MAX_VOCAB {
+            return bad(format!("the row has {} ids, expected 1 ..= {MAX_VOCAB}", self.vocab));
+        }
+        if !self.offset.is_multiple_of(Self::ALIGN) {
+            return bad(format!("offset {} is not a multiple of {}", self.offset, Self::ALIGN));
+        }
+        if self.offset + ids > self.vocab {
+            return bad(format!("ids {}..{} run past the row's {} ids", self.offset, self.offset + ids, self.vocab));
+        }
+        Ok(())
+    }
+}
+
+/// The collective a sharded call runs: every rank's `send` (the same length
+/// on every rank) lands, in rank order, in every rank's `recv` (`ranks()`
+/// times as long). Every rank of a call must call it the same number of
+/// times, with the same lengths.
+pub trait Exchange<M: Memory> {
+    fn rank(&self) -> usize;
+    fn ranks(&self) -> usize;
+    fn all_gather(&mut self, send: M::Ref<'_, u8>, recv: M::Mut<'_, u8>) -> Result<()>;
+}
+
+/// `P` ranks in one process, one thread each, meeting at a barrier: for
+/// tests, and for running a sharded call without a collective library.
+pub struct InProcess {
+    rank: usize,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    ranks: usize,
+    barrier: Barrier,
+    sent: Mutex<Vec<Vec<u8>>>,
+}
+
+impl InProcess {
+    /// The `ranks` members of one group, rank 0 first: give each to its own thread.
+    pub fn group(ranks: usize) -> Vec<InProcess> {
+        let sent = Mutex::new(vec![Vec::new(); ranks]);
+        let shared = Arc::new(Shared { ranks, barrier: Barrier::new(ranks), sent });
+        (0..ranks).map(|rank| InProcess { rank, shared: shared.clone() }).collect()
+    }
+}
+
+impl Exchange<Host> for InProcess {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn ranks(&self) -> usize {
+        self.shared.ranks
+    }
+
+    /// Every rank sees every rank's bytes, so a length that differs between
+    /// ranks is the same error on all of them, and none waits forever.
+    fn all_gather(&mut self, send: &[u8], recv: &mut [u8]) -> Result<()> {
+        let ranks = self.ranks();
+        self.shared.lock()[self.rank] = send.to_vec();
+        self.shared.barrier.wait();
+        let result = {
+            let sent = self.shared.lock();
+            if let Some((rank, s)) = sent.iter().enumerate().find(|(_, s)| s.len() != send.len()) {
+                Err(format!("rank {rank} sent {} bytes, rank {} {}", s.len(), self.rank, send.len()))
+            } else if recv.len() != ranks * send.len() {
+                Err(format!("rank {} gave {} bytes to receive {ranks} × {}", self.rank, recv.len(), send.len()))
+            } else {
+                for (part, s) in recv.chunks_exact_mut(send.len().max(1)).zip(sent.iter()) {
+                    part.copy_from_slice(s);
+                }
+                Ok(())
+            }
+        };
+        // Nobody writes the next round's bytes before everyone has read these.
+        self.shared.barrier.wait();
+        result.map_err(Error::Exchange)
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.sent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A row's candidate, as a rank sends it: its best `ArgMax` (global id) and
+/// whether its ids held a NaN.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Candidate {
+    pub best: ArgMax,
+    pub nan: bool,
+}
+
+impl Candidate {
+    const BYTES: usize = 12;
+
+    /// Loses to every candidate: what the combine starts from.
+    pub const NONE: Candidate = Candidate { best: ArgMax::IDENTITY, nan: false };
+
+    /// The combine of two ranks' candidates: the argmax rule, NaN from either.
+    pub fn combine(self, other: Candidate) -> Candidate {
+        Candidate { best: self.best.combine(other.best), nan: self.nan | other.nan }
+    }
+}
+
+/// What a rank sends for a call: whether its checks passed, then its rows' candidates.
+pub(crate) fn encode(ok: bool, rows: &[Candidate]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(4 + rows.len() * Candidate::BYTES);
+    bytes.extend_from_slice(&u32::from(ok).to_le_bytes());
+    for c in rows {
+        bytes.extend_from_slice(&c.best.value.to_bits().to_le_bytes());
+        bytes.extend_from_slice(&c.best.index.to_le_bytes());
+        bytes.extend_from_slice(&u32::from(c.nan).to_le_bytes());
+    }
+    bytes
+}
+
+/// The message length of a call of `rows` rows.
+pub(crate) fn message_len(rows: usize) -> usize {
+    4 + rows * Candidate::BYTES
+}
+
+/// One rank's message: `None` if its checks failed, else its rows' candidates.
+pub(crate) fn decode(bytes: &[u8]) -> Option<Vec<Candidate>> {
+    let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four bytes"));
+    if word(0) == 0 {
+        return None;
+    }
+    let rows = (bytes.len() - 4) / Candidate::BYTES;
+    Some(
+        (0..rows)
+            .map(|r| {
+                let at = 4 + r * Candidate::BYTES;
+                Candidate {
+                    best: ArgMax { value: f32::from_bits(word(at)), index: word(at + 4) },
+                    nan: word(at + 8) != 0,
+                }
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        let rows = [
+            Candidate { best: ArgMax { value: -1.5, index: 7 }, nan: false },
+            Candidate { best: ArgMax { value: f32::NEG_INFINITY, index: 0 }, nan: true },
+        ];
+        assert_eq!(decode(&encode(true, &rows)), Some(rows.to_vec()));
+        assert_eq!(decode(&encode(false, &rows)), None);
+        assert_eq!(encode(true, &rows).len(), message_len(2));
+    }
+
+    #[test]
+    fn shards_start_on_a_noise_word_and_fit_the_row() {
+        assert!(Shard { offset: 8, vocab: 20 }.check(12).is_ok());
+        for (shard, ids) in [(Shard { offset: 6, vocab: 20 }, 4), (Shard { offset: 8, vocab: 20 }, 13)] {
+            assert!(matches!(shard.check(ids), Err(Error::InvalidShard { .. })), "{shard:?} {ids}");
+        }
+    }
+
+    #[test]
+    fn an_in_process_group_gathers_in_rank_order_and_flags_unequal_lengths() {
+        let group = InProcess::group(3);
+        let got: Vec<Result<Vec<u8>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = group
+                .into_iter()
+                .map(|mut x| {
+                    s.spawn(move || {
+                        let r = x.rank() as u8;
+                        let mut recv = vec![0u8; 6];
+                        x.all_gather(&[r, r + 10], &mut recv)?;
+                        // A second round with one rank sending more: an error on every rank.
+                        let long = vec![r; if r == 1 { 3 } else { 2 }];
+                        let mut recv2 = vec![0u8; 3 * long.len()];
+                        assert!(matches!(x.all_gather(&long, &mut recv2), Err(Error::Exchange(_))));
+                        Ok(recv)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for recv in got {
+            assert_eq!(recv.unwrap(), vec![0, 10, 1, 11, 2, 12]);
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Vocab-parallel `gumbel_sample` on the CPU backend (`docs/VOCAB_PARALLEL.md`):
+//! `P` ranks, one thread each with an in-process exchange, each holding a
+//! shard of every row's ids, return exactly the unsharded call's tokens and
+//! row statuses, and together write exactly its draft logits.
+
+use specdec::shard::{Exchange, InProcess, Shard};
+use specdec::{Cpu, DType, Error, GumbelOutput, GumbelSample, Host, Logits, SamplingParams};
+use specdec_suite::batch::{ColumnSpec, DraftLogitsSpec, Values};
+use specdec_suite::inputs::Rng;
+use specdec_suite::{Batch, FilterTable};
+
+/// `P` shards of a row of `vocab` ids, uneven, each starting at a multiple of 4.
+fn shards(vocab: usize, ranks: usize, rng: &mut Rng) -> Vec<Shard> {
+    let words = vocab.div_ceil(4);
+    assert!(words >= ranks, "every rank needs an id");
+    // Distinct cut points in words 1..words, sorted: shard r is words cut[r-1]..cut[r].
+    let mut cuts: Vec<usize> = (1..words).collect();
+    rng.shuffle(&mut cuts);
+    let mut cuts: Vec<usize> = cuts.into_iter().take(ranks - 1).collect();
+    cuts.sort_unstable();
+    let starts = std::iter::once(0).chain(cuts.iter().map(|w| w * 4));
+    starts.map(|offset| Shard { offset, vocab }).collect()
+}
+
+/// The ids of shard `r` (up to the next shard's start, or the row's end).
+fn ids(shards: &[Shard], r: usize) -> std::ops::Range<usize> {
+    shards[r].offset..shards.get(r + 1).map_or(shards[r].vocab, |s| s.offset)
+}
+
+/// Values `range` of each of `rows` rows of `width` values.
+fn columns(v: &Values, rows: usize, width: usize, range: std::ops::Range<usize>) -> Values {
+    v.gather((0..rows).flat_map(|r| (r * width + range.start)..(r * width + range.end)))
+}
+
+/// What every rank returned: tokens and statuses, and its draft logits.
+type RankOut = (specdec::Result<(Vec<i64>, Vec<u32>)>, Option<Values>);
+
+/// Runs `batch` sharded over `shards`, one thread a rank; each rank's draft
+/// logits are its own `[slots, k, ids]` buffer.
+fn run_sharded(batch: &Batch, shards: &[Shard]) -> Vec<RankOut> {
+    let group = InProcess::group(shards.len());
+    std::thread::scope(|s| {
+        let handles: Vec<_> = group
+            .into_iter()
+            .enumerate()
+            .map(|(r, mut exchange)| {
+                let range = ids(shards, r);
+                let shard = shards[r];
+                s.spawn(move || run_rank(batch, shard, range, &mut exchange))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a rank panicked")).collect()
+    })
+}
+
+fn run_rank(batch: &Batch, shard: Shard, range: std::ops::Range<usize>, exchange: &mut dyn Exchange<Host>) -> RankOut {
+    let width = range.len();
+    let logits = columns(&batch.logits, batch.rows, batch.row_stride, range.clone());
+    let mut draft = batch.draft_logits.as_ref().map(|d| {
+        let mut mine = DraftLogitsSpec::dense(d.data.dtype(), d.slots, d.k, width, d.column.clone());
+        mine.data = columns(&d.data, d.slots * d.k, d.width, range.clone());
+        mine
+    });
+    let params = SamplingParams::new(&batch.temperature, &batch.seed).with_filters(batch.filters.view());
+    let call = GumbelSample {
+        drafting: batch.drafting,
+        ..GumbelSample::new(
+            Logits { data: logits.view(), rows: batch.rows, vocab: width, row_stride: width },
+            &batch.slots,
+            &batch.pos,
+            params,
+        )
+    };
+    let (mut tokens, mut status) = (vec![i64::MIN; batch.rows], vec![u32::MAX; batch.rows]);
+    let result = {
+        let mut out = GumbelOutput::new(&mut tokens).with_row_status(&mut status);
+        if let Some(d) = &mut draft {
+            let (data, column) = d.draft_logits_mut();
+            out = out.with_draft_logits(data, column);
+        }
+        Cpu.sharded_gumbel_sample(shard, exchange, &call, &mut out)
+    };
+    (result.map(|()| (tokens, status)), draft.map(|d| d.data))
+}
+
+/// Rows of every kind: random logits at several temperatures, greedy and
+/// padding rows, and rows with NaN, `±inf` and nothing above `-inf`.
+fn batch(vocab: usize, rows: usize, dtype: DType, rng: &mut Rng) -> Batch {
+    let mut x: Vec<f32> = (0..rows * vocab).map(|_| rng.uniform(-4.0, 4.0)).collect();
+    let special = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY];
+    for r in 0..rows {
+        match r % 7 {
+            // A NaN, -inf or +inf somewhere in the row.
+            1..=3 => x[r * vocab + rng.below(vocab)] = special[r % 7 - 1],
+            // Nothing above -inf (NaN and -inf only).
+            4 => x[r * vocab..(r + 1) * vocab].iter_mut().enumerate().for_each(|(i, v)| {
+                *v = if i % 3 == 0 { f32::NAN } else { f32::NEG_INFINITY };
+            }),
+            // Ties: the row's maximum twice.
+            5 => {
+                let (a, b) = (rng.below(vocab), rng.below(vocab));
+                x[r * vocab + a] = 9.0;
+                x[r * vocab + b] = 9.0;
+            }
+            _ => {}
+        }
+    }
+    let mut b = Batch::new(Values::from_f32(dtype, &x), rows, vocab, 1.0, 7);
+    b.temperature = vec![0.0, 0.6, 1.0, 1.5];
+    b.seed = vec![3, 5, u64::MAX, 11];
+    b.slots = (0..rows).map(|r| (r % 5) as i32 - 1).collect();
+    b.pos = (0..rows as u64).map(|r| r * 7919 + 100).collect();
+    b
+}
+
+fn check_equal(batch: &Batch, shards: &[Shard], ctx: &str) {
+    let want = batch.clone().run(&specdec::Backend::cpu()).unwrap();
+    let got = run_sharded(batch, shards);
+    for (r, (result, draft)) in got.iter().enumerate() {
+        let (tokens, status) = result.as_ref().unwrap_or_else(|e| panic!("{ctx} rank {r}: {e}"));
+        assert_eq!(tokens, &want.tokens, "{ctx} rank {r}: tokens");
+        assert_eq!(status, &want.row_status, "{ctx} rank {r}: row status");
+        if let (Some(mine), Some(whole)) = (draft, &batch.draft_logits) {
+            let range = ids(shards, r);
+            let expected = columns(&unsharded_draft(batch), whole.slots * whole.k, whole.width, range);
+            let same = (0..mine.len()).all(|i| mine.bits(i) == expected.bits(i));
+            assert!(same, "{ctx} rank {r}: draft logits");
+        }
+    }
+}
+
+/// The draft logits the unsharded call writes.
+fn unsharded_draft(batch: &Batch) -> Values {
+    let mut b = batch.clone();
+    b.run(&specdec::Backend::cpu()).unwrap();
+    b.draft_logits.expect("the batch has draft logits").data
+}
+
+#[test]
+fn sharded_tokens_are_the_unsharded_ones() {
+    let mut rng = Rng::new(31);
+    for dtype in DType::ALL {
+        for (vocab, rows) in [(37, 21), (1000, 14), (4097, 7), (151_936, 2)] {
+            for ranks in [1, 2, 3, 8] {
+                for drafting in [false, true] {
+                    let mut b = batch(vocab, rows, dtype, &mut rng);
+                    b.drafting = drafting;
+                    let shards = shards(vocab, ranks, &mut rng);
+                    check_equal(&b, &shards, &format!("{dtype:?} V {vocab} P {ranks} drafting {drafting}"));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn sharded_draft_logits_are_the_unsharded_ones() {
+    let mut rng = Rng::new(32);
+    // f32 logits into bf16 draft logits round them: the rows are sampled as stored.
+    for (logits, draft) in [(DType::F32, DType::F32), (DType::F32, DType::BF16), (DType::BF16, DType::F16)] {
+        for ranks in [2, 3, 8] {
+            let (vocab, rows) = (1001, 12);
+            let mut b = batch(vocab, rows, logits, &mut rng);
+            b.drafting = true;
+            // Rows on slots 0..3 (or padding), each writing its own column.
+            let columns = (0..rows as i32).map(|r| r / 4).collect();
+            b.draft_logits = Some(DraftLogitsSpec::dense(draft, 4, 3, vocab, ColumnSpec::PerRow(columns)));
+            b.slots = (0..rows).map(|r| if r % 4 == 3 { -1 } else { (r % 4) as i32 }).collect();
+            let shards = shards(vocab, ranks, &mut rng);
+            check_equal(&b, &shards, &format!("{logits:?} into {draft:?} P {ranks}"));
+        }
+    }
+}
+
+#[test]
+fn a_rank_that_fails_its_checks_fails_the_call_on_every_rank() {
+    let mut rng = Rng::new(33);
+    let b = batch(64, 5, DType::F32, &mut rng);
+    // Rank 1 starts at id 30, not a multiple of 4: it reports why, the others that it failed.
+    let shards = [Shard { offset: 0, vocab: 64 }, Shard { offset: 30, vocab: 64 }];
+    let got = run_sharded(&b, &shards);
+    assert!(matches!(&got[1].0, Err(Error::InvalidShard { .. })), "{:?}", got[1].0);
+    assert!(matches!(&got[0].0, Err(Error::PeerFailed { rank: 1 })), "{:?}", got[0].0);
+    // Filters are not sharded yet: every rank says so.
+    let mut filtered = b.clone();
+    filtered.filters = FilterTable { top_k: Some(vec![2; 4]), ..FilterTable::none() };
+    for (result, _) in run_sharded(&filtered, &[Shard { offset: 0, vocab: 64 }, Shard { offset: 32, vocab: 64 }]) {
+        assert!(matches!(result, Err(Error::NotSharded { .. })), "{result:?}");
+    }
+}
