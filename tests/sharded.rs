@@ -38,15 +38,28 @@ type RankOut = (specdec::Result<(Vec<i64>, Vec<u32>)>, Option<Values>);
 /// Runs `batch` sharded over `shards`, one thread a rank; each rank's draft
 /// logits are its own `[slots, k, ids]` buffer.
 fn run_sharded(batch: &Batch, shards: &[Shard]) -> Vec<RankOut> {
+    let ranges: Vec<_> = (0..shards.len()).map(|r| ids(shards, r)).collect();
+    run_sharded_with(batch, shards, &ranges, |_, b| b.clone())
+}
+
+/// [`run_sharded`], rank `r` passing ids `ranges[r]` of `rank_batch(r, batch)`
+/// (to make ranks leave ids out, or disagree).
+fn run_sharded_with(
+    batch: &Batch,
+    shards: &[Shard],
+    ranges: &[std::ops::Range<usize>],
+    rank_batch: impl Fn(usize, &Batch) -> Batch + Sync,
+) -> Vec<RankOut> {
     let group = InProcess::group(shards.len());
+    let rank_batch = &rank_batch;
     std::thread::scope(|s| {
         let handles: Vec<_> = group
             .into_iter()
             .enumerate()
             .map(|(r, mut exchange)| {
-                let range = ids(shards, r);
+                let range = ranges[r].clone();
                 let shard = shards[r];
-                s.spawn(move || run_rank(batch, shard, range, &mut exchange))
+                s.spawn(move || run_rank(&rank_batch(r, batch), shard, range, &mut exchange))
             })
             .collect();
         handles.into_iter().map(|h| h.join().expect("a rank panicked")).collect()
@@ -123,6 +136,7 @@ fn check_equal(batch: &Batch, shards: &[Shard], ctx: &str) {
         if let (Some(mine), Some(whole)) = (draft, &batch.draft_logits) {
             let range = ids(shards, r);
             let expected = columns(&unsharded_draft(batch), whole.slots * whole.k, whole.width, range);
+            assert_eq!(mine.len(), expected.len(), "{ctx} rank {r}: draft logits' length");
             let same = (0..mine.len()).all(|i| mine.bits(i) == expected.bits(i));
             assert!(same, "{ctx} rank {r}: draft logits");
         }
@@ -173,7 +187,7 @@ fn sharded_draft_logits_are_the_unsharded_ones() {
 }
 
 #[test]
-fn a_rank_that_fails_its_checks_fails_the_call_on_every_rank() {
+fn a_rank_that_fails_its_checks_or_a_group_that_does_not_fit_fails_every_rank() {
     let mut rng = Rng::new(33);
     let b = batch(64, 5, DType::F32, &mut rng);
     // Rank 1 starts at id 30, not a multiple of 4: it reports why, the others that it failed.
@@ -187,4 +201,16 @@ fn a_rank_that_fails_its_checks_fails_the_call_on_every_rank() {
     for (result, _) in run_sharded(&filtered, &[Shard { offset: 0, vocab: 64 }, Shard { offset: 32, vocab: 64 }]) {
         assert!(matches!(result, Err(Error::NotSharded { .. })), "{result:?}");
     }
+
+    // Shards that leave ids to no rank, or calls that differ between ranks: the same error on every rank.
+    let gap = [Shard { offset: 0, vocab: 64 }, Shard { offset: 36, vocab: 64 }];
+    let got = run_sharded_with(&b, &gap, &[0..32, 36..64], |_, batch| batch.clone());
+    assert!(got.iter().all(|(r, _)| matches!(r, Err(Error::InvalidShard { .. }))), "{:?}", got[0].0);
+    let halves = [Shard { offset: 0, vocab: 64 }, Shard { offset: 32, vocab: 64 }];
+    let got = run_sharded_with(&b, &halves, &[0..32, 32..64], |rank, batch| {
+        let mut mine = batch.clone();
+        mine.seed[1] += rank as u64;
+        mine
+    });
+    assert!(got.iter().all(|(r, _)| matches!(r, Err(Error::InvalidShard { .. }))), "{:?}", got[0].0);
 }

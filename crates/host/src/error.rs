@@ -63,6 +63,11 @@ pub enum Error {
     TopLogprobs { n: usize, max: usize },
     #[error("synthetic acceptance rate {position} is {value:?}, expected a value in [0, 1]")]
     InvalidRate { position: usize, value: f32 },
+    #[error(
+        "the stream is being captured into a CUDA graph and the call would allocate its workspace: \
+         make one call on the stream before capturing, as large as the captured one"
+    )]
+    CaptureAllocation,
     #[error("invalid shard: {detail}")]
     InvalidShard { detail: String },
     #[error("{what}: not in a sharded call yet")]

@@ -35,11 +35,71 @@ impl Shard {
         if !self.offset.is_multiple_of(Self::ALIGN) {
             return bad(format!("offset {} is not a multiple of {}", self.offset, Self::ALIGN));
         }
-        if self.offset + ids > self.vocab {
-            return bad(format!("ids {}..{} run past the row's {} ids", self.offset, self.offset + ids, self.vocab));
+        match self.offset.checked_add(ids) {
+            Some(end) if end <= self.vocab => Ok(()),
+            _ => bad(format!("{ids} ids from offset {} run past the row's {} ids", self.offset, self.vocab)),
+        }
+    }
+}
+
+/// What a rank says about its call before its rows' candidates: whether its
+/// checks passed, its shard, and a digest of what every rank must pass alike
+/// (slots, positions, parameters), so that every rank reaches one verdict on
+/// whether the ranks' calls fit together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub ok: bool,
+    pub offset: u32,
+    pub ids: u32,
+    pub vocab: u32,
+    pub digest: u64,
+}
+
+impl Header {
+    const BYTES: usize = 24;
+
+    /// The header of a rank whose checks failed.
+    pub const FAILED: Header = Header { ok: false, offset: 0, ids: 0, vocab: 0, digest: 0 };
+
+    /// Every rank's checks passed, the ranks' calls agree, and their shards
+    /// tile the row: each id on exactly one rank. The same verdict on every rank.
+    pub fn check_group(headers: &[Header]) -> Result<()> {
+        if let Some(rank) = headers.iter().position(|h| !h.ok) {
+            return Err(Error::PeerFailed { rank });
+        }
+        let first = headers[0];
+        if let Some(rank) = headers.iter().position(|h| (h.vocab, h.digest) != (first.vocab, first.digest)) {
+            return Err(Error::InvalidShard {
+                detail: format!(
+                    "rank {rank}'s call differs from rank 0's (row length, slots, positions or parameters)"
+                ),
+            });
+        }
+        let mut spans: Vec<(u32, u32)> = headers.iter().map(|h| (h.offset, h.offset + h.ids)).collect();
+        spans.sort_unstable();
+        let mut next = 0;
+        for (start, end) in spans {
+            if start != next {
+                return Err(Error::InvalidShard {
+                    detail: format!("the ranks' shards do not tile the row: ids from {next} are held by {start}"),
+                });
+            }
+            next = end;
+        }
+        if next != first.vocab {
+            return Err(Error::InvalidShard {
+                detail: format!("the ranks' shards end at id {next}, the row at {}", first.vocab),
+            });
         }
         Ok(())
     }
+}
+
+/// FNV-1a over `words`: the digest of a call's shared arguments.
+pub(crate) fn digest(words: impl IntoIterator<Item = u64>) -> u64 {
+    words.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, w| {
+        w.to_le_bytes().iter().fold(h, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+    })
 }
 
 /// The collective a sharded call runs: every rank's `send` (the same length
@@ -134,10 +194,13 @@ impl Candidate {
     }
 }
 
-/// What a rank sends for a call: whether its checks passed, then its rows' candidates.
-pub(crate) fn encode(ok: bool, rows: &[Candidate]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(4 + rows.len() * Candidate::BYTES);
-    bytes.extend_from_slice(&u32::from(ok).to_le_bytes());
+/// What a rank sends for a call: its header, then its rows' candidates.
+pub(crate) fn encode(header: Header, rows: &[Candidate]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(message_len(rows.len()));
+    for w in [u32::from(header.ok), header.offset, header.ids, header.vocab] {
+        bytes.extend_from_slice(&w.to_le_bytes());
+    }
+    bytes.extend_from_slice(&header.digest.to_le_bytes());
     for c in rows {
         bytes.extend_from_slice(&c.best.value.to_bits().to_le_bytes());
         bytes.extend_from_slice(&c.best.index.to_le_bytes());
@@ -148,27 +211,27 @@ pub(crate) fn encode(ok: bool, rows: &[Candidate]) -> Vec<u8> {
 
 /// The message length of a call of `rows` rows.
 pub(crate) fn message_len(rows: usize) -> usize {
-    4 + rows * Candidate::BYTES
+    Header::BYTES + rows * Candidate::BYTES
 }
 
-/// One rank's message: `None` if its checks failed, else its rows' candidates.
-pub(crate) fn decode(bytes: &[u8]) -> Option<Vec<Candidate>> {
+/// One rank's message: its header and its rows' candidates.
+pub(crate) fn decode(bytes: &[u8]) -> (Header, Vec<Candidate>) {
     let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four bytes"));
-    if word(0) == 0 {
-        return None;
-    }
-    let rows = (bytes.len() - 4) / Candidate::BYTES;
-    Some(
-        (0..rows)
-            .map(|r| {
-                let at = 4 + r * Candidate::BYTES;
-                Candidate {
-                    best: ArgMax { value: f32::from_bits(word(at)), index: word(at + 4) },
-                    nan: word(at + 8) != 0,
-                }
-            })
-            .collect(),
-    )
+    let header = Header {
+        ok: word(0) != 0,
+        offset: word(4),
+        ids: word(8),
+        vocab: word(12),
+        digest: u64::from_le_bytes(bytes[16..24].try_into().expect("eight bytes")),
+    };
+    let rows = (bytes.len() - Header::BYTES) / Candidate::BYTES;
+    let candidates = (0..rows)
+        .map(|r| {
+            let at = Header::BYTES + r * Candidate::BYTES;
+            Candidate { best: ArgMax { value: f32::from_bits(word(at)), index: word(at + 4) }, nan: word(at + 8) != 0 }
+        })
+        .collect();
+    (header, candidates)
 }
 
 #[cfg(test)]
@@ -181,9 +244,21 @@ mod tests {
             Candidate { best: ArgMax { value: -1.5, index: 7 }, nan: false },
             Candidate { best: ArgMax { value: f32::NEG_INFINITY, index: 0 }, nan: true },
         ];
-        assert_eq!(decode(&encode(true, &rows)), Some(rows.to_vec()));
-        assert_eq!(decode(&encode(false, &rows)), None);
-        assert_eq!(encode(true, &rows).len(), message_len(2));
+        let header = Header { ok: true, offset: 8, ids: 12, vocab: 20, digest: u64::MAX - 3 };
+        assert_eq!(decode(&encode(header, &rows)), (header, rows.to_vec()));
+        assert_eq!(decode(&encode(Header::FAILED, &rows)).0, Header::FAILED);
+        assert_eq!(encode(header, &rows).len(), message_len(2));
+    }
+
+    #[test]
+    fn a_group_passes_only_if_every_rank_passed_agreed_and_the_shards_tile_the_row() {
+        let h = |offset, ids| Header { ok: true, offset, ids, vocab: 20, digest: 9 };
+        assert!(Header::check_group(&[h(8, 12), h(0, 8)]).is_ok());
+        assert!(matches!(Header::check_group(&[h(0, 8), Header::FAILED]), Err(Error::PeerFailed { rank: 1 })));
+        let other = Header { digest: 10, ..h(8, 12) };
+        for bad in [[h(0, 8), other], [h(0, 8), h(12, 8)], [h(0, 8), h(4, 16)], [h(0, 8), h(8, 8)]] {
+            assert!(matches!(Header::check_group(&bad), Err(Error::InvalidShard { .. })), "{bad:?}");
+        }
     }
 
     #[test]

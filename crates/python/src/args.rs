@@ -6,7 +6,7 @@ use crate::stream::{Target, with_engine};
 use crate::tensor::{Arg, DType, Place};
 use pyo3::prelude::*;
 use specdec::{
-    Cpu, Device, Distribution, Error, Filters, GumbelOutput, GumbelSample, Host, Logprobs, RejectionOutput,
+    Cpu, Device, Distribution, Error, Filters, GumbelOutput, GumbelSample, Host, Logprobs, MAX_DRAFTS, RejectionOutput,
     RejectionSample, Result, SamplingParams, Tokens, TopLogprobs,
 };
 
@@ -147,9 +147,13 @@ impl Run for Device {
         args: &RejectionSample<'_, Device>,
         out: &mut RejectionOutput<'_, Device>,
     ) -> Result<()> {
+        // Checked here too, as the workspace is sized from it before the call checks it.
+        if args.max_drafts > MAX_DRAFTS {
+            return Err(Error::MaxDrafts { max_drafts: args.max_drafts, max: MAX_DRAFTS });
+        }
         with_engine(target, |engine| {
             // The workspace holds a call's rows and its requests' token slots.
-            let positions = args.slots.len() * (args.max_drafts + 1);
+            let positions = args.slots.len().saturating_mul(args.max_drafts + 1);
             let (cuda, ws) = engine.cuda(args.target.rows.max(positions))?;
             cuda.rejection_sample(ws, args, out)
         })
@@ -195,23 +199,21 @@ impl LogprobArgs {
     ) -> PyResult<LogprobArgs> {
         let top = match top {
             Some((logprobs, ids, ranks)) => {
-                let logprobs = Arg::import("top_logprobs", &logprobs, target)?;
+                let logprobs = Arg::import_written("top_logprobs", &logprobs, target)?;
                 let n = logprobs.last_dim();
                 Some(TopArgs {
                     n,
                     distribution: if top_raw { Distribution::Raw } else { Distribution::Processed },
                     logprobs,
-                    ids: Arg::import("top_token_ids", &ids, target)?,
-                    ranks: Arg::import("ranks", &ranks, target)?,
+                    ids: Arg::import_written("top_token_ids", &ids, target)?,
+                    ranks: Arg::import_written("ranks", &ranks, target)?,
                 })
             }
             None => None,
         };
-        Ok(LogprobArgs {
-            processed: import_opt("logprobs", processed, target)?,
-            raw: import_opt("raw_logprobs", raw, target)?,
-            top,
-        })
+        let written =
+            |what, obj: Option<&Bound<'_, PyAny>>| obj.map(|o| Arg::import_written(what, o, target)).transpose();
+        Ok(LogprobArgs { processed: written("logprobs", processed)?, raw: written("raw_logprobs", raw)?, top })
     }
 
     pub fn written(&self) -> impl Iterator<Item = &Arg> {

@@ -5,6 +5,7 @@ use crate::args::{Call, FilterArgs, LogprobArgs, ParamArgs, Run, dispatch, targe
 use crate::stream::Target;
 use crate::tensor::{Arg, DType, check_written};
 use pyo3::prelude::*;
+use pyo3::types::PyInt;
 use specdec::{Column, DraftLogitsMut, DraftLogitsShape, Error, GumbelOutput, GumbelSample, Logits, Result};
 
 /// Which draft-logits column each row writes: one for all, or `int32 [rows]`.
@@ -58,11 +59,13 @@ pub fn gumbel_sample(
     let cache = match (logits_cache, logits_cache_col) {
         (None, None) => None,
         (Some(cache), Some(col)) => {
-            let column = match col.extract::<i64>() {
-                Ok(c) => ColumnArg::All(c),
+            // A Python int is one column for all rows; anything else a tensor (even of one
+            // element: reading it would synchronise, and break a CUDA-graph capture).
+            let column = match col.cast::<PyInt>() {
+                Ok(c) => ColumnArg::All(c.extract::<i64>()?),
                 Err(_) => ColumnArg::PerRow(import("logits_cache_col", col)?),
             };
-            Some((import("logits_cache", cache)?, column))
+            Some((Arg::import_written("logits_cache", cache, &target)?, column))
         }
         _ => {
             return Err(pyo3::exceptions::PyTypeError::new_err(
@@ -77,7 +80,7 @@ pub fn gumbel_sample(
         params: ParamArgs::import(temperature, seed, FilterArgs::import(top_k, top_p, min_p, &target)?, &target)?,
         drafting: is_drafting,
         cache,
-        sampled: import("sampled", sampled)?,
+        sampled: Arg::import_written("sampled", sampled, &target)?,
         logprobs: LogprobArgs::import(logprobs, raw_logprobs, top_logprobs, top_logprobs_raw, &target)?,
     };
     dispatch(py, &mut call, &target)

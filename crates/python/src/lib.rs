@@ -34,8 +34,8 @@ pub(crate) fn raise(e: specdec::Error) -> PyErr {
 /// `device`'s `stream` raised in device memory since the last call of this;
 /// synchronises with the stream.
 #[pyfunction]
-fn take_status(device: i32, stream: usize) -> PyResult<u32> {
-    stream::take_status(device, stream).map_err(raise)
+fn take_status(py: Python<'_>, device: i32, stream: usize) -> PyResult<u32> {
+    py.detach(|| stream::take_status(device, stream)).map_err(raise)
 }
 
 #[pymodule]

@@ -91,8 +91,8 @@ pub fn rejection_sample(
         max_drafts: num_speculative_steps,
         block: use_block_verification,
         synthetic: synthetic_conditional_rates,
-        sampled: import("sampled", sampled)?,
-        num_sampled: import("num_sampled", num_sampled)?,
+        sampled: Arg::import_written("sampled", sampled, &target)?,
+        num_sampled: Arg::import_written("num_sampled", num_sampled, &target)?,
         logprobs: LogprobArgs::import(logprobs, raw_logprobs, top_logprobs, top_logprobs_raw, &target)?,
     };
     dispatch(py, &mut call, &target)

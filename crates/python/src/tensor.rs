@@ -88,6 +88,15 @@ impl Arg {
     /// Imports `obj` (anything with `__dlpack__` and `__dlpack_device__`)
     /// for a call on `target`. A CUDA tensor is asked for on the call's stream.
     pub fn import(what: &'static str, obj: &Bound<'_, PyAny>, target: &Target) -> PyResult<Arg> {
+        Self::import_as(what, obj, target, false)
+    }
+
+    /// [`Arg::import`] of a tensor the call writes: asked for without a copy.
+    pub fn import_written(what: &'static str, obj: &Bound<'_, PyAny>, target: &Target) -> PyResult<Arg> {
+        Self::import_as(what, obj, target, true)
+    }
+
+    fn import_as(what: &'static str, obj: &Bound<'_, PyAny>, target: &Target, written: bool) -> PyResult<Arg> {
         let py = obj.py();
         let (kind, ordinal): (i32, i32) =
             obj.call_method0("__dlpack_device__").and_then(|d| d.extract()).map_err(|_| {
@@ -112,15 +121,29 @@ impl Arg {
         }
         let versioned = kwargs.copy()?;
         versioned.set_item("max_version", (1, 0))?;
-        // A producer older than DLPack 1.0 takes no max_version.
-        let capsule = match obj.call_method("__dlpack__", (), Some(&versioned)) {
-            Ok(c) => c,
-            Err(e) if e.is_instance_of::<pyo3::exceptions::PyTypeError>(py) => {
-                obj.call_method("__dlpack__", (), Some(&kwargs))?
+        let unshared = versioned.copy()?;
+        // A written tensor must be the producer's own memory, never a copy of it.
+        unshared.set_item("copy", false)?;
+        // Older producers take fewer arguments: DLPack 1.0 added max_version, 2023's array API copy.
+        let mut attempts = if written { vec![unshared, versioned, kwargs] } else { vec![versioned, kwargs] };
+        let capsule = loop {
+            let args = attempts.remove(0);
+            match obj.call_method("__dlpack__", (), Some(&args)) {
+                Ok(c) => break c,
+                Err(e) if e.is_instance_of::<pyo3::exceptions::PyTypeError>(py) && !attempts.is_empty() => {}
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         };
         let tensor = PyTensor::from_capsule(capsule.cast::<PyCapsule>()?)?;
+        let device = tensor.device();
+        if (device.device_type as i32, device.device_id) != (kind, ordinal) && !(kind == DL_CPU && device.is_cpu()) {
+            let got = format!("DLPack device ({}, {}) in its capsule", device.device_type as i32, device.device_id);
+            return Err(raise(Error::TensorDevice { what, expected: target.describe(), got }));
+        }
+        if tensor.shape().iter().any(|&d| d < 0) {
+            let got = tensor.shape().iter().map(|&d| d.max(0) as usize).collect();
+            return Err(raise(Error::TensorShape { what, expected: "non-negative dimensions", got }));
+        }
         let dtype = DType::of(&tensor);
         let mut arg = Arg { what, tensor, dtype, device: None };
         if let Target::Cuda { stream, .. } = target {
@@ -172,9 +195,14 @@ impl Arg {
             if s < 0 {
                 return Err(self.layout_error("negative strides are not taken"));
             }
-            last += (d - 1) * s as usize;
+            last = (d - 1)
+                .checked_mul(s as usize)
+                .and_then(|o| last.checked_add(o))
+                .ok_or_else(|| self.layout_error("its shape and strides reach past any memory"))?;
         }
-        Ok(last + 1)
+        last.checked_add(1)
+            .filter(|n| n.checked_mul(self.tensor.itemsize()).is_some())
+            .ok_or_else(|| self.layout_error("its shape and strides reach past any memory"))
     }
 
     /// The bytes the tensor spans in its memory: overlapping spans share memory.

@@ -24,8 +24,8 @@ def test_rejection_sample_is_the_librarys():
 def test_float16_logits_give_the_same_tokens():
     # The reference logits are quarters, exact in float16.
     half = lambda a: a.astype(np.float16)
-    check_gumbel(np.asarray, np.asarray, half)
-    check_rejection(np.asarray, np.asarray, half)
+    assert check_gumbel(np.asarray, np.asarray, half) == 3
+    assert check_rejection(np.asarray, np.asarray, half) == 4
 
 
 def batch(rows=5, vocab=50, seed=0):
@@ -82,6 +82,9 @@ def test_errors_carry_the_librarys_messages():
         specdec.gumbel_sample(**dict(b, logits=b["logits"].reshape(-1)))
     with pytest.raises(specdec.SpecdecError, match="a row's logits must be adjacent"):
         specdec.gumbel_sample(**dict(b, logits=np.asfortranarray(b["logits"])))
+    # Indices of another dtype than an integer are refused, not converted.
+    with pytest.raises(specdec.SpecdecError, match="expanded_idx_mapping: expected dtype int32, got float32"):
+        specdec.gumbel_sample(**dict(b, expanded_idx_mapping=b["expanded_idx_mapping"].astype(np.float32)))
     with pytest.raises(specdec.SpecdecError, match="positions has 4 elements, expected 5"):
         specdec.gumbel_sample(**dict(b, pos=b["pos"][:4]))
     # An int64 slot past the int32 range stays out of range (it is not wrapped to a valid one).

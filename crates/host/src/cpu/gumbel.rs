@@ -9,7 +9,7 @@ use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::logprobs::Logprobs;
 use crate::memory::Host;
 use crate::params::Filters;
-use crate::shard::{self, Candidate, Exchange, Shard};
+use crate::shard::{self, Candidate, Exchange, Header, Shard};
 use crate::tensor::{Column, DraftLogitsMut, Tokens, Values, ValuesMut};
 use rayon::prelude::*;
 use specdec_core::argmax::ArgMax;
@@ -54,9 +54,12 @@ impl Cpu {
     /// # Errors
     /// This rank's errors of [`Cpu::gumbel_sample`], [`Error::InvalidShard`],
     /// and [`Error::NotSharded`] for filters or log-probabilities; a rank
-    /// whose checks fail still takes part in the exchange, and the others
-    /// return [`Error::PeerFailed`] (having written their draft logits).
-    /// [`Error::Exchange`] if the exchange fails.
+    /// whose checks fail (or that panics) still takes part in the exchange,
+    /// and the others return [`Error::PeerFailed`] (having written their
+    /// draft logits). On every rank alike, [`Error::InvalidShard`] where the
+    /// ranks' shards do not tile the row or their calls differ (row length,
+    /// slots, positions, temperatures, seeds), and [`Error::Exchange`] if the
+    /// exchange fails.
     pub fn sharded_gumbel_sample(
         &self,
         shard: Shard,
@@ -65,17 +68,21 @@ impl Cpu {
         out: &mut GumbelOutput<'_, Host>,
     ) -> Result<()> {
         let rows = args.logits.rows;
-        let mine = shard_candidates(shard, args, out);
+        // A rank that panics still sends its message (failed), so that no other waits for it.
+        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shard_candidates(shard, args, out)));
         let message = match &mine {
-            Ok(candidates) => shard::encode(true, candidates),
-            Err(_) => shard::encode(false, &vec![Candidate::NONE; rows]),
+            Ok(Ok(candidates)) => shard::encode(header(shard, args), candidates),
+            _ => shard::encode(Header::FAILED, &vec![Candidate::NONE; rows]),
         };
         let mut gathered = vec![0u8; exchange.ranks() * shard::message_len(rows)];
-        exchange.all_gather(&message, &mut gathered)?;
-        mine?;
+        let exchanged = exchange.all_gather(&message, &mut gathered);
+        mine.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+        exchanged?;
+        let (headers, parts): (Vec<Header>, Vec<Vec<Candidate>>) =
+            gathered.chunks_exact(message.len()).map(shard::decode).unzip();
+        Header::check_group(&headers)?;
         let mut combined = vec![Candidate::NONE; rows];
-        for (rank, part) in gathered.chunks_exact(message.len()).enumerate() {
-            let theirs = shard::decode(part).ok_or(Error::PeerFailed { rank })?;
+        for theirs in parts {
             for (c, t) in combined.iter_mut().zip(theirs) {
                 *c = c.combine(t);
             }
@@ -85,6 +92,24 @@ impl Cpu {
             write_row(&mut out, row, c.best.index, c.nan);
         }
         Ok(())
+    }
+}
+
+/// This rank's header: its shard, and the digest of what every rank passes alike.
+fn header(shard: Shard, args: &GumbelSample<'_, Host>) -> Header {
+    let p = &args.params;
+    let words = [args.logits.rows as u64, u64::from(args.drafting)]
+        .into_iter()
+        .chain(args.slots.iter().map(|&s| s as u64))
+        .chain(args.pos.iter().copied())
+        .chain(p.temperature.iter().map(|t| u64::from(t.to_bits())))
+        .chain(p.seed.iter().copied());
+    Header {
+        ok: true,
+        offset: shard.offset as u32,
+        ids: args.logits.vocab as u32,
+        vocab: shard.vocab as u32,
+        digest: shard::digest(words),
     }
 }
 

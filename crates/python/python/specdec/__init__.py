@@ -19,6 +19,7 @@ one call first on the stream, to capture a call in a CUDA graph.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
@@ -54,8 +55,12 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _DL_CPU, _DL_CUDA = 1, 2
 
 
+def _framework(x: Any) -> str:
+    return type(x).__module__.split(".")[0]
+
+
 def _is_torch(x: Any) -> bool:
-    return type(x).__module__.split(".")[0] == "torch"
+    return _framework(x) == "torch"
 
 
 def _dtype_name(x: Any) -> str:
@@ -68,6 +73,13 @@ def _empty(like: Any, shape: Tuple[int, ...], dtype: str) -> Any:
         import torch
 
         return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+    if _framework(like) == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(like.device.id):
+            return cupy.empty(shape, dtype=dtype)
+    if _framework(like) in ("jax", "jaxlib"):
+        raise TypeError("JAX arrays cannot be written: pass out= arrays of a framework whose arrays can (NumPy, CuPy)")
     namespace = getattr(like, "__array_namespace__", None)
     if namespace is not None:
         xp = namespace()
@@ -81,9 +93,11 @@ def _empty(like: Any, shape: Tuple[int, ...], dtype: str) -> Any:
 
 def _as(x: Any, dtype: str) -> Any:
     """``x`` as ``dtype`` (``int32`` or ``int64``), converted by its own framework
-    where it is another integer dtype. An ``int64`` value outside the ``int32``
-    range is clamped to it, so that it stays out of range for the call's checks."""
-    if x is None or _dtype_name(x) == dtype:
+    where it is another integer dtype (any other dtype is left for the call to
+    refuse). An ``int64`` value outside the ``int32`` range is clamped to it, so
+    that it stays out of range for the call's checks."""
+    if x is None or _dtype_name(x) == dtype or not _dtype_name(x).startswith(("int", "uint")):
+        # Another dtype than an integer is the call's to refuse, with its own message.
         return x
     if dtype == "int32":
         x = x.clip(_INT32_MIN, _INT32_MAX)
@@ -106,11 +120,31 @@ def _stream(like: Any, stream: Optional[int]) -> int:
         import torch
 
         return torch.cuda.current_stream(like.device).cuda_stream
-    if type(like).__module__.split(".")[0] == "cupy":
+    if _framework(like) == "cupy":
         import cupy
 
-        return cupy.cuda.get_current_stream().ptr
+        with cupy.cuda.Device(like.device.id):
+            return cupy.cuda.get_current_stream().ptr
     return 0
+
+
+def _on_stream(like: Any, stream: Optional[int]) -> Tuple[int, Any]:
+    """The raw stream a call runs on (``_stream``), and a context in which the
+    wrapper runs: where ``stream`` is given for a PyTorch or CuPy tensor, that
+    stream made current, so that what the wrapper allocates and reads is
+    ordered on it too."""
+    raw = _stream(like, stream)
+    if stream is None or like.__dlpack_device__()[0] != _DL_CUDA:
+        return raw, contextlib.nullcontext()
+    if _is_torch(like):
+        import torch
+
+        return raw, torch.cuda.stream(torch.cuda.ExternalStream(raw, device=like.device))
+    if _framework(like) == "cupy":
+        import cupy
+
+        return raw, cupy.cuda.ExternalStream(raw)
+    return raw, contextlib.nullcontext()
 
 
 class LogprobsTensors(NamedTuple):
@@ -219,27 +253,31 @@ def gumbel_sample(
     invalid; see ``take_status``), or ``(tokens, LogprobsTensors)``. Raises
     ``SpecdecError`` for arguments the call cannot take, before anything runs.
     """
-    sampled = out if out is not None else _empty(logits, (logits.shape[0],), "int64")
-    outputs = None if num_logprobs is None else _LogprobOutputs(logits, (logits.shape[0],), num_logprobs, logprobs_mode)
-    if logits_cache_col is not None and not isinstance(logits_cache_col, numbers.Integral):
-        logits_cache_col = _as(logits_cache_col, "int32")
-    _specdec.gumbel_sample(
-        logits,
-        _as(expanded_idx_mapping, "int32"),
-        temperature,
-        seed,
-        _as(pos, "int64"),
-        sampled,
-        top_k=_as(top_k, "int32"),
-        top_p=top_p,
-        min_p=min_p,
-        is_drafting=is_drafting,
-        logits_cache=logits_cache,
-        logits_cache_col=logits_cache_col,
-        stream=_stream(logits, stream),
-        **(outputs.kwargs() if outputs else {}),
-    )
-    return sampled if outputs is None else (sampled, outputs.tensors(sampled))
+    raw_stream, scope = _on_stream(logits, stream)
+    with scope:
+        sampled = out if out is not None else _empty(logits, (logits.shape[0],), "int64")
+        outputs = None if num_logprobs is None else _LogprobOutputs(logits, (logits.shape[0],), num_logprobs, logprobs_mode)
+        if isinstance(logits_cache_col, numbers.Integral):
+            logits_cache_col = int(logits_cache_col)
+        elif logits_cache_col is not None:
+            logits_cache_col = _as(logits_cache_col, "int32")
+        _specdec.gumbel_sample(
+            logits,
+            _as(expanded_idx_mapping, "int32"),
+            temperature,
+            seed,
+            _as(pos, "int64"),
+            sampled,
+            top_k=_as(top_k, "int32"),
+            top_p=top_p,
+            min_p=min_p,
+            is_drafting=is_drafting,
+            logits_cache=logits_cache,
+            logits_cache_col=logits_cache_col,
+            stream=raw_stream,
+            **(outputs.kwargs() if outputs else {}),
+        )
+        return sampled if outputs is None else (sampled, outputs.tensors(sampled))
 
 
 def rejection_sample(
@@ -299,45 +337,47 @@ def rejection_sample(
     or bonus token, then ``-1``; and the tokens emitted per request; with
     ``num_logprobs``, ``(sampled, num_sampled, LogprobsTensors)``.
     """
-    num_reqs = cu_num_logits.shape[0] - 1
-    if out is None:
-        out = (
-            _empty(target_logits, (num_reqs, num_speculative_steps + 1), "int64"),
-            _empty(target_logits, (num_reqs,), "int32"),
+    raw_stream, scope = _on_stream(target_logits, stream)
+    with scope:
+        num_reqs = cu_num_logits.shape[0] - 1
+        if out is None:
+            out = (
+                _empty(target_logits, (num_reqs, num_speculative_steps + 1), "int64"),
+                _empty(target_logits, (num_reqs,), "int32"),
+            )
+        sampled, num_sampled = out
+        shape = (num_reqs, num_speculative_steps + 1)
+        outputs = None if num_logprobs is None else _LogprobOutputs(target_logits, shape, num_logprobs, logprobs_mode)
+        rates = None
+        if synthetic_conditional_rates is not None:
+            values = synthetic_conditional_rates
+            rates = [float(r) for r in (values.tolist() if hasattr(values, "tolist") else values)]
+        _specdec.rejection_sample(
+            target_logits,
+            draft_logits,
+            _as(draft_tokens, "int32"),
+            _as(cu_num_logits, "int32"),
+            _as(pos, "int64"),
+            _as(idx_mapping, "int32"),
+            temperature,
+            seed,
+            num_speculative_steps,
+            sampled,
+            num_sampled,
+            top_k=_as(top_k, "int32"),
+            top_p=top_p,
+            min_p=min_p,
+            draft_top_k=_as(draft_top_k, "int32"),
+            draft_top_p=draft_top_p,
+            draft_min_p=draft_min_p,
+            use_block_verification=use_block_verification,
+            synthetic_conditional_rates=rates,
+            stream=raw_stream,
+            **(outputs.kwargs() if outputs else {}),
         )
-    sampled, num_sampled = out
-    shape = (num_reqs, num_speculative_steps + 1)
-    outputs = None if num_logprobs is None else _LogprobOutputs(target_logits, shape, num_logprobs, logprobs_mode)
-    rates = None
-    if synthetic_conditional_rates is not None:
-        values = synthetic_conditional_rates
-        rates = [float(r) for r in (values.tolist() if hasattr(values, "tolist") else values)]
-    _specdec.rejection_sample(
-        target_logits,
-        draft_logits,
-        _as(draft_tokens, "int32"),
-        _as(cu_num_logits, "int32"),
-        _as(pos, "int64"),
-        _as(idx_mapping, "int32"),
-        temperature,
-        seed,
-        num_speculative_steps,
-        sampled,
-        num_sampled,
-        top_k=_as(top_k, "int32"),
-        top_p=top_p,
-        min_p=min_p,
-        draft_top_k=_as(draft_top_k, "int32"),
-        draft_top_p=draft_top_p,
-        draft_min_p=draft_min_p,
-        use_block_verification=use_block_verification,
-        synthetic_conditional_rates=rates,
-        stream=_stream(target_logits, stream),
-        **(outputs.kwargs() if outputs else {}),
-    )
-    if outputs is None:
-        return sampled, num_sampled
-    return sampled, num_sampled, outputs.tensors(sampled)
+        if outputs is None:
+            return sampled, num_sampled
+        return sampled, num_sampled, outputs.tensors(sampled)
 
 
 def take_status(like: Any, *, stream: Optional[int] = None) -> int:

@@ -81,9 +81,29 @@ def test_calls_run_on_the_callers_current_stream():
     want = specdec.rejection_sample(**b)
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
-        # Made and used on the side stream only: without ordering on it, the call would race the copies.
-        args = {k: put(v) if isinstance(v, np.ndarray) else v for k, v in b.items()}
+        # The side stream first sleeps, then copies the inputs in (from pinned memory, so the
+        # copies wait on the stream, not on the host): a call on any other stream would read
+        # them before they land.
+        torch.cuda._sleep(200_000_000)
+        args = {
+            k: torch.from_numpy(np.ascontiguousarray(v)).pin_memory().to(CUDA, non_blocking=True)
+            if isinstance(v, np.ndarray)
+            else v
+            for k, v in b.items()
+        }
         sampled, num_sampled = specdec.rejection_sample(**args)
+    side.synchronize()
+    np.testing.assert_array_equal(get(sampled), want[0])
+    np.testing.assert_array_equal(get(num_sampled), want[1])
+
+
+def test_an_explicit_stream_orders_the_call_and_its_outputs():
+    b = large_batch(requests=8)
+    want = specdec.rejection_sample(**b)
+    args = {k: put(v) if isinstance(v, np.ndarray) else v for k, v in b.items()}
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    sampled, num_sampled = specdec.rejection_sample(**args, stream=side.cuda_stream)
     side.synchronize()
     np.testing.assert_array_equal(get(sampled), want[0])
     np.testing.assert_array_equal(get(num_sampled), want[1])
@@ -116,6 +136,8 @@ def test_flags_raised_in_device_memory_come_back_from_take_status():
     logits[1, 7] = float("nan")
     temperature = torch.tensor([1.0, 0.5], device=CUDA)
     seed = torch.tensor([1, 2], device=CUDA)
+    specdec.take_status(logits)  # whatever earlier tests on this stream raised
+    specdec.gumbel_sample(logits[:1], torch.tensor([0], device=CUDA), temperature, seed, torch.arange(1, device=CUDA))
     assert specdec.take_status(logits) == 0
     # Slot 5 of a 2-slot table is a value only the device sees: flagged, not raised.
     tokens = specdec.gumbel_sample(
