@@ -67,6 +67,21 @@ def _dtype_name(x: Any) -> str:
     return str(x.dtype).rsplit(".", 1)[-1]
 
 
+def _integer_bits(x: Any) -> Optional[int]:
+    """The width of ``x``'s signed or unsigned integer dtype (negative for
+    unsigned), or None for any other dtype. NumPy-like dtypes answer by
+    ``kind`` (their names cost microseconds), PyTorch's by name."""
+    dt = x.dtype
+    kind = getattr(dt, "kind", None)
+    if kind is not None:
+        return {"i": 8, "u": -8}.get(kind, 0) * dt.itemsize or None
+    name = _dtype_name(x)
+    for prefix, sign in (("uint", -1), ("int", 1)):
+        if name.startswith(prefix) and name[len(prefix):].isdigit():
+            return sign * int(name[len(prefix):])
+    return None
+
+
 def _empty(like: Any, shape: Tuple[int, ...], dtype: str) -> Any:
     """An uninitialised array of ``shape`` and ``dtype`` on ``like``'s device and framework."""
     if _is_torch(like):
@@ -96,7 +111,8 @@ def _as(x: Any, dtype: str) -> Any:
     where it is another integer dtype (any other dtype is left for the call to
     refuse). An ``int64`` value outside the ``int32`` range is clamped to it, so
     that it stays out of range for the call's checks."""
-    if x is None or _dtype_name(x) == dtype or not _dtype_name(x).startswith(("int", "uint")):
+    bits = None if x is None else _integer_bits(x)
+    if bits is None or bits == int(dtype[len("int"):]):
         # Another dtype than an integer is the call's to refuse, with its own message.
         return x
     if dtype == "int32":
