@@ -45,6 +45,7 @@ mod memory;
 mod params;
 mod rejection;
 pub mod shard;
+mod strided;
 mod tensor;
 
 pub use backend::Backend;
@@ -56,6 +57,7 @@ pub use logprobs::{Distribution, Logprobs, MAX_TOP_LOGPROBS, TopLogprobs};
 pub use memory::{Device, Host, Memory};
 pub use params::{Filters, SamplingParams};
 pub use rejection::{MAX_DRAFTS, RejectionOutput, RejectionSample, Verification, synthetic_rates};
+pub use strided::Strided;
 pub use tensor::{
     Column, DType, DraftLogits, DraftLogitsMut, DraftLogitsShape, Element, Logits, MAX_VOCAB, TokenId, Tokens, Values,
     ValuesMut, View, ViewMut,

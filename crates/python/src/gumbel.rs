@@ -6,7 +6,7 @@ use crate::stream::Target;
 use crate::tensor::{Arg, DType, check_written};
 use pyo3::prelude::*;
 use pyo3::types::PyInt;
-use specdec::{Column, DraftLogitsMut, DraftLogitsShape, Error, GumbelOutput, GumbelSample, Logits, Result};
+use specdec::{Column, DraftLogitsMut, Error, GumbelOutput, GumbelSample, Logits, Result};
 
 /// Which draft-logits column each row writes: one for all, or `int32 [rows]`.
 enum ColumnArg {
@@ -113,16 +113,17 @@ impl Call for GumbelArgs {
         let mut out = GumbelOutput::from_tokens(tokens::<M>(sampled)?);
         out.logprobs = logprobs.views::<M>()?;
         if let Some((cache, column)) = cache {
-            let ([slots, k, width], [stride0, stride1]) = cache.cache()?;
+            let shape = cache.cache()?;
             let column = match column {
-                &mut ColumnArg::All(c) if c < 0 => return Err(Error::ColumnOutOfRange { row: None, column: c, k }),
+                &mut ColumnArg::All(c) if c < 0 => {
+                    return Err(Error::ColumnOutOfRange { row: None, column: c, k: shape.k });
+                }
                 &mut ColumnArg::All(c) => Column::All(c as usize),
                 ColumnArg::PerRow(a) => {
                     a.vector(&[DType::I32])?;
                     Column::PerRow(M::read::<i32>(a)?)
                 }
             };
-            let shape = DraftLogitsShape { slots, k, width, stride0, stride1 };
             out.draft_logits = Some((DraftLogitsMut { data: cache.values_mut::<M>()?, shape }, column));
         }
         M::gumbel(target, &args, &mut out)

@@ -5,7 +5,7 @@ use crate::args::{Call, FilterArgs, LogprobArgs, ParamArgs, Run, dispatch, targe
 use crate::stream::Target;
 use crate::tensor::{Arg, DType, check_written};
 use pyo3::prelude::*;
-use specdec::{DraftLogits, DraftLogitsShape, Logits, RejectionOutput, RejectionSample, Result, Verification};
+use specdec::{DraftLogits, Logits, RejectionOutput, RejectionSample, Result, Verification};
 
 struct RejectionArgs {
     target: Arg,
@@ -120,14 +120,11 @@ impl Call for RejectionArgs {
             arg.vector(&[dtype])?;
         }
         let draft_logits = match draft {
-            Some((logits, filters)) => {
-                let ([slots, k, width], [stride0, stride1]) = logits.cache()?;
-                Some(DraftLogits {
-                    data: logits.values::<M>()?,
-                    shape: DraftLogitsShape { slots, k, width, stride0, stride1 },
-                    filters: filters.views::<M>()?,
-                })
-            }
+            Some((logits, filters)) => Some(DraftLogits {
+                shape: logits.cache()?,
+                data: logits.values::<M>()?,
+                filters: filters.views::<M>()?,
+            }),
             None => None,
         };
         let verification = match (&self.synthetic, self.block) {

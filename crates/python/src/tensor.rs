@@ -10,7 +10,7 @@ use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 use pyo3_dlpack::PyTensor;
-use specdec::{Device, Error, Host, Memory, Result, Values, ValuesMut};
+use specdec::{Device, DraftLogitsShape, Error, Host, Memory, Result, Strided, Values, ValuesMut};
 use std::mem::ManuallyDrop;
 use std::ops::Range;
 
@@ -70,6 +70,9 @@ pub struct Arg {
     pub what: &'static str,
     tensor: PyTensor,
     dtype: DType,
+    dims: Vec<usize>,
+    /// In elements (DLPack leaves them out for a row-major tensor).
+    strides: Vec<i64>,
     /// On CUDA: the tensor's bytes as a `CudaSlice` that never frees them.
     device: Option<Borrowed>,
 }
@@ -145,7 +148,18 @@ impl Arg {
             return Err(raise(Error::TensorShape { what, expected: "non-negative dimensions", got }));
         }
         let dtype = DType::of(&tensor);
-        let mut arg = Arg { what, tensor, dtype, device: None };
+        let dims: Vec<usize> = tensor.shape().iter().map(|&d| d as usize).collect();
+        let strides = match tensor.strides() {
+            Some(s) => s.to_vec(),
+            None => {
+                let mut strides = vec![1i64; dims.len()];
+                for i in (0..dims.len().saturating_sub(1)).rev() {
+                    strides[i] = strides[i + 1] * dims[i + 1] as i64;
+                }
+                strides
+            }
+        };
+        let mut arg = Arg { what, tensor, dtype, dims, strides, device: None };
         if let Target::Cuda { stream, .. } = target {
             let bytes = arg.extent().map_err(raise)? * arg.tensor.itemsize();
             // SAFETY: the producer's allocation holds the tensor's `bytes` from its data
@@ -162,47 +176,22 @@ impl Arg {
 
     /// The last dimension's length (1 for a scalar).
     pub fn last_dim(&self) -> usize {
-        self.tensor.shape().last().map_or(1, |&d| d as usize)
+        self.dims.last().copied().unwrap_or(1)
     }
 
-    fn dims(&self) -> Vec<usize> {
-        self.tensor.shape().iter().map(|&d| d as usize).collect()
+    /// Its dims and strides, for the library's layout checks.
+    pub fn strided(&self) -> Strided<'_> {
+        Strided { what: self.what, dims: &self.dims, strides: &self.strides }
     }
 
-    /// Strides in elements (DLPack leaves them out for a row-major tensor).
-    fn strides(&self) -> Vec<i64> {
-        match self.tensor.strides() {
-            Some(s) => s.to_vec(),
-            None => {
-                let shape = self.tensor.shape();
-                let mut strides = vec![1i64; shape.len()];
-                for i in (0..shape.len().saturating_sub(1)).rev() {
-                    strides[i] = strides[i + 1] * shape[i + 1];
-                }
-                strides
-            }
-        }
-    }
-
-    /// Elements from the first to past the last one the shape and strides reach.
+    /// Elements from the first to past the last one the shape and strides
+    /// reach, whose bytes fit memory too.
     fn extent(&self) -> Result<usize> {
-        let (dims, strides) = (self.dims(), self.strides());
-        if dims.contains(&0) {
-            return Ok(0);
-        }
-        let mut last = 0usize;
-        for (&d, &s) in dims.iter().zip(&strides) {
-            if s < 0 {
-                return Err(self.layout_error("negative strides are not taken"));
-            }
-            last = (d - 1)
-                .checked_mul(s as usize)
-                .and_then(|o| last.checked_add(o))
-                .ok_or_else(|| self.layout_error("its shape and strides reach past any memory"))?;
-        }
-        last.checked_add(1)
-            .filter(|n| n.checked_mul(self.tensor.itemsize()).is_some())
-            .ok_or_else(|| self.layout_error("its shape and strides reach past any memory"))
+        let s = self.strided();
+        let n = s.extent()?;
+        n.checked_mul(self.tensor.itemsize())
+            .map(|_| n)
+            .ok_or_else(|| s.layout_error("its shape and strides reach past any memory"))
     }
 
     /// The bytes the tensor spans in its memory: overlapping spans share memory.
@@ -219,62 +208,28 @@ impl Arg {
         Err(Error::TensorDType { what: self.what, expected, got: self.dtype.name() })
     }
 
-    fn shape_error(&self, expected: &'static str) -> Error {
-        Error::TensorShape { what: self.what, expected, got: self.dims() }
-    }
-
-    fn layout_error(&self, reason: &'static str) -> Error {
-        Error::TensorLayout { what: self.what, reason, strides: self.strides() }
-    }
-
     /// A vector `[n]` of one of `dtypes` with unit stride: `n`.
     pub fn vector(&self, dtypes: &[DType]) -> Result<usize> {
         self.expect_dtype(dtypes)?;
-        let &[n] = self.dims().as_slice() else { return Err(self.shape_error("a vector [n]")) };
-        if n > 1 && self.strides()[0] != 1 {
-            return Err(self.layout_error("a vector's elements must be adjacent (stride 1)"));
-        }
-        Ok(n)
+        self.strided().vector()
     }
 
-    /// A row-major, contiguous tensor of one of `dtypes`: its dims.
-    pub fn dense(&self, dtypes: &[DType]) -> Result<Vec<usize>> {
+    /// A row-major, contiguous tensor of one of `dtypes`.
+    pub fn dense(&self, dtypes: &[DType]) -> Result<()> {
         self.expect_dtype(dtypes)?;
-        let (dims, strides) = (self.dims(), self.strides());
-        let mut expected = 1usize;
-        for (&d, &s) in dims.iter().zip(&strides).rev() {
-            if d > 1 && s != expected as i64 {
-                return Err(self.layout_error("its elements must be contiguous, row-major"));
-            }
-            expected *= d;
-        }
-        Ok(dims)
+        self.strided().dense()
     }
 
-    /// A `[rows, cols]` matrix of logits with unit last stride: rows, cols, row stride.
+    /// A `[rows, vocab]` matrix of logits with unit last stride: rows, vocab, row stride.
     pub fn matrix(&self) -> Result<(usize, usize, usize)> {
         self.expect_dtype(FLOATS)?;
-        let &[rows, cols] = self.dims().as_slice() else { return Err(self.shape_error("a matrix [rows, vocab]")) };
-        let strides = self.strides();
-        if cols > 1 && strides[1] != 1 {
-            return Err(self.layout_error("a row's logits must be adjacent (last stride 1)"));
-        }
-        self.extent()?;
-        Ok((rows, cols, if rows > 1 { strides[0] as usize } else { cols }))
+        self.strided().matrix()
     }
 
-    /// Draft logits `[slots, k, width]` with unit last stride: dims and the first two strides.
-    pub fn cache(&self) -> Result<([usize; 3], [usize; 2])> {
+    /// Draft logits `[slots, k, width]` with unit last stride.
+    pub fn cache(&self) -> Result<DraftLogitsShape> {
         self.expect_dtype(FLOATS)?;
-        let &[slots, k, width] = self.dims().as_slice() else {
-            return Err(self.shape_error("draft logits [slots, k, width]"));
-        };
-        let strides = self.strides();
-        if width > 1 && strides[2] != 1 {
-            return Err(self.layout_error("a row's logits must be adjacent (last stride 1)"));
-        }
-        self.extent()?;
-        Ok(([slots, k, width], [strides[0] as usize, strides[1] as usize]))
+        self.strided().draft_logits()
     }
 
     /// The logits elements, by dtype.
@@ -311,11 +266,7 @@ impl Arg {
     fn elements<T>(&self) -> Result<usize> {
         assert_eq!(std::mem::size_of::<T>(), self.tensor.itemsize(), "the caller checked the dtype");
         if !(self.tensor.data_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
-            return Err(Error::TensorLayout {
-                what: self.what,
-                reason: "its data is not aligned to its element size",
-                strides: self.strides(),
-            });
+            return Err(self.strided().layout_error("its data is not aligned to its element size"));
         }
         self.extent()
     }

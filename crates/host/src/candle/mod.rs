@@ -43,7 +43,7 @@ use crate::logprobs::{Distribution, Logprobs, TopLogprobs};
 use crate::memory::Host;
 use crate::params::{self, SamplingParams};
 use crate::rejection::{RejectionOutput, RejectionSample, Verification};
-use crate::tensor::{Column, DraftLogits, DraftLogitsMut, DraftLogitsShape, Logits, Tokens};
+use crate::tensor::{Column, DraftLogits, DraftLogitsMut, Logits, Tokens};
 use candle_core::{CpuStorage, DType, InplaceOp1, Layout, Tensor};
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -641,11 +641,6 @@ fn logits<'l, M: Place>(l: &'l Locked<'_>) -> Result<Logits<'l, M>> {
     Ok(Logits { data: l.values::<M>(at)?, rows, vocab, row_stride })
 }
 
-fn draft_shape(layout: &CacheLayout) -> DraftLogitsShape {
-    let [slots, k, width] = layout.dims;
-    DraftLogitsShape { slots, k, width, stride0: layout.strides[0], stride1: layout.strides[1] }
-}
-
 fn gumbel<M: Run>(
     engine: &mut Engine,
     device: &candle_core::Device,
@@ -674,7 +669,7 @@ fn gumbel<M: Run>(
                     (None, Some(c)) => Column::PerRow(vector::<M, i32>(c, DType::I32)?),
                     (None, None) => unreachable!("a per-row column has its tensor"),
                 };
-                Some((DraftLogitsMut { data: M::cache(storage, layout)?, shape: draft_shape(layout) }, column))
+                Some((DraftLogitsMut { data: M::cache(storage, layout)?, shape: layout.shape }, column))
             }
             None => None,
         };
@@ -717,7 +712,7 @@ fn rejection<M: Run>(
     let draft_logits = match &inputs.draft {
         Some((logits, layout, filters)) => Some(DraftLogits {
             data: logits.values::<M>(layout.at.clone())?,
-            shape: draft_shape(layout),
+            shape: layout.shape,
             filters: filters.views()?,
         }),
         None => None,

@@ -5,7 +5,8 @@
 
 use crate::error::{Error, Result};
 use crate::memory::{Host, Memory};
-use crate::tensor::{Values, ValuesMut};
+use crate::strided::Strided;
+use crate::tensor::{DraftLogitsShape, Values, ValuesMut};
 use candle_core::{CpuStorage, DType, Layout, Storage, StorageRef, Tensor, WithDType};
 use half::{bf16, f16};
 use std::borrow::Cow;
@@ -68,17 +69,10 @@ impl<'t> Locked<'t> {
         }
     }
 
-    fn shape_error(&self, expected: &'static str) -> Error {
-        Error::TensorShape { what: self.what, expected, got: self.layout.dims().to_vec() }
-    }
-
     /// A 1-D tensor of `dtype` with unit stride: its elements' range in the storage.
     pub(super) fn vector(&self, dtype: DType) -> Result<Range<usize>> {
         self.expect_dtype(&[dtype])?;
-        let &[n] = self.layout.dims() else { return Err(self.shape_error("a vector [n]")) };
-        if n > 1 && self.layout.stride()[0] != 1 {
-            return Err(self.layout_error("a vector's elements must be adjacent (stride 1)"));
-        }
+        let n = with_strided(self.what, self.layout, |s| s.vector())?;
         let start = self.layout.start_offset();
         Ok(start..start + n)
     }
@@ -87,18 +81,10 @@ impl<'t> Locked<'t> {
     /// the storage (from its first element to past its last), rows, cols and row stride.
     pub(super) fn matrix(&self) -> Result<(Range<usize>, usize, usize, usize)> {
         self.expect_dtype(&[DType::F32, DType::BF16, DType::F16])?;
-        let &[rows, cols] = self.layout.dims() else { return Err(self.shape_error("a matrix [rows, vocab]")) };
-        let &[row_stride, col_stride] = self.layout.stride() else { unreachable!("two dims, two strides") };
-        if cols > 1 && col_stride != 1 {
-            return Err(self.layout_error("a row's logits must be adjacent (last stride 1)"));
-        }
+        let ((rows, cols, row_stride), extent) =
+            with_strided(self.what, self.layout, |s| Ok((s.matrix()?, s.extent()?)))?;
         let start = self.layout.start_offset();
-        let end = start + rows.saturating_sub(1) * row_stride + cols;
-        Ok((start..if rows == 0 { start } else { end }, rows, cols, row_stride))
-    }
-
-    fn layout_error(&self, reason: &'static str) -> Error {
-        Error::TensorLayout { what: self.what, reason, strides: signed(self.layout.stride()) }
+        Ok((start..start + extent, rows, cols, row_stride))
     }
 
     /// The logits elements in `at`, by dtype.
@@ -116,31 +102,19 @@ impl<'t> Locked<'t> {
 /// unit last stride, inside the in-place op that holds their storage.
 pub(super) struct CacheLayout {
     pub at: Range<usize>,
-    pub dims: [usize; 3],
-    pub strides: [usize; 2],
+    pub shape: DraftLogitsShape,
 }
 
 impl CacheLayout {
     pub(super) fn of(tensor: &Tensor) -> Result<Self> {
         const WHAT: &str = "draft logits";
-        let (dims, stride) = (tensor.dims(), tensor.stride());
-        let &[slots, k, width] = dims else {
-            return Err(Error::TensorShape { what: WHAT, expected: "[slots, k, width]", got: dims.to_vec() });
-        };
         let dtype = tensor.dtype();
         if !matches!(dtype, DType::F32 | DType::BF16 | DType::F16) {
             return Err(Error::TensorDType { what: WHAT, expected: "f32 or bf16 or f16".into(), got: dtype.as_str() });
         }
-        if width > 1 && stride[2] != 1 {
-            return Err(Error::TensorLayout {
-                what: WHAT,
-                reason: "a row's logits must be adjacent (last stride 1)",
-                strides: signed(stride),
-            });
-        }
+        let (shape, extent) = with_strided(WHAT, tensor.layout(), |s| Ok((s.draft_logits()?, s.extent()?)))?;
         let start = tensor.layout().start_offset();
-        let extent = if slots * k * width == 0 { 0 } else { (slots - 1) * stride[0] + (k - 1) * stride[1] + width };
-        Ok(CacheLayout { at: start..start + extent, dims: [slots, k, width], strides: [stride[0], stride[1]] })
+        Ok(CacheLayout { at: start..start + extent, shape })
     }
 }
 
@@ -352,9 +326,10 @@ pub(super) fn ints<'t>(what: &'static str, tensor: &'t Tensor) -> Result<Cow<'t,
     Ok(Cow::Owned(narrowed))
 }
 
-/// Strides as the error reports them (signed, as other integrations' may be).
-fn signed(strides: &[usize]) -> Vec<i64> {
-    strides.iter().map(|&s| s as i64).collect()
+/// `check` of a candle layout, its strides signed as the library's checks take them.
+fn with_strided<T>(what: &'static str, layout: &Layout, check: impl FnOnce(&Strided<'_>) -> Result<T>) -> Result<T> {
+    let strides: Vec<i64> = layout.stride().iter().map(|&s| s as i64).collect();
+    check(&Strided { what, dims: layout.dims(), strides: &strides })
 }
 
 fn not_in(what: &'static str, memory: &'static str) -> Error {
