@@ -13,7 +13,8 @@
 //! - §3 sampling: [`sample`]'s `Sampler` (the per-quad Gumbel-max fold and its
 //!   bounds), [`argmax`] (the tie rule, floors).
 //! - §4 verification: the row statistics' log-sum-exps in [`logspace`]
-//!   (`Lse`), **the accept rule** `sample::accepts`, **the residual**
+//!   (`Lse`, the GPU's float sums) and [`exp_sum`] (the order-free sum the
+//!   CPU adds, REFERENCE §2.6), **the accept rule** `sample::accepts`, **the residual**
 //!   `logspace::ln_residual` folded by `Sampler::fold_resample_logits`;
 //!   block verification's rule in [`block_verification`].
 //! - §5 flags: [`status`]; parameter blocks of the kernels: [`layout`];
@@ -30,6 +31,7 @@
 pub mod argmax;
 pub mod block_verification;
 pub mod dtype;
+pub mod exp_sum;
 pub mod filter;
 pub mod gumbel;
 pub mod layout;

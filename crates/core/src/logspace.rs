@@ -4,12 +4,12 @@
 //!
 //! Like [`crate::gumbel`], everything here uses only IEEE-rounded `+ − × ÷`
 //! and integer operations. The one exception is the exponential inside the
-//! row sums of [`Lse::push_quad`] and [`Lse::combine_with`], which take it as
-//! an argument: the CPU passes [`exp`], the GPU its hardware `ex2.approx`
-//! (relative error below 2^-22, the size of f32 rounding itself). Sums are also reduced in a
-//! different order on each backend, so a row's log-sum-exp may differ in its
-//! last bits between them; every per-element value (noise, residual weights
-//! given the log-sum-exps) is computed alike.
+//! GPU's float row sums, [`Lse::push_quad`] and [`Lse::combine_with`], which
+//! take it as an argument: the kernels pass their hardware `ex2.approx`
+//! (relative error below 2^-22, the size of f32 rounding itself). The CPU
+//! sums rows by [`crate::exp_sum`] instead, so a row's log-sum-exp may differ
+//! in its last bits between the backends; every per-element value (noise,
+//! residual weights given the log-sum-exps) is computed alike.
 
 use crate::gumbel::ln;
 

@@ -10,8 +10,8 @@
 use super::simd::{self, Level, Logit};
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
+use specdec_core::exp_sum::ExpSum;
 use specdec_core::filter::{Filter, Group, key, mass, min_p_threshold, radix_threshold, threshold};
-use specdec_core::logspace::Lse;
 use specdec_core::rng::Stream;
 use specdec_core::sample::Sampler;
 use std::borrow::Cow;
@@ -52,7 +52,11 @@ impl Kept {
     /// over its ids when it lists them, else over the masked row.
     pub fn lse<L: Logit>(&self, level: Level, s: &Sampler, values: &[L]) -> f32 {
         match &self.ids {
-            Some(ids) => ids.iter().fold(Lse::EMPTY, |l, &i| l.push(s.scaled(values[i as usize].to_f32()))).value(),
+            Some(ids) => {
+                let mut sum = ExpSum::EMPTY;
+                ids.iter().for_each(|&i| sum.push(s.scaled(values[i as usize].to_f32())));
+                sum.lse()
+            }
             None => simd::lse_kept(level, s, values, self.tau),
         }
     }

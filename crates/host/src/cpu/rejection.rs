@@ -24,6 +24,10 @@ use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
 use specdec_core::status::NAN_LOGITS;
 
+/// `2^60`: block verification's residual masses are added in units of
+/// `2^-60` (a mass is at most about 1, so the sum fits a `u64` many times over).
+const MASS_UNITS: f64 = (1u64 << 60) as f64;
+
 impl Cpu {
     /// `rejection_sample` (SPEC §4) on host buffers.
     ///
@@ -164,7 +168,9 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
 
     /// `Σ_x max(w·p(x) − q(x), 0)` over row `i` (its target and draft
     /// distributions `dists`; one-hot: `q` the point mass at draft `d`,
-    /// where it is `w·(1 − p(d))`), in f64.
+    /// where it is `w·(1 − p(d))`), in f64. With draft logits each term is
+    /// truncated to a multiple of `2^-60` and the terms are added as
+    /// integers: the same sum in any order and any split of the row.
     fn residual_mass(&self, i: usize, d: usize, dists: &RowDists, w: f64) -> f64 {
         let s = &self.sampler;
         let prob = |dist: &Dist, x: f32| {
@@ -173,11 +179,17 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
         };
         let target = self.target_row(i);
         match (self.draft_row(i), &dists.draft) {
-            (Some(q), Some(dq)) => target
-                .iter()
-                .zip(q)
-                .map(|(t, q)| (w * prob(&dists.target, t.to_f32()) - prob(dq, q.to_f32())).max(0.0))
-                .sum(),
+            (Some(q), Some(dq)) => {
+                let units: u128 = target
+                    .iter()
+                    .zip(q)
+                    .map(|(t, q)| {
+                        let term = (w * prob(&dists.target, t.to_f32()) - prob(dq, q.to_f32())).max(0.0);
+                        u128::from((term * MASS_UNITS) as u64)
+                    })
+                    .sum();
+                units as f64 / MASS_UNITS
+            }
             _ => one_hot_mass(w, dists.target.log_prob(s.scaled(target[d].to_f32()))),
         }
     }

@@ -4,13 +4,13 @@
 //! lanes; the high halves carry garbage that is never read.
 
 use super::{
-    COARSE_BOUND, EXP_LO, EXP_P, LATER_ROUNDS, LN2_HI, LN2_LO, LOG2E, LSE_LANES, Logit, ROUND, RowKey, TOP_BUCKET,
-    fold_scalar, fold_survivors, padded_tail,
+    COARSE_BOUND, LATER_ROUNDS, LSE_LANES, Logit, RowKey, TOP_BUCKET, fold_scalar, fold_survivors, padded_tail,
 };
 use core::arch::x86_64::*;
 use core::mem::transmute;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::{Bf16, F16};
+use specdec_core::exp_sum::{EXP2_COEFFICIENTS, ROUND, SCALE, TWO52, U_MAX, WINDOW};
 use specdec_core::gumbel::GUMBEL_MAX;
 use specdec_core::rng::{M0, M1};
 use specdec_core::sample::Sampler;
@@ -132,47 +132,96 @@ pub(super) unsafe fn fold<L: Logit>(
     (best, nan || tail_nan)
 }
 
-// The 16 lanes of `super::lse` are two vectors: lanes 0..8 and 8..16.
+// The 16 lanes of `super::lse`'s maximum are two vectors: lanes 0..8 and 8..16.
 const _: () = assert!(LSE_LANES == 16);
 
-/// Step 1 of [`super::lse`] on AVX2.
+/// Step 1 of [`super::lse`] on AVX2: the lanes' maxima (two vectors:
+/// lanes 0..8 and 8..16).
 ///
 /// # Safety
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
 pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L], tau: f32) -> [f32; LSE_LANES] {
+    let mut m = [_mm256_set1_ps(f32::NEG_INFINITY); 2];
     // SAFETY: forwarded.
-    unsafe { fold_lanes(scale, values, tau, _mm256_set1_ps(f32::NEG_INFINITY), |m, y| _mm256_max_ps(y, m)) }
+    unsafe { for_each_group(scale, values, tau, |h, y| m[h] = _mm256_max_ps(y, m[h])) };
+    // SAFETY: a vector is 8 plain f32 lanes, in memory order.
+    unsafe { transmute(m) }
 }
 
-/// Step 2 of [`super::lse`] on AVX2, for a finite row maximum `max`.
+/// Step 2 of [`super::lse`] on AVX2: `super::window_sum`, 4 terms at a time
+/// in `f64` lanes, each step `specdec_core::exp_sum::term`'s, and the window
+/// parts added as 128-bit integers split into 64-bit halves.
 ///
 /// # Safety
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn lane_sums<L: Logit>(scale: f32, max: f32, values: &[L], tau: f32) -> [f32; LSE_LANES] {
-    let max = _mm256_set1_ps(max);
+pub(super) unsafe fn window_sum<L: Logit>(scale: f32, top: i32, values: &[L], tau: f32) -> u128 {
+    let base = _mm256_set1_epi64x(i64::from(top) - i64::from(WINDOW));
+    let sign = _mm256_set1_epi64x(i64::MIN);
+    let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+    let mut add = |y: __m128| {
+        let (t_lo, t_hi) = window_parts(_mm256_cvtps_pd(y), base);
+        lo = _mm256_add_epi64(lo, t_lo);
+        // A carry out of the low half where the sum wrapped below the part
+        // (an unsigned compare: both sign bits flipped); the mask is -1 there.
+        let carry = _mm256_cmpgt_epi64(_mm256_xor_si256(t_lo, sign), _mm256_xor_si256(lo, sign));
+        hi = _mm256_sub_epi64(_mm256_add_epi64(hi, t_hi), carry);
+    };
     // SAFETY: forwarded.
     unsafe {
-        fold_lanes(scale, values, tau, _mm256_setzero_ps(), |sum, y| _mm256_add_ps(sum, exp_le0(_mm256_sub_ps(y, max))))
-    }
+        for_each_group(scale, values, tau, |_, y| {
+            add(_mm256_castps256_ps128(y));
+            add(_mm256_extractf128_ps::<1>(y));
+        })
+    };
+    // SAFETY: a vector is 4 plain u64 lanes.
+    let (lo, hi): ([u64; 4], [u64; 4]) = unsafe { (transmute::<__m256i, [u64; 4]>(lo), transmute::<__m256i, [u64; 4]>(hi)) };
+    lo.iter().zip(&hi).map(|(&lo, &hi)| (u128::from(hi) << 64) + u128::from(lo)).sum()
 }
 
-/// Folds the scaled logits of `values`, those outside `{scaled >= tau}` at
-/// `-inf` where `tau > -inf`, into the 16 lanes of [`super::lse`] (id `x` into lane `x % 16`, in id order) as `acc = f(acc, y)`,
-/// from `init`; the tail is padded with `-inf`.
+/// The window parts of 4 values `y` (`f64`) against `base = top − WINDOW`,
+/// as low and high 64-bit halves: `m << (k − base)` for a finite `y` whose
+/// `k >= base`, else 0.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn window_parts(y: __m256d, base: __m256i) -> (__m256i, __m256i) {
+    let live = _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_GT_OQ>(y, _mm256_set1_pd(f64::NEG_INFINITY)));
+    let u = _mm256_mul_pd(y, _mm256_set1_pd(core::f64::consts::LOG2_E));
+    let u = _mm256_min_pd(_mm256_max_pd(u, _mm256_set1_pd(-U_MAX)), _mm256_set1_pd(U_MAX));
+    let round = _mm256_set1_pd(ROUND);
+    let t = _mm256_add_pd(u, round);
+    let k = _mm256_sub_epi64(_mm256_castpd_si256(t), _mm256_castpd_si256(round));
+    let r = _mm256_sub_pd(u, _mm256_sub_pd(t, round));
+    let c = &EXP2_COEFFICIENTS;
+    let mut p = _mm256_set1_pd(c[8]);
+    for &c in c[..8].iter().rev() {
+        p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(c));
+    }
+    let p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(1.0));
+    let two52 = _mm256_set1_pd(TWO52);
+    let m = _mm256_sub_epi64(
+        _mm256_castpd_si256(_mm256_add_pd(_mm256_mul_pd(p, _mm256_set1_pd(SCALE)), two52)),
+        _mm256_castpd_si256(two52),
+    );
+    let s = _mm256_sub_epi64(k, base);
+    // Live where finite and `s >= 0` (not `0 > s`).
+    let live = _mm256_andnot_si256(_mm256_cmpgt_epi64(_mm256_setzero_si256(), s), live);
+    let m = _mm256_and_si256(live, m);
+    // `s <= WINDOW`, so the high half's shift is at least 8 (a dead lane's is
+    // anything: its `m` is 0).
+    (_mm256_sllv_epi64(m, s), _mm256_srlv_epi64(m, _mm256_sub_epi64(_mm256_set1_epi64x(64), s)))
+}
+
+/// Calls `f(h, y)` on the scaled logits of `values` 16 at a time, as two
+/// halves `h = 0, 1` of 8, those outside `{scaled >= tau}` at `-inf` where
+/// `tau > -inf`; the tail is padded with `-inf`.
 ///
 /// # Safety
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn fold_lanes<L: Logit>(
-    scale: f32,
-    values: &[L],
-    tau: f32,
-    init: __m256,
-    mut f: impl FnMut(__m256, __m256) -> __m256,
-) -> [f32; LSE_LANES] {
+unsafe fn for_each_group<L: Logit>(scale: f32, values: &[L], tau: f32, mut f: impl FnMut(usize, __m256)) {
     let scale = _mm256_set1_ps(scale);
     let (masked, tau) = (tau > f32::NEG_INFINITY, _mm256_set1_ps(tau));
     // Outside the kept set (NaN too: the compare is ordered): -inf.
@@ -185,48 +234,21 @@ unsafe fn fold_lanes<L: Logit>(
     };
     let groups = values.chunks_exact(LSE_LANES);
     let tail = groups.remainder();
-    let mut acc = [init; 2];
     for group in groups {
-        for (h, acc) in acc.iter_mut().enumerate() {
+        for h in 0..2 {
             // SAFETY: the group holds 16 elements; the CPU has AVX2 and F16C.
             let x = unsafe { L::load8(group.as_ptr().add(8 * h)) };
-            *acc = f(*acc, kept(scaled(x, scale).0));
+            f(h, kept(scaled(x, scale).0));
         }
     }
     if !tail.is_empty() {
         let tail = padded_tail(tail);
-        for (h, acc) in acc.iter_mut().enumerate() {
+        for h in 0..2 {
             // SAFETY: as above.
             let x = unsafe { f32::load8(tail.as_ptr().add(8 * h)) };
-            *acc = f(*acc, kept(scaled(x, scale).0));
+            f(h, kept(scaled(x, scale).0));
         }
     }
-    // SAFETY: a vector is 8 plain f32 lanes, in memory order.
-    unsafe { transmute(acc) }
-}
-
-/// `super::exp_le0`, 8 lanes at a time, operation for operation.
-#[target_feature(enable = "avx2")]
-#[inline]
-fn exp_le0(d: __m256) -> __m256 {
-    let lo = _mm256_set1_ps(EXP_LO);
-    let round = _mm256_set1_ps(ROUND);
-    let x = _mm256_max_ps(d, lo);
-    let k = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)), round), round);
-    let r = _mm256_sub_ps(
-        _mm256_sub_ps(x, _mm256_mul_ps(k, _mm256_set1_ps(LN2_HI))),
-        _mm256_mul_ps(k, _mm256_set1_ps(LN2_LO)),
-    );
-    let mut p = _mm256_set1_ps(EXP_P[0]);
-    for &c in &EXP_P[1..] {
-        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(c));
-    }
-    let e = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0));
-    // `k` is a whole number: the conversion is exact in any rounding mode.
-    let k = _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127));
-    let two_k = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(k));
-    // The mask is all ones where `d >= EXP_LO` (false for NaN), else zero: `+0`.
-    _mm256_and_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(d, lo), _mm256_mul_ps(e, two_k))
 }
 
 /// `Sampler::scaled`, 8 lanes at a time, and whether any `x` is NaN.
@@ -363,19 +385,6 @@ pub(super) fn load_all<L: Load>(values: &[L]) -> Vec<f32> {
         // SAFETY: 8 elements at the pointer; the CPU has AVX2 and F16C (just checked).
         let x: [f32; 8] = unsafe { transmute(L::load8(chunk.as_ptr())) };
         out.extend_from_slice(&x);
-    }
-    out
-}
-
-/// `d` (a multiple of 8 long) through [`exp_le0`], for the tests.
-#[cfg(test)]
-pub(super) fn exp_all(d: &[f32]) -> Vec<f32> {
-    assert!(super::Level::Avx2.supported());
-    let mut out = Vec::with_capacity(d.len());
-    for chunk in d.chunks_exact(8) {
-        // SAFETY: 8 elements at the pointer; the CPU has AVX2 (just checked).
-        let e: [f32; 8] = unsafe { transmute(exp_le0(_mm256_loadu_ps(chunk.as_ptr()))) };
-        out.extend_from_slice(&e);
     }
     out
 }

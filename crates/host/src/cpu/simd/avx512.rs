@@ -4,13 +4,13 @@
 //! lanes; the high halves carry garbage that is never read.
 
 use super::{
-    COARSE_BOUND, EXP_LO, EXP_P, LATER_ROUNDS, LN2_HI, LN2_LO, LOG2E, LSE_LANES, Logit, ROUND, RowKey, TOP_BUCKET,
-    fold_scalar, fold_survivors, padded_tail,
+    COARSE_BOUND, LATER_ROUNDS, LSE_LANES, Logit, RowKey, TOP_BUCKET, fold_scalar, fold_survivors, padded_tail,
 };
 use core::arch::x86_64::*;
 use core::mem::transmute;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::{Bf16, F16};
+use specdec_core::exp_sum::{EXP2_COEFFICIENTS, ROUND, SCALE, TWO52, U_MAX, WINDOW};
 use specdec_core::gumbel::GUMBEL_MAX;
 use specdec_core::rng::{M0, M1};
 use specdec_core::sample::Sampler;
@@ -130,44 +130,90 @@ pub(super) unsafe fn fold<L: Logit>(
 // The 16 lanes of `super::lse` are one vector.
 const _: () = assert!(LSE_LANES == 16);
 
-/// Step 1 of [`super::lse`] on AVX-512F.
+/// Step 1 of [`super::lse`] on AVX-512F: the lanes' maxima.
 ///
 /// # Safety
 /// The CPU supports AVX-512F.
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L], tau: f32) -> [f32; LSE_LANES] {
+    let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
     // SAFETY: forwarded.
-    unsafe { fold_lanes(scale, values, tau, _mm512_set1_ps(f32::NEG_INFINITY), |m, y| _mm512_max_ps(y, m)) }
+    unsafe { for_each_group(scale, values, tau, |y| m = _mm512_max_ps(y, m)) };
+    // SAFETY: a vector is 16 plain f32 lanes, in memory order.
+    unsafe { transmute(m) }
 }
 
-/// Step 2 of [`super::lse`] on AVX-512F, for a finite row maximum `max`.
+/// Step 2 of [`super::lse`] on AVX-512F: `super::window_sum`, 8 terms at a
+/// time in `f64` lanes, each step `specdec_core::exp_sum::term`'s, and the
+/// window parts added as 128-bit integers split into 64-bit halves.
 ///
 /// # Safety
 /// The CPU supports AVX-512F.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn lane_sums<L: Logit>(scale: f32, max: f32, values: &[L], tau: f32) -> [f32; LSE_LANES] {
-    let max = _mm512_set1_ps(max);
+pub(super) unsafe fn window_sum<L: Logit>(scale: f32, top: i32, values: &[L], tau: f32) -> u128 {
+    let base = _mm512_set1_epi64(i64::from(top) - i64::from(WINDOW));
+    let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    let mut add = |y: __m256| {
+        let (t_lo, t_hi) = window_parts(_mm512_cvtps_pd(y), base);
+        lo = _mm512_add_epi64(lo, t_lo);
+        // A carry out of the low half where the sum wrapped below the part.
+        let carry = _mm512_cmplt_epu64_mask(lo, t_lo);
+        let h = _mm512_add_epi64(hi, t_hi);
+        hi = _mm512_mask_add_epi64(h, carry, h, _mm512_set1_epi64(1));
+    };
     // SAFETY: forwarded.
     unsafe {
-        fold_lanes(scale, values, tau, _mm512_setzero_ps(), |sum, y| _mm512_add_ps(sum, exp_le0(_mm512_sub_ps(y, max))))
-    }
+        for_each_group(scale, values, tau, |y| {
+            add(_mm512_castps512_ps256(y));
+            add(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(y))));
+        })
+    };
+    // SAFETY: a vector is 8 plain u64 lanes.
+    let (lo, hi): ([u64; 8], [u64; 8]) = unsafe { (transmute::<__m512i, [u64; 8]>(lo), transmute::<__m512i, [u64; 8]>(hi)) };
+    lo.iter().zip(&hi).map(|(&lo, &hi)| (u128::from(hi) << 64) + u128::from(lo)).sum()
 }
 
-/// Folds the scaled logits of `values`, those outside `{scaled >= tau}` at
-/// `-inf` where `tau > -inf`, into the 16 lanes of [`super::lse`] (id `x` into lane `x % 16`, in id order) as `acc = f(acc, y)`,
-/// from `init`; the tail is padded with `-inf`.
+/// The window parts of 8 values `y` (`f64`) against `base = top − WINDOW`,
+/// as low and high 64-bit halves: `m << (k − base)` for a finite `y` whose
+/// `k >= base`, else 0.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn window_parts(y: __m512d, base: __m512i) -> (__m512i, __m512i) {
+    let live = _mm512_cmp_pd_mask::<_CMP_GT_OQ>(y, _mm512_set1_pd(f64::NEG_INFINITY));
+    let u = _mm512_mul_pd(y, _mm512_set1_pd(core::f64::consts::LOG2_E));
+    let u = _mm512_min_pd(_mm512_max_pd(u, _mm512_set1_pd(-U_MAX)), _mm512_set1_pd(U_MAX));
+    let round = _mm512_set1_pd(ROUND);
+    let t = _mm512_add_pd(u, round);
+    let k = _mm512_sub_epi64(_mm512_castpd_si512(t), _mm512_castpd_si512(round));
+    let r = _mm512_sub_pd(u, _mm512_sub_pd(t, round));
+    let c = &EXP2_COEFFICIENTS;
+    let mut p = _mm512_set1_pd(c[8]);
+    for &c in c[..8].iter().rev() {
+        p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(c));
+    }
+    let p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(1.0));
+    let two52 = _mm512_set1_pd(TWO52);
+    let m = _mm512_sub_epi64(
+        _mm512_castpd_si512(_mm512_add_pd(_mm512_mul_pd(p, _mm512_set1_pd(SCALE)), two52)),
+        _mm512_castpd_si512(two52),
+    );
+    let s = _mm512_sub_epi64(k, base);
+    let live = _mm512_mask_cmpge_epi64_mask(live, s, _mm512_setzero_si512());
+    let m = _mm512_maskz_mov_epi64(live, m);
+    // `s <= WINDOW`, so the high half's shift is at least 8 (a dead lane's is
+    // anything: its `m` is 0).
+    (_mm512_sllv_epi64(m, s), _mm512_srlv_epi64(m, _mm512_sub_epi64(_mm512_set1_epi64(64), s)))
+}
+
+/// Calls `f` on the scaled logits of `values` 16 at a time, those outside
+/// `{scaled >= tau}` at `-inf` where `tau > -inf`; the tail is padded with
+/// `-inf`.
 ///
 /// # Safety
 /// The CPU supports AVX-512F.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn fold_lanes<L: Logit>(
-    scale: f32,
-    values: &[L],
-    tau: f32,
-    init: __m512,
-    mut f: impl FnMut(__m512, __m512) -> __m512,
-) -> [f32; LSE_LANES] {
+unsafe fn for_each_group<L: Logit>(scale: f32, values: &[L], tau: f32, mut f: impl FnMut(__m512)) {
     let scale = _mm512_set1_ps(scale);
     let (masked, tau) = (tau > f32::NEG_INFINITY, _mm512_set1_ps(tau));
     // Outside the kept set (NaN too: the compare is ordered): -inf.
@@ -180,43 +226,17 @@ unsafe fn fold_lanes<L: Logit>(
     };
     let groups = values.chunks_exact(LSE_LANES);
     let tail = groups.remainder();
-    let mut acc = init;
     for group in groups {
         // SAFETY: the group holds 16 elements; the CPU has AVX-512F.
         let x = unsafe { L::load16(group.as_ptr()) };
-        acc = f(acc, kept(scaled(x, scale).0));
+        f(kept(scaled(x, scale).0));
     }
     if !tail.is_empty() {
         let tail = padded_tail(tail);
         // SAFETY: as above.
         let x = unsafe { f32::load16(tail.as_ptr()) };
-        acc = f(acc, kept(scaled(x, scale).0));
+        f(kept(scaled(x, scale).0));
     }
-    // SAFETY: a vector is 16 plain f32 lanes, in memory order.
-    unsafe { transmute(acc) }
-}
-
-/// `super::exp_le0`, 16 lanes at a time, operation for operation.
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn exp_le0(d: __m512) -> __m512 {
-    let lo = _mm512_set1_ps(EXP_LO);
-    let round = _mm512_set1_ps(ROUND);
-    let x = _mm512_max_ps(d, lo);
-    let k = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)), round), round);
-    let r = _mm512_sub_ps(
-        _mm512_sub_ps(x, _mm512_mul_ps(k, _mm512_set1_ps(LN2_HI))),
-        _mm512_mul_ps(k, _mm512_set1_ps(LN2_LO)),
-    );
-    let mut p = _mm512_set1_ps(EXP_P[0]);
-    for &c in &EXP_P[1..] {
-        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(c));
-    }
-    let e = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r), _mm512_set1_ps(1.0));
-    // `k` is a whole number: the conversion is exact in any rounding mode.
-    let k = _mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127));
-    let two_k = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(k));
-    _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_GE_OQ>(d, lo), _mm512_mul_ps(e, two_k))
 }
 
 /// `Sampler::scaled`, 16 lanes at a time, and whether any `x` is NaN.
@@ -356,19 +376,6 @@ pub(super) fn load_all<L: Load>(values: &[L]) -> Vec<f32> {
         // SAFETY: 16 elements at the pointer; the CPU has AVX-512F (just checked).
         let x: [f32; 16] = unsafe { transmute(L::load16(chunk.as_ptr())) };
         out.extend_from_slice(&x);
-    }
-    out
-}
-
-/// `d` (a multiple of 16 long) through [`exp_le0`], for the tests.
-#[cfg(test)]
-pub(super) fn exp_all(d: &[f32]) -> Vec<f32> {
-    assert!(super::Level::Avx512.supported());
-    let mut out = Vec::with_capacity(d.len());
-    for chunk in d.chunks_exact(16) {
-        // SAFETY: 16 elements at the pointer; the CPU has AVX-512F (just checked).
-        let e: [f32; 16] = unsafe { transmute(exp_le0(_mm512_loadu_ps(chunk.as_ptr()))) };
-        out.extend_from_slice(&e);
     }
     out
 }

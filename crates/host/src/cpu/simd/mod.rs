@@ -39,7 +39,8 @@ mod avx512;
 use super::quads;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
-use specdec_core::gumbel::{COARSE_BOUND, TOP_BUCKET, gumbel_bound, ln};
+use specdec_core::exp_sum;
+use specdec_core::gumbel::{COARSE_BOUND, TOP_BUCKET, gumbel_bound};
 use specdec_core::rng::{PHILOX_ROUNDS, Stream, random_quad};
 use specdec_core::sample::Sampler;
 
@@ -231,32 +232,21 @@ fn block_max_lanes<L: Element>(block: &[L]) -> (f32, bool) {
     (top, any_nan)
 }
 
-/// `log Σ e^y` over the scaled logits `y = s.scaled(x)` of `values`, with
-/// the special cases of [`specdec_core::logspace::Lse`]: NaN values are
-/// skipped, `-inf` ones add nothing, any `+inf` makes it `+inf`, and a row
-/// with nothing above `-inf` (or empty) gives `-inf`. `level` must be
-/// supported ([`Level::detect`]).
+/// `log Σ e^y` over the scaled logits `y = s.scaled(x)` of `values`, by the
+/// order-free sum of [`specdec_core::exp_sum`] (REFERENCE §2.6), with the
+/// special cases of [`ExpSum`]: NaN values are skipped, `-inf` ones add
+/// nothing, any `+inf` makes it `+inf`, and a row with nothing above `-inf`
+/// (or empty) gives `-inf`. Bit for bit `ExpSum`'s log-sum-exp of the same
+/// values, on every level. `level` must be supported ([`Level::detect`]).
 ///
-/// Every level gives the same bits, because the arithmetic is fixed
-/// independently of the level. Id `x` belongs to lane `x % LSE_LANES`, and
-/// each lane is folded in id order:
+/// Two passes: the row maximum `m` (lanes of `vmaxps(y, m)`, NaN left out),
+/// then, unless `m` is infinite (the answer, then), the window sum `A` of
+/// every term against `m`'s `k` ([`window_part`]): integers, so any order
+/// gives the same `A`. The vector levels pad a short tail with `-inf`, which
+/// adds nothing.
 ///
-/// 1. every lane's maximum, as `vmaxps(y, m)` (`y > m ? y : m`, NaN left
-///    out); the lanes are combined in lane order into the row maximum `m`;
-/// 2. unless `m` is infinite (the answer, then), every lane's sum of
-///    [`exp_le0`]`(y − m)`, starting from `+0`; the sums are added as a
-///    fixed tree ([`pairwise_sum`]) into `S >= 1` (the maximum adds `e^0 = 1`);
-/// 3. `m + ln(S)`, with `specdec-core`'s IEEE-only `ln`.
-///
-/// The vector levels keep the lanes in one vector (AVX-512) or two halves
-/// (AVX2) and load a short tail as a full group padded with `-inf`, which
-/// adds nothing: `max(-inf, m) = m` and `s + 0 = s` for `s >= +0`.
-///
-/// It is not bit-identical to a fold of [`Lse::push_quad`] (nor to the GPU,
-/// which sums in another order with a hardware exponential); all of them are
-/// accurate to a few f32 roundings of the sum.
-///
-/// [`Lse::push_quad`]: specdec_core::logspace::Lse::push_quad
+/// [`ExpSum`]: specdec_core::exp_sum::ExpSum
+/// [`window_part`]: specdec_core::exp_sum::window_part
 pub(super) fn lse<L: Logit>(level: Level, s: &Sampler, values: &[L]) -> f32 {
     lse_kept(level, s, values, f32::NEG_INFINITY)
 }
@@ -279,33 +269,30 @@ pub(super) fn lse_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], tau: f
     if m.is_infinite() {
         return m;
     }
-    let sums = match level {
-        Level::Scalar => lane_sums_scalar(s, m, values, tau),
-        // SAFETY: as above.
-        #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => unsafe { avx2::lane_sums(s.scale, m, values, tau) },
-        // SAFETY: as above.
-        #[cfg(target_arch = "x86_64")]
-        Level::Avx512 => unsafe { avx512::lane_sums(s.scale, m, values, tau) },
-    };
-    m + ln(pairwise_sum(sums))
+    exp_sum::lse(m, window_sum(level, s, exp_sum::term(m).k, values, tau))
 }
 
-/// `Σ x` over the lanes as a tree (lane `l` plus lane `l + 8`, then `+ 4`,
-/// `+ 2`, `+ 1`): the lane holding the `1` of the maximum takes part in 4
-/// roundings rather than 15.
-fn pairwise_sum(mut x: [f32; LSE_LANES]) -> f32 {
-    let mut half = LSE_LANES / 2;
-    while half > 0 {
-        for l in 0..half {
-            x[l] += x[l + half];
-        }
-        half /= 2;
+/// The window sum `A` of the kept scaled values of `values` against a
+/// largest term with `k = top` (every value at most the one of `top`):
+/// `Σ window_part(term(y), top)` over the finite `y`.
+fn window_sum<L: Logit>(level: Level, s: &Sampler, top: i32, values: &[L], tau: f32) -> u128 {
+    match level {
+        Level::Scalar => values
+            .iter()
+            .map(|x| kept_scaled(s, x.to_f32(), tau))
+            .filter(|y| y.is_finite())
+            .map(|y| exp_sum::window_part(exp_sum::term(y), top))
+            .sum(),
+        // SAFETY: as in `lse_kept`.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => unsafe { avx2::window_sum(s.scale, top, values, tau) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => unsafe { avx512::window_sum(s.scale, top, values, tau) },
     }
-    x[0]
 }
 
-/// Lanes of [`lse`]: one AVX-512 vector, two AVX2 ones.
+/// Lanes of [`lse`]'s maximum: one AVX-512 vector, two AVX2 ones.
 const LSE_LANES: usize = 16;
 
 /// `vmaxps(y, m)`: `y` if it is larger, else `m` (so NaN `y` is left out).
@@ -342,24 +329,6 @@ fn lane_max_scalar<L: Element>(s: &Sampler, values: &[L], tau: f32) -> [f32; LSE
     m
 }
 
-/// Step 2 of [`lse_kept`] for a finite row maximum `max`, the reference for
-/// the vector levels.
-fn lane_sums_scalar<L: Element>(s: &Sampler, max: f32, values: &[L], tau: f32) -> [f32; LSE_LANES] {
-    let mut sums = [0.0f32; LSE_LANES];
-    // As in `lane_max_scalar`.
-    let groups = values.chunks_exact(LSE_LANES);
-    let tail = groups.remainder();
-    for group in groups {
-        for (sum, x) in sums.iter_mut().zip(group) {
-            *sum += exp_le0(kept_scaled(s, x.to_f32(), tau) - max);
-        }
-    }
-    for (sum, x) in sums.iter_mut().zip(tail) {
-        *sum += exp_le0(kept_scaled(s, x.to_f32(), tau) - max);
-    }
-    sums
-}
-
 /// The values of a short tail (`len < LSE_LANES`) widened to f32 and padded
 /// with `-inf` to a full group, for the vector levels.
 #[cfg(target_arch = "x86_64")]
@@ -369,37 +338,6 @@ fn padded_tail<L: Element>(tail: &[L]) -> [f32; LSE_LANES] {
         *o = x.to_f32();
     }
     out
-}
-
-/// Below this, [`exp_le0`] is 0: `e^EXP_LO` is just above the smallest
-/// normal f32, so no result (and no intermediate) is subnormal.
-const EXP_LO: f32 = -87.33;
-const LOG2E: f32 = core::f32::consts::LOG2_E;
-/// `1.5·2^23`: `(t + ROUND) − ROUND` is `t` rounded to an integer (ties to
-/// even) for `|t| < 2^22`.
-const ROUND: f32 = 12_582_912.0;
-const LN2_HI: f32 = f32::from_bits(0x3f31_7200); // 15 significant bits: k·LN2_HI is exact for |k| <= 2^9
-const LN2_LO: f32 = f32::from_bits(0x35bf_be8e); // ln 2 − LN2_HI
-/// `(e^r − 1 − r) / r²` on `|r| <= ln2/2`, highest power first (Cephes
-/// `expf`: about 1 ulp).
-const EXP_P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
-
-/// `e^d` for `d <= 0`, as [`lse`] computes it on every level: `0` for
-/// `d < EXP_LO`, `-inf` and NaN; otherwise `d = k·ln2 + r`, `e^r` by
-/// [`EXP_P`], times `2^k` (normal). Only IEEE-rounded `+ − ×`, no fused
-/// operations, in the order the vector code follows step by step.
-#[inline(always)]
-fn exp_le0(d: f32) -> f32 {
-    let x = max_ps(d, EXP_LO);
-    let k = (x * LOG2E + ROUND) - ROUND;
-    let r = (x - k * LN2_HI) - k * LN2_LO;
-    let mut p = EXP_P[0];
-    for c in &EXP_P[1..] {
-        p = p * r + c;
-    }
-    let e = (p * (r * r) + r) + 1.0;
-    let two_k = f32::from_bits(((k as i32 + 127) as u32) << 23);
-    if d >= EXP_LO { e * two_k } else { 0.0 }
 }
 
 /// Step 3 of the module docs for one block of ids `base .. base + w.len()`
@@ -786,6 +724,36 @@ mod tests {
         }
     }
 
+    /// Every level's log-sum-exp, of the whole row and of a kept set, is the
+    /// definition's: `ExpSum` over the same scaled values, bit for bit (so
+    /// every split of the row, a vocabulary shard's too, gives it).
+    #[test]
+    fn lse_is_the_exp_sum() {
+        for row in lse_rows() {
+            for t in LSE_TEMPERATURES {
+                let s = Sampler::new(t, 0, 0, Stream::Target);
+                let ys: Vec<f32> = row.values.iter().map(|&x| s.scaled(x)).collect();
+                let finite: Vec<f32> = ys.iter().copied().filter(|y| y.is_finite()).collect();
+                let median = if finite.is_empty() { 0.0 } else { finite[finite.len() / 2] };
+                for tau in [f32::NEG_INFINITY, median] {
+                    let mut sum = exp_sum::ExpSum::EMPTY;
+                    ys.iter().filter(|&&y| tau == f32::NEG_INFINITY || y >= tau).for_each(|&y| sum.push(y));
+                    for level in Level::ALL.iter().copied().filter(|l| l.supported()) {
+                        let got = lse_kept(level, &s, &row.values, tau);
+                        assert_eq!(
+                            got.to_bits(),
+                            sum.lse().to_bits(),
+                            "{level:?} row '{}' of {} ids, T={t}, tau={tau}: {got} vs {}",
+                            row.what,
+                            row.values.len(),
+                            sum.lse()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// `log Σ e^(x·(1/T))` in f64, with the special cases of `Lse`, from the
     /// same saturated f32 scaled values.
     fn lse_f64(s: &Sampler, values: &[f32]) -> f64 {
@@ -858,44 +826,5 @@ mod tests {
             // e^(y − m) below the smallest normal adds nothing.
             assert_eq!(lse(1.0, &[0.0, -100.0, -1e30]), 0.0, "{level:?}");
         }
-    }
-
-    /// Every vector level's exponential is [`exp_le0`], bit for bit, on a
-    /// dense sweep of its range and its special inputs (the log-sum-exp
-    /// comparison alone would miss a last-bit difference absorbed in a sum).
-    #[test]
-    fn vector_exp_equals_the_scalar_exp() {
-        let mut d: Vec<f32> = (0..1 << 20).map(|i| -90.0 * i as f32 / (1 << 20) as f32).collect();
-        d.extend([0.0, -0.0, EXP_LO, -87.330_01, f32::NEG_INFINITY, f32::NAN, -f32::MAX, -1e-30, -f32::MIN_POSITIVE]);
-        d.extend((0..4096).map(|i| -f32::from_bits(word(5, i) >> 1)).filter(|x| !x.is_nan()));
-        d.resize(d.len().next_multiple_of(16), -1.0);
-        for level in vector_levels() {
-            let got = match level {
-                Level::Scalar => unreachable!(),
-                Level::Avx2 => avx2::exp_all(&d),
-                Level::Avx512 => avx512::exp_all(&d),
-            };
-            for (&d, &e) in d.iter().zip(&got) {
-                assert_eq!(e.to_bits(), exp_le0(d).to_bits(), "{level:?}: exp_le0({d}) = {e}, want {}", exp_le0(d));
-            }
-        }
-    }
-
-    /// The shared exponential is accurate on its whole range and exact at its ends.
-    #[test]
-    fn exp_le0_is_accurate() {
-        let mut d = 0.0f32;
-        while d > EXP_LO {
-            let want = f64::from(d).exp();
-            let err = ((exp_le0(d) as f64 - want) / want).abs();
-            assert!(err < 2.5e-7, "exp_le0({d}) = {} vs {want}: {err:e}", exp_le0(d));
-            d -= 0.00731;
-        }
-        assert_eq!(exp_le0(0.0), 1.0);
-        assert_eq!(exp_le0(-0.0), 1.0);
-        assert_eq!(exp_le0(-87.34), 0.0);
-        assert_eq!(exp_le0(f32::NEG_INFINITY), 0.0);
-        assert_eq!(exp_le0(f32::NAN), 0.0);
-        assert!(exp_le0(EXP_LO).is_normal());
     }
 }
