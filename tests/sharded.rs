@@ -7,30 +7,8 @@ use specdec::shard::{Exchange, InProcess, Shard};
 use specdec::{Cpu, DType, Error, GumbelOutput, GumbelSample, Host, Logits, SamplingParams};
 use specdec_suite::batch::{ColumnSpec, DraftLogitsSpec, Values};
 use specdec_suite::inputs::Rng;
+use specdec_suite::sharding::{columns, ids, shards};
 use specdec_suite::{Batch, FilterTable};
-
-/// `P` shards of a row of `vocab` ids, uneven, each starting at a multiple of 4.
-fn shards(vocab: usize, ranks: usize, rng: &mut Rng) -> Vec<Shard> {
-    let words = vocab.div_ceil(4);
-    assert!(words >= ranks, "every rank needs an id");
-    // Distinct cut points in words 1..words, sorted: shard r is words cut[r-1]..cut[r].
-    let mut cuts: Vec<usize> = (1..words).collect();
-    rng.shuffle(&mut cuts);
-    let mut cuts: Vec<usize> = cuts.into_iter().take(ranks - 1).collect();
-    cuts.sort_unstable();
-    let starts = std::iter::once(0).chain(cuts.iter().map(|w| w * 4));
-    starts.map(|offset| Shard { offset, vocab }).collect()
-}
-
-/// The ids of shard `r` (up to the next shard's start, or the row's end).
-fn ids(shards: &[Shard], r: usize) -> std::ops::Range<usize> {
-    shards[r].offset..shards.get(r + 1).map_or(shards[r].vocab, |s| s.offset)
-}
-
-/// Values `range` of each of `rows` rows of `width` values.
-fn columns(v: &Values, rows: usize, width: usize, range: std::ops::Range<usize>) -> Values {
-    v.gather((0..rows).flat_map(|r| (r * width + range.start)..(r * width + range.end)))
-}
 
 /// What every rank returned: tokens and statuses, and its draft logits.
 type RankOut = (specdec::Result<(Vec<i64>, Vec<u32>)>, Option<Values>);

@@ -10,6 +10,7 @@
 //! - [`inputs`]: fixed-seed inputs and reference results (first argmax).
 //! - [`robust`]: hostile calls in guarded buffers, checked against a model of
 //!   the validation rules (property tests and the fuzz target).
+//! - [`sharding`]: vocab-parallel calls over in-process ranks (REFERENCE §9).
 
 pub mod agreement;
 pub mod batch;
@@ -17,6 +18,7 @@ pub mod drafting;
 pub mod filters;
 pub mod inputs;
 pub mod robust;
+pub mod sharding;
 pub mod verify;
 
 pub use batch::{Batch, DraftLogitsSpec};

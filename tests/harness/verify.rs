@@ -3,6 +3,7 @@
 
 use crate::batch::{DeviceValues, Values};
 use crate::filters::{DeviceFilters, FilterTable};
+use specdec::shard::{Exchange, Shard};
 use specdec::{
     Backend, Cuda, Device, DraftLogits, DraftLogitsShape, Host, Logits, RejectionOutput, RejectionSample,
     SamplingParams, Verification, Workspace,
@@ -120,6 +121,22 @@ impl Verify {
 
     /// Runs the call on `backend`.
     pub fn run(&self, backend: &Backend) -> Result<Verified, specdec::Error> {
+        self.run_with(|call, out| backend.rejection_sample(call, out))
+    }
+
+    /// Runs the call as rank `exchange.rank()` of a vocab-parallel group on
+    /// the CPU backend, holding `shard` of every row (this `Verify`'s logits
+    /// are the shard's ids: `sharding::rank_verify`).
+    pub fn run_sharded(&self, shard: Shard, exchange: &mut dyn Exchange<Host>) -> Result<Verified, specdec::Error> {
+        self.run_with(|call, out| specdec::Cpu.sharded_rejection_sample(shard, exchange, call, out))
+    }
+
+    /// Runs the call through `call_fn`, with outputs pre-filled with
+    /// values no call writes.
+    fn run_with(
+        &self,
+        mut call_fn: impl FnMut(&RejectionSample<'_, Host>, &mut RejectionOutput<'_, Host>) -> specdec::Result<()>,
+    ) -> Result<Verified, specdec::Error> {
         let call = self.call();
         let requests = self.requests();
         let k1 = self.max_drafts + 1;
@@ -129,12 +146,12 @@ impl Verify {
         let tokens = if self.tokens_i64 {
             let mut t = vec![i64::MIN; requests * k1];
             let out = RejectionOutput::new(&mut t, &mut num_emitted);
-            backend.rejection_sample(&call, &mut out.with_accepted(&mut accepted).with_row_status(&mut row_status))?;
+            call_fn(&call, &mut out.with_accepted(&mut accepted).with_row_status(&mut row_status))?;
             t
         } else {
             let mut t = vec![i32::MIN; requests * k1];
             let out = RejectionOutput::new(&mut t, &mut num_emitted);
-            backend.rejection_sample(&call, &mut out.with_accepted(&mut accepted).with_row_status(&mut row_status))?;
+            call_fn(&call, &mut out.with_accepted(&mut accepted).with_row_status(&mut row_status))?;
             t.into_iter().map(i64::from).collect()
         };
         Ok(Verified { tokens, num_emitted, accepted, row_status })

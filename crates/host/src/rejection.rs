@@ -187,6 +187,12 @@ impl RejectionSample<'_, Host> {
     /// The checks the kernels make on device-resident values, made on the host
     /// where the values live there; the offsets first, whole.
     pub(crate) fn check_values(&self, shape: RejectionShape) -> Result<()> {
+        self.check_values_of(shape, self.target.vocab)
+    }
+
+    /// [`RejectionSample::check_values`] for rows of `vocab` ids (a sharded
+    /// call's rows are wider than the rank's logits).
+    pub(crate) fn check_values_of(&self, shape: RejectionShape, vocab: usize) -> Result<()> {
         self.check_offsets(shape)?;
         for r in 0..shape.requests {
             let (o0, o1) = (self.offsets[r], self.offsets[r + 1]);
@@ -206,8 +212,8 @@ impl RejectionSample<'_, Host> {
             }
             for row in o0 as usize..o1 as usize - 1 {
                 let d = self.drafts[row];
-                if d < -1 || d >= 0 && d as usize >= self.target.vocab {
-                    return Err(Error::InvalidDraft { row, token: d, vocab: self.target.vocab });
+                if d < -1 || d >= 0 && d as usize >= vocab {
+                    return Err(Error::InvalidDraft { row, token: d, vocab });
                 }
             }
         }

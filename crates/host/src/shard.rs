@@ -2,14 +2,17 @@
 //! a shard of every row's ids, the ranks exchange a candidate per row, and
 //! every rank returns the unsharded call's outputs bit for bit. Noise is
 //! keyed by global id and candidates combine by the argmax rule (a total
-//! order), so the split cannot change a token. Built so far:
-//! `gumbel_sample` on the CPU backend ([`crate::Cpu::sharded_gumbel_sample`]),
-//! without filters or log-probabilities.
+//! order), so the split cannot change a token; sums are order-free
+//! (`specdec_core::exp_sum`). Built so far, on the CPU backend:
+//! `gumbel_sample` ([`crate::Cpu::sharded_gumbel_sample`]) and
+//! `rejection_sample` ([`crate::Cpu::sharded_rejection_sample`]), without
+//! filters, log-probabilities or block verification.
 
 use crate::error::{Error, Result};
 use crate::memory::{Host, Memory};
 use crate::tensor::MAX_VOCAB;
 use specdec_core::argmax::ArgMax;
+use specdec_core::exp_sum::{BUCKETS, ExpSum};
 use std::sync::{Arc, Barrier, Mutex};
 
 /// This rank's part of every row: ids `offset .. offset + V_r` of a row of
@@ -56,10 +59,22 @@ pub(crate) struct Header {
 }
 
 impl Header {
-    const BYTES: usize = 24;
+    pub const BYTES: usize = 24;
 
     /// The header of a rank whose checks failed.
     pub const FAILED: Header = Header { ok: false, offset: 0, ids: 0, vocab: 0, digest: 0 };
+
+    /// The header of a rank whose checks passed: it holds `ids` ids from
+    /// `shard.offset`, and `words` are what every rank must pass alike.
+    pub fn of(shard: Shard, ids: usize, words: impl IntoIterator<Item = u64>) -> Header {
+        Header {
+            ok: true,
+            offset: shard.offset as u32,
+            ids: ids as u32,
+            vocab: shard.vocab as u32,
+            digest: digest(words),
+        }
+    }
 
     /// Every rank's checks passed, the ranks' calls agree, and their shards
     /// tile the row: each id on exactly one rank. The same verdict on every rank.
@@ -96,7 +111,7 @@ impl Header {
 }
 
 /// FNV-1a over `words`: the digest of a call's shared arguments.
-pub(crate) fn digest(words: impl IntoIterator<Item = u64>) -> u64 {
+fn digest(words: impl IntoIterator<Item = u64>) -> u64 {
     words.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, w| {
         w.to_le_bytes().iter().fold(h, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
     })
@@ -196,17 +211,13 @@ impl Candidate {
 
 /// What a rank sends for a call: its header, then its rows' candidates.
 pub(crate) fn encode(header: Header, rows: &[Candidate]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(message_len(rows.len()));
-    for w in [u32::from(header.ok), header.offset, header.ids, header.vocab] {
-        bytes.extend_from_slice(&w.to_le_bytes());
-    }
-    bytes.extend_from_slice(&header.digest.to_le_bytes());
+    let mut w = Writer(Vec::with_capacity(message_len(rows.len())));
+    w.header(header);
     for c in rows {
-        bytes.extend_from_slice(&c.best.value.to_bits().to_le_bytes());
-        bytes.extend_from_slice(&c.best.index.to_le_bytes());
-        bytes.extend_from_slice(&u32::from(c.nan).to_le_bytes());
+        w.arg_max(c.best);
+        w.u32(u32::from(c.nan));
     }
-    bytes
+    w.0
 }
 
 /// The message length of a call of `rows` rows.
@@ -216,22 +227,90 @@ pub(crate) fn message_len(rows: usize) -> usize {
 
 /// One rank's message: its header and its rows' candidates.
 pub(crate) fn decode(bytes: &[u8]) -> (Header, Vec<Candidate>) {
-    let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four bytes"));
-    let header = Header {
-        ok: word(0) != 0,
-        offset: word(4),
-        ids: word(8),
-        vocab: word(12),
-        digest: u64::from_le_bytes(bytes[16..24].try_into().expect("eight bytes")),
-    };
+    let mut r = Reader { bytes, at: 0 };
+    let header = r.header();
     let rows = (bytes.len() - Header::BYTES) / Candidate::BYTES;
-    let candidates = (0..rows)
-        .map(|r| {
-            let at = Header::BYTES + r * Candidate::BYTES;
-            Candidate { best: ArgMax { value: f32::from_bits(word(at)), index: word(at + 4) }, nan: word(at + 8) != 0 }
-        })
-        .collect();
+    let candidates = (0..rows).map(|_| Candidate { best: r.arg_max(), nan: r.u32() != 0 }).collect();
     (header, candidates)
+}
+
+/// A message being written: little-endian fields, in the order the reader
+/// takes them.
+pub(crate) struct Writer(pub Vec<u8>);
+
+impl Writer {
+    pub fn u32(&mut self, w: u32) {
+        self.0.extend_from_slice(&w.to_le_bytes());
+    }
+
+    pub fn u64(&mut self, w: u64) {
+        self.0.extend_from_slice(&w.to_le_bytes());
+    }
+
+    pub fn f32(&mut self, x: f32) {
+        self.u32(x.to_bits());
+    }
+
+    pub fn arg_max(&mut self, a: ArgMax) {
+        self.f32(a.value);
+        self.u32(a.index);
+    }
+
+    pub fn header(&mut self, h: Header) {
+        for w in [u32::from(h.ok), h.offset, h.ids, h.vocab] {
+            self.u32(w);
+        }
+        self.u64(h.digest);
+    }
+
+    /// An order-free row sum ([`EXP_SUM_BYTES`]).
+    pub fn exp_sum(&mut self, s: &ExpSum) {
+        self.f32(s.max());
+        s.buckets().iter().for_each(|&b| self.u64(b));
+    }
+}
+
+/// Bytes of an [`ExpSum`] in a message: its maximum and its buckets.
+pub(crate) const EXP_SUM_BYTES: usize = 4 + 8 * BUCKETS;
+
+/// A message being read, field by field as [`Writer`] wrote them.
+pub(crate) struct Reader<'a> {
+    pub bytes: &'a [u8],
+    pub at: usize,
+}
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> [u8; N] {
+        let field = self.bytes[self.at..self.at + N].try_into().expect("N bytes");
+        self.at += N;
+        field
+    }
+
+    pub fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.take())
+    }
+
+    pub fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.take())
+    }
+
+    pub fn f32(&mut self) -> f32 {
+        f32::from_bits(self.u32())
+    }
+
+    pub fn arg_max(&mut self) -> ArgMax {
+        ArgMax { value: self.f32(), index: self.u32() }
+    }
+
+    pub fn header(&mut self) -> Header {
+        let (ok, offset, ids, vocab) = (self.u32() != 0, self.u32(), self.u32(), self.u32());
+        Header { ok, offset, ids, vocab, digest: self.u64() }
+    }
+
+    pub fn exp_sum(&mut self) -> ExpSum {
+        let max = self.f32();
+        ExpSum::from_parts(max, core::array::from_fn(|_| self.u64()))
+    }
 }
 
 #[cfg(test)]

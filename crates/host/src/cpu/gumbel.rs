@@ -104,13 +104,7 @@ fn header(shard: Shard, args: &GumbelSample<'_, Host>) -> Header {
         .chain(args.pos.iter().copied())
         .chain(p.temperature.iter().map(|t| u64::from(t.to_bits())))
         .chain(p.seed.iter().copied());
-    Header {
-        ok: true,
-        offset: shard.offset as u32,
-        ids: args.logits.vocab as u32,
-        vocab: shard.vocab as u32,
-        digest: shard::digest(words),
-    }
+    Header::of(shard, args.logits.vocab, words)
 }
 
 /// This rank's candidate for each row, its draft logits written.

@@ -1,7 +1,9 @@
 //! The CPU backend: the same semantics as the kernels, computed with the same
 //! `specdec-core` code, so its noise and `gumbel_sample`'s tokens equal the
 //! GPU's bit for bit; `rejection_sample`'s too, but for a decision within about
-//! 1e-5 of its threshold (its log-sum-exps are summed in another order).
+//! 1e-5 of its threshold (its log-sum-exps are summed by another rule: the
+//! order-free sum of REFERENCE §2.6, which also makes its vocab-parallel calls
+//! exact).
 //! It is the test oracle and the fallback when no GPU is present.
 //!
 //! Values the kernels check on the device (slots, temperatures, columns) are
@@ -12,6 +14,7 @@ mod filter;
 mod gumbel;
 mod logprobs;
 mod rejection;
+mod sharded_rejection;
 mod simd;
 
 pub use filter::{KeptSet, kept_set};

@@ -301,15 +301,31 @@ fn resample_draft<T: Logit, C: Logit>(
     sampler: &Sampler,
     row: &[T],
     draft: &[C],
+    target: (f32, f32),
+    draft_dist: (f32, f32),
+) -> u32 {
+    draft_candidates(level, sampler, 0, row, draft, target, draft_dist).token()
+}
+
+/// [`resample_draft`]'s candidates over ids `base .. base + row.len()` of
+/// the rows (`base % 4 == 0`; `row` and `draft` are those ids' logits): a
+/// vocabulary shard's part of the resample, whose candidates combine with
+/// the other shards' into the whole row's.
+pub(super) fn draft_candidates<T: Logit, C: Logit>(
+    level: Level,
+    sampler: &Sampler,
+    base: u32,
+    row: &[T],
+    draft: &[C],
     (lse_t, tau_t): (f32, f32),
     (lse_q, tau_q): (f32, f32),
-) -> u32 {
+) -> Resampled {
     debug_assert_eq!(row.len(), draft.len());
     let key = simd::RowKey::new(sampler);
     let (mut words, mut tgt, mut keep) = ([0u32; DRAFT_BLOCK], [0f32; DRAFT_BLOCK], [0u8; DRAFT_BLOCK]);
     let mut best = Resampled::IDENTITY;
     for (b, (row, draft)) in row.chunks(DRAFT_BLOCK).zip(draft.chunks(DRAFT_BLOCK)).enumerate() {
-        let first = (b * DRAFT_BLOCK) as u32;
+        let first = base + (b * DRAFT_BLOCK) as u32;
         let len4 = row.len().next_multiple_of(4);
         simd::words(level, &key, first / 4, &mut words[..len4]);
         let (res0, tgt0) = (best.residual.value, best.target.value);
@@ -341,7 +357,7 @@ fn resample_draft<T: Logit, C: Logit>(
             best = sampler.fold_resample_drawn(best, first + at as u32, tgt, a, res, n as u32, || quad_words);
         }
     }
-    best.token()
+    best
 }
 
 /// The resample of a rejected one-hot draft: the target row without id
@@ -350,18 +366,36 @@ fn resample_draft<T: Logit, C: Logit>(
 /// which `fold_resample` takes; candidates combine in any order (a total
 /// order), so the token is that of `fold_resample` over every quad.
 fn resample_one_hot<T: Logit>(level: Level, sampler: &Sampler, row: &[T], rejected: usize) -> u32 {
-    let at = rejected / 4 * 4;
-    let end = (at + 4).min(row.len());
+    one_hot_candidates(level, sampler, 0, row, Some(rejected)).token()
+}
+
+/// [`resample_one_hot`]'s candidates over ids `base .. base + row.len()`
+/// (`base % 4 == 0`, `row` their logits), `rejected` the rejected id's
+/// place in `row` if it is one of them (else the residual's candidates are
+/// the target's): a vocabulary shard's part of the resample.
+pub(super) fn one_hot_candidates<T: Logit>(
+    level: Level,
+    sampler: &Sampler,
+    base: u32,
+    row: &[T],
+    rejected: Option<usize>,
+) -> Resampled {
     // An empty range is skipped: after a ragged last quad, `lo` is not a multiple of 4.
     let fold = |best, lo: usize, hi: usize| {
-        if lo == hi { best } else { simd::fold(level, sampler, best, lo as u32, &row[lo..hi]).0 }
+        if lo == hi { best } else { simd::fold(level, sampler, best, base + lo as u32, &row[lo..hi]).0 }
     };
+    let Some(rejected) = rejected else {
+        let all = fold(ArgMax::IDENTITY, 0, row.len());
+        return Resampled { residual: all, target: all };
+    };
+    let at = rejected / 4 * 4;
+    let end = (at + 4).min(row.len());
     let rest = fold(fold(ArgMax::IDENTITY, 0, at), end, row.len());
     let (_, t, n) = quads(&row[at..end]).next().expect("the rejected id is in the row");
     let tgt = t.map(|v| sampler.scaled(v));
     let res = |l: usize| if at + l == rejected { f32::NEG_INFINITY } else { tgt[l] };
-    let quad = sampler.fold_resample(Resampled::IDENTITY, at as u32, tgt, tgt, res, n);
-    Resampled { residual: rest.combine(quad.residual), target: rest.combine(quad.target) }.token()
+    let quad = sampler.fold_resample(Resampled::IDENTITY, base + at as u32, tgt, tgt, res, n);
+    Resampled { residual: rest.combine(quad.residual), target: rest.combine(quad.target) }
 }
 
 /// Every request, in order on this thread, or spread over rayon's current
@@ -444,9 +478,9 @@ fn request_logprobs<T: Logit + Sync>(
 
 /// What request `r` emits: its accepted drafts `j` and the token after them.
 #[derive(Clone, Copy, Debug)]
-struct Verdict {
-    j: usize,
-    last: u32,
+pub(super) struct Verdict {
+    pub j: usize,
+    pub last: u32,
 }
 
 /// Verifies request `r`, writing its rows' statuses to `status` (the
@@ -517,7 +551,12 @@ fn verify_request<T: Logit, C: Logit>(
 }
 
 /// Request `r`'s tokens, emitted count and accepted count.
-fn write_request(args: &RejectionSample<'_, Host>, out: &mut RejectionOutput<'_, Host>, r: usize, v: Verdict) {
+pub(super) fn write_request(
+    args: &RejectionSample<'_, Host>,
+    out: &mut RejectionOutput<'_, Host>,
+    r: usize,
+    v: Verdict,
+) {
     let (k1, o0, Verdict { j, last }) = (args.max_drafts + 1, args.offsets[r] as usize, v);
     let row = |i: usize| -> i64 {
         match i {

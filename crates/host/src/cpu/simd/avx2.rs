@@ -176,7 +176,8 @@ pub(super) unsafe fn window_sum<L: Logit>(scale: f32, top: i32, values: &[L], ta
         })
     };
     // SAFETY: a vector is 4 plain u64 lanes.
-    let (lo, hi): ([u64; 4], [u64; 4]) = unsafe { (transmute::<__m256i, [u64; 4]>(lo), transmute::<__m256i, [u64; 4]>(hi)) };
+    let (lo, hi): ([u64; 4], [u64; 4]) =
+        unsafe { (transmute::<__m256i, [u64; 4]>(lo), transmute::<__m256i, [u64; 4]>(hi)) };
     lo.iter().zip(&hi).map(|(&lo, &hi)| (u128::from(hi) << 64) + u128::from(lo)).sum()
 }
 

@@ -169,7 +169,8 @@ pub(super) unsafe fn window_sum<L: Logit>(scale: f32, top: i32, values: &[L], ta
         })
     };
     // SAFETY: a vector is 8 plain u64 lanes.
-    let (lo, hi): ([u64; 8], [u64; 8]) = unsafe { (transmute::<__m512i, [u64; 8]>(lo), transmute::<__m512i, [u64; 8]>(hi)) };
+    let (lo, hi): ([u64; 8], [u64; 8]) =
+        unsafe { (transmute::<__m512i, [u64; 8]>(lo), transmute::<__m512i, [u64; 8]>(hi)) };
     lo.iter().zip(&hi).map(|(&lo, &hi)| (u128::from(hi) << 64) + u128::from(lo)).sum()
 }
 

@@ -1,0 +1,421 @@
+//! `rejection_sample` over a vocabulary shard (REFERENCE §9), in two
+//! exchanges. Round 1: every rank sends, for every row, what the walk needs
+//! from its ids: the raw argmax (greedy requests), the order-free sums of
+//! the scaled target and draft rows (`ExpSum`, REFERENCE §2.6) and the
+//! draft token's scaled logits where it holds the token. Every rank then
+//! has every row's `LSE_t`, `LSE_q`, `log p(d)`, `log q(d)` exactly as the
+//! unsharded call computes them, and walks every request alike (acceptance
+//! words are keyed by seed and position, not by id). Round 2: each rank
+//! sends, per request, its candidates for the token after the accepted
+//! drafts (the residual's and the target's Gumbel-max over its ids, by
+//! global id), which combine by the argmax rule.
+
+use super::rejection::{Verdict, draft_candidates, one_hot_candidates, write_request};
+use super::simd::{Level, Logit};
+use super::{AsCore, Cpu, first_argmax};
+use crate::error::{Error, Result};
+use crate::memory::Host;
+use crate::rejection::{RejectionOutput, RejectionSample, Verification};
+use crate::shard::{EXP_SUM_BYTES, Exchange, Header, Reader, Shard, Writer};
+use crate::tensor::Values;
+use specdec_core::argmax::ArgMax;
+use specdec_core::block_verification::below;
+use specdec_core::exp_sum::ExpSum;
+use specdec_core::rng::{Stream, random_u32};
+use specdec_core::sample::{Resampled, Sampler, accepts};
+use specdec_core::status::NAN_LOGITS;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+
+impl Cpu {
+    /// `rejection_sample` over this rank's shard of every row (REFERENCE §9):
+    /// `args.target` holds ids `shard.offset ..` of each row (`[rows, V_r]`),
+    /// the draft logits (if any) the same ids of each draft row
+    /// (`[slots, k, >= V_r]`); the drafts, slots, positions, parameters and
+    /// verification are the whole call's, alike on every rank. Every rank
+    /// writes the unsharded call's tokens, counts and row statuses, bit for bit.
+    ///
+    /// # Errors
+    /// The unsharded call's, with draft ids checked against `shard.vocab`;
+    /// `InvalidShard` where the ranks' shards or calls do not fit together,
+    /// `PeerFailed` where another rank's checks failed; `NotSharded` for
+    /// filters, log-probabilities and block verification.
+    pub fn sharded_rejection_sample(
+        &self,
+        shard: Shard,
+        exchange: &mut dyn Exchange<Host>,
+        args: &RejectionSample<'_, Host>,
+        out: &mut RejectionOutput<'_, Host>,
+    ) -> Result<()> {
+        match &args.target.data {
+            Values::F32(t) => with_draft(shard, exchange, args, t, out),
+            Values::BF16(t) => with_draft(shard, exchange, args, t.as_core(), out),
+            Values::F16(t) => with_draft(shard, exchange, args, t.as_core(), out),
+        }
+    }
+}
+
+fn with_draft<T: Logit>(
+    shard: Shard,
+    exchange: &mut dyn Exchange<Host>,
+    args: &RejectionSample<'_, Host>,
+    target: &[T],
+    out: &mut RejectionOutput<'_, Host>,
+) -> Result<()> {
+    let o = shard.offset;
+    match args.draft_logits.as_ref().map(|d| &d.data) {
+        None => run(shard, exchange, View::new(args, target, None::<&[T]>, o), out),
+        Some(Values::F32(d)) => run(shard, exchange, View::new(args, target, Some(*d), o), out),
+        Some(Values::BF16(d)) => run(shard, exchange, View::new(args, target, Some(d.as_core()), o), out),
+        Some(Values::F16(d)) => run(shard, exchange, View::new(args, target, Some(d.as_core()), o), out),
+    }
+}
+
+/// The two rounds of the module docs, then the outputs.
+fn run<T: Logit, C: Logit>(
+    shard: Shard,
+    exchange: &mut dyn Exchange<Host>,
+    view: View<'_, '_, T, C>,
+    out: &mut RejectionOutput<'_, Host>,
+) -> Result<()> {
+    let args = view.args;
+    let rows = args.target.rows;
+    // Round 1. A rank that fails or panics still sends (a failed header), so
+    // that no other waits for it.
+    let mine =
+        catch_unwind(AssertUnwindSafe(|| check(shard, args, out).map(|()| view.row_stats(out.row_status.is_some()))));
+    let mut message = Writer(Vec::with_capacity(Header::BYTES + rows * RowStats::BYTES));
+    match &mine {
+        Ok(Ok(stats)) => {
+            message.header(header(shard, args, out));
+            stats.iter().for_each(|s| s.write(&mut message));
+        }
+        _ => {
+            message.header(Header::FAILED);
+            (0..rows).for_each(|_| RowStats::NONE.write(&mut message));
+        }
+    }
+    let gathered = gather(exchange, &message.0);
+    mine.unwrap_or_else(|panic| resume_unwind(panic))?;
+    let gathered = gathered?;
+    let mut readers: Vec<Reader> =
+        gathered.chunks_exact(message.0.len()).map(|bytes| Reader { bytes, at: 0 }).collect();
+    let headers: Vec<Header> = readers.iter_mut().map(Reader::header).collect();
+    Header::check_group(&headers)?;
+    let ranks: Vec<Vec<RowStats>> =
+        readers.iter_mut().map(|r| (0..rows).map(|_| RowStats::read(r)).collect()).collect();
+    let totals: Vec<RowTotals> = (0..rows).map(|row| RowTotals::combine(args, &headers, &ranks, row)).collect();
+
+    // The walk, alike on every rank.
+    let plans: Vec<Plan> = (0..args.slots.len()).map(|r| plan(args, &totals, r)).collect();
+
+    // Round 2: each request's candidates for its last token.
+    let mine = catch_unwind(AssertUnwindSafe(|| {
+        plans.iter().enumerate().map(|(r, p)| view.candidates(r, p, &totals)).collect::<Vec<_>>()
+    }));
+    let mut message = Writer(Vec::with_capacity(4 + plans.len() * 16));
+    message.u32(u32::from(mine.is_ok()));
+    for r in 0..plans.len() {
+        let c = mine.as_ref().map_or(Resampled::IDENTITY, |c| c[r]);
+        message.arg_max(c.residual);
+        message.arg_max(c.target);
+    }
+    let gathered = gather(exchange, &message.0);
+    if let Err(panic) = mine {
+        resume_unwind(panic);
+    }
+    let gathered = gathered?;
+    let mut combined = vec![Resampled::IDENTITY; plans.len()];
+    for (rank, bytes) in gathered.chunks_exact(message.0.len()).enumerate() {
+        let mut r = Reader { bytes, at: 0 };
+        if r.u32() == 0 {
+            return Err(Error::PeerFailed { rank });
+        }
+        for c in &mut combined {
+            *c = c.combine(Resampled { residual: r.arg_max(), target: r.arg_max() });
+        }
+    }
+
+    for (r, (plan, c)) in plans.iter().zip(combined).enumerate() {
+        let last = plan.greedy.unwrap_or_else(|| c.token());
+        write_request(args, out, r, Verdict { j: plan.j, last });
+    }
+    if let Some(status) = out.row_status.as_deref_mut() {
+        for (s, t) in status.iter_mut().zip(&totals) {
+            *s = if t.nan { NAN_LOGITS } else { 0 };
+        }
+    }
+    Ok(())
+}
+
+/// Every rank's `send`, in rank order.
+fn gather(exchange: &mut dyn Exchange<Host>, send: &[u8]) -> Result<Vec<u8>> {
+    let mut recv = vec![0u8; exchange.ranks() * send.len()];
+    exchange.all_gather(send, &mut recv)?;
+    Ok(recv)
+}
+
+/// This rank's header: its shard, and the digest of what every rank passes alike.
+fn header(shard: Shard, args: &RejectionSample<'_, Host>, out: &RejectionOutput<'_, Host>) -> Header {
+    let p = &args.params;
+    let (verification, rates): (u64, &[f32]) = match args.verification {
+        Verification::Token => (0, &[]),
+        Verification::Block => (1, &[]),
+        Verification::Synthetic(rates) => (2, rates),
+    };
+    let words = [
+        args.target.rows as u64,
+        args.max_drafts as u64,
+        verification,
+        u64::from(args.draft_logits.is_some()),
+        u64::from(out.row_status.is_some()),
+    ]
+    .into_iter()
+    .chain(rates.iter().map(|r| u64::from(r.to_bits())))
+    .chain(args.offsets.iter().map(|&o| o as u64))
+    .chain(args.drafts.iter().map(|&d| d as u64))
+    .chain(args.slots.iter().map(|&s| s as u64))
+    .chain(args.pos.iter().copied())
+    .chain(p.temperature.iter().map(|t| u64::from(t.to_bits())))
+    .chain(p.seed.iter().copied());
+    Header::of(shard, args.target.vocab, words)
+}
+
+/// What a rank sends about one row in round 1: over its ids, whether one is
+/// NaN (where the call writes row statuses), the raw first argmax (rows of
+/// greedy requests), the sums of the scaled target and draft logits, and the
+/// draft token's scaled target and draft logits (draft rows of random
+/// requests; the logits `-inf` where another rank holds the token).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct RowStats {
+    nan: bool,
+    greedy: ArgMax,
+    target: ExpSum,
+    draft: ExpSum,
+    drafted: (f32, f32),
+}
+
+impl RowStats {
+    const BYTES: usize = 4 + 8 + 2 * EXP_SUM_BYTES + 8;
+
+    const NONE: RowStats = RowStats {
+        nan: false,
+        greedy: ArgMax::IDENTITY,
+        target: ExpSum::EMPTY,
+        draft: ExpSum::EMPTY,
+        drafted: (f32::NEG_INFINITY, f32::NEG_INFINITY),
+    };
+
+    fn write(&self, w: &mut Writer) {
+        w.u32(u32::from(self.nan));
+        w.arg_max(self.greedy);
+        w.exp_sum(&self.target);
+        w.exp_sum(&self.draft);
+        w.f32(self.drafted.0);
+        w.f32(self.drafted.1);
+    }
+
+    fn read(r: &mut Reader) -> RowStats {
+        RowStats {
+            nan: r.u32() != 0,
+            greedy: r.arg_max(),
+            target: r.exp_sum(),
+            draft: r.exp_sum(),
+            drafted: (r.f32(), r.f32()),
+        }
+    }
+}
+
+/// A row over all ranks: NaN anywhere, the first argmax's id, the scaled
+/// rows' log-sum-exps, and the draft token's scaled logits.
+struct RowTotals {
+    nan: bool,
+    argmax: u32,
+    lse_t: f32,
+    lse_q: f32,
+    drafted: (f32, f32),
+}
+
+impl RowTotals {
+    fn combine(args: &RejectionSample<'_, Host>, headers: &[Header], ranks: &[Vec<RowStats>], row: usize) -> RowTotals {
+        let (mut nan, mut greedy, mut target, mut draft) = (false, ArgMax::IDENTITY, ExpSum::EMPTY, ExpSum::EMPTY);
+        for stats in ranks {
+            let s = &stats[row];
+            nan |= s.nan;
+            greedy = greedy.combine(s.greedy);
+            target.combine(&s.target);
+            draft.combine(&s.draft);
+        }
+        // The draft token's logits, from the rank that holds it.
+        let d = args.drafts[row];
+        let owner = headers.iter().position(|h| d >= 0 && (h.offset..h.offset + h.ids).contains(&(d as u32)));
+        let drafted = owner.map_or((f32::NEG_INFINITY, f32::NEG_INFINITY), |o| ranks[o][row].drafted);
+        // Nothing above -inf: id 0, as the unsharded argmax rule says.
+        let argmax = if greedy.value == f32::NEG_INFINITY { 0 } else { greedy.index };
+        RowTotals { nan, argmax, lse_t: target.lse(), lse_q: draft.lse(), drafted }
+    }
+}
+
+/// Request `r`'s sampler (seed and temperature of its slot; greedy for padding).
+fn sampler(args: &RejectionSample<'_, Host>, r: usize) -> Sampler {
+    let slot = args.slots[r];
+    let (t, seed) =
+        if slot >= 0 { (args.params.temperature[slot as usize], args.params.seed[slot as usize]) } else { (0.0, 0) };
+    Sampler::new(t, seed, 0, Stream::Target)
+}
+
+/// The call's checks, and what a sharded call does not do yet.
+fn check(shard: Shard, args: &RejectionSample<'_, Host>, out: &RejectionOutput<'_, Host>) -> Result<()> {
+    let shape = args.check(out)?;
+    shard.check(args.target.vocab)?;
+    let filtered = !args.params.filters.is_none() || args.draft_logits.as_ref().is_some_and(|d| !d.filters.is_none());
+    if filtered {
+        return Err(Error::NotSharded { what: "filters (top-k, top-p, min-p)" });
+    }
+    if !out.logprobs.is_none() {
+        return Err(Error::NotSharded { what: "log-probabilities" });
+    }
+    if args.verification == Verification::Block {
+        return Err(Error::NotSharded { what: "block verification" });
+    }
+    args.check_values_of(shape, shard.vocab)
+}
+
+/// This rank's logits in the call.
+struct View<'a, 'b, T, C> {
+    args: &'a RejectionSample<'b, Host>,
+    target: &'a [T],
+    draft: Option<&'a [C]>,
+    offset: usize,
+    level: Level,
+}
+
+impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
+    fn new(args: &'a RejectionSample<'b, Host>, target: &'a [T], draft: Option<&'a [C]>, offset: usize) -> Self {
+        View { args, target, draft, offset, level: Level::detect() }
+    }
+
+    fn target_row(&self, row: usize) -> &[T] {
+        let start = row * self.args.target.row_stride;
+        &self.target[start..start + self.args.target.vocab]
+    }
+
+    /// Draft column `i` of request `r`'s slot.
+    fn draft_row(&self, r: usize, i: usize) -> Option<&[C]> {
+        let (d, shape) = (self.draft?, self.args.draft_logits.as_ref()?.shape);
+        let start = self.args.slots[r] as usize * shape.stride0 + i * shape.stride1;
+        Some(&d[start..start + self.args.target.vocab])
+    }
+
+    /// The place in this rank's ids of global id `d`, if it holds it.
+    fn local(&self, d: i32) -> Option<usize> {
+        let local = (d as usize).checked_sub(self.offset)?;
+        (d >= 0 && local < self.args.target.vocab).then_some(local)
+    }
+
+    /// This rank's round-1 statistics of every row (NaN flags where `statuses`).
+    fn row_stats(&self, statuses: bool) -> Vec<RowStats> {
+        let args = self.args;
+        let mut stats = vec![RowStats::NONE; args.target.rows];
+        for r in 0..args.slots.len() {
+            let s = sampler(args, r);
+            let (o0, o1) = (args.offsets[r] as usize, args.offsets[r + 1] as usize);
+            for (i, row) in (o0..o1).enumerate() {
+                let values = self.target_row(row);
+                let st = &mut stats[row];
+                st.nan = statuses && values.iter().any(|x| x.to_f32().is_nan());
+                let d = args.drafts[row];
+                if s.greedy {
+                    let (at, _) = first_argmax(self.level, values);
+                    let value = values.get(at as usize).map_or(f32::NEG_INFINITY, |v| v.to_f32());
+                    if value > f32::NEG_INFINITY {
+                        st.greedy = ArgMax { value, index: self.offset as u32 + at };
+                    }
+                } else if row + 1 < o1 && d != -1 {
+                    let sum = |values: &mut dyn Iterator<Item = f32>| {
+                        let mut sum = ExpSum::EMPTY;
+                        values.for_each(|x| sum.push(s.scaled(x)));
+                        sum
+                    };
+                    st.target = sum(&mut values.iter().map(|x| x.to_f32()));
+                    let draft = self.draft_row(r, i);
+                    if let Some(q) = draft {
+                        st.draft = sum(&mut q.iter().map(|x| x.to_f32()));
+                    }
+                    if let Some(at) = self.local(d) {
+                        let y_q = draft.map_or(f32::NEG_INFINITY, |q| s.scaled(q[at].to_f32()));
+                        st.drafted = (s.scaled(values[at].to_f32()), y_q);
+                    }
+                }
+            }
+        }
+        stats
+    }
+
+    /// This rank's candidates for request `r`'s last token (`plan`).
+    fn candidates(&self, r: usize, plan: &Plan, totals: &[RowTotals]) -> Resampled {
+        if plan.greedy.is_some() {
+            return Resampled::IDENTITY;
+        }
+        let row = self.args.offsets[r] as usize + plan.j;
+        let s = Sampler { pos: self.args.pos[row], ..sampler(self.args, r) };
+        let (values, base) = (self.target_row(row), self.offset as u32);
+        // A bonus row or a placeholder (no draft column there): the target's Gumbel-max.
+        let Some(d) = plan.rejected else {
+            return one_hot_candidates(self.level, &s, base, values, None);
+        };
+        match self.draft_row(r, plan.j) {
+            Some(q) => {
+                let t = &totals[row];
+                let unfiltered = f32::NEG_INFINITY;
+                draft_candidates(self.level, &s, base, values, q, (t.lse_t, unfiltered), (t.lse_q, unfiltered))
+            }
+            None => one_hot_candidates(self.level, &s, base, values, self.local(d)),
+        }
+    }
+}
+
+/// What the walk decided for a request: its accepted drafts `j`, and its
+/// last token if greedy, else whether it replaces a rejected draft (the
+/// residual at row `j`) or follows the target there (bonus, placeholder).
+struct Plan {
+    j: usize,
+    greedy: Option<u32>,
+    rejected: Option<i32>,
+}
+
+/// Request `r`'s walk over its drafts, from the rows' totals: the
+/// unsharded call's decisions, from the same values.
+fn plan(args: &RejectionSample<'_, Host>, totals: &[RowTotals], r: usize) -> Plan {
+    let s = sampler(args, r);
+    let (o0, o1) = (args.offsets[r] as usize, args.offsets[r + 1] as usize);
+    let n = o1 - o0 - 1;
+    let mut j = n;
+    let mut rejected = None;
+    for i in 0..n {
+        let (row, d) = (o0 + i, args.drafts[o0 + i]);
+        if d == -1 {
+            j = i;
+            break;
+        }
+        let word = random_u32(s.seed, args.pos[row], Stream::Accept, 0);
+        let synthetic = match args.verification {
+            Verification::Synthetic(rates) => Some(below(word, f64::from(rates[i]))),
+            _ => None,
+        };
+        let t = &totals[row];
+        let accepted = if s.greedy {
+            synthetic.unwrap_or(d as u32 == t.argmax)
+        } else {
+            synthetic.unwrap_or_else(|| {
+                let log_q = if args.draft_logits.is_some() { t.drafted.1 - t.lse_q } else { 0.0 };
+                accepts(word, log_q, t.drafted.0 - t.lse_t)
+            })
+        };
+        if !accepted {
+            j = i;
+            rejected = (!s.greedy).then_some(d);
+            break;
+        }
+    }
+    Plan { j, greedy: s.greedy.then(|| totals[o0 + j].argmax), rejected }
+}

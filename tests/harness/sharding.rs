@@ -1,0 +1,71 @@
+//! Vocab-parallel calls in the tests (REFERENCE §9): uneven shards of a
+//! row, each rank's columns of a buffer, and a `rejection_sample` call run
+//! over `P` ranks, one thread each with an in-process exchange.
+
+use crate::batch::Values;
+use crate::inputs::Rng;
+use crate::verify::{Verified, Verify};
+use specdec::DraftLogitsShape;
+use specdec::shard::{InProcess, Shard};
+use std::ops::Range;
+
+/// `P` shards of a row of `vocab` ids, uneven, each starting at a multiple of 4.
+pub fn shards(vocab: usize, ranks: usize, rng: &mut Rng) -> Vec<Shard> {
+    let words = vocab.div_ceil(4);
+    assert!(words >= ranks, "every rank needs an id");
+    // Distinct cut points in words 1..words, sorted: shard r is words cut[r-1]..cut[r].
+    let mut cuts: Vec<usize> = (1..words).collect();
+    rng.shuffle(&mut cuts);
+    let mut cuts: Vec<usize> = cuts.into_iter().take(ranks - 1).collect();
+    cuts.sort_unstable();
+    let starts = std::iter::once(0).chain(cuts.iter().map(|w| w * 4));
+    starts.map(|offset| Shard { offset, vocab }).collect()
+}
+
+/// The ids of shard `r` (up to the next shard's start, or the row's end).
+pub fn ids(shards: &[Shard], r: usize) -> Range<usize> {
+    shards[r].offset..shards.get(r + 1).map_or(shards[r].vocab, |s| s.offset)
+}
+
+/// Values `range` of each of `rows` rows starting `stride` apart, as dense rows.
+pub fn columns(v: &Values, rows: usize, stride: usize, range: Range<usize>) -> Values {
+    v.gather((0..rows).flat_map(|r| (r * stride + range.start)..(r * stride + range.end)))
+}
+
+/// The call rank `r` makes: ids `range` of every target row and of every
+/// draft-logits row (dense `[slots, k, ids]`), everything else alike.
+pub fn rank_verify(v: &Verify, range: Range<usize>) -> Verify {
+    let mut mine = v.clone();
+    mine.target = columns(&v.target, v.rows, v.row_stride, range.clone());
+    (mine.vocab, mine.row_stride) = (range.len(), range.len());
+    mine.draft = v.draft.as_ref().map(|(values, shape)| {
+        let rows = (0..shape.slots).flat_map(|s| (0..shape.k).map(move |i| s * shape.stride0 + i * shape.stride1));
+        let data = values.gather(rows.flat_map(|start| start + range.start..start + range.end));
+        (data, DraftLogitsShape::dense(shape.slots, shape.k, range.len()))
+    });
+    mine
+}
+
+/// Runs `v` over `shards`, one thread a rank, rank `r` calling
+/// `rank_call(r, &its Verify)`'s outputs (to make ranks disagree); each
+/// rank's outputs, in rank order.
+pub fn run_sharded_verify(
+    v: &Verify,
+    shards: &[Shard],
+    rank_call: impl Fn(usize, Verify) -> Verify + Sync,
+) -> Vec<specdec::Result<Verified>> {
+    let group = InProcess::group(shards.len());
+    let rank_call = &rank_call;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = group
+            .into_iter()
+            .enumerate()
+            .map(|(r, mut exchange)| {
+                let mine = rank_call(r, rank_verify(v, ids(shards, r)));
+                let shard = shards[r];
+                s.spawn(move || mine.run_sharded(shard, &mut exchange))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a rank panicked")).collect()
+    })
+}
