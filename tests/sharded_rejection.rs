@@ -61,7 +61,7 @@ impl Coverage {
 /// Random ragged batches (greedy, sampling and padding requests, placeholders,
 /// `-inf` and NaN logits, drafts that are accepted and rejected) over 1, 2,
 /// 3 and 8 uneven shards, for every target dtype, one-hot and draft-logits
-/// verification, `V` up to 151,936.
+/// verification, the token rule and block verification, `V` up to 151,936.
 #[test]
 fn sharded_verification_is_the_unsharded_one() {
     let mut rng = Rng::new(0x31_5A);
@@ -76,12 +76,15 @@ fn sharded_verification_is_the_unsharded_one() {
     for (target, draft) in kinds {
         for (vocab, requests) in [(37, 24), (1000, 16), (4097, 8), (151_936, 3)] {
             for ranks in [1, 2, 3, 8] {
-                let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft));
-                add_nans(&mut v, &mut rng);
-                let shards = shards(vocab, ranks, &mut rng);
-                let ctx = format!("{target:?} target, {draft:?} draft, V {vocab}, P {ranks}");
-                let out = check_equal(&v, &shards, &ctx);
-                coverage.add(&v, &out);
+                for verification in [Verification::Token, Verification::Block] {
+                    let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft));
+                    v.verification = verification;
+                    add_nans(&mut v, &mut rng);
+                    let shards = shards(vocab, ranks, &mut rng);
+                    let ctx = format!("{verification:?}, {target:?} target, {draft:?} draft, V {vocab}, P {ranks}");
+                    let out = check_equal(&v, &shards, &ctx);
+                    coverage.add(&v, &out);
+                }
             }
         }
     }
@@ -116,9 +119,6 @@ fn sharded_calls_that_cannot_run_fail_on_every_rank() {
             assert!(got.as_ref().is_err_and(f), "rank {r}: {got:?}");
         }
     };
-    let mut block = v.clone();
-    block.verification = Verification::Block;
-    every(&block, |e| matches!(e, Error::NotSharded { .. }));
     let mut filtered = v.clone();
     filtered.filters = FilterTable { top_k: Some(vec![2; v.temperature.len()]), ..FilterTable::none() };
     every(&filtered, |e| matches!(e, Error::NotSharded { .. }));
@@ -155,18 +155,23 @@ fn sharded_tokens_follow_the_target() {
     const VOCAB: usize = 64;
     let base = zipf_logits(VOCAB, 1.0, 16, 0x5AD);
     let halves = [Shard { offset: 0, vocab: VOCAB }, Shard { offset: 20, vocab: VOCAB }];
-    for (one_hot, sharpen) in [(false, 1.0f32), (true, 3.0)] {
-        let case = FixedPositions { one_hot, pos0: 0x5AD << 40, ..FixedPositions::new(VOCAB, 3, 1.0, 8000) };
+    let cases =
+        [(false, 1.0f32, Verification::Token), (true, 3.0, Verification::Token), (false, 1.0, Verification::Block)];
+    for (c, (one_hot, sharpen, verification)) in cases.into_iter().enumerate() {
+        let pos0 = 0x5AD << 40 | (c as u64) << 32;
+        let case = FixedPositions { one_hot, pos0, ..FixedPositions::new(VOCAB, 3, 1.0, 8000) };
         let draft = |i: usize, target: &[f32]| perturbed(i, target, 1.5).into_iter().map(|x| x * sharpen).collect();
-        let Drafted { verify, targets } = case.build(&Backend::cpu(), &base, draft);
-        let out = check_equal(&verify, &halves, &format!("{case:?}"));
-        let draws = check_positions(&out, &targets, case.t, &format!("{case:?} at P = 2"));
-        assert!(draws[0] == 8000 && draws[1] >= 1000, "{case:?}: draws per position {draws:?}");
+        let Drafted { mut verify, targets } = case.build(&Backend::cpu(), &base, draft);
+        verify.verification = verification;
+        let ctx = format!("{verification:?} {case:?}");
+        let out = check_equal(&verify, &halves, &ctx);
+        let draws = check_positions(&out, &targets, case.t, &format!("{ctx} at P = 2"));
+        assert!(draws[0] == 8000 && draws[1] >= 1000, "{ctx}: draws per position {draws:?}");
         // The fit can fail: position 1's tokens are not position 0's target, nor its draft's.
         let counts = histogram(&emitted_at(&out, 1), VOCAB);
         for wrong in [probs(&targets[0], case.t), probs(&draft(1, &targets[1]), case.t)] {
             let fit = chi_square(&counts, &wrong);
-            assert!(fit.p_value < 1e-6, "{case:?}: position 1 fits a wrong distribution, p = {}", fit.p_value);
+            assert!(fit.p_value < 1e-6, "{ctx}: position 1 fits a wrong distribution, p = {}", fit.p_value);
         }
     }
 }

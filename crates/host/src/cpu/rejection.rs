@@ -168,27 +168,14 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
 
     /// `Σ_x max(w·p(x) − q(x), 0)` over row `i` (its target and draft
     /// distributions `dists`; one-hot: `q` the point mass at draft `d`,
-    /// where it is `w·(1 − p(d))`), in f64. With draft logits each term is
-    /// truncated to a multiple of `2^-60` and the terms are added as
-    /// integers: the same sum in any order and any split of the row.
+    /// where it is `w·(1 − p(d))`), in f64; with draft logits by
+    /// [`residual_units`].
     fn residual_mass(&self, i: usize, d: usize, dists: &RowDists, w: f64) -> f64 {
         let s = &self.sampler;
-        let prob = |dist: &Dist, x: f32| {
-            let lp = dist.log_prob(s.scaled(x));
-            if lp.is_nan() { 0.0 } else { f64::from(lp).exp() }
-        };
         let target = self.target_row(i);
         match (self.draft_row(i), &dists.draft) {
             (Some(q), Some(dq)) => {
-                let units: u128 = target
-                    .iter()
-                    .zip(q)
-                    .map(|(t, q)| {
-                        let term = (w * prob(&dists.target, t.to_f32()) - prob(dq, q.to_f32())).max(0.0);
-                        u128::from((term * MASS_UNITS) as u64)
-                    })
-                    .sum();
-                units as f64 / MASS_UNITS
+                mass(residual_units(target, q, w, |x| dists.target.log_prob(s.scaled(x)), |x| dq.log_prob(s.scaled(x))))
             }
             _ => one_hot_mass(w, dists.target.log_prob(s.scaled(target[d].to_f32()))),
         }
@@ -223,6 +210,34 @@ impl<T: Logit, C: Logit> Request<'_, '_, T, C> {
             _ => resample_one_hot(self.level, &sampler, &dists.target.row(&sampler, row), rejected),
         }
     }
+}
+
+/// `Σ_x max(w·p(x) − q(x), 0)` over the ids of `target` and `draft` (their
+/// logits), `p = e^log_p(x)` and `q = e^log_q(x)` from the raw logits (a NaN
+/// log-probability is a probability of 0), each term truncated to a multiple
+/// of `2^-60` and added as an integer: the same sum in any order and any
+/// split of the row ([`mass`] takes it to `f64`).
+pub(super) fn residual_units<T: Logit, C: Logit>(
+    target: &[T],
+    draft: &[C],
+    w: f64,
+    log_p: impl Fn(f32) -> f32,
+    log_q: impl Fn(f32) -> f32,
+) -> u128 {
+    let prob = |lp: f32| if lp.is_nan() { 0.0 } else { f64::from(lp).exp() };
+    target
+        .iter()
+        .zip(draft)
+        .map(|(t, q)| {
+            let term = (w * prob(log_p(t.to_f32())) - prob(log_q(q.to_f32()))).max(0.0);
+            u128::from((term * MASS_UNITS) as u64)
+        })
+        .sum()
+}
+
+/// A residual mass from its [`residual_units`].
+pub(super) fn mass(units: u128) -> f64 {
+    units as f64 / MASS_UNITS
 }
 
 /// [`resample_listed`] with draft logits: draft row `draft`, of distribution

@@ -8,9 +8,11 @@
 //! words are keyed by seed and position, not by id). Round 2: each rank
 //! sends, per request, its candidates for the token after the accepted
 //! drafts (the residual's and the target's Gumbel-max over its ids, by
-//! global id), which combine by the argmax rule.
+//! global id), which combine by the argmax rule; with block verification,
+//! candidates for every row the token may come from and its parts of the
+//! residual masses, from which every rank finds the same `τ`.
 
-use super::rejection::{Verdict, draft_candidates, one_hot_candidates, write_request};
+use super::rejection::{Verdict, draft_candidates, mass, one_hot_candidates, residual_units, write_request};
 use super::simd::{Level, Logit};
 use super::{AsCore, Cpu, first_argmax};
 use crate::error::{Error, Result};
@@ -19,7 +21,7 @@ use crate::rejection::{RejectionOutput, RejectionSample, Verification};
 use crate::shard::{EXP_SUM_BYTES, Exchange, Header, Reader, Shard, Writer};
 use crate::tensor::Values;
 use specdec_core::argmax::ArgMax;
-use specdec_core::block_verification::below;
+use specdec_core::block_verification::{below, block_verify, ln_weight, next_weight, one_hot_mass, ratio};
 use specdec_core::exp_sum::ExpSum;
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
@@ -38,7 +40,7 @@ impl Cpu {
     /// The unsharded call's, with draft ids checked against `shard.vocab`;
     /// `InvalidShard` where the ranks' shards or calls do not fit together,
     /// `PeerFailed` where another rank's checks failed; `NotSharded` for
-    /// filters, log-probabilities and block verification.
+    /// filters and log-probabilities.
     pub fn sharded_rejection_sample(
         &self,
         shard: Shard,
@@ -108,36 +110,37 @@ fn run<T: Logit, C: Logit>(
     // The walk, alike on every rank.
     let plans: Vec<Plan> = (0..args.slots.len()).map(|r| plan(args, &totals, r)).collect();
 
-    // Round 2: each request's candidates for its last token.
+    // Round 2: each request's parts of its residual masses and its candidates.
+    let has_draft = args.draft_logits.is_some();
     let mine = catch_unwind(AssertUnwindSafe(|| {
-        plans.iter().enumerate().map(|(r, p)| view.candidates(r, p, &totals)).collect::<Vec<_>>()
+        plans.iter().enumerate().map(|(r, p)| view.part(r, p, &totals)).collect::<Vec<_>>()
     }));
-    let mut message = Writer(Vec::with_capacity(4 + plans.len() * 16));
+    let mut message = Writer(Vec::new());
     message.u32(u32::from(mine.is_ok()));
-    for r in 0..plans.len() {
-        let c = mine.as_ref().map_or(Resampled::IDENTITY, |c| c[r]);
-        message.arg_max(c.residual);
-        message.arg_max(c.target);
+    for (r, plan) in plans.iter().enumerate() {
+        match &mine {
+            Ok(parts) => parts[r].write(&mut message),
+            Err(_) => Part::empty(plan.sizes(has_draft)).write(&mut message),
+        }
     }
     let gathered = gather(exchange, &message.0);
     if let Err(panic) = mine {
         resume_unwind(panic);
     }
     let gathered = gathered?;
-    let mut combined = vec![Resampled::IDENTITY; plans.len()];
+    let mut combined: Vec<Part> = plans.iter().map(|p| Part::empty(p.sizes(has_draft))).collect();
     for (rank, bytes) in gathered.chunks_exact(message.0.len()).enumerate() {
         let mut r = Reader { bytes, at: 0 };
         if r.u32() == 0 {
             return Err(Error::PeerFailed { rank });
         }
-        for c in &mut combined {
-            *c = c.combine(Resampled { residual: r.arg_max(), target: r.arg_max() });
+        for part in &mut combined {
+            part.add(&mut r);
         }
     }
 
-    for (r, (plan, c)) in plans.iter().zip(combined).enumerate() {
-        let last = plan.greedy.unwrap_or_else(|| c.token());
-        write_request(args, out, r, Verdict { j: plan.j, last });
+    for (r, (plan, part)) in plans.iter().zip(&combined).enumerate() {
+        write_request(args, out, r, plan.verdict(args, &totals, r, part));
     }
     if let Some(status) = out.row_status.as_deref_mut() {
         for (s, t) in status.iter_mut().zip(&totals) {
@@ -274,9 +277,6 @@ fn check(shard: Shard, args: &RejectionSample<'_, Host>, out: &RejectionOutput<'
     if !out.logprobs.is_none() {
         return Err(Error::NotSharded { what: "log-probabilities" });
     }
-    if args.verification == Verification::Block {
-        return Err(Error::NotSharded { what: "block verification" });
-    }
     args.check_values_of(shape, shard.vocab)
 }
 
@@ -351,36 +351,159 @@ impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
         stats
     }
 
-    /// This rank's candidates for request `r`'s last token (`plan`).
-    fn candidates(&self, r: usize, plan: &Plan, totals: &[RowTotals]) -> Resampled {
-        if plan.greedy.is_some() {
-            return Resampled::IDENTITY;
+    /// This rank's round-2 part of request `r` (`plan`): with block
+    /// verification and draft logits, its parts of the residual masses of
+    /// rows `1 .. block`; its candidates for the token at each row it may
+    /// come from.
+    fn part(&self, r: usize, plan: &Plan, totals: &[RowTotals]) -> Part {
+        let o0 = self.args.offsets[r] as usize;
+        match plan {
+            Plan::Greedy { .. } => Part::default(),
+            Plan::Draw { j, rejected } => {
+                Part { units: Vec::new(), candidates: vec![self.candidates(r, *j, *rejected, 1.0, totals)] }
+            }
+            Plan::Block { ratios } => {
+                let (block, weights) = (ratios.len(), weights(ratios));
+                let s = sampler(self.args, r);
+                let units = (1..block)
+                    .filter_map(|i| {
+                        let (target, t) = (self.target_row(o0 + i), &totals[o0 + i]);
+                        let q = self.draft_row(r, i)?;
+                        Some(residual_units(
+                            target,
+                            q,
+                            weights[i - 1],
+                            |x| s.scaled(x) - t.lse_t,
+                            |x| s.scaled(x) - t.lse_q,
+                        ))
+                    })
+                    .collect();
+                let candidates = (0..=block)
+                    .map(|tau| {
+                        let rejected = (tau < block).then(|| self.args.drafts[o0 + tau]);
+                        let p_tau = if tau == 0 { 1.0 } else { weights[tau - 1] };
+                        self.candidates(r, tau, rejected, p_tau, totals)
+                    })
+                    .collect();
+                Part { units, candidates }
+            }
         }
-        let row = self.args.offsets[r] as usize + plan.j;
+    }
+
+    /// This rank's candidates for request `r`'s token at its row `j`: the
+    /// residual of `rejected` there, its target weighted by `w` (block
+    /// verification's `p_τ`; 1 for the token rule), or the target's
+    /// Gumbel-max (`None`: a bonus row or a placeholder, which have no draft column).
+    fn candidates(&self, r: usize, j: usize, rejected: Option<i32>, w: f64, totals: &[RowTotals]) -> Resampled {
+        let row = self.args.offsets[r] as usize + j;
         let s = Sampler { pos: self.args.pos[row], ..sampler(self.args, r) };
         let (values, base) = (self.target_row(row), self.offset as u32);
-        // A bonus row or a placeholder (no draft column there): the target's Gumbel-max.
-        let Some(d) = plan.rejected else {
+        let Some(d) = rejected else {
             return one_hot_candidates(self.level, &s, base, values, None);
         };
-        match self.draft_row(r, plan.j) {
+        match self.draft_row(r, j) {
             Some(q) => {
                 let t = &totals[row];
                 let unfiltered = f32::NEG_INFINITY;
-                draft_candidates(self.level, &s, base, values, q, (t.lse_t, unfiltered), (t.lse_q, unfiltered))
+                let lse_t = t.lse_t - ln_weight(w);
+                draft_candidates(self.level, &s, base, values, q, (lse_t, unfiltered), (t.lse_q, unfiltered))
             }
             None => one_hot_candidates(self.level, &s, base, values, self.local(d)),
         }
     }
 }
 
-/// What the walk decided for a request: its accepted drafts `j`, and its
-/// last token if greedy, else whether it replaces a rejected draft (the
-/// residual at row `j`) or follows the target there (bonus, placeholder).
-struct Plan {
-    j: usize,
-    greedy: Option<u32>,
-    rejected: Option<i32>,
+/// What a rank sends about one request in round 2: its parts of the
+/// residual masses (in `2^-60` units) and its candidates, each combined
+/// over the ranks (integer sums, the argmax rule).
+#[derive(Default)]
+struct Part {
+    units: Vec<u128>,
+    candidates: Vec<Resampled>,
+}
+
+impl Part {
+    /// A part of `(units, candidates)` entries that adds nothing.
+    fn empty((units, candidates): (usize, usize)) -> Part {
+        Part { units: vec![0; units], candidates: vec![Resampled::IDENTITY; candidates] }
+    }
+
+    fn write(&self, w: &mut Writer) {
+        for &u in &self.units {
+            w.u64(u as u64);
+            w.u64((u >> 64) as u64);
+        }
+        for c in &self.candidates {
+            w.arg_max(c.residual);
+            w.arg_max(c.target);
+        }
+    }
+
+    /// Adds another rank's part, read from `r`.
+    fn add(&mut self, r: &mut Reader) {
+        for u in &mut self.units {
+            *u += u128::from(r.u64()) | u128::from(r.u64()) << 64;
+        }
+        for c in &mut self.candidates {
+            *c = c.combine(Resampled { residual: r.arg_max(), target: r.arg_max() });
+        }
+    }
+}
+
+/// Block verification's weights `p_1 ..= p_block` from the drafts' ratios,
+/// as `block_verify` forms them.
+fn weights(ratios: &[f64]) -> Vec<f64> {
+    ratios
+        .iter()
+        .scan(1.0, |p, &r| {
+            *p = next_weight(*p, r);
+            Some(*p)
+        })
+        .collect()
+}
+
+/// What the walk after round 1 decided for a request.
+enum Plan {
+    /// A greedy request: `j` drafts accepted, then `token`.
+    Greedy { j: usize, token: u32 },
+    /// The token rule: `j` drafts accepted, then a token from row `j`: the
+    /// residual of the `rejected` draft, or (`None`) the target.
+    Draw { j: usize, rejected: Option<i32> },
+    /// Block verification of the drafts with these ratios `p(d)/q(d)`: `τ`
+    /// waits for the residual masses of round 2.
+    Block { ratios: Vec<f64> },
+}
+
+impl Plan {
+    /// The residual-mass parts and candidates its round-2 [`Part`] holds.
+    fn sizes(&self, has_draft: bool) -> (usize, usize) {
+        match self {
+            Plan::Greedy { .. } => (0, 0),
+            Plan::Draw { .. } => (0, 1),
+            Plan::Block { ratios } => (if has_draft { ratios.len() - 1 } else { 0 }, ratios.len() + 1),
+        }
+    }
+
+    /// Request `r`'s outputs, from round 2's combined `part`.
+    fn verdict(&self, args: &RejectionSample<'_, Host>, totals: &[RowTotals], r: usize, part: &Part) -> Verdict {
+        match self {
+            Plan::Greedy { j, token } => Verdict { j: *j, last: *token },
+            Plan::Draw { j, .. } => Verdict { j: *j, last: part.candidates[0].token() },
+            Plan::Block { ratios } => {
+                let (s, o0) = (sampler(args, r), args.offsets[r] as usize);
+                let residual_mass = |i: usize, w: f64| match part.units.get(i - 1) {
+                    Some(&units) => mass(units),
+                    None => {
+                        let t = &totals[o0 + i];
+                        one_hot_mass(w, t.drafted.0 - t.lse_t)
+                    }
+                };
+                let word = |i: usize| random_u32(s.seed, args.pos[o0 + i], Stream::Accept, 0);
+                let (tau, _) = block_verify(&mut ratios.clone(), residual_mass, word);
+                Verdict { j: tau, last: part.candidates[tau].token() }
+            }
+        }
+    }
 }
 
 /// Request `r`'s walk over its drafts, from the rows' totals: the
@@ -389,33 +512,47 @@ fn plan(args: &RejectionSample<'_, Host>, totals: &[RowTotals], r: usize) -> Pla
     let s = sampler(args, r);
     let (o0, o1) = (args.offsets[r] as usize, args.offsets[r + 1] as usize);
     let n = o1 - o0 - 1;
-    let mut j = n;
-    let mut rejected = None;
-    for i in 0..n {
-        let (row, d) = (o0 + i, args.drafts[o0 + i]);
-        if d == -1 {
-            j = i;
-            break;
+    let word = |i: usize| random_u32(s.seed, args.pos[o0 + i], Stream::Accept, 0);
+    // `(log p(d), log q(d))` of the draft at row `i` (one-hot: `log q = 0`).
+    let log_probs = |i: usize| {
+        let t = &totals[o0 + i];
+        let log_q = if args.draft_logits.is_some() { t.drafted.1 - t.lse_q } else { 0.0 };
+        (t.drafted.0 - t.lse_t, log_q)
+    };
+    if args.verification == Verification::Block && !s.greedy {
+        let block = args.drafts[o0..o0 + n].iter().position(|&d| d == -1).unwrap_or(n);
+        if block == 0 {
+            return Plan::Draw { j: 0, rejected: None };
         }
-        let word = random_u32(s.seed, args.pos[row], Stream::Accept, 0);
+        let ratios = (0..block).map(|i| {
+            let (log_p, log_q) = log_probs(i);
+            ratio(log_p, log_q)
+        });
+        return Plan::Block { ratios: ratios.collect() };
+    }
+    for i in 0..n {
+        let d = args.drafts[o0 + i];
+        if d == -1 {
+            return if s.greedy {
+                Plan::Greedy { j: i, token: totals[o0 + i].argmax }
+            } else {
+                Plan::Draw { j: i, rejected: None }
+            };
+        }
         let synthetic = match args.verification {
-            Verification::Synthetic(rates) => Some(below(word, f64::from(rates[i]))),
+            Verification::Synthetic(rates) => Some(below(word(i), f64::from(rates[i]))),
             _ => None,
         };
-        let t = &totals[row];
-        let accepted = if s.greedy {
-            synthetic.unwrap_or(d as u32 == t.argmax)
-        } else {
-            synthetic.unwrap_or_else(|| {
-                let log_q = if args.draft_logits.is_some() { t.drafted.1 - t.lse_q } else { 0.0 };
-                accepts(word, log_q, t.drafted.0 - t.lse_t)
-            })
-        };
-        if !accepted {
-            j = i;
-            rejected = (!s.greedy).then_some(d);
-            break;
+        if s.greedy {
+            if !synthetic.unwrap_or(d as u32 == totals[o0 + i].argmax) {
+                return Plan::Greedy { j: i, token: totals[o0 + i].argmax };
+            }
+        } else if !synthetic.unwrap_or_else(|| {
+            let (log_p, log_q) = log_probs(i);
+            accepts(word(i), log_q, log_p)
+        }) {
+            return Plan::Draw { j: i, rejected: Some(d) };
         }
     }
-    Plan { j, greedy: s.greedy.then(|| totals[o0 + j].argmax), rejected }
+    if s.greedy { Plan::Greedy { j: n, token: totals[o0 + n].argmax } } else { Plan::Draw { j: n, rejected: None } }
 }
