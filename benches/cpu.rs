@@ -21,6 +21,10 @@
 //!   with the same filters) unfiltered and with the filter settings
 //!   (k = 50 and P = 0.9; k = 20; m = 0.05; P = 0.95), side by side:
 //!   throughput in rows, so each setting's time over `off`'s is its cost.
+//! - `sharded_cpu`: the `outputs_cpu` verify call (B = 4, K = 3, V = 32,000,
+//!   bf16 draft logits) unsharded and split over 2 ranks (`InProcess`, one
+//!   scoped thread a rank, spawned in every iteration), side by side; prints
+//!   the bytes each rank sends in each exchange.
 //! - `host_overhead`: a whole call on the smallest input (`Backend::cpu()`,
 //!   rows = 1, V = 1), and the argument validation alone: calls whose only
 //!   error is in the last value checked, so every check runs and nothing is
@@ -507,12 +511,65 @@ fn overhead(c: &mut Criterion) {
     group.finish();
 }
 
+/// The `outputs_cpu` call split by vocabulary over `P = 2` ranks, beside the
+/// unsharded call (`Cpu::sharded_rejection_sample`, REFERENCE §9).
+fn sharded(c: &mut Criterion) {
+    let mut group = c.benchmark_group("sharded_cpu");
+    let (vocab, k, b) = (32_000usize, 3usize, 4usize);
+    let batch = VerifyBatch::new(b, k, vocab, 11);
+    let whole = batch.call(Verification::Token);
+    let rows = b * (k + 1);
+    let (mut tokens, mut num_emitted) = (vec![0i32; rows], vec![0i32; b]);
+    let name = |what: &str| BenchmarkId::new(what, format!("B={b}/K={k}/V={vocab}/bf16-draft"));
+    group.bench_function(name("unsharded"), |bench| bench.iter(|| verify(&whole, &mut tokens, &mut num_emitted)));
+    // Each rank's columns of the target rows and of the draft rows.
+    let ranges = [0..vocab / 2, vocab / 2..vocab];
+    let columns = |ranges: &std::ops::Range<usize>| {
+        let of = |n: usize, width| (0..n).flat_map(move |r| r * width + ranges.start..r * width + ranges.end);
+        let target: Vec<f32> = of(rows, vocab).map(|i| batch.target[i]).collect();
+        let draft: Vec<bf16> = of(b * k, vocab).map(|i| batch.draft[i]).collect();
+        (target, draft)
+    };
+    let parts: Vec<(Vec<f32>, Vec<bf16>)> = ranges.iter().map(columns).collect();
+    let (round_1, round_2) = (24 + rows * 940, 4 + b * 16);
+    eprintln!("sharded_cpu: each rank sends {round_1} bytes in round 1 and {round_2} in round 2");
+    let batch = &batch;
+    group.bench_function(name("P=2 in-process"), |bench| {
+        bench.iter(|| {
+            std::thread::scope(|s| {
+                let ranks: Vec<_> = specdec::shard::InProcess::group(2)
+                    .into_iter()
+                    .zip(&parts)
+                    .zip(&ranges)
+                    .map(|((mut exchange, (target, draft)), range)| {
+                        s.spawn(move || {
+                            let width = range.len();
+                            let args = RejectionSample {
+                                target: Logits::new(target, rows, width),
+                                draft_logits: Some(DraftLogits::new(draft, DraftLogitsShape::dense(b, k, width))),
+                                ..batch.call(Verification::Token)
+                            };
+                            let shard = specdec::shard::Shard { offset: range.start, vocab };
+                            let (mut tokens, mut num_emitted) = (vec![0i32; rows], vec![0i32; b]);
+                            let mut out = RejectionOutput::new(&mut tokens, &mut num_emitted);
+                            Cpu.sharded_rejection_sample(shard, &mut exchange, &args, &mut out).expect("sharded call");
+                            black_box(num_emitted[0])
+                        })
+                    })
+                    .collect();
+                ranks.into_iter().map(|h| h.join().expect("a rank panicked")).sum::<i32>()
+            })
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = gumbel, memory_bound, rejection, threads, filters, outputs, overhead
+    targets = gumbel, memory_bound, rejection, threads, filters, outputs, sharded, overhead
 }
 criterion_main!(benches);

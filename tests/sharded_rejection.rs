@@ -24,18 +24,24 @@ fn check_equal(v: &Verify, shards: &[Shard], ctx: &str) -> Verified {
     want
 }
 
-/// A NaN at a random id of some target rows and some draft rows.
-fn add_nans(v: &mut Verify, rng: &mut Rng) {
+/// A NaN (or, more rarely, a `+inf`) at a random id of some target rows and
+/// some draft rows.
+fn add_specials(v: &mut Verify, rng: &mut Rng) {
+    let special = |rng: &mut Rng| match rng.below(10) {
+        0..=2 => Some(f32::NAN),
+        3 => Some(f32::INFINITY),
+        _ => None,
+    };
     for row in 0..v.rows {
-        if rng.below(5) == 0 {
-            v.target.set_f32(row * v.row_stride + rng.below(v.vocab), f32::NAN);
+        if let Some(x) = special(rng) {
+            v.target.set_f32(row * v.row_stride + rng.below(v.vocab), x);
         }
     }
     if let Some((values, shape)) = &mut v.draft {
         for slot in 0..shape.slots {
             for i in 0..shape.k {
-                if rng.below(5) == 0 {
-                    values.set_f32(slot * shape.stride0 + i * shape.stride1 + rng.below(v.vocab), f32::NAN);
+                if let Some(x) = special(rng) {
+                    values.set_f32(slot * shape.stride0 + i * shape.stride1 + rng.below(v.vocab), x);
                 }
             }
         }
@@ -59,7 +65,7 @@ impl Coverage {
 }
 
 /// Random ragged batches (greedy, sampling and padding requests, placeholders,
-/// `-inf` and NaN logits, drafts that are accepted and rejected) over 1, 2,
+/// `-inf`, `+inf` and NaN logits, drafts that are accepted and rejected) over 1, 2,
 /// 3 and 8 uneven shards, for every target dtype, one-hot and draft-logits
 /// verification, the token rule and block verification, `V` up to 151,936.
 #[test]
@@ -79,7 +85,7 @@ fn sharded_verification_is_the_unsharded_one() {
                 for verification in [Verification::Token, Verification::Block] {
                     let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft));
                     v.verification = verification;
-                    add_nans(&mut v, &mut rng);
+                    add_specials(&mut v, &mut rng);
                     let shards = shards(vocab, ranks, &mut rng);
                     let ctx = format!("{verification:?}, {target:?} target, {draft:?} draft, V {vocab}, P {ranks}");
                     let out = check_equal(&v, &shards, &ctx);

@@ -13,7 +13,7 @@
 //! residual masses, from which every rank finds the same `τ`.
 
 use super::rejection::{Verdict, draft_candidates, mass, one_hot_candidates, residual_units, write_request};
-use super::simd::{Level, Logit};
+use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax};
 use crate::error::{Error, Result};
 use crate::memory::Host;
@@ -331,15 +331,11 @@ impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
                         st.greedy = ArgMax { value, index: self.offset as u32 + at };
                     }
                 } else if row + 1 < o1 && d != -1 {
-                    let sum = |values: &mut dyn Iterator<Item = f32>| {
-                        let mut sum = ExpSum::EMPTY;
-                        values.for_each(|x| sum.push(s.scaled(x)));
-                        sum
-                    };
-                    st.target = sum(&mut values.iter().map(|x| x.to_f32()));
+                    let unfiltered = f32::NEG_INFINITY;
+                    st.target = simd::exp_sum_kept(self.level, &s, values, unfiltered);
                     let draft = self.draft_row(r, i);
                     if let Some(q) = draft {
-                        st.draft = sum(&mut q.iter().map(|x| x.to_f32()));
+                        st.draft = simd::exp_sum_kept(self.level, &s, q, unfiltered);
                     }
                     if let Some(at) = self.local(d) {
                         let y_q = draft.map_or(f32::NEG_INFINITY, |q| s.scaled(q[at].to_f32()));

@@ -4,13 +4,13 @@
 //! lanes; the high halves carry garbage that is never read.
 
 use super::{
-    COARSE_BOUND, LATER_ROUNDS, LSE_LANES, Logit, RowKey, TOP_BUCKET, fold_scalar, fold_survivors, padded_tail,
+    Buckets, COARSE_BOUND, LATER_ROUNDS, LSE_LANES, Logit, RowKey, TOP_BUCKET, fold_scalar, fold_survivors, padded_tail,
 };
 use core::arch::x86_64::*;
 use core::mem::transmute;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::{Bf16, F16};
-use specdec_core::exp_sum::{EXP2_COEFFICIENTS, ROUND, SCALE, TWO52, U_MAX, WINDOW};
+use specdec_core::exp_sum::{BUCKETS, EXP2_COEFFICIENTS, ROUND, SCALE, TWO52, U_MAX, WINDOW};
 use specdec_core::gumbel::GUMBEL_MAX;
 use specdec_core::rng::{M0, M1};
 use specdec_core::sample::Sampler;
@@ -187,6 +187,20 @@ pub(super) unsafe fn window_sum<L: Logit>(scale: f32, top: i32, values: &[L], ta
 #[target_feature(enable = "avx2")]
 #[inline]
 fn window_parts(y: __m256d, base: __m256i) -> (__m256i, __m256i) {
+    let (k, m) = terms(y);
+    let s = _mm256_sub_epi64(k, base);
+    // Kept where `s >= 0` (not `0 > s`).
+    let m = _mm256_andnot_si256(_mm256_cmpgt_epi64(_mm256_setzero_si256(), s), m);
+    // `s <= WINDOW`, so the high half's shift is at least 8 (a dead lane's is
+    // anything: its `m` is 0).
+    (_mm256_sllv_epi64(m, s), _mm256_srlv_epi64(m, _mm256_sub_epi64(_mm256_set1_epi64x(64), s)))
+}
+
+/// `specdec_core::exp_sum::term` of 4 values `y` (`f64`), step for step:
+/// `(k, m)` in 64-bit lanes, `m = 0` where `y` is NaN or `-inf`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn terms(y: __m256d) -> (__m256i, __m256i) {
     let live = _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_GT_OQ>(y, _mm256_set1_pd(f64::NEG_INFINITY)));
     let u = _mm256_mul_pd(y, _mm256_set1_pd(core::f64::consts::LOG2_E));
     let u = _mm256_min_pd(_mm256_max_pd(u, _mm256_set1_pd(-U_MAX)), _mm256_set1_pd(U_MAX));
@@ -205,13 +219,31 @@ fn window_parts(y: __m256d, base: __m256i) -> (__m256i, __m256i) {
         _mm256_castpd_si256(_mm256_add_pd(_mm256_mul_pd(p, _mm256_set1_pd(SCALE)), two52)),
         _mm256_castpd_si256(two52),
     );
-    let s = _mm256_sub_epi64(k, base);
-    // Live where finite and `s >= 0` (not `0 > s`).
-    let live = _mm256_andnot_si256(_mm256_cmpgt_epi64(_mm256_setzero_si256(), s), live);
-    let m = _mm256_and_si256(live, m);
-    // `s <= WINDOW`, so the high half's shift is at least 8 (a dead lane's is
-    // anything: its `m` is 0).
-    (_mm256_sllv_epi64(m, s), _mm256_srlv_epi64(m, _mm256_sub_epi64(_mm256_set1_epi64x(64), s)))
+    (k, _mm256_and_si256(live, m))
+}
+
+/// `super::bucket_sums` on AVX2: the terms 4 at a time, added to their
+/// buckets by [`Buckets::add`].
+///
+/// # Safety
+/// The CPU supports AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn bucket_sums<L: Logit>(scale: f32, top: i32, values: &[L], tau: f32) -> [u64; BUCKETS] {
+    let mut buckets = Buckets::default();
+    let mut add = |y: __m128| {
+        let (k, m) = terms(_mm256_cvtps_pd(y));
+        // SAFETY: a vector is 4 plain 64-bit lanes.
+        let (k, m) = unsafe { (transmute::<__m256i, [i64; 4]>(k), transmute::<__m256i, [u64; 4]>(m)) };
+        buckets.add(top, &k, &m);
+    };
+    // SAFETY: forwarded.
+    unsafe {
+        for_each_group(scale, values, tau, |_, y| {
+            add(_mm256_castps256_ps128(y));
+            add(_mm256_extractf128_ps::<1>(y));
+        })
+    };
+    buckets.total()
 }
 
 /// Calls `f(h, y)` on the scaled logits of `values` 16 at a time, as two

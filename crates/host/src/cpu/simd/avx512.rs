@@ -4,13 +4,13 @@
 //! lanes; the high halves carry garbage that is never read.
 
 use super::{
-    COARSE_BOUND, LATER_ROUNDS, LSE_LANES, Logit, RowKey, TOP_BUCKET, fold_scalar, fold_survivors, padded_tail,
+    Buckets, COARSE_BOUND, LATER_ROUNDS, LSE_LANES, Logit, RowKey, TOP_BUCKET, fold_scalar, fold_survivors, padded_tail,
 };
 use core::arch::x86_64::*;
 use core::mem::transmute;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::{Bf16, F16};
-use specdec_core::exp_sum::{EXP2_COEFFICIENTS, ROUND, SCALE, TWO52, U_MAX, WINDOW};
+use specdec_core::exp_sum::{BUCKETS, EXP2_COEFFICIENTS, ROUND, SCALE, TWO52, U_MAX, WINDOW};
 use specdec_core::gumbel::GUMBEL_MAX;
 use specdec_core::rng::{M0, M1};
 use specdec_core::sample::Sampler;
@@ -180,6 +180,19 @@ pub(super) unsafe fn window_sum<L: Logit>(scale: f32, top: i32, values: &[L], ta
 #[target_feature(enable = "avx512f")]
 #[inline]
 fn window_parts(y: __m512d, base: __m512i) -> (__m512i, __m512i) {
+    let (k, m) = terms(y);
+    let s = _mm512_sub_epi64(k, base);
+    let m = _mm512_maskz_mov_epi64(_mm512_cmpge_epi64_mask(s, _mm512_setzero_si512()), m);
+    // `s <= WINDOW`, so the high half's shift is at least 8 (a dead lane's is
+    // anything: its `m` is 0).
+    (_mm512_sllv_epi64(m, s), _mm512_srlv_epi64(m, _mm512_sub_epi64(_mm512_set1_epi64(64), s)))
+}
+
+/// `specdec_core::exp_sum::term` of 8 values `y` (`f64`), step for step:
+/// `(k, m)` in 64-bit lanes, `m = 0` where `y` is NaN or `-inf`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn terms(y: __m512d) -> (__m512i, __m512i) {
     let live = _mm512_cmp_pd_mask::<_CMP_GT_OQ>(y, _mm512_set1_pd(f64::NEG_INFINITY));
     let u = _mm512_mul_pd(y, _mm512_set1_pd(core::f64::consts::LOG2_E));
     let u = _mm512_min_pd(_mm512_max_pd(u, _mm512_set1_pd(-U_MAX)), _mm512_set1_pd(U_MAX));
@@ -198,12 +211,31 @@ fn window_parts(y: __m512d, base: __m512i) -> (__m512i, __m512i) {
         _mm512_castpd_si512(_mm512_add_pd(_mm512_mul_pd(p, _mm512_set1_pd(SCALE)), two52)),
         _mm512_castpd_si512(two52),
     );
-    let s = _mm512_sub_epi64(k, base);
-    let live = _mm512_mask_cmpge_epi64_mask(live, s, _mm512_setzero_si512());
-    let m = _mm512_maskz_mov_epi64(live, m);
-    // `s <= WINDOW`, so the high half's shift is at least 8 (a dead lane's is
-    // anything: its `m` is 0).
-    (_mm512_sllv_epi64(m, s), _mm512_srlv_epi64(m, _mm512_sub_epi64(_mm512_set1_epi64(64), s)))
+    (k, _mm512_maskz_mov_epi64(live, m))
+}
+
+/// `super::bucket_sums` on AVX-512F: the terms 8 at a time, added to their
+/// buckets by [`Buckets::add`].
+///
+/// # Safety
+/// The CPU supports AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn bucket_sums<L: Logit>(scale: f32, top: i32, values: &[L], tau: f32) -> [u64; BUCKETS] {
+    let mut buckets = Buckets::default();
+    let mut add = |y: __m256| {
+        let (k, m) = terms(_mm512_cvtps_pd(y));
+        // SAFETY: a vector is 8 plain 64-bit lanes.
+        let (k, m) = unsafe { (transmute::<__m512i, [i64; 8]>(k), transmute::<__m512i, [u64; 8]>(m)) };
+        buckets.add(top, &k, &m);
+    };
+    // SAFETY: forwarded.
+    unsafe {
+        for_each_group(scale, values, tau, |y| {
+            add(_mm512_castps512_ps256(y));
+            add(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(y))));
+        })
+    };
+    buckets.total()
 }
 
 /// Calls `f` on the scaled logits of `values` 16 at a time, those outside

@@ -292,6 +292,77 @@ fn window_sum<L: Logit>(level: Level, s: &Sampler, top: i32, values: &[L], tau: 
     }
 }
 
+/// The [`ExpSum`] of the kept scaled values of `values` (as [`lse_kept`]
+/// reads them): the buckets a vocabulary shard sends, equal to pushing every
+/// value. Two passes, like [`lse_kept`]: the maximum, then each term into
+/// the bucket of its `k` below the maximum's.
+///
+/// [`ExpSum`]: specdec_core::exp_sum::ExpSum
+pub(super) fn exp_sum_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], tau: f32) -> exp_sum::ExpSum {
+    debug_assert!(level.supported());
+    let lanes = match level {
+        Level::Scalar => lane_max_scalar(s, values, tau),
+        // SAFETY: the caller has checked that the CPU supports the level.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => unsafe { avx2::lane_max(s.scale, values, tau) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => unsafe { avx512::lane_max(s.scale, values, tau) },
+    };
+    let m = lanes.iter().fold(f32::NEG_INFINITY, |m, &y| max_ps(y, m));
+    if m.is_infinite() {
+        return exp_sum::ExpSum::from_parts(m, [0; exp_sum::BUCKETS]);
+    }
+    let top = exp_sum::term(m).k;
+    let buckets = match level {
+        Level::Scalar => {
+            let mut buckets = Buckets::default();
+            for x in values {
+                let y = kept_scaled(s, x.to_f32(), tau);
+                if y.is_finite() {
+                    let t = exp_sum::term(y);
+                    buckets.add(top, &[i64::from(t.k)], &[t.m]);
+                }
+            }
+            buckets.total()
+        }
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => unsafe { avx2::bucket_sums(s.scale, top, values, tau) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => unsafe { avx512::bucket_sums(s.scale, top, values, tau) },
+    };
+    exp_sum::ExpSum::from_parts(m, buckets)
+}
+
+/// Bucket sums being added, in four copies (a term goes to copy `lane % 4`)
+/// so that terms of one bucket in a row do not wait on each other's adds.
+struct Buckets([[u64; exp_sum::BUCKETS]; 4]);
+
+impl Default for Buckets {
+    fn default() -> Self {
+        Buckets([[0; exp_sum::BUCKETS]; 4])
+    }
+}
+
+impl Buckets {
+    /// Adds terms `(k[l], m[l])` below a largest `k` of `top` (`m = 0`: no term).
+    #[inline(always)]
+    fn add(&mut self, top: i32, k: &[i64], m: &[u64]) {
+        for (l, (&k, &m)) in k.iter().zip(m).enumerate() {
+            let j = i64::from(top) - k;
+            if m != 0 && j <= i64::from(exp_sum::WINDOW) {
+                self.0[l % 4][j as usize] += m;
+            }
+        }
+    }
+
+    fn total(&self) -> [u64; exp_sum::BUCKETS] {
+        core::array::from_fn(|j| self.0.iter().map(|copy| copy[j]).sum())
+    }
+}
+
 /// Lanes of [`lse`]'s maximum: one AVX-512 vector, two AVX2 ones.
 const LSE_LANES: usize = 16;
 
@@ -726,7 +797,8 @@ mod tests {
 
     /// Every level's log-sum-exp, of the whole row and of a kept set, is the
     /// definition's: `ExpSum` over the same scaled values, bit for bit (so
-    /// every split of the row, a vocabulary shard's too, gives it).
+    /// every split of the row, a vocabulary shard's too, gives it); and
+    /// every level's buckets ([`exp_sum_kept`]) are the pushed ones.
     #[test]
     fn lse_is_the_exp_sum() {
         for row in lse_rows() {
@@ -739,6 +811,9 @@ mod tests {
                     let mut sum = exp_sum::ExpSum::EMPTY;
                     ys.iter().filter(|&&y| tau == f32::NEG_INFINITY || y >= tau).for_each(|&y| sum.push(y));
                     for level in Level::ALL.iter().copied().filter(|l| l.supported()) {
+                        let buckets = exp_sum_kept(level, &s, &row.values, tau);
+                        assert_eq!(buckets.buckets(), sum.buckets(), "{level:?} row '{}', T={t}, tau={tau}", row.what);
+                        assert_eq!(buckets.lse().to_bits(), sum.lse().to_bits(), "{level:?} row '{}'", row.what);
                         let got = lse_kept(level, &s, &row.values, tau);
                         assert_eq!(
                             got.to_bits(),
