@@ -4,21 +4,23 @@
 //! every backend gives the same bits.
 //!
 //! Each finite term `y` is written in base 2 with a rule that needs no
-//! maximum ([`term`]): `u = y·log2(e)` in `f64`, `k` = `u` rounded to the
-//! nearest integer, `m = round(2^(u − k) · 2^33)`, an integer in `[2^32.5,
-//! 2^33.5]`, so `e^y ≈ m · 2^(k − 33)` (to `2^-33` of itself). A set's sum
-//! is **the exact sum of `m · 2^(k − 33)` over its terms with `k >= K −
-//! WINDOW`**, `K` the largest `k`: every term within `2^-56` of the largest
-//! is added exactly, as integers, every smaller one is dropped (together at
-//! most `2^-26` of the largest, for `2^30` terms). Its log-sum-exp is
-//! [`lse`]: `M + ln(A / (m_M · 2^56))`, `M` the set's maximum and `A` the
-//! sum in units of `2^(K − 56 − 33)`.
+//! maximum ([`term`]), in `f32` arithmetic: `u = y·log2(e)` as an unevaluated
+//! sum `a + b` (exact products by a split of `y`), `k` near `a + b` (each
+//! half rounded), `m = 2^(u − k) · 2^24` from a polynomial, an integer near
+//! `[2^23.5, 2^24.5]`, so `e^y ≈ m · 2^(k − 24)` (to about `2^-22` of
+//! itself, as an `f32` exponential). A set's sum is **the exact sum of
+//! `m · 2^(k − 24)` over its terms with `k >= K − WINDOW`**, `K` the largest
+//! `k`: every term within `2^-56` of the largest is added exactly, as
+//! integers, every smaller one is dropped (together at most `2^-26` of the
+//! largest, for `2^30` terms). Its log-sum-exp is [`lse`]: `M + ln(A / (m_M ·
+//! 2^56))`, `M` the set's maximum and `A` the sum in units of `2^(K − 56 − 24)`.
 //!
 //! [`ExpSum`] keeps the sum of any set as buckets of `m` by `k` (what a
 //! vocabulary shard sends), [`window_part`] one term's part of `A` where `K`
 //! is already known (the CPU's fast path: one pass for the maximum, one for
-//! the sum). Only IEEE-rounded `+ −` and `×` and integer operations, so every
-//! backend forms the same `(k, m)` from the same `y`.
+//! the sum). Only IEEE-rounded `f32` `+ − ×`, truncating conversions and
+//! integer operations, so every backend (a GPU's `f32` units too) forms the
+//! same `(k, m)` from the same `y`.
 
 use crate::gumbel::ln;
 
@@ -26,65 +28,86 @@ use crate::gumbel::ln;
 pub const WINDOW: i32 = 56;
 /// Buckets of an [`ExpSum`]: `k = K, K − 1, …, K − WINDOW`.
 pub const BUCKETS: usize = WINDOW as usize + 1;
-/// Bits of `m` below its leading one, about: `m` is in `[2^32.5, 2^33.5]`, so a
-/// bucket of `2^30` terms (`MAX_VOCAB`) stays below `2^64`.
-const FRACTION_BITS: i32 = 33;
-/// `|u|` is clamped here, so that `k` fits an `i32`. A scaled logit this large
-/// (`|y| > 7.4e8`) has an `f32` spacing of 64 or more, which any
+/// `m` is `2^r · 2^FRACTION_BITS`, `|r| <= 1/2` (a little more far out),
+/// so a bucket of `2^30` terms (`MAX_VOCAB`) stays far below `2^64`.
+const FRACTION_BITS: i32 = 24;
+/// `|y|` is clamped here, so that `k` fits an `i32` and `y·4097` is finite.
+/// A scaled logit this large has an `f32` spacing of 32 or more, which any
 /// `ln(count) <= 21` a tie adds to its log-sum-exp rounds away.
-pub const U_MAX: f64 = (1u64 << 30) as f64;
-/// `1.5·2^52`: `(u + ROUND) − ROUND` is `u` rounded to an integer (ties to
-/// even) for `|u| < 2^51`, and `bits(u + ROUND) − bits(ROUND)` that integer.
-pub const ROUND: f64 = 6_755_399_441_055_744.0;
-/// `2^52`: `bits(x + TWO52) − bits(TWO52)` is `x` rounded to an integer, for
-/// `0 <= x < 2^52`.
-pub const TWO52: f64 = 4_503_599_627_370_496.0;
-/// `2^FRACTION_BITS`.
-pub const SCALE: f64 = (1u64 << FRACTION_BITS) as f64;
+pub const Y_MAX: f32 = 536_870_912.0;
+/// `2^12 + 1`: `y·SPLIT − (y·SPLIT − y)` is `y`'s top 12 bits (Veltkamp).
+pub const SPLIT: f32 = 4097.0;
+/// `log2(e)` to 12 bits (`0x3fb8a000`: products with 12-bit halves of `y`
+/// are exact) and the rest, rounded.
+pub const LOG2E_HI: f32 = f32::from_bits(0x3fb8_a000);
+pub const LOG2E_LO: f32 = f32::from_bits(0x39a3_b296);
+/// `2^FRACTION_BITS`: `m = p·SCALE` is an integer for any `f32` `p` in `[1/2, 2)`.
+pub const SCALE: f32 = (1u32 << FRACTION_BITS) as f32;
 
-/// `(ln 2)^n / n!` for `n = 1..=9`, by a running product (what matters is
-/// that every backend reads the same constants): `2^r = 1 + Σ c_n r^n`,
-/// truncated below `2^-37` for `|r| <= 1/2`.
-pub const EXP2_COEFFICIENTS: [f64; 9] = {
-    let mut c = [0.0; 9];
-    let mut term = 1.0;
+/// `(ln 2)^n / n!` for `n = 1..=7`, rounded once to `f32` from `f64`:
+/// `2^r = 1 + Σ c_n r^n`, truncated below `2^-27` for `|r| <= 1/2`.
+pub const EXP2_COEFFICIENTS: [f32; 7] = {
+    let mut c = [0.0; 7];
+    let mut term = 1.0f64;
     let mut n = 0;
-    while n < 9 {
+    while n < 7 {
         term = term * core::f64::consts::LN_2 / (n + 1) as f64;
-        c[n] = term;
+        c[n] = term as f32;
         n += 1;
     }
     c
 };
 
-/// A finite `e^y` as `m · 2^(k − 33)` ([`term`]).
+/// A finite `e^y` as `m · 2^(k − 24)` ([`term`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Term {
     pub k: i32,
     pub m: u64,
 }
 
-/// The term of a finite `y` (module docs): `u = clamp(y·log2 e, ±2^30)`,
-/// `k = round(u)` (ties to even), `r = u − k` (exact, `|r| <= 1/2`), `2^r` by
-/// Horner over [`EXP2_COEFFICIENTS`], `m = round(2^r · 2^33)`. The vector
-/// code in the CPU backend follows it operation for operation.
+/// The term of a finite `y` (module docs), step by step (the vector code
+/// in the CPU backend follows it operation for operation):
+///
+/// 1. `y` clamped to `±Y_MAX`, split exactly into `yh + yl` (12 bits each);
+/// 2. `u = a + b`: `a = yh·LOG2E_HI` (exact), `b = yl·LOG2E_HI + y·LOG2E_LO`;
+/// 3. `k = ka + kb`, `r = (a − ka) + (b − kb)` (both differences exact), with
+///    `ka`, `kb` the halves rounded ([`round_half_away`]); then `r` moved into
+///    `[-1/2, 1/2]` by one, and `k` the other way, where it is past it;
+/// 4. `p = 2^r` by Horner over [`EXP2_COEFFICIENTS`], `m = p·2^24`, exact.
 #[inline(always)]
 pub fn term(y: f32) -> Term {
-    let u = f64::from(y) * core::f64::consts::LOG2_E;
-    let u = u.clamp(-U_MAX, U_MAX);
-    let t = u + ROUND;
-    let k = t.to_bits().wrapping_sub(ROUND.to_bits()) as i32;
-    let r = u - (t - ROUND);
+    let y = y.clamp(-Y_MAX, Y_MAX);
+    let c = y * SPLIT;
+    let yh = c - (c - y);
+    let yl = y - yh;
+    let a = yh * LOG2E_HI;
+    let b = yl * LOG2E_HI + y * LOG2E_LO;
+    let (ka, kb) = (round_half_away(a), round_half_away(b));
+    let r = (a - ka as f32) + (b - kb as f32);
+    let (r, k) = if r > 0.5 {
+        (r - 1.0, ka + kb + 1)
+    } else if r < -0.5 {
+        (r + 1.0, ka + kb - 1)
+    } else {
+        (r, ka + kb)
+    };
     let c = &EXP2_COEFFICIENTS;
-    let mut p = c[8];
-    let mut n = 8;
+    let mut p = c[6];
+    let mut n = 6;
     while n > 0 {
         n -= 1;
         p = p * r + c[n];
     }
     let p = p * r + 1.0;
-    let m = (p * SCALE + TWO52).to_bits() - TWO52.to_bits();
-    Term { k, m }
+    Term { k, m: (p * SCALE) as u64 }
+}
+
+/// `x` (`|x| < 2^30`) to an integer: `trunc(x ± 1/2)`, the sign of `x`, in
+/// `f32`; within a hair of `1/2` of `x` (the sum rounds), and every backend's.
+#[inline(always)]
+pub fn round_half_away(x: f32) -> i32 {
+    let half = f32::from_bits((x.to_bits() & 0x8000_0000) | 0.5f32.to_bits());
+    (x + half) as i32
 }
 
 /// `t`'s part of the window sum `A` of a set whose largest term has `k = top`:
@@ -288,19 +311,26 @@ mod tests {
     fn lse_is_accurate() {
         for row in rows() {
             let (got, want) = (f64::from(sum_of(row.iter().copied()).lse()), exact_lse(&row));
-            assert!((got - want).abs() <= 3.0 * f64::from(f32::EPSILON) * want.abs().max(1.0), "{got} vs {want}");
+            assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "{got} vs {want}");
         }
     }
 
-    /// `m` is `2^r·2^33` to within one unit and a half, at the ends of `r`'s range too.
+    /// `m` is `2^(u − k)·2^24` to within an f32 exponential's error, `k` is
+    /// `u` rounded, and the split makes `u` exact enough far from 0.
     #[test]
     fn terms_are_accurate() {
-        for y in [0.0f32, 1.0, -1.0, 0.346_573_6, 0.346_573_62, -0.346_573_6, 12.345, -87.5, 1000.0, 1e6, -3e5] {
+        let mut ys =
+            std::vec![0.0f32, -0.0, 1.0, -1.0, 0.346_573_6, -0.346_573_6, 12.345, -87.5, 1000.0, 1e6, -3e5, 5e8];
+        let mut next = crate::xorshift(0x7e57);
+        ys.extend((0..10_000).map(|_| ((next() >> 11) as f64 / (1u64 << 53) as f64 * 400.0 - 200.0) as f32));
+        for y in ys {
             let t = term(y);
-            let want = (f64::from(y) * core::f64::consts::LOG2_E - f64::from(t.k)).exp2() * SCALE;
-            assert!((t.m as f64 - want).abs() <= 1.5, "term({y}) = {t:?}, want m = {want}");
-            assert!(t.m >= (SCALE * core::f64::consts::FRAC_1_SQRT_2) as u64 - 1);
-            assert!(t.m <= (SCALE * core::f64::consts::SQRT_2) as u64 + 1);
+            let u = f64::from(y) * core::f64::consts::LOG2_E;
+            assert!((u - f64::from(t.k)).abs() <= 0.5 + 1e-6, "term({y}) = {t:?}: k is not u rounded");
+            let want = (u - f64::from(t.k)).exp2() * f64::from(SCALE);
+            // `y·LOG2E_LO` rounds: far out, by a part of `u` much finer than `y`'s own spacing.
+            let tolerance = 4e-7 + u.abs() * 4e-11;
+            assert!((t.m as f64 - want).abs() <= tolerance * want, "term({y}) = {t:?}, want m = {want}");
         }
         // Clamped far out: ties.
         assert_eq!(term(1e9), term(f32::MAX));

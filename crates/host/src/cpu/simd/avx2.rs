@@ -10,7 +10,7 @@ use core::arch::x86_64::*;
 use core::mem::transmute;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::{Bf16, F16};
-use specdec_core::exp_sum::{BUCKETS, EXP2_COEFFICIENTS, ROUND, SCALE, TWO52, U_MAX, WINDOW};
+use specdec_core::exp_sum::{BUCKETS, EXP2_COEFFICIENTS, LOG2E_HI, LOG2E_LO, SCALE, SPLIT, WINDOW, Y_MAX};
 use specdec_core::gumbel::GUMBEL_MAX;
 use specdec_core::rng::{M0, M1};
 use specdec_core::sample::Sampler;
@@ -149,9 +149,9 @@ pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L], tau: f32) -> [
     unsafe { transmute(m) }
 }
 
-/// Step 2 of [`super::lse`] on AVX2: `super::window_sum`, 4 terms at a time
-/// in `f64` lanes, each step `specdec_core::exp_sum::term`'s, and the window
-/// parts added as 128-bit integers split into 64-bit halves.
+/// Step 2 of [`super::lse`] on AVX2: `super::window_sum`, the terms 8 at a
+/// time (`specdec_core::exp_sum::term`'s steps), their window parts added as
+/// 128-bit integers split into 64-bit halves, 4 at a time.
 ///
 /// # Safety
 /// The CPU supports AVX2 and F16C.
@@ -160,8 +160,8 @@ pub(super) unsafe fn window_sum<L: Logit>(scale: f32, top: i32, values: &[L], ta
     let base = _mm256_set1_epi64x(i64::from(top) - i64::from(WINDOW));
     let sign = _mm256_set1_epi64x(i64::MIN);
     let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-    let mut add = |y: __m128| {
-        let (t_lo, t_hi) = window_parts(_mm256_cvtps_pd(y), base);
+    let mut add = |k: __m128i, m: __m128i| {
+        let (t_lo, t_hi) = window_parts(_mm256_cvtepi32_epi64(k), _mm256_cvtepu32_epi64(m), base);
         lo = _mm256_add_epi64(lo, t_lo);
         // A carry out of the low half where the sum wrapped below the part
         // (an unsigned compare: both sign bits flipped); the mask is -1 there.
@@ -171,23 +171,22 @@ pub(super) unsafe fn window_sum<L: Logit>(scale: f32, top: i32, values: &[L], ta
     // SAFETY: forwarded.
     unsafe {
         for_each_group(scale, values, tau, |_, y| {
-            add(_mm256_castps256_ps128(y));
-            add(_mm256_extractf128_ps::<1>(y));
+            let (k, m) = terms(y);
+            add(_mm256_castsi256_si128(k), _mm256_castsi256_si128(m));
+            add(_mm256_extracti128_si256::<1>(k), _mm256_extracti128_si256::<1>(m));
         })
     };
     // SAFETY: a vector is 4 plain u64 lanes.
-    let (lo, hi): ([u64; 4], [u64; 4]) =
-        unsafe { (transmute::<__m256i, [u64; 4]>(lo), transmute::<__m256i, [u64; 4]>(hi)) };
+    let (lo, hi) = unsafe { (transmute::<__m256i, [u64; 4]>(lo), transmute::<__m256i, [u64; 4]>(hi)) };
     lo.iter().zip(&hi).map(|(&lo, &hi)| (u128::from(hi) << 64) + u128::from(lo)).sum()
 }
 
-/// The window parts of 4 values `y` (`f64`) against `base = top − WINDOW`,
-/// as low and high 64-bit halves: `m << (k − base)` for a finite `y` whose
-/// `k >= base`, else 0.
+/// The window parts of 4 terms `(k, m)` (64-bit lanes) against `base = top −
+/// WINDOW`, as low and high 64-bit halves: `m << (k − base)` where `k >=
+/// base`, else 0.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn window_parts(y: __m256d, base: __m256i) -> (__m256i, __m256i) {
-    let (k, m) = terms(y);
+fn window_parts(k: __m256i, m: __m256i, base: __m256i) -> (__m256i, __m256i) {
     let s = _mm256_sub_epi64(k, base);
     // Kept where `s >= 0` (not `0 > s`).
     let m = _mm256_andnot_si256(_mm256_cmpgt_epi64(_mm256_setzero_si256(), s), m);
@@ -196,33 +195,46 @@ fn window_parts(y: __m256d, base: __m256i) -> (__m256i, __m256i) {
     (_mm256_sllv_epi64(m, s), _mm256_srlv_epi64(m, _mm256_sub_epi64(_mm256_set1_epi64x(64), s)))
 }
 
-/// `specdec_core::exp_sum::term` of 4 values `y` (`f64`), step for step:
-/// `(k, m)` in 64-bit lanes, `m = 0` where `y` is NaN or `-inf`.
+/// `specdec_core::exp_sum::term` of 8 values `y`, step for step: `(k, m)` in
+/// 32-bit lanes, `m = 0` where `y` is NaN or `-inf`.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn terms(y: __m256d) -> (__m256i, __m256i) {
-    let live = _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_GT_OQ>(y, _mm256_set1_pd(f64::NEG_INFINITY)));
-    let u = _mm256_mul_pd(y, _mm256_set1_pd(core::f64::consts::LOG2_E));
-    let u = _mm256_min_pd(_mm256_max_pd(u, _mm256_set1_pd(-U_MAX)), _mm256_set1_pd(U_MAX));
-    let round = _mm256_set1_pd(ROUND);
-    let t = _mm256_add_pd(u, round);
-    let k = _mm256_sub_epi64(_mm256_castpd_si256(t), _mm256_castpd_si256(round));
-    let r = _mm256_sub_pd(u, _mm256_sub_pd(t, round));
+fn terms(y: __m256) -> (__m256i, __m256i) {
+    let live = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(y, _mm256_set1_ps(f32::NEG_INFINITY)));
+    let y = _mm256_min_ps(_mm256_max_ps(y, _mm256_set1_ps(-Y_MAX)), _mm256_set1_ps(Y_MAX));
+    let c = _mm256_mul_ps(y, _mm256_set1_ps(SPLIT));
+    let yh = _mm256_sub_ps(c, _mm256_sub_ps(c, y));
+    let yl = _mm256_sub_ps(y, yh);
+    let a = _mm256_mul_ps(yh, _mm256_set1_ps(LOG2E_HI));
+    let b = _mm256_add_ps(_mm256_mul_ps(yl, _mm256_set1_ps(LOG2E_HI)), _mm256_mul_ps(y, _mm256_set1_ps(LOG2E_LO)));
+    let (ka, kb) = (round_half_away(a), round_half_away(b));
+    let r = _mm256_add_ps(_mm256_sub_ps(a, _mm256_cvtepi32_ps(ka)), _mm256_sub_ps(b, _mm256_cvtepi32_ps(kb)));
+    let k = _mm256_add_epi32(ka, kb);
+    // Masks of all ones where `r` is past 1/2 (or -1/2): `k` minus the mask adds one.
+    let one = _mm256_set1_ps(1.0);
+    let up = _mm256_cmp_ps::<_CMP_GT_OQ>(r, _mm256_set1_ps(0.5));
+    let down = _mm256_cmp_ps::<_CMP_LT_OQ>(r, _mm256_set1_ps(-0.5));
+    let r = _mm256_add_ps(_mm256_sub_ps(r, _mm256_and_ps(up, one)), _mm256_and_ps(down, one));
+    let k = _mm256_add_epi32(_mm256_sub_epi32(k, _mm256_castps_si256(up)), _mm256_castps_si256(down));
     let c = &EXP2_COEFFICIENTS;
-    let mut p = _mm256_set1_pd(c[8]);
-    for &c in c[..8].iter().rev() {
-        p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(c));
+    let mut p = _mm256_set1_ps(c[6]);
+    for &c in c[..6].iter().rev() {
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(c));
     }
-    let p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(1.0));
-    let two52 = _mm256_set1_pd(TWO52);
-    let m = _mm256_sub_epi64(
-        _mm256_castpd_si256(_mm256_add_pd(_mm256_mul_pd(p, _mm256_set1_pd(SCALE)), two52)),
-        _mm256_castpd_si256(two52),
-    );
+    let p = _mm256_add_ps(_mm256_mul_ps(p, r), one);
+    let m = _mm256_cvttps_epi32(_mm256_mul_ps(p, _mm256_set1_ps(SCALE)));
     (k, _mm256_and_si256(live, m))
 }
 
-/// `super::bucket_sums` on AVX2: the terms 4 at a time, added to their
+/// `specdec_core::exp_sum::round_half_away` of 8 values.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn round_half_away(x: __m256) -> __m256i {
+    let sign = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN)));
+    _mm256_cvttps_epi32(_mm256_add_ps(x, _mm256_or_ps(sign, _mm256_set1_ps(0.5))))
+}
+
+/// `super::bucket_sums` on AVX2: the terms 8 at a time, added to their
 /// buckets by [`Buckets::add`].
 ///
 /// # Safety
@@ -230,19 +242,14 @@ fn terms(y: __m256d) -> (__m256i, __m256i) {
 #[target_feature(enable = "avx2,f16c")]
 pub(super) unsafe fn bucket_sums<L: Logit>(scale: f32, top: i32, values: &[L], tau: f32) -> [u64; BUCKETS] {
     let mut buckets = Buckets::default();
-    let mut add = |y: __m128| {
-        let (k, m) = terms(_mm256_cvtps_pd(y));
-        // SAFETY: a vector is 4 plain 64-bit lanes.
-        let (k, m) = unsafe { (transmute::<__m256i, [i64; 4]>(k), transmute::<__m256i, [u64; 4]>(m)) };
+    let mut add = |y: __m256| {
+        let (k, m) = terms(y);
+        // SAFETY: a vector is 8 plain 32-bit lanes.
+        let (k, m) = unsafe { (transmute::<__m256i, [i32; 8]>(k), transmute::<__m256i, [u32; 8]>(m)) };
         buckets.add(top, &k, &m);
     };
     // SAFETY: forwarded.
-    unsafe {
-        for_each_group(scale, values, tau, |_, y| {
-            add(_mm256_castps256_ps128(y));
-            add(_mm256_extractf128_ps::<1>(y));
-        })
-    };
+    unsafe { for_each_group(scale, values, tau, |_, y| add(y)) };
     buckets.total()
 }
 
@@ -418,6 +425,21 @@ pub(super) fn load_all<L: Load>(values: &[L]) -> Vec<f32> {
         // SAFETY: 8 elements at the pointer; the CPU has AVX2 and F16C (just checked).
         let x: [f32; 8] = unsafe { transmute(L::load8(chunk.as_ptr())) };
         out.extend_from_slice(&x);
+    }
+    out
+}
+
+/// `specdec_core::exp_sum::term` of `y` (a multiple of 8 long) by [`terms`], for the tests.
+#[cfg(test)]
+pub(super) fn terms_all(y: &[f32]) -> Vec<(i32, u32)> {
+    assert!(super::Level::Avx2.supported());
+    let mut out = Vec::with_capacity(y.len());
+    for chunk in y.chunks_exact(8) {
+        // SAFETY: 8 elements at the pointer; the CPU has AVX2 (just checked).
+        let (k, m) = unsafe { terms(_mm256_loadu_ps(chunk.as_ptr())) };
+        // SAFETY: a vector is 8 plain 32-bit lanes.
+        let (k, m) = unsafe { (transmute::<__m256i, [i32; 8]>(k), transmute::<__m256i, [u32; 8]>(m)) };
+        out.extend(k.into_iter().zip(m));
     }
     out
 }

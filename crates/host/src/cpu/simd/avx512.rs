@@ -10,7 +10,7 @@ use core::arch::x86_64::*;
 use core::mem::transmute;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::{Bf16, F16};
-use specdec_core::exp_sum::{BUCKETS, EXP2_COEFFICIENTS, ROUND, SCALE, TWO52, U_MAX, WINDOW};
+use specdec_core::exp_sum::{BUCKETS, EXP2_COEFFICIENTS, LOG2E_HI, LOG2E_LO, SCALE, SPLIT, WINDOW, Y_MAX};
 use specdec_core::gumbel::GUMBEL_MAX;
 use specdec_core::rng::{M0, M1};
 use specdec_core::sample::Sampler;
@@ -143,9 +143,9 @@ pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L], tau: f32) -> [
     unsafe { transmute(m) }
 }
 
-/// Step 2 of [`super::lse`] on AVX-512F: `super::window_sum`, 8 terms at a
-/// time in `f64` lanes, each step `specdec_core::exp_sum::term`'s, and the
-/// window parts added as 128-bit integers split into 64-bit halves.
+/// Step 2 of [`super::lse`] on AVX-512F: `super::window_sum`, the terms 16
+/// at a time (`specdec_core::exp_sum::term`'s steps), their window parts
+/// added as 128-bit integers split into 64-bit halves, 8 at a time.
 ///
 /// # Safety
 /// The CPU supports AVX-512F.
@@ -153,8 +153,8 @@ pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L], tau: f32) -> [
 pub(super) unsafe fn window_sum<L: Logit>(scale: f32, top: i32, values: &[L], tau: f32) -> u128 {
     let base = _mm512_set1_epi64(i64::from(top) - i64::from(WINDOW));
     let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-    let mut add = |y: __m256| {
-        let (t_lo, t_hi) = window_parts(_mm512_cvtps_pd(y), base);
+    let mut add = |k: __m256i, m: __m256i| {
+        let (t_lo, t_hi) = window_parts(_mm512_cvtepi32_epi64(k), _mm512_cvtepu32_epi64(m), base);
         lo = _mm512_add_epi64(lo, t_lo);
         // A carry out of the low half where the sum wrapped below the part.
         let carry = _mm512_cmplt_epu64_mask(lo, t_lo);
@@ -164,23 +164,22 @@ pub(super) unsafe fn window_sum<L: Logit>(scale: f32, top: i32, values: &[L], ta
     // SAFETY: forwarded.
     unsafe {
         for_each_group(scale, values, tau, |y| {
-            add(_mm512_castps512_ps256(y));
-            add(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(y))));
+            let (k, m) = terms(y);
+            add(_mm512_castsi512_si256(k), _mm512_castsi512_si256(m));
+            add(_mm512_extracti64x4_epi64::<1>(k), _mm512_extracti64x4_epi64::<1>(m));
         })
     };
     // SAFETY: a vector is 8 plain u64 lanes.
-    let (lo, hi): ([u64; 8], [u64; 8]) =
-        unsafe { (transmute::<__m512i, [u64; 8]>(lo), transmute::<__m512i, [u64; 8]>(hi)) };
+    let (lo, hi) = unsafe { (transmute::<__m512i, [u64; 8]>(lo), transmute::<__m512i, [u64; 8]>(hi)) };
     lo.iter().zip(&hi).map(|(&lo, &hi)| (u128::from(hi) << 64) + u128::from(lo)).sum()
 }
 
-/// The window parts of 8 values `y` (`f64`) against `base = top − WINDOW`,
-/// as low and high 64-bit halves: `m << (k − base)` for a finite `y` whose
-/// `k >= base`, else 0.
+/// The window parts of 8 terms `(k, m)` (64-bit lanes) against `base = top −
+/// WINDOW`, as low and high 64-bit halves: `m << (k − base)` where `k >=
+/// base`, else 0.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn window_parts(y: __m512d, base: __m512i) -> (__m512i, __m512i) {
-    let (k, m) = terms(y);
+fn window_parts(k: __m512i, m: __m512i, base: __m512i) -> (__m512i, __m512i) {
     let s = _mm512_sub_epi64(k, base);
     let m = _mm512_maskz_mov_epi64(_mm512_cmpge_epi64_mask(s, _mm512_setzero_si512()), m);
     // `s <= WINDOW`, so the high half's shift is at least 8 (a dead lane's is
@@ -188,33 +187,46 @@ fn window_parts(y: __m512d, base: __m512i) -> (__m512i, __m512i) {
     (_mm512_sllv_epi64(m, s), _mm512_srlv_epi64(m, _mm512_sub_epi64(_mm512_set1_epi64(64), s)))
 }
 
-/// `specdec_core::exp_sum::term` of 8 values `y` (`f64`), step for step:
-/// `(k, m)` in 64-bit lanes, `m = 0` where `y` is NaN or `-inf`.
+/// `specdec_core::exp_sum::term` of 16 values `y`, step for step: `(k, m)`
+/// in 32-bit lanes, `m = 0` where `y` is NaN or `-inf`.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn terms(y: __m512d) -> (__m512i, __m512i) {
-    let live = _mm512_cmp_pd_mask::<_CMP_GT_OQ>(y, _mm512_set1_pd(f64::NEG_INFINITY));
-    let u = _mm512_mul_pd(y, _mm512_set1_pd(core::f64::consts::LOG2_E));
-    let u = _mm512_min_pd(_mm512_max_pd(u, _mm512_set1_pd(-U_MAX)), _mm512_set1_pd(U_MAX));
-    let round = _mm512_set1_pd(ROUND);
-    let t = _mm512_add_pd(u, round);
-    let k = _mm512_sub_epi64(_mm512_castpd_si512(t), _mm512_castpd_si512(round));
-    let r = _mm512_sub_pd(u, _mm512_sub_pd(t, round));
+fn terms(y: __m512) -> (__m512i, __m512i) {
+    let live = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(y, _mm512_set1_ps(f32::NEG_INFINITY));
+    let y = _mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(-Y_MAX)), _mm512_set1_ps(Y_MAX));
+    let c = _mm512_mul_ps(y, _mm512_set1_ps(SPLIT));
+    let yh = _mm512_sub_ps(c, _mm512_sub_ps(c, y));
+    let yl = _mm512_sub_ps(y, yh);
+    let a = _mm512_mul_ps(yh, _mm512_set1_ps(LOG2E_HI));
+    let b = _mm512_add_ps(_mm512_mul_ps(yl, _mm512_set1_ps(LOG2E_HI)), _mm512_mul_ps(y, _mm512_set1_ps(LOG2E_LO)));
+    let (ka, kb) = (round_half_away(a), round_half_away(b));
+    let r = _mm512_add_ps(_mm512_sub_ps(a, _mm512_cvtepi32_ps(ka)), _mm512_sub_ps(b, _mm512_cvtepi32_ps(kb)));
+    let k = _mm512_add_epi32(ka, kb);
+    let (one, half) = (_mm512_set1_ps(1.0), _mm512_set1_ps(0.5));
+    let up = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(r, half);
+    let down = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(r, _mm512_set1_ps(-0.5));
+    let r = _mm512_mask_add_ps(_mm512_mask_sub_ps(r, up, r, one), down, r, one);
+    let k = _mm512_mask_sub_epi32(_mm512_mask_add_epi32(k, up, k, _mm512_set1_epi32(1)), down, k, _mm512_set1_epi32(1));
     let c = &EXP2_COEFFICIENTS;
-    let mut p = _mm512_set1_pd(c[8]);
-    for &c in c[..8].iter().rev() {
-        p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(c));
+    let mut p = _mm512_set1_ps(c[6]);
+    for &c in c[..6].iter().rev() {
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(c));
     }
-    let p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(1.0));
-    let two52 = _mm512_set1_pd(TWO52);
-    let m = _mm512_sub_epi64(
-        _mm512_castpd_si512(_mm512_add_pd(_mm512_mul_pd(p, _mm512_set1_pd(SCALE)), two52)),
-        _mm512_castpd_si512(two52),
-    );
-    (k, _mm512_maskz_mov_epi64(live, m))
+    let p = _mm512_add_ps(_mm512_mul_ps(p, r), one);
+    let m = _mm512_cvttps_epi32(_mm512_mul_ps(p, _mm512_set1_ps(SCALE)));
+    (k, _mm512_maskz_mov_epi32(live, m))
 }
 
-/// `super::bucket_sums` on AVX-512F: the terms 8 at a time, added to their
+/// `specdec_core::exp_sum::round_half_away` of 16 values.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn round_half_away(x: __m512) -> __m512i {
+    let sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(i32::MIN));
+    let half = _mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_set1_epi32(0.5f32.to_bits() as i32)));
+    _mm512_cvttps_epi32(_mm512_add_ps(x, half))
+}
+
+/// `super::bucket_sums` on AVX-512F: the terms 16 at a time, added to their
 /// buckets by [`Buckets::add`].
 ///
 /// # Safety
@@ -222,19 +234,14 @@ fn terms(y: __m512d) -> (__m512i, __m512i) {
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn bucket_sums<L: Logit>(scale: f32, top: i32, values: &[L], tau: f32) -> [u64; BUCKETS] {
     let mut buckets = Buckets::default();
-    let mut add = |y: __m256| {
-        let (k, m) = terms(_mm512_cvtps_pd(y));
-        // SAFETY: a vector is 8 plain 64-bit lanes.
-        let (k, m) = unsafe { (transmute::<__m512i, [i64; 8]>(k), transmute::<__m512i, [u64; 8]>(m)) };
+    let add = |y: __m512| {
+        let (k, m) = terms(y);
+        // SAFETY: a vector is 16 plain 32-bit lanes.
+        let (k, m) = unsafe { (transmute::<__m512i, [i32; 16]>(k), transmute::<__m512i, [u32; 16]>(m)) };
         buckets.add(top, &k, &m);
     };
     // SAFETY: forwarded.
-    unsafe {
-        for_each_group(scale, values, tau, |y| {
-            add(_mm512_castps512_ps256(y));
-            add(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(y))));
-        })
-    };
+    unsafe { for_each_group(scale, values, tau, add) };
     buckets.total()
 }
 
@@ -409,6 +416,21 @@ pub(super) fn load_all<L: Load>(values: &[L]) -> Vec<f32> {
         // SAFETY: 16 elements at the pointer; the CPU has AVX-512F (just checked).
         let x: [f32; 16] = unsafe { transmute(L::load16(chunk.as_ptr())) };
         out.extend_from_slice(&x);
+    }
+    out
+}
+
+/// `specdec_core::exp_sum::term` of `y` (a multiple of 16 long) by [`terms`], for the tests.
+#[cfg(test)]
+pub(super) fn terms_all(y: &[f32]) -> Vec<(i32, u32)> {
+    assert!(super::Level::Avx512.supported());
+    let mut out = Vec::with_capacity(y.len());
+    for chunk in y.chunks_exact(16) {
+        // SAFETY: 16 elements at the pointer; the CPU has AVX-512F (just checked).
+        let (k, m) = unsafe { terms(_mm512_loadu_ps(chunk.as_ptr())) };
+        // SAFETY: a vector is 16 plain 32-bit lanes.
+        let (k, m) = unsafe { (transmute::<__m512i, [i32; 16]>(k), transmute::<__m512i, [u32; 16]>(m)) };
+        out.extend(k.into_iter().zip(m));
     }
     out
 }

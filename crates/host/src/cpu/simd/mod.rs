@@ -321,7 +321,7 @@ pub(super) fn exp_sum_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], ta
                 let y = kept_scaled(s, x.to_f32(), tau);
                 if y.is_finite() {
                     let t = exp_sum::term(y);
-                    buckets.add(top, &[i64::from(t.k)], &[t.m]);
+                    buckets.add(top, &[t.k], &[t.m as u32]);
                 }
             }
             buckets.total()
@@ -349,11 +349,11 @@ impl Default for Buckets {
 impl Buckets {
     /// Adds terms `(k[l], m[l])` below a largest `k` of `top` (`m = 0`: no term).
     #[inline(always)]
-    fn add(&mut self, top: i32, k: &[i64], m: &[u64]) {
+    fn add(&mut self, top: i32, k: &[i32], m: &[u32]) {
         for (l, (&k, &m)) in k.iter().zip(m).enumerate() {
-            let j = i64::from(top) - k;
+            let j = i64::from(top) - i64::from(k);
             if m != 0 && j <= i64::from(exp_sum::WINDOW) {
-                self.0[l % 4][j as usize] += m;
+                self.0[l % 4][j as usize] += u64::from(m);
             }
         }
     }
@@ -825,6 +825,28 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// Every vector level's terms are `exp_sum::term`'s, bit for bit, on a
+    /// dense sweep and on values spread over the whole `f32` range (a sum
+    /// could hide a term outside its window).
+    #[test]
+    fn vector_terms_equal_the_scalar_terms() {
+        let mut y: Vec<f32> = (0..1 << 20).map(|i| (i as f32 - (1 << 19) as f32) * 3e-4).collect();
+        y.extend([0.0, -0.0, 0.5, -0.5, 1e9, -1e9, f32::MAX, -f32::MAX, f32::NEG_INFINITY, f32::NAN, 5.4e8, -5.4e8]);
+        y.extend((0..1 << 16).map(|i| f32::from_bits(word(6, i))).filter(|x| x.is_finite()));
+        y.resize(y.len().next_multiple_of(16), 1.0);
+        for level in vector_levels() {
+            let got = match level {
+                Level::Scalar => unreachable!(),
+                Level::Avx2 => avx2::terms_all(&y),
+                Level::Avx512 => avx512::terms_all(&y),
+            };
+            for (&y, &(k, m)) in y.iter().zip(&got) {
+                let want = if y > f32::NEG_INFINITY { exp_sum::term(y) } else { exp_sum::Term { k, m: 0 } };
+                assert_eq!((k, u64::from(m)), (want.k, want.m), "{level:?}: term({y})");
             }
         }
     }
