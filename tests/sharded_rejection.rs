@@ -5,6 +5,7 @@
 //! statuses; and a sharded call's emitted tokens follow the target, by
 //! chi-square at every position.
 
+use specdec::filter::Filter;
 use specdec::shard::Shard;
 use specdec::{Backend, DType, Error, Verification};
 use specdec_suite::drafting::{
@@ -77,6 +78,7 @@ fn sharded_verification_is_the_unsharded_one() {
         (DType::F32, Some(DType::F32)),
         (DType::BF16, Some(DType::BF16)),
         (DType::F16, Some(DType::F32)),
+        (DType::F32, Some(DType::F16)),
         (DType::BF16, None),
     ];
     for (target, draft) in kinds {
@@ -128,6 +130,11 @@ fn sharded_calls_that_cannot_run_fail_on_every_rank() {
     let mut filtered = v.clone();
     filtered.filters = FilterTable { top_k: Some(vec![2; v.temperature.len()]), ..FilterTable::none() };
     every(&filtered, |e| matches!(e, Error::NotSharded { .. }));
+    // Arrays whose values keep every id are no filter: the unsharded call's outputs.
+    let mut off = v.clone();
+    off.filters = FilterTable::uniform(Filter { top_k: 64, ..Filter::OFF }, v.temperature.len());
+    off.draft_filters = FilterTable::uniform(Filter::OFF, v.temperature.len());
+    check_equal(&off, &halves, "filter arrays that keep every id");
 
     // A draft id is checked against the whole row: 40 is past rank 0's ids
     // but valid; 64 is past the row.

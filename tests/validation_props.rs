@@ -116,6 +116,14 @@ fn rejection_sample_validates_every_call() {
     property("rejection_sample", |c| RejectionCall::generate(c).check());
 }
 
+/// `Cpu::sharded_rejection_sample` on one rank holding every id, on the same
+/// calls: the unsharded call's outputs and errors, never a panic or a write
+/// outside its buffers (`RejectionCall::check_sharded`).
+#[test]
+fn sharded_rejection_sample_validates_every_call() {
+    property("sharded rejection_sample", |c| RejectionCall::generate(c).check_sharded());
+}
+
 /// The plainest choices (all zeros, as shrinking makes them) give a valid
 /// call, so a shrunk failure shows only what it needs.
 #[test]

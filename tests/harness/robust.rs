@@ -31,6 +31,7 @@ use crate::inputs::{Rng, first_argmax};
 use crate::verify::Verify;
 use half::{bf16, f16};
 use specdec::filter::Filter;
+use specdec::shard::{InProcess, Shard};
 use specdec::status::{NAN_LOGITS, temperature_is_valid};
 use specdec::{
     Backend, Column, DType, DraftLogits, DraftLogitsMut, DraftLogitsShape, Error, Filters, GumbelOutput, GumbelSample,
@@ -1184,6 +1185,23 @@ impl RejectionCall {
     /// Runs the call on `backend` with every buffer guarded; panics if it
     /// panics, writes outside a region or changes an input.
     pub fn run(&self, backend: &Backend, tokens_i64: bool) -> RejectionRun {
+        self.run_with(tokens_i64, |call, out| backend.rejection_sample(call, out))
+    }
+
+    /// [`RejectionCall::run`] as the one rank of a vocab-parallel group
+    /// (`Cpu::sharded_rejection_sample`, the whole row its shard).
+    pub fn run_sharded(&self, tokens_i64: bool) -> RejectionRun {
+        let shard = Shard { offset: 0, vocab: self.verify.vocab };
+        let mut exchange = InProcess::group(1).pop().expect("a group of one");
+        self.run_with(tokens_i64, |call, out| specdec::Cpu.sharded_rejection_sample(shard, &mut exchange, call, out))
+    }
+
+    /// [`RejectionCall::run`] through `call_fn`.
+    fn run_with(
+        &self,
+        tokens_i64: bool,
+        call_fn: impl FnOnce(&RejectionSample<'_, Host>, &mut RejectionOutput<'_, Host>) -> specdec::Result<()>,
+    ) -> RejectionRun {
         let v = &self.verify;
         let target = GuardedValues::new(&v.target);
         let draft = v.draft.as_ref().map(|(d, _)| GuardedValues::new(d));
@@ -1221,7 +1239,7 @@ impl RejectionCall {
         if let Some(s) = &mut row_status {
             out = out.with_row_status(s.region_mut());
         }
-        let result = no_panic("rejection_sample", self, || backend.rejection_sample(&call, &mut out));
+        let result = no_panic("rejection_sample", self, || call_fn(&call, &mut out));
         target.assert_intact("target logits");
         assert_same_values(&target.values(), &v.target, false, "target logits (an input)");
         if let (Some(g), Some((d, _))) = (&draft, &v.draft) {
@@ -1313,6 +1331,32 @@ impl RejectionCall {
         let other = self.run(&Backend::cpu(), !v.tokens_i64);
         assert_eq!(other.tokens, first.tokens, "the other token width: {ctx}");
         Ok(())
+    }
+}
+
+impl RejectionCall {
+    /// The sharded call of one rank holding every id (REFERENCE §9) gives the
+    /// unsharded call's outputs and errors, but for a valid call whose slots
+    /// filter their rows: `NotSharded`, nothing written. Returns the outcome.
+    pub fn check_sharded(&self) -> Outcome {
+        let v = &self.verify;
+        let (want, got) = (self.run(&Backend::cpu(), v.tokens_i64), self.run_sharded(v.tokens_i64));
+        let ctx = format!("{self:#?}");
+        let filtered = self.valid()
+            && v.slots.iter().any(|&s| {
+                let active = |t: &FilterTable| !t.slot(s as usize).is_off(v.vocab);
+                s >= 0 && (active(&v.filters) || (v.draft.is_some() && active(&v.draft_filters)))
+            });
+        if filtered {
+            assert!(got.result.as_ref().is_err_and(|e| e.starts_with("NotSharded")), "{:?}: {ctx}", got.result);
+            let untouched = got.tokens.iter().all(|&t| t == i64::MIN)
+                && got.num_emitted.iter().chain(got.accepted.iter().flatten()).all(|&n| n == i32::MIN)
+                && got.row_status.iter().flatten().all(|&s| s == u32::MAX);
+            assert!(untouched, "a refused sharded call wrote its outputs: {got:?}: {ctx}");
+            return Err("NotSharded".into());
+        }
+        assert_eq!(got, want, "sharded (one rank) against unsharded: {ctx}");
+        want.result.map_err(|e| variant(&e))
     }
 }
 

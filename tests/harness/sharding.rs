@@ -33,18 +33,32 @@ pub fn columns(v: &Values, rows: usize, stride: usize, range: Range<usize>) -> V
 }
 
 /// The call rank `r` makes: ids `range` of every target row and of every
-/// draft-logits row (dense `[slots, k, ids]`), everything else alike.
+/// draft-logits row (`[slots, k, ids + pad]`), each row followed by `pad`
+/// columns of a huge value that no call may read as a logit (`pad` from 0 to
+/// 2 by the range's start), everything else alike.
 pub fn rank_verify(v: &Verify, range: Range<usize>) -> Verify {
+    let pad = range.start % 3;
+    let rows = |values: &Values, starts: &mut dyn Iterator<Item = usize>| {
+        let mut out = Vec::new();
+        for start in starts {
+            out.extend(values.f32s(start + range.start..start + range.end));
+            out.extend(std::iter::repeat_n(PAST_ROW, pad));
+        }
+        Values::from_f32(values.dtype(), &out)
+    };
     let mut mine = v.clone();
-    mine.target = columns(&v.target, v.rows, v.row_stride, range.clone());
-    (mine.vocab, mine.row_stride) = (range.len(), range.len());
+    mine.target = rows(&v.target, &mut (0..v.rows).map(|r| r * v.row_stride));
+    (mine.vocab, mine.row_stride) = (range.len(), range.len() + pad);
     mine.draft = v.draft.as_ref().map(|(values, shape)| {
-        let rows = (0..shape.slots).flat_map(|s| (0..shape.k).map(move |i| s * shape.stride0 + i * shape.stride1));
-        let data = values.gather(rows.flat_map(|start| start + range.start..start + range.end));
-        (data, DraftLogitsShape::dense(shape.slots, shape.k, range.len()))
+        let mut starts =
+            (0..shape.slots).flat_map(|s| (0..shape.k).map(move |i| s * shape.stride0 + i * shape.stride1));
+        (rows(values, &mut starts), DraftLogitsShape::dense(shape.slots, shape.k, range.len() + pad))
     });
     mine
 }
+
+/// What a rank's padding columns hold: a logit no id of the row comes near.
+const PAST_ROW: f32 = 1e30;
 
 /// Runs `v` over `shards`, one thread a rank, rank `r` calling
 /// `rank_call(r, &its Verify)`'s outputs (to make ranks disagree); each

@@ -10,6 +10,7 @@
 
 use crate::error::{Error, Result};
 use crate::memory::{Host, Memory};
+use crate::params::Filters;
 use crate::tensor::MAX_VOCAB;
 use specdec_core::argmax::ArgMax;
 use specdec_core::exp_sum::{BUCKETS, ExpSum};
@@ -108,6 +109,15 @@ impl Header {
         }
         Ok(())
     }
+}
+
+/// `NotSharded` where a slot in use (`slots`, `-1` for none) filters its rows
+/// of `vocab` ids by one of `tables`; arrays whose values keep every id are
+/// no filter, as in an unsharded call.
+pub(crate) fn unfiltered(slots: &[i32], vocab: usize, tables: &[&Filters<'_, Host>]) -> Result<()> {
+    let mut used = slots.iter().filter_map(|&s| usize::try_from(s).ok());
+    let filtered = used.any(|s| tables.iter().any(|t| !t.slot(s).is_off(vocab)));
+    if filtered { Err(Error::NotSharded { what: "filters (top-k, top-p, min-p)" }) } else { Ok(()) }
 }
 
 /// FNV-1a over `words`: the digest of a call's shared arguments.

@@ -67,7 +67,10 @@ impl Cpu {
         args: &GumbelSample<'_, Host>,
         out: &mut GumbelOutput<'_, Host>,
     ) -> Result<()> {
-        let rows = args.logits.rows;
+        // The message's length, from a real buffer (a rank whose row count is
+        // wrong sends as much as the others, and fails alike): `pos` has an
+        // entry for every row on a valid call.
+        let rows = args.pos.len();
         // A rank that panics still sends its message (failed), so that no other waits for it.
         let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shard_candidates(shard, args, out)));
         let message = match &mine {
@@ -115,13 +118,11 @@ fn shard_candidates(
 ) -> Result<Vec<Candidate>> {
     let shape = args.check(out)?;
     shard.check(args.logits.vocab)?;
-    if !args.params.filters.is_none() {
-        return Err(Error::NotSharded { what: "filters (top-k, top-p, min-p)" });
-    }
+    args.check_values(out, shape)?;
+    shard::unfiltered(args.slots, shard.vocab, &[&args.params.filters])?;
     if !out.logprobs.is_none() {
         return Err(Error::NotSharded { what: "log-probabilities" });
     }
-    args.check_values(out, shape)?;
     let mut candidates = vec![Candidate::NONE; args.logits.rows];
     let rows = Rows::of(args, shard.offset as u32);
     sample_call(args, &rows, out.draft_logits.as_mut(), &mut |row, c| candidates[row] = c);

@@ -18,7 +18,7 @@ use super::{AsCore, Cpu, first_argmax};
 use crate::error::{Error, Result};
 use crate::memory::Host;
 use crate::rejection::{RejectionOutput, RejectionSample, Verification};
-use crate::shard::{EXP_SUM_BYTES, Exchange, Header, Reader, Shard, Writer};
+use crate::shard::{self, EXP_SUM_BYTES, Exchange, Header, Reader, Shard, Writer};
 use crate::tensor::Values;
 use specdec_core::argmax::ArgMax;
 use specdec_core::block_verification::{below, block_verify, ln_weight, next_weight, one_hot_mass, ratio};
@@ -80,7 +80,10 @@ fn run<T: Logit, C: Logit>(
     out: &mut RejectionOutput<'_, Host>,
 ) -> Result<()> {
     let args = view.args;
-    let rows = args.target.rows;
+    // The messages' length, from a real buffer (a rank whose row count is
+    // wrong sends as much as the others, and fails alike): `pos` has a row's
+    // entry for every row on a valid call.
+    let rows = args.pos.len();
     // Round 1. A rank that fails or panics still sends (a failed header), so
     // that no other waits for it.
     let mine =
@@ -266,18 +269,19 @@ fn sampler(args: &RejectionSample<'_, Host>, r: usize) -> Sampler {
     Sampler::new(t, seed, 0, Stream::Target)
 }
 
-/// The call's checks, and what a sharded call does not do yet.
+/// The call's checks (the unsharded call's, with draft ids against the whole
+/// row), then what a sharded call does not do yet.
 fn check(shard: Shard, args: &RejectionSample<'_, Host>, out: &RejectionOutput<'_, Host>) -> Result<()> {
     let shape = args.check(out)?;
     shard.check(args.target.vocab)?;
-    let filtered = !args.params.filters.is_none() || args.draft_logits.as_ref().is_some_and(|d| !d.filters.is_none());
-    if filtered {
-        return Err(Error::NotSharded { what: "filters (top-k, top-p, min-p)" });
-    }
+    args.check_values_of(shape, shard.vocab)?;
+    let mut tables = vec![&args.params.filters];
+    tables.extend(args.draft_logits.as_ref().map(|d| &d.filters));
+    shard::unfiltered(args.slots, shard.vocab, &tables)?;
     if !out.logprobs.is_none() {
         return Err(Error::NotSharded { what: "log-probabilities" });
     }
-    args.check_values_of(shape, shard.vocab)
+    Ok(())
 }
 
 /// This rank's logits in the call.
