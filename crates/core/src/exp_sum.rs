@@ -74,6 +74,10 @@ pub struct Term {
 ///    `ka`, `kb` the halves rounded ([`round_half_away`]); then `r` moved into
 ///    `[-1/2, 1/2]` by one, and `k` the other way, where it is past it;
 /// 4. `p = 2^r` by Horner over [`EXP2_COEFFICIENTS`], `m = p·2^24`, exact.
+///
+/// `k` never decreases as `y` grows (a scan of every `f32` up to `Y_MAX`
+/// found none), so the largest value's `k` is the set's largest `k`: what
+/// the two-pass sums ([`window_part`]) and [`ExpSum::from_parts`] rely on.
 #[inline(always)]
 pub fn term(y: f32) -> Term {
     let y = y.clamp(-Y_MAX, Y_MAX);
@@ -335,6 +339,19 @@ mod tests {
         // Clamped far out: ties.
         assert_eq!(term(1e9), term(f32::MAX));
         assert_eq!(term(-1e9), term(-f32::MAX));
+    }
+
+    /// `k` never decreases as `y` grows, on random pairs of neighbouring
+    /// `f32`s over the whole range (every pair was checked once: see [`term`]).
+    #[test]
+    fn k_never_decreases() {
+        let mut next = crate::xorshift(0xc0ffee);
+        for _ in 0..1 << 22 {
+            let bits = (next() >> 33) as u32 % 0x4e00_0000;
+            let (y, up) = (f32::from_bits(bits), f32::from_bits(bits + 1));
+            assert!(term(up).k >= term(y).k, "term({up}).k < term({y}).k");
+            assert!(term(-y).k >= term(-up).k, "term({}).k < term({}).k", -y, -up);
+        }
     }
 
     #[test]

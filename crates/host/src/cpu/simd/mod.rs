@@ -352,6 +352,7 @@ impl Buckets {
     fn add(&mut self, top: i32, k: &[i32], m: &[u32]) {
         for (l, (&k, &m)) in k.iter().zip(m).enumerate() {
             let j = i64::from(top) - i64::from(k);
+            debug_assert!(m == 0 || j >= 0, "a term above the maximum's k (exp_sum::term is monotone)");
             if m != 0 && j <= i64::from(exp_sum::WINDOW) {
                 self.0[l % 4][j as usize] += u64::from(m);
             }
