@@ -255,6 +255,16 @@ pub(super) fn lse<L: Logit>(level: Level, s: &Sampler, values: &[L]) -> f32 {
 /// the row with every other id (NaN included) at `-inf`, without the copy;
 /// `tau = -inf` is [`lse`] itself.
 pub(super) fn lse_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], tau: f32) -> f32 {
+    let m = row_max(level, s, values, tau);
+    if m.is_infinite() {
+        return m;
+    }
+    exp_sum::lse(m, window_sum(level, s, exp_sum::term(m).k, values, tau))
+}
+
+/// The largest kept scaled value of `values` (NaN left out; `-inf` for
+/// none): step 1 of [`lse_kept`], by lanes of `vmaxps(y, m)`.
+fn row_max<L: Logit>(level: Level, s: &Sampler, values: &[L], tau: f32) -> f32 {
     debug_assert!(level.supported());
     let lanes = match level {
         Level::Scalar => lane_max_scalar(s, values, tau),
@@ -265,11 +275,7 @@ pub(super) fn lse_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], tau: f
         #[cfg(target_arch = "x86_64")]
         Level::Avx512 => unsafe { avx512::lane_max(s.scale, values, tau) },
     };
-    let m = lanes.iter().fold(f32::NEG_INFINITY, |m, &y| max_ps(y, m));
-    if m.is_infinite() {
-        return m;
-    }
-    exp_sum::lse(m, window_sum(level, s, exp_sum::term(m).k, values, tau))
+    lanes.iter().fold(f32::NEG_INFINITY, |m, &y| max_ps(y, m))
 }
 
 /// The window sum `A` of the kept scaled values of `values` against a
@@ -283,7 +289,7 @@ fn window_sum<L: Logit>(level: Level, s: &Sampler, top: i32, values: &[L], tau: 
             .filter(|y| y.is_finite())
             .map(|y| exp_sum::window_part(exp_sum::term(y), top))
             .sum(),
-        // SAFETY: as in `lse_kept`.
+        // SAFETY: the caller has checked that the CPU supports the level.
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 => unsafe { avx2::window_sum(s.scale, top, values, tau) },
         // SAFETY: as above.
@@ -299,17 +305,7 @@ fn window_sum<L: Logit>(level: Level, s: &Sampler, top: i32, values: &[L], tau: 
 ///
 /// [`ExpSum`]: specdec_core::exp_sum::ExpSum
 pub(super) fn exp_sum_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], tau: f32) -> exp_sum::ExpSum {
-    debug_assert!(level.supported());
-    let lanes = match level {
-        Level::Scalar => lane_max_scalar(s, values, tau),
-        // SAFETY: the caller has checked that the CPU supports the level.
-        #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => unsafe { avx2::lane_max(s.scale, values, tau) },
-        // SAFETY: as above.
-        #[cfg(target_arch = "x86_64")]
-        Level::Avx512 => unsafe { avx512::lane_max(s.scale, values, tau) },
-    };
-    let m = lanes.iter().fold(f32::NEG_INFINITY, |m, &y| max_ps(y, m));
+    let m = row_max(level, s, values, tau);
     if m.is_infinite() {
         return exp_sum::ExpSum::from_parts(m, [0; exp_sum::BUCKETS]);
     }
@@ -326,7 +322,7 @@ pub(super) fn exp_sum_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], ta
             }
             buckets.total()
         }
-        // SAFETY: as above.
+        // SAFETY: the caller has checked that the CPU supports the level.
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 => unsafe { avx2::bucket_sums(s.scale, top, values, tau) },
         // SAFETY: as above.
