@@ -23,10 +23,10 @@
 //! Quads left out change nothing in the scalar fold, so the running best here
 //! equals the scalar one at every folded quad, and so does the result.
 //!
-//! The module also computes a row's log-sum-exp ([`lse`]), with a summation
-//! structure fixed independently of the level, so that every level gives the
-//! same bits (see there), and draws the Philox words of a run of quads
-//! ([`words`]) for the CPU resample of a rejected draft.
+//! The module also computes a row's log-sum-exp ([`lse`]) and its buckets
+//! ([`exp_sum_kept`]) by the order-free sum of `specdec_core::exp_sum`, the
+//! same bits on every level (see there), and draws the Philox words of a run
+//! of quads ([`words`]) for the CPU resample of a rejected draft.
 //!
 //! [`GUMBEL_MAX`]: specdec_core::gumbel::GUMBEL_MAX
 //! [`GUMBEL_BOUND`]: specdec_core::gumbel::GUMBEL_BOUND
