@@ -536,29 +536,21 @@ fn sharded(c: &mut Criterion) {
     let batch = &batch;
     group.bench_function(name("P=2 in-process"), |bench| {
         bench.iter(|| {
-            std::thread::scope(|s| {
-                let ranks: Vec<_> = specdec::shard::InProcess::group(2)
-                    .into_iter()
-                    .zip(&parts)
-                    .zip(&ranges)
-                    .map(|((mut exchange, (target, draft)), range)| {
-                        s.spawn(move || {
-                            let width = range.len();
-                            let args = RejectionSample {
-                                target: Logits::new(target, rows, width),
-                                draft_logits: Some(DraftLogits::new(draft, DraftLogitsShape::dense(b, k, width))),
-                                ..batch.call(Verification::Token)
-                            };
-                            let shard = specdec::shard::Shard { offset: range.start, vocab };
-                            let (mut tokens, mut num_emitted) = (vec![0i32; rows], vec![0i32; b]);
-                            let mut out = RejectionOutput::new(&mut tokens, &mut num_emitted);
-                            Cpu.sharded_rejection_sample(shard, &mut exchange, &args, &mut out).expect("sharded call");
-                            black_box(num_emitted[0])
-                        })
-                    })
-                    .collect();
-                ranks.into_iter().map(|h| h.join().expect("a rank panicked")).sum::<i32>()
-            })
+            let ranks = specdec_suite::sharding::in_ranks(2, |r, exchange| {
+                let ((target, draft), range) = (&parts[r], &ranges[r]);
+                let width = range.len();
+                let args = RejectionSample {
+                    target: Logits::new(target, rows, width),
+                    draft_logits: Some(DraftLogits::new(draft, DraftLogitsShape::dense(b, k, width))),
+                    ..batch.call(Verification::Token)
+                };
+                let shard = specdec::shard::Shard { offset: range.start, vocab };
+                let (mut tokens, mut num_emitted) = (vec![0i32; rows], vec![0i32; b]);
+                let mut out = RejectionOutput::new(&mut tokens, &mut num_emitted);
+                Cpu.sharded_rejection_sample(shard, exchange, &args, &mut out).expect("sharded call");
+                black_box(num_emitted[0])
+            });
+            ranks.into_iter().sum::<i32>()
         })
     });
     group.finish();

@@ -3,11 +3,11 @@
 //! shard of every row's ids, return exactly the unsharded call's tokens and
 //! row statuses, and together write exactly its draft logits.
 
-use specdec::shard::{Exchange, InProcess, Shard};
+use specdec::shard::{Exchange, Shard};
 use specdec::{Cpu, DType, Error, GumbelOutput, GumbelSample, Host, Logits, SamplingParams};
 use specdec_suite::batch::{ColumnSpec, DraftLogitsSpec, Values};
 use specdec_suite::inputs::Rng;
-use specdec_suite::sharding::{columns, ids, shards};
+use specdec_suite::sharding::{columns, ids, in_ranks, shards};
 use specdec_suite::{Batch, FilterTable};
 
 /// What every rank returned: tokens and statuses, and its draft logits.
@@ -28,20 +28,7 @@ fn run_sharded_with(
     ranges: &[std::ops::Range<usize>],
     rank_batch: impl Fn(usize, &Batch) -> Batch + Sync,
 ) -> Vec<RankOut> {
-    let group = InProcess::group(shards.len());
-    let rank_batch = &rank_batch;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = group
-            .into_iter()
-            .enumerate()
-            .map(|(r, mut exchange)| {
-                let range = ranges[r].clone();
-                let shard = shards[r];
-                s.spawn(move || run_rank(&rank_batch(r, batch), shard, range, &mut exchange))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("a rank panicked")).collect()
-    })
+    in_ranks(shards.len(), |r, exchange| run_rank(&rank_batch(r, batch), shards[r], ranges[r].clone(), exchange))
 }
 
 fn run_rank(batch: &Batch, shard: Shard, range: std::ops::Range<usize>, exchange: &mut dyn Exchange<Host>) -> RankOut {

@@ -68,17 +68,18 @@ pub fn run_sharded_verify(
     shards: &[Shard],
     rank_call: impl Fn(usize, Verify) -> Verify + Sync,
 ) -> Vec<specdec::Result<Verified>> {
-    let group = InProcess::group(shards.len());
-    let rank_call = &rank_call;
+    in_ranks(shards.len(), |r, exchange| rank_call(r, rank_verify(v, ids(shards, r))).run_sharded(shards[r], exchange))
+}
+
+/// `rank(r, exchange)` for each of `ranks` ranks, one scoped thread a rank,
+/// meeting through one `InProcess` group; the results in rank order.
+pub fn in_ranks<R: Send>(ranks: usize, rank: impl Fn(usize, &mut InProcess) -> R + Sync) -> Vec<R> {
+    let rank = &rank;
     std::thread::scope(|s| {
-        let handles: Vec<_> = group
+        let handles: Vec<_> = InProcess::group(ranks)
             .into_iter()
             .enumerate()
-            .map(|(r, mut exchange)| {
-                let mine = rank_call(r, rank_verify(v, ids(shards, r)));
-                let shard = shards[r];
-                s.spawn(move || mine.run_sharded(shard, &mut exchange))
-            })
+            .map(|(r, mut exchange)| s.spawn(move || rank(r, &mut exchange)))
             .collect();
         handles.into_iter().map(|h| h.join().expect("a rank panicked")).collect()
     })

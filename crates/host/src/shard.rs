@@ -137,6 +137,14 @@ pub trait Exchange<M: Memory> {
     fn all_gather(&mut self, send: M::Ref<'_, u8>, recv: M::Mut<'_, u8>) -> Result<()>;
 }
 
+/// Every rank's `send` (the same length on every rank), in rank order: one
+/// [`Exchange::all_gather`] into a buffer of its own.
+pub(crate) fn gather(exchange: &mut dyn Exchange<Host>, send: &[u8]) -> Result<Vec<u8>> {
+    let mut recv = vec![0u8; exchange.ranks() * send.len()];
+    exchange.all_gather(send, &mut recv)?;
+    Ok(recv)
+}
+
 /// `P` ranks in one process, one thread each, meeting at a barrier: for
 /// tests, and for running a sharded call without a collective library.
 pub struct InProcess {

@@ -77,10 +77,9 @@ impl Cpu {
             Ok(Ok(candidates)) => shard::encode(header(shard, args), candidates),
             _ => shard::encode(Header::FAILED, &vec![Candidate::NONE; rows]),
         };
-        let mut gathered = vec![0u8; exchange.ranks() * shard::message_len(rows)];
-        let exchanged = exchange.all_gather(&message, &mut gathered);
+        let gathered = shard::gather(exchange, &message);
         mine.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-        exchanged?;
+        let gathered = gathered?;
         let (headers, parts): (Vec<Header>, Vec<Vec<Candidate>>) =
             gathered.chunks_exact(message.len()).map(shard::decode).unzip();
         Header::check_group(&headers)?;

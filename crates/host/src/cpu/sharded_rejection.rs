@@ -99,7 +99,7 @@ fn run<T: Logit, C: Logit>(
             (0..rows).for_each(|_| RowStats::NONE.write(&mut message));
         }
     }
-    let gathered = gather(exchange, &message.0);
+    let gathered = shard::gather(exchange, &message.0);
     mine.unwrap_or_else(|panic| resume_unwind(panic))?;
     let gathered = gathered?;
     let mut readers: Vec<Reader> =
@@ -126,7 +126,7 @@ fn run<T: Logit, C: Logit>(
             Err(_) => Part::empty(plan.sizes(has_draft)).write(&mut message),
         }
     }
-    let gathered = gather(exchange, &message.0);
+    let gathered = shard::gather(exchange, &message.0);
     if let Err(panic) = mine {
         resume_unwind(panic);
     }
@@ -151,13 +151,6 @@ fn run<T: Logit, C: Logit>(
         }
     }
     Ok(())
-}
-
-/// Every rank's `send`, in rank order.
-fn gather(exchange: &mut dyn Exchange<Host>, send: &[u8]) -> Result<Vec<u8>> {
-    let mut recv = vec![0u8; exchange.ranks() * send.len()];
-    exchange.all_gather(send, &mut recv)?;
-    Ok(recv)
 }
 
 /// This rank's header: its shard, and the digest of what every rank passes alike.
