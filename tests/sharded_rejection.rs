@@ -152,6 +152,14 @@ fn sharded_calls_that_cannot_run_fail_on_every_rank() {
         mine
     });
     assert!(got.iter().all(|g| matches!(g, Err(Error::InvalidShard { .. }))), "{got:?}");
+    // Rank 1 claims more rows than its buffers hold: its own error, and
+    // PeerFailed on rank 0 (its message is no longer, so the exchange works).
+    let got = run_sharded_verify(&v, &halves, |r, mut mine| {
+        mine.rows += 1000 * r;
+        mine
+    });
+    assert!(matches!(&got[0], Err(Error::PeerFailed { rank: 1 })), "{:?}", got[0]);
+    assert!(got[1].is_err() && !matches!(&got[1], Err(Error::Exchange(_))), "{:?}", got[1]);
     // Rank 1 starts off a noise word: its own error, and PeerFailed on rank 0.
     let odd = [Shard { offset: 0, vocab: 64 }, Shard { offset: 30, vocab: 64 }];
     let got = run_sharded_verify(&v, &odd, |_, mine| mine);
