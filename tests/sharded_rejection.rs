@@ -2,15 +2,17 @@
 //! `docs/VOCAB_PARALLEL.md`): `P` ranks, one thread each with an in-process
 //! exchange, each holding a shard of every target row's ids and of every
 //! draft row's, return exactly the unsharded call's tokens, counts and row
-//! statuses; and a sharded call's emitted tokens follow the target, by
-//! chi-square at every position.
+//! statuses, with filters that have a top-k too; and a sharded call's
+//! emitted tokens follow the target, by chi-square at every position.
 
 use specdec::filter::Filter;
 use specdec::shard::Shard;
 use specdec::{Backend, DType, Error, Verification};
 use specdec_suite::drafting::{
-    Drafted, FixedPositions, RandomSpec, check_positions, emitted_at, perturbed, probs, random_verify, zipf_logits,
+    Drafted, FixedPositions, RandomSpec, check_filtered_positions, emitted_at, perturbed, probs, random_verify,
+    zipf_logits,
 };
+use specdec_suite::filters::filtered_probs;
 use specdec_suite::inputs::{Rng, histogram};
 use specdec_suite::sharding::{run_sharded_verify, shards};
 use specdec_suite::{FilterTable, Verified, Verify, chi_square};
@@ -99,6 +101,85 @@ fn sharded_verification_is_the_unsharded_one() {
     assert!(coverage.stopped >= 50 && coverage.bonus >= 50, "stopped {}, bonus {}", coverage.stopped, coverage.bonus);
 }
 
+/// A random filter with a top-k below `vocab` (alone, or with top-p, min-p
+/// or both on top of it), or none.
+fn random_filter(rng: &mut Rng, vocab: usize) -> Filter {
+    let ks: Vec<u32> =
+        [1, 2, 3, 7, 50, 300, vocab as u32 - 1].into_iter().filter(|&k| k >= 1 && k < vocab as u32).collect();
+    let top_k = rng.pick(&ks);
+    match rng.below(6) {
+        0 => Filter::OFF,
+        1 | 2 => Filter { top_k, ..Filter::OFF },
+        3 => Filter { top_k, top_p: rng.pick(&[0.3, 0.9, 0.999]), ..Filter::OFF },
+        4 => Filter { top_k, min_p: rng.pick(&[0.05, 0.5, 1.0]), ..Filter::OFF },
+        _ => Filter { top_k, top_p: 0.8, min_p: 0.1 },
+    }
+}
+
+/// Rounds half of the target rows' and draft rows' values to multiples of
+/// 1/2: tie groups that straddle a top-k's `k`-th value, within and across shards.
+fn add_ties(v: &mut Verify, rng: &mut Rng) {
+    let round = |x: f32| (x * 2.0).round() / 2.0;
+    for row in 0..v.rows {
+        if rng.below(2) == 0 {
+            for i in row * v.row_stride..row * v.row_stride + v.vocab {
+                v.target.set_f32(i, round(v.target.get(i)));
+            }
+        }
+    }
+    if let Some((values, shape)) = &mut v.draft {
+        for slot in 0..shape.slots {
+            for i in 0..shape.k {
+                if rng.below(2) == 0 {
+                    let start = slot * shape.stride0 + i * shape.stride1;
+                    (start..start + v.vocab).for_each(|e| values.set_f32(e, round(values.get(e))));
+                }
+            }
+        }
+    }
+}
+
+/// Filters with a top-k (top-p and min-p on top of it too), on the target
+/// and on the draft logits, each slot its own: random ragged batches with
+/// ties at the `k`-th value, `-inf`, `+inf` and NaN, over 1, 2, 3 and 8
+/// uneven shards give the unsharded call's outputs.
+#[test]
+fn sharded_filtered_verification_is_the_unsharded_one() {
+    let mut rng = Rng::new(0x31_5D);
+    let mut coverage = Coverage::default();
+    let kinds =
+        [(DType::F32, None), (DType::F32, Some(DType::F32)), (DType::BF16, Some(DType::BF16)), (DType::F16, None)];
+    for (target, draft) in kinds {
+        for (vocab, requests) in [(37, 24), (1000, 16), (4097, 8)] {
+            for ranks in [1, 2, 3, 8] {
+                for verification in [Verification::Token, Verification::Block] {
+                    let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft));
+                    v.verification = verification;
+                    add_ties(&mut v, &mut rng);
+                    add_specials(&mut v, &mut rng);
+                    let filters: Vec<Filter> =
+                        (0..v.temperature.len()).map(|_| random_filter(&mut rng, vocab)).collect();
+                    v.filters = FilterTable::per_slot(&filters);
+                    if draft.is_some() {
+                        // The drafter's filters: the target's, or others.
+                        let drafted: Vec<Filter> = filters
+                            .iter()
+                            .map(|&f| if rng.below(2) == 0 { f } else { random_filter(&mut rng, vocab) })
+                            .collect();
+                        v.draft_filters = FilterTable::per_slot(&drafted);
+                    }
+                    let shards = shards(vocab, ranks, &mut rng);
+                    let ctx =
+                        format!("filtered {verification:?}, {target:?} target, {draft:?} draft, V {vocab}, P {ranks}");
+                    let out = check_equal(&v, &shards, &ctx);
+                    coverage.add(&v, &out);
+                }
+            }
+        }
+    }
+    assert!(coverage.stopped >= 50 && coverage.bonus >= 50, "stopped {}, bonus {}", coverage.stopped, coverage.bonus);
+}
+
 /// Synthetic acceptance decides from the acceptance words alone; the token
 /// after it still needs the rows (the residual at a rejection).
 #[test]
@@ -127,9 +208,31 @@ fn sharded_calls_that_cannot_run_fail_on_every_rank() {
             assert!(got.as_ref().is_err_and(f), "rank {r}: {got:?}");
         }
     };
+    // Top-p or min-p without a top-k, on the target or the draft: kept sets of any size.
+    for (target, drafted) in
+        [(Filter { top_p: 0.9, ..Filter::OFF }, Filter::OFF), (Filter::OFF, Filter { min_p: 0.1, ..Filter::OFF })]
+    {
+        let mut filtered = v.clone();
+        filtered.filters = FilterTable::of_slots(target, v.temperature.len());
+        filtered.draft_filters = FilterTable::of_slots(drafted, v.temperature.len());
+        every(&filtered, |e| matches!(e, Error::NotSharded { .. }));
+    }
+    // Rank 1's filters differ: InvalidShard everywhere; where its top-k
+    // differs, so do the lengths of its lists, and the exchange fails on
+    // every rank (the in-process one checks lengths).
     let mut filtered = v.clone();
-    filtered.filters = FilterTable { top_k: Some(vec![2; v.temperature.len()]), ..FilterTable::none() };
-    every(&filtered, |e| matches!(e, Error::NotSharded { .. }));
+    filtered.filters = FilterTable::uniform(Filter { top_k: 3, top_p: 0.9, ..Filter::OFF }, v.temperature.len());
+    check_equal(&filtered, &halves, "top-k 3, top-p 0.9");
+    let got = run_sharded_verify(&filtered, &halves, |r, mut mine| {
+        mine.filters.top_p.as_mut().expect("a top-p array").iter_mut().for_each(|p| *p -= 0.1 * r as f32);
+        mine
+    });
+    assert!(got.iter().all(|g| matches!(g, Err(Error::InvalidShard { .. }))), "{got:?}");
+    let got = run_sharded_verify(&filtered, &halves, |r, mut mine| {
+        mine.filters.top_k.as_mut().expect("a top-k array").iter_mut().for_each(|k| *k += r as i32);
+        mine
+    });
+    assert!(got.iter().all(|g| matches!(g, Err(Error::InvalidShard { .. } | Error::Exchange(_)))), "{got:?}");
     // Arrays whose values keep every id are no filter: the unsharded call's outputs.
     let mut off = v.clone();
     off.filters = FilterTable::uniform(Filter { top_k: 64, ..Filter::OFF }, v.temperature.len());
@@ -176,21 +279,41 @@ fn sharded_tokens_follow_the_target() {
     const VOCAB: usize = 64;
     let base = zipf_logits(VOCAB, 1.0, 16, 0x5AD);
     let halves = [Shard { offset: 0, vocab: VOCAB }, Shard { offset: 20, vocab: VOCAB }];
-    let cases =
-        [(false, 1.0f32, Verification::Token), (true, 3.0, Verification::Token), (false, 1.0, Verification::Block)];
-    for (c, (one_hot, sharpen, verification)) in cases.into_iter().enumerate() {
+    let top = Filter { top_k: 24, top_p: 0.9, ..Filter::OFF };
+    let cases = [
+        (false, 1.0f32, Verification::Token, Filter::OFF),
+        (true, 3.0, Verification::Token, Filter::OFF),
+        (false, 1.0, Verification::Block, Filter::OFF),
+        (false, 1.0, Verification::Token, top),
+        (true, 1.0, Verification::Block, top),
+    ];
+    for (c, (one_hot, sharpen, verification, filter)) in cases.into_iter().enumerate() {
         let pos0 = 0x5AD << 40 | (c as u64) << 32;
-        let case = FixedPositions { one_hot, pos0, ..FixedPositions::new(VOCAB, 3, 1.0, 8000) };
+        let case = FixedPositions {
+            one_hot,
+            pos0,
+            target_filter: filter,
+            draft_filter: filter,
+            declared_draft_filter: filter,
+            ..FixedPositions::new(VOCAB, 3, 1.0, 8000)
+        };
         let draft = |i: usize, target: &[f32]| perturbed(i, target, 1.5).into_iter().map(|x| x * sharpen).collect();
         let Drafted { mut verify, targets } = case.build(&Backend::cpu(), &base, draft);
         verify.verification = verification;
         let ctx = format!("{verification:?} {case:?}");
         let out = check_equal(&verify, &halves, &ctx);
-        let draws = check_positions(&out, &targets, case.t, &format!("{ctx} at P = 2"));
+        let draws = check_filtered_positions(&out, &targets, case.t, filter, &format!("{ctx} at P = 2"));
         assert!(draws[0] == 8000 && draws[1] >= 1000, "{ctx}: draws per position {draws:?}");
-        // The fit can fail: position 1's tokens are not position 0's target, nor its draft's.
+        // The fit can fail: position 1's tokens are not position 0's target,
+        // nor its draft's, nor (filtered) its unfiltered target.
         let counts = histogram(&emitted_at(&out, 1), VOCAB);
-        for wrong in [probs(&targets[0], case.t), probs(&draft(1, &targets[1]), case.t)] {
+        let p =
+            |row: &[f32]| if filter == Filter::OFF { probs(row, case.t) } else { filtered_probs(row, case.t, filter) };
+        let mut wrongs = vec![p(&targets[0]), p(&draft(1, &targets[1]))];
+        if filter != Filter::OFF {
+            wrongs.push(probs(&targets[1], case.t));
+        }
+        for wrong in wrongs {
             let fit = chi_square(&counts, &wrong);
             assert!(fit.p_value < 1e-6, "{ctx}: position 1 fits a wrong distribution, p = {}", fit.p_value);
         }

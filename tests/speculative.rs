@@ -100,6 +100,7 @@ fn sampled_speculation(backend: &Backend) {
     .into_iter()
     .enumerate()
     {
+        let started = std::time::Instant::now();
         let prompts = vec![PROMPT.to_vec(); RUNS];
         let sampling: Vec<Sampling> = (0..RUNS)
             .map(|r| Sampling { temperature: t, seed: 77 * case as u64 + ((r as u64) << 20), top_k })
@@ -116,5 +117,7 @@ fn sampled_speculation(backend: &Backend) {
         chi_square(&counts, &exact_joint(&target, t, filter, &device)).assert_pass(&ctx);
         let acceptance = stats.acceptance()[0];
         assert!(acceptance > 0.2 && acceptance < 0.98, "{ctx}: acceptance {acceptance}");
+        // Progress of the slowest test of the GPU suite (per-request forwards of tiny models).
+        eprintln!("{ctx}: passed in {:.1?}", started.elapsed());
     }
 }

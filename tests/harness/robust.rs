@@ -1342,12 +1342,16 @@ impl RejectionCall {
         let v = &self.verify;
         let (want, got) = (self.run(&Backend::cpu(), v.tokens_i64), self.run_sharded(v.tokens_i64));
         let ctx = format!("{self:#?}");
-        let filtered = self.valid()
+        // Top-p or min-p without a top-k (kept sets of no bounded size) is refused.
+        let refused = self.valid()
             && v.slots.iter().any(|&s| {
-                let active = |t: &FilterTable| !t.slot(s as usize).is_off(v.vocab);
-                s >= 0 && (active(&v.filters) || (v.draft.is_some() && active(&v.draft_filters)))
+                let unbounded = |t: &FilterTable| {
+                    let f = t.slot(s as usize);
+                    !f.is_off(v.vocab) && !f.has_top_k(v.vocab)
+                };
+                s >= 0 && (unbounded(&v.filters) || (v.draft.is_some() && unbounded(&v.draft_filters)))
             });
-        if filtered {
+        if refused {
             assert!(got.result.as_ref().is_err_and(|e| e.starts_with("NotSharded")), "{:?}: {ctx}", got.result);
             let untouched = got.tokens.iter().all(|&t| t == i64::MIN)
                 && got.num_emitted.iter().chain(got.accepted.iter().flatten()).all(|&n| n == i32::MIN)

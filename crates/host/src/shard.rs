@@ -4,9 +4,9 @@
 //! keyed by global id and candidates combine by the argmax rule (a total
 //! order), so the split cannot change a token; sums are order-free
 //! (`specdec_core::exp_sum`). Built so far, on the CPU backend:
-//! `gumbel_sample` ([`crate::Cpu::sharded_gumbel_sample`]) and
-//! `rejection_sample` ([`crate::Cpu::sharded_rejection_sample`]), without
-//! filters or log-probabilities.
+//! `gumbel_sample` ([`crate::Cpu::sharded_gumbel_sample`], without filters)
+//! and `rejection_sample` ([`crate::Cpu::sharded_rejection_sample`], with
+//! filters that have a top-k), both without log-probabilities.
 
 use crate::error::{Error, Result};
 use crate::memory::{Host, Memory};
@@ -14,6 +14,7 @@ use crate::params::Filters;
 use crate::tensor::MAX_VOCAB;
 use specdec_core::argmax::ArgMax;
 use specdec_core::exp_sum::{BUCKETS, ExpSum};
+use specdec_core::filter::Filter;
 use std::sync::{Arc, Barrier, Mutex};
 
 /// This rank's part of every row: ids `offset .. offset + V_r` of a row of
@@ -112,12 +113,20 @@ impl Header {
 }
 
 /// `NotSharded` where a slot in use (`slots`, `-1` for none) filters its rows
-/// of `vocab` ids by one of `tables`; arrays whose values keep every id are
-/// no filter, as in an unsharded call.
-pub(crate) fn unfiltered(slots: &[i32], vocab: usize, tables: &[&Filters<'_, Host>]) -> Result<()> {
+/// of `vocab` ids by one of `tables` in a way the sharded call cannot: any
+/// filter, or with `top_k`, top-p or min-p without a top-k (a kept set with
+/// no bound on its size, which no shard can list); arrays whose values keep
+/// every id are no filter, as in an unsharded call.
+pub(crate) fn check_filters(slots: &[i32], vocab: usize, tables: &[&Filters<'_, Host>], top_k: bool) -> Result<()> {
     let mut used = slots.iter().filter_map(|&s| usize::try_from(s).ok());
-    let filtered = used.any(|s| tables.iter().any(|t| !t.slot(s).is_off(vocab)));
-    if filtered { Err(Error::NotSharded { what: "filters (top-k, top-p, min-p)" }) } else { Ok(()) }
+    let refused = |f: Filter| !f.is_off(vocab) && !(top_k && f.has_top_k(vocab));
+    if !used.any(|s| tables.iter().any(|t| refused(t.slot(s)))) {
+        Ok(())
+    } else if top_k {
+        Err(Error::NotSharded { what: "top-p or min-p without top-k" })
+    } else {
+        Err(Error::NotSharded { what: "filters (top-k, top-p, min-p)" })
+    }
 }
 
 /// FNV-1a over `words`: the digest of a call's shared arguments.

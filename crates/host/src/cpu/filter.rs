@@ -158,6 +158,13 @@ fn row_threshold<L: Logit>(level: Level, s: &Sampler, values: &[L], filter: Filt
         simd::masses(level, &ys, max, &mut masses);
         return (radix_threshold(&ys, &masses, max, filter, vocab), found);
     }
+    (threshold(&groups(ys), filter, vocab), found)
+}
+
+/// The tie groups of the values `ys` (none NaN or `-inf`), largest first,
+/// with their masses against the largest (none where it is `+inf`): what
+/// [`threshold`] takes.
+fn groups(mut ys: Vec<f32>) -> Vec<Group> {
     ys.sort_unstable_by_key(|&y| std::cmp::Reverse(key(y)));
     let mut groups: Vec<Group> = Vec::new();
     for y in ys {
@@ -167,12 +174,73 @@ fn row_threshold<L: Logit>(level: Level, s: &Sampler, values: &[L], filter: Filt
             _ => groups.push(Group { value: y, count: 1, mass: 0 }),
         }
     }
+    let max = groups.first().map_or(f32::INFINITY, |g| g.value);
     if max < f32::INFINITY {
         for g in &mut groups {
             g.mass = g.count as u64 * mass(g.value, max);
         }
     }
-    (threshold(&groups, filter, vocab), found)
+    groups
+}
+
+/// A vocabulary shard's part of a top-`n` filter: the `n` largest scaled
+/// values of its ids, largest first, counted with multiplicity (fewer where
+/// it holds fewer above `-inf`; NaN is no value), and how many more of its
+/// ids tie with the last of them.
+///
+/// Every value at or above the whole row's `n`-th largest is then in some
+/// shard's list, with its full count: a shard's own `n`-th value is no
+/// larger than the row's. So the lists decide `τ` and `LSE(S)` of any
+/// filter whose top-k is at most `n` ([`kept_of_largest`]).
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Largest {
+    pub values: Vec<f32>,
+    pub ties: u32,
+}
+
+impl Largest {
+    /// A shard's list: the candidates of a top-`n` filter over its ids
+    /// (all of its values where it holds no more than `n` ids), sorted.
+    pub fn of<L: Logit>(level: Level, s: &Sampler, values: &[L], n: usize) -> Largest {
+        let mut ys: Vec<f32> = if n < values.len() {
+            let filter = Filter { top_k: n as u32, ..Filter::OFF };
+            candidates(level, s, values, filter).cands.into_iter().map(|c| c.0).collect()
+        } else {
+            values.iter().map(|v| s.scaled(v.to_f32())).filter(|&y| y > f32::NEG_INFINITY).collect()
+        };
+        ys.sort_unstable_by_key(|&y| std::cmp::Reverse(key(y)));
+        let ties = match n.checked_sub(1).and_then(|last| ys.get(last)) {
+            Some(&last) => ys[n..].iter().take_while(|&&y| y == last).count() as u32,
+            None => 0,
+        };
+        ys.truncate(n);
+        Largest { values: ys, ties }
+    }
+}
+
+/// `τ` and `LSE(S)` of a row filtered by `filter` (its top-k on, and at most
+/// every list's length) from its shards' [`Largest`] lists: the unsharded
+/// row's, bit for bit, as both are functions of the multiset of values at or
+/// above the row's `k`-th largest (`threshold`, `ExpSum`).
+pub(super) fn kept_of_largest<'a>(
+    lists: impl Iterator<Item = &'a Largest>,
+    filter: Filter,
+    vocab: usize,
+) -> (f32, f32) {
+    let mut ys = Vec::new();
+    for list in lists {
+        ys.extend_from_slice(&list.values);
+        if let Some(&last) = list.values.last() {
+            ys.extend(std::iter::repeat_n(last, list.ties as usize));
+        }
+    }
+    let groups = groups(ys);
+    let tau = threshold(&groups, filter, vocab);
+    let mut sum = ExpSum::EMPTY;
+    for g in groups.iter().take_while(|g| g.value >= tau) {
+        (0..g.count).for_each(|_| sum.push(g.value));
+    }
+    (tau, sum.lse())
 }
 
 /// The kept set of a filtered row (`filter` not off, `s` not greedy).

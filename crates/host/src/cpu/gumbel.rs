@@ -118,7 +118,7 @@ fn shard_candidates(
     let shape = args.check(out)?;
     shard.check(args.logits.vocab)?;
     args.check_values(out, shape)?;
-    shard::unfiltered(args.slots, shard.vocab, &[&args.params.filters])?;
+    shard::check_filters(args.slots, shard.vocab, &[&args.params.filters], false)?;
     if !out.logprobs.is_none() {
         return Err(Error::NotSharded { what: "log-probabilities" });
     }

@@ -11,21 +11,31 @@
 //! global id), which combine by the argmax rule; with block verification,
 //! candidates for every row the token may come from and its parts of the
 //! residual masses, from which every rank finds the same `τ`.
+//!
+//! Filters with a top-k (top-p and min-p on top of one too) add to round 1
+//! each filtered row's `k` largest values over the rank's ids
+//! (`filter::Largest`): every value of the kept set is in some rank's list,
+//! so every rank finds the row's `τ` and `LSE(S)` from the lists alone.
+//! Top-p or min-p without a top-k keep sets of no bounded size: refused.
 
+use super::filter::{Largest, kept_of_largest, masked};
 use super::rejection::{Verdict, draft_candidates, mass, one_hot_candidates, residual_units, write_request};
 use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax};
 use crate::error::{Error, Result};
 use crate::memory::Host;
+use crate::params::Filters;
 use crate::rejection::{RejectionOutput, RejectionSample, Verification};
 use crate::shard::{self, EXP_SUM_BYTES, Exchange, Header, Reader, Shard, Writer};
 use crate::tensor::Values;
 use specdec_core::argmax::ArgMax;
 use specdec_core::block_verification::{below, block_verify, ln_weight, next_weight, one_hot_mass, ratio};
 use specdec_core::exp_sum::ExpSum;
+use specdec_core::filter::Filter;
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
 use specdec_core::status::NAN_LOGITS;
+use std::borrow::Cow;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 impl Cpu {
@@ -40,7 +50,7 @@ impl Cpu {
     /// The unsharded call's, with draft ids checked against `shard.vocab`;
     /// `InvalidShard` where the ranks' shards or calls do not fit together,
     /// `PeerFailed` where another rank's checks failed; `NotSharded` for
-    /// filters and log-probabilities.
+    /// top-p or min-p without a top-k, and for log-probabilities.
     pub fn sharded_rejection_sample(
         &self,
         shard: Shard,
@@ -84,19 +94,25 @@ fn run<T: Logit, C: Logit>(
     // wrong sends as much as the others, and fails alike): `pos` has a row's
     // entry for every row on a valid call.
     let rows = args.pos.len();
+    let filters = row_filters(args, shard.vocab);
     // Round 1. A rank that fails or panics still sends (a failed header), so
     // that no other waits for it.
-    let mine =
-        catch_unwind(AssertUnwindSafe(|| check(shard, args, out).map(|()| view.row_stats(out.row_status.is_some()))));
+    let mine = catch_unwind(AssertUnwindSafe(|| {
+        check(shard, args, out).map(|()| view.row_stats(out.row_status.is_some(), &filters))
+    }));
     let mut message = Writer(Vec::with_capacity(Header::BYTES + rows * RowStats::BYTES));
     match &mine {
         Ok(Ok(stats)) => {
             message.header(header(shard, args, out));
             stats.iter().for_each(|s| s.write(&mut message));
+            for (f, s) in filters.iter().zip(stats) {
+                s.lists.write(f, &mut message);
+            }
         }
         _ => {
             message.header(Header::FAILED);
             (0..rows).for_each(|_| RowStats::NONE.write(&mut message));
+            filters.iter().for_each(|f| Lists::default().write(f, &mut message));
         }
     }
     let gathered = shard::gather(exchange, &message.0);
@@ -106,9 +122,18 @@ fn run<T: Logit, C: Logit>(
         gathered.chunks_exact(message.0.len()).map(|bytes| Reader { bytes, at: 0 }).collect();
     let headers: Vec<Header> = readers.iter_mut().map(Reader::header).collect();
     Header::check_group(&headers)?;
-    let ranks: Vec<Vec<RowStats>> =
-        readers.iter_mut().map(|r| (0..rows).map(|_| RowStats::read(r)).collect()).collect();
-    let totals: Vec<RowTotals> = (0..rows).map(|row| RowTotals::combine(args, &headers, &ranks, row)).collect();
+    let ranks: Vec<Vec<RowStats>> = readers
+        .iter_mut()
+        .map(|r| {
+            let mut stats: Vec<RowStats> = (0..rows).map(|_| RowStats::read(r)).collect();
+            for (f, s) in filters.iter().zip(&mut stats) {
+                s.lists = Lists::read(f, r);
+            }
+            stats
+        })
+        .collect();
+    let totals: Vec<RowTotals> =
+        (0..rows).map(|row| RowTotals::combine(args, &headers, &ranks, row, filters[row], shard.vocab)).collect();
 
     // The walk, alike on every rank.
     let plans: Vec<Plan> = (0..args.slots.len()).map(|r| plan(args, &totals, r)).collect();
@@ -175,8 +200,22 @@ fn header(shard: Shard, args: &RejectionSample<'_, Host>, out: &RejectionOutput<
     .chain(args.slots.iter().map(|&s| s as u64))
     .chain(args.pos.iter().copied())
     .chain(p.temperature.iter().map(|t| u64::from(t.to_bits())))
-    .chain(p.seed.iter().copied());
+    .chain(p.seed.iter().copied())
+    .chain(filter_words(&p.filters))
+    .chain(args.draft_logits.iter().flat_map(|d| filter_words(&d.filters)));
     Header::of(shard, args.target.vocab, words)
+}
+
+/// A filter table's arrays (each its length, then its values' bits; none:
+/// `u64::MAX`), as words of the header's digest.
+fn filter_words<'a>(f: &'a Filters<'_, Host>) -> impl Iterator<Item = u64> + 'a {
+    fn array<'a, T>(a: Option<&'a [T]>, bits: fn(&T) -> u64) -> impl Iterator<Item = u64> + 'a {
+        let len = a.map_or(u64::MAX, |a| a.len() as u64);
+        std::iter::once(len).chain(a.into_iter().flatten().map(bits))
+    }
+    let k = array(f.top_k, |&k| u64::from(k as u32));
+    let p = array(f.top_p, |p| u64::from(p.to_bits()));
+    k.chain(p).chain(array(f.min_p, |m| u64::from(m.to_bits())))
 }
 
 /// What a rank sends about one row in round 1: over its ids, whether one is
@@ -184,16 +223,20 @@ fn header(shard: Shard, args: &RejectionSample<'_, Host>, out: &RejectionOutput<
 /// greedy requests), the sums of the scaled target and draft logits, and the
 /// draft token's scaled target and draft logits (draft rows of random
 /// requests; the logits `-inf` where another rank holds the token).
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// The sums are left empty in a row whose filter lists its values instead
+/// (`lists`, sent after every row's fixed part).
+#[derive(Clone, Debug, PartialEq)]
 struct RowStats {
     nan: bool,
     greedy: ArgMax,
     target: ExpSum,
     draft: ExpSum,
     drafted: (f32, f32),
+    lists: Lists,
 }
 
 impl RowStats {
+    /// The fixed part's bytes.
     const BYTES: usize = 4 + 8 + 2 * EXP_SUM_BYTES + 8;
 
     const NONE: RowStats = RowStats {
@@ -202,6 +245,7 @@ impl RowStats {
         target: ExpSum::EMPTY,
         draft: ExpSum::EMPTY,
         drafted: (f32::NEG_INFINITY, f32::NEG_INFINITY),
+        lists: Lists { target: None, draft: None },
     };
 
     fn write(&self, w: &mut Writer) {
@@ -220,22 +264,119 @@ impl RowStats {
             target: r.exp_sum(),
             draft: r.exp_sum(),
             drafted: (r.f32(), r.f32()),
+            lists: Lists::default(),
         }
     }
 }
 
+/// A row's filters as the sharded call applies them: its request's target
+/// filter (every row of a random request) and draft filter (its rows with a
+/// draft, given draft logits); off elsewhere, and for greedy requests.
+#[derive(Clone, Copy, Debug)]
+struct RowFilters {
+    target: Filter,
+    draft: Filter,
+    vocab: usize,
+}
+
+impl RowFilters {
+    /// The length of the row's target and draft lists ([`Lists`]): the
+    /// filter's top-k where it has one (0: no list).
+    fn lengths(&self) -> (usize, usize) {
+        let n = |f: Filter| if f.has_top_k(self.vocab) { f.top_k as usize } else { 0 };
+        (n(self.target), n(self.draft))
+    }
+}
+
+/// Every row's [`RowFilters`], read defensively (a rank whose checks failed
+/// still sends lists of the lengths its arguments give, without panicking).
+fn row_filters(args: &RejectionSample<'_, Host>, vocab: usize) -> Vec<RowFilters> {
+    let rows = args.pos.len();
+    let off = RowFilters { target: Filter::OFF, draft: Filter::OFF, vocab };
+    let mut filters = vec![off; rows];
+    let slot_filter = |table: &Filters<'_, Host>, slot: usize| {
+        let fits = |len: Option<usize>| len.is_none_or(|len| slot < len);
+        let lens = [table.top_k.map(<[i32]>::len), table.top_p.map(<[f32]>::len), table.min_p.map(<[f32]>::len)];
+        if lens.into_iter().all(fits) { table.slot(slot) } else { Filter::OFF }
+    };
+    for (r, &slot) in args.slots.iter().enumerate() {
+        let Ok(slot) = usize::try_from(slot) else { continue };
+        let p = &args.params;
+        let (Some(&t), Some(&o0), Some(&o1)) = (p.temperature.get(slot), args.offsets.get(r), args.offsets.get(r + 1))
+        else {
+            continue;
+        };
+        if t == 0.0 {
+            continue; // greedy: no filter
+        }
+        let target = slot_filter(&p.filters, slot);
+        let draft = args.draft_logits.as_ref().map_or(Filter::OFF, |d| slot_filter(&d.filters, slot));
+        let (o0, o1) = ((o0.max(0) as usize).min(rows), (o1.max(0) as usize).min(rows));
+        for (row, f) in filters.iter_mut().enumerate().take(o1).skip(o0) {
+            let drafted = row + 1 < o1 && args.drafts.get(row).is_some_and(|&d| d != -1);
+            *f = RowFilters { target, draft: if drafted { draft } else { Filter::OFF }, vocab };
+        }
+    }
+    filters
+}
+
+/// A row's top-value lists (`filter::Largest`), where its filters have a
+/// top-k ([`RowFilters::lengths`]): what the ranks find the row's kept sets from.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Lists {
+    target: Option<Largest>,
+    draft: Option<Largest>,
+}
+
+impl Lists {
+    /// Each list as its length's values (padded with `-inf`), then its ties.
+    fn write(&self, f: &RowFilters, w: &mut Writer) {
+        let (t, d) = f.lengths();
+        for (list, n) in [(&self.target, t), (&self.draft, d)] {
+            if n == 0 {
+                continue;
+            }
+            let values = list.as_ref().map_or(&[][..], |l| &l.values[..]);
+            (0..n).for_each(|i| w.f32(values.get(i).copied().unwrap_or(f32::NEG_INFINITY)));
+            w.u32(list.as_ref().map_or(0, |l| l.ties));
+        }
+    }
+
+    fn read(f: &RowFilters, r: &mut Reader) -> Lists {
+        let (t, d) = f.lengths();
+        let mut list = |n: usize| {
+            (n > 0).then(|| {
+                let values = (0..n).map(|_| r.f32()).filter(|&y| y > f32::NEG_INFINITY).collect();
+                Largest { values, ties: r.u32() }
+            })
+        };
+        let target = list(t);
+        Lists { target, draft: list(d) }
+    }
+}
+
 /// A row over all ranks: NaN anywhere, the first argmax's id, the scaled
-/// rows' log-sum-exps, and the draft token's scaled logits.
+/// rows' log-sum-exps (of their kept sets `{y >= τ}` where filtered, `τ`
+/// then `Some`), and the draft token's scaled logits.
 struct RowTotals {
     nan: bool,
     argmax: u32,
     lse_t: f32,
     lse_q: f32,
+    tau_t: Option<f32>,
+    tau_q: Option<f32>,
     drafted: (f32, f32),
 }
 
 impl RowTotals {
-    fn combine(args: &RejectionSample<'_, Host>, headers: &[Header], ranks: &[Vec<RowStats>], row: usize) -> RowTotals {
+    fn combine(
+        args: &RejectionSample<'_, Host>,
+        headers: &[Header],
+        ranks: &[Vec<RowStats>],
+        row: usize,
+        filters: RowFilters,
+        vocab: usize,
+    ) -> RowTotals {
         let (mut nan, mut greedy, mut target, mut draft) = (false, ArgMax::IDENTITY, ExpSum::EMPTY, ExpSum::EMPTY);
         for stats in ranks {
             let s = &stats[row];
@@ -250,7 +391,37 @@ impl RowTotals {
         let drafted = owner.map_or((f32::NEG_INFINITY, f32::NEG_INFINITY), |o| ranks[o][row].drafted);
         // Nothing above -inf: id 0, as the unsharded argmax rule says.
         let argmax = if greedy.value == f32::NEG_INFINITY { 0 } else { greedy.index };
-        RowTotals { nan, argmax, lse_t: target.lse(), lse_q: draft.lse(), drafted }
+        // A filtered row's `τ` and `LSE(S)`, from every rank's list.
+        let kept = |filter: Filter, list: fn(&Lists) -> Option<&Largest>, sum: ExpSum| {
+            if list(&ranks[0][row].lists).is_none() {
+                return (None, sum.lse());
+            }
+            let (tau, lse) = kept_of_largest(ranks.iter().filter_map(|s| list(&s[row].lists)), filter, vocab);
+            (Some(tau), lse)
+        };
+        let (tau_t, lse_t) = kept(filters.target, |l| l.target.as_ref(), target);
+        let (tau_q, lse_q) = kept(filters.draft, |l| l.draft.as_ref(), draft);
+        RowTotals { nan, argmax, lse_t, lse_q, tau_t, tau_q, drafted }
+    }
+
+    /// `log p'` of a target value `y` (scaled): `-inf` off the kept set.
+    fn log_p(&self, y: f32) -> f32 {
+        log_prob(y, self.tau_t, self.lse_t)
+    }
+
+    /// `log q` of a draft value `y` (scaled): `-inf` off the kept set.
+    fn log_q(&self, y: f32) -> f32 {
+        log_prob(y, self.tau_q, self.lse_q)
+    }
+}
+
+/// `y − lse`, or `-inf` where a kept set `{y >= tau}` leaves `y` out (the
+/// unsharded call's `Dist::log_prob`).
+fn log_prob(y: f32, tau: Option<f32>, lse: f32) -> f32 {
+    match tau {
+        // NaN is off every kept set.
+        Some(tau) if y.partial_cmp(&tau).is_none_or(|o| o.is_lt()) => f32::NEG_INFINITY,
+        _ => y - lse,
     }
 }
 
@@ -270,7 +441,7 @@ fn check(shard: Shard, args: &RejectionSample<'_, Host>, out: &RejectionOutput<'
     args.check_values_of(shape, shard.vocab)?;
     let mut tables = vec![&args.params.filters];
     tables.extend(args.draft_logits.as_ref().map(|d| &d.filters));
-    shard::unfiltered(args.slots, shard.vocab, &tables)?;
+    shard::check_filters(args.slots, shard.vocab, &tables, true)?;
     if !out.logprobs.is_none() {
         return Err(Error::NotSharded { what: "log-probabilities" });
     }
@@ -309,8 +480,9 @@ impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
         (d >= 0 && local < self.args.target.vocab).then_some(local)
     }
 
-    /// This rank's round-1 statistics of every row (NaN flags where `statuses`).
-    fn row_stats(&self, statuses: bool) -> Vec<RowStats> {
+    /// This rank's round-1 statistics of every row (NaN flags where
+    /// `statuses`), with the top-value lists of `filters`.
+    fn row_stats(&self, statuses: bool, filters: &[RowFilters]) -> Vec<RowStats> {
         let args = self.args;
         let mut stats = vec![RowStats::NONE; args.target.rows];
         for r in 0..args.slots.len() {
@@ -327,12 +499,24 @@ impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
                     if value > f32::NEG_INFINITY {
                         st.greedy = ArgMax { value, index: self.offset as u32 + at };
                     }
-                } else if row + 1 < o1 && d != -1 {
+                    continue;
+                }
+                let (list_t, list_q) = filters[row].lengths();
+                if list_t > 0 {
+                    st.lists.target = Some(Largest::of(self.level, &s, values, list_t));
+                }
+                if row + 1 < o1 && d != -1 {
                     let unfiltered = f32::NEG_INFINITY;
-                    st.target = simd::exp_sum_kept(self.level, &s, values, unfiltered);
+                    if list_t == 0 {
+                        st.target = simd::exp_sum_kept(self.level, &s, values, unfiltered);
+                    }
                     let draft = self.draft_row(r, i);
                     if let Some(q) = draft {
-                        st.draft = simd::exp_sum_kept(self.level, &s, q, unfiltered);
+                        if list_q > 0 {
+                            st.lists.draft = Some(Largest::of(self.level, &s, q, list_q));
+                        } else {
+                            st.draft = simd::exp_sum_kept(self.level, &s, q, unfiltered);
+                        }
                     }
                     if let Some(at) = self.local(d) {
                         let y_q = draft.map_or(f32::NEG_INFINITY, |q| s.scaled(q[at].to_f32()));
@@ -366,8 +550,8 @@ impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
                             target,
                             q,
                             weights[i - 1],
-                            |x| s.scaled(x) - t.lse_t,
-                            |x| s.scaled(x) - t.lse_q,
+                            |x| t.log_p(s.scaled(x)),
+                            |x| t.log_q(s.scaled(x)),
                         ))
                     })
                     .collect();
@@ -390,18 +574,30 @@ impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
     fn candidates(&self, r: usize, j: usize, rejected: Option<i32>, w: f64, totals: &[RowTotals]) -> Resampled {
         let row = self.args.offsets[r] as usize + j;
         let s = Sampler { pos: self.args.pos[row], ..sampler(self.args, r) };
-        let (values, base) = (self.target_row(row), self.offset as u32);
+        let (values, base, t) = (self.target_row(row), self.offset as u32, &totals[row]);
         let Some(d) = rejected else {
-            return one_hot_candidates(self.level, &s, base, values, None);
+            let Some(tau) = t.tau_t else {
+                return one_hot_candidates(self.level, &s, base, values, None);
+            };
+            // The unsharded call's fold of a kept set (`filter::fold_kept`).
+            let best = if values.is_empty() {
+                ArgMax::IDENTITY
+            } else {
+                simd::fold_kept(self.level, &s, ArgMax::IDENTITY, base, values, tau).0
+            };
+            return Resampled { residual: best, target: best };
         };
         match self.draft_row(r, j) {
             Some(q) => {
-                let t = &totals[row];
-                let unfiltered = f32::NEG_INFINITY;
-                let lse_t = t.lse_t - ln_weight(w);
-                draft_candidates(self.level, &s, base, values, q, (lse_t, unfiltered), (t.lse_q, unfiltered))
+                let tau = |tau: Option<f32>| tau.unwrap_or(f32::NEG_INFINITY);
+                let target = (t.lse_t - ln_weight(w), tau(t.tau_t));
+                draft_candidates(self.level, &s, base, values, q, target, (t.lse_q, tau(t.tau_q)))
             }
-            None => one_hot_candidates(self.level, &s, base, values, self.local(d)),
+            None => {
+                // Filtered, the row with every id off the kept set at `-inf` (`Dist::row`).
+                let values: Cow<'_, [T]> = t.tau_t.map_or(values.into(), |tau| masked(&s, values, tau));
+                one_hot_candidates(self.level, &s, base, &values, self.local(d))
+            }
         }
     }
 }
@@ -488,7 +684,7 @@ impl Plan {
                     Some(&units) => mass(units),
                     None => {
                         let t = &totals[o0 + i];
-                        one_hot_mass(w, t.drafted.0 - t.lse_t)
+                        one_hot_mass(w, t.log_p(t.drafted.0))
                     }
                 };
                 let word = |i: usize| random_u32(s.seed, args.pos[o0 + i], Stream::Accept, 0);
@@ -509,8 +705,8 @@ fn plan(args: &RejectionSample<'_, Host>, totals: &[RowTotals], r: usize) -> Pla
     // `(log p(d), log q(d))` of the draft at row `i` (one-hot: `log q = 0`).
     let log_probs = |i: usize| {
         let t = &totals[o0 + i];
-        let log_q = if args.draft_logits.is_some() { t.drafted.1 - t.lse_q } else { 0.0 };
-        (t.drafted.0 - t.lse_t, log_q)
+        let log_q = if args.draft_logits.is_some() { t.log_q(t.drafted.1) } else { 0.0 };
+        (t.log_p(t.drafted.0), log_q)
     };
     if args.verification == Verification::Block && !s.greedy {
         let block = args.drafts[o0..o0 + n].iter().position(|&d| d == -1).unwrap_or(n);
