@@ -3,6 +3,7 @@
 //! shard of every row's ids, return exactly the unsharded call's tokens and
 //! row statuses, and together write exactly its draft logits.
 
+use specdec::filter::Filter;
 use specdec::shard::{Exchange, Shard};
 use specdec::{Cpu, DType, Error, GumbelOutput, GumbelSample, Host, Logits, SamplingParams};
 use specdec_suite::batch::{ColumnSpec, DraftLogitsSpec, Values};
@@ -151,6 +152,57 @@ fn sharded_draft_logits_are_the_unsharded_ones() {
     }
 }
 
+/// Filters with a top-k (top-p and min-p on top of it too), each slot its
+/// own, on rows with ties at the `k`-th value, NaN and `±inf`, sampled and
+/// drafting (into draft logits that round them: the kept set is the stored
+/// rows'), over 1, 2, 3 and 8 uneven shards: the unsharded call's tokens.
+#[test]
+fn sharded_filtered_tokens_are_the_unsharded_ones() {
+    let mut rng = Rng::new(34);
+    let filters = [
+        Filter { top_k: 1, ..Filter::OFF },
+        Filter { top_k: 5, ..Filter::OFF },
+        Filter { top_k: 40, top_p: 0.8, ..Filter::OFF },
+        Filter { top_k: 300, min_p: 0.3, top_p: 0.95 },
+        // Top-p near 1 over a small top-k: the k-th value's whole tie group
+        // (on every rank) is in the masses that decide τ.
+        Filter { top_k: 6, top_p: 0.97, ..Filter::OFF },
+        Filter::OFF,
+    ];
+    for (logits, draft) in
+        [(DType::F32, None), (DType::BF16, None), (DType::F32, Some(DType::BF16)), (DType::F16, Some(DType::F32))]
+    {
+        for (vocab, rows) in [(37, 21), (1000, 14), (4097, 7)] {
+            for ranks in [1, 2, 3, 8] {
+                let mut b = batch(vocab, rows, logits, &mut rng);
+                // Half the rows' values rounded to multiples of 1/2: ties that straddle the k-th value.
+                for r in (0..rows).filter(|r| r % 2 == 0) {
+                    for i in r * vocab..(r + 1) * vocab {
+                        b.logits.set_f32(i, (b.logits.get(i) * 2.0).round() / 2.0);
+                    }
+                }
+                let slot_filters: Vec<Filter> = (0..4)
+                    .map(|_| rng.pick(&filters))
+                    .map(|f| Filter { top_k: f.top_k.min(vocab as u32 - 1), ..f })
+                    .collect();
+                b.filters = FilterTable::per_slot(&slot_filters);
+                if let Some(draft) = draft {
+                    b.drafting = true;
+                    let columns = (0..rows as i32).map(|r| r % 3).collect();
+                    b.draft_logits = Some(DraftLogitsSpec::dense(draft, 4, 3, vocab, ColumnSpec::PerRow(columns)));
+                    b.slots = (0..rows).map(|r| if r % 5 == 4 { -1 } else { (r / 3 % 4) as i32 }).collect();
+                }
+                let shards = shards(vocab, ranks, &mut rng);
+                check_equal(
+                    &b,
+                    &shards,
+                    &format!("filtered {logits:?} into {draft:?}, V {vocab}, P {ranks}, {slot_filters:?}"),
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn a_rank_that_fails_its_checks_or_a_group_that_does_not_fit_fails_every_rank() {
     let mut rng = Rng::new(33);
@@ -160,11 +212,13 @@ fn a_rank_that_fails_its_checks_or_a_group_that_does_not_fit_fails_every_rank() 
     let got = run_sharded(&b, &shards);
     assert!(matches!(&got[1].0, Err(Error::InvalidShard { .. })), "{:?}", got[1].0);
     assert!(matches!(&got[0].0, Err(Error::PeerFailed { rank: 1 })), "{:?}", got[0].0);
-    // Filters are not sharded yet: every rank says so.
-    let mut filtered = b.clone();
-    filtered.filters = FilterTable { top_k: Some(vec![2; 4]), ..FilterTable::none() };
-    for (result, _) in run_sharded(&filtered, &[Shard { offset: 0, vocab: 64 }, Shard { offset: 32, vocab: 64 }]) {
-        assert!(matches!(result, Err(Error::NotSharded { .. })), "{result:?}");
+    // Top-p or min-p without a top-k are not sharded: every rank says so.
+    for filter in [Filter { top_p: 0.9, ..Filter::OFF }, Filter { min_p: 0.2, top_k: 64, ..Filter::OFF }] {
+        let mut filtered = b.clone();
+        filtered.filters = FilterTable::uniform(filter, 4);
+        for (result, _) in run_sharded(&filtered, &[Shard { offset: 0, vocab: 64 }, Shard { offset: 32, vocab: 64 }]) {
+            assert!(matches!(result, Err(Error::NotSharded { .. })), "{filter:?}: {result:?}");
+        }
     }
 
     // Shards that leave ids to no rank, or calls that differ between ranks: the same error on every rank.

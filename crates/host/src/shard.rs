@@ -129,6 +129,36 @@ pub(crate) fn check_filters(slots: &[i32], vocab: usize, tables: &[&Filters<'_, 
     }
 }
 
+/// Slot `slot`'s filter in `table` as a sharded call reads it to size its
+/// messages, before (or despite) its checks, so that a rank whose checks
+/// fail still sends as much as the others: off for a padding slot, a
+/// greedy one (`T = 0` ignores filters) and a slot past any array.
+pub(crate) fn message_filter(table: &Filters<'_, Host>, temperature: &[f32], slot: i32) -> Filter {
+    let Ok(slot) = usize::try_from(slot) else { return Filter::OFF };
+    let fits = |len: Option<usize>| len.is_none_or(|len| slot < len);
+    let lens = [table.top_k.map(<[i32]>::len), table.top_p.map(<[f32]>::len), table.min_p.map(<[f32]>::len)];
+    let random = temperature.get(slot).is_some_and(|&t| t != 0.0);
+    if random && lens.into_iter().all(fits) { table.slot(slot) } else { Filter::OFF }
+}
+
+/// The length of the top-value list a row filtered by `filter` sends
+/// (`cpu::filter::Largest`): its top-k, where it has one (0: no list).
+pub(crate) fn list_length(filter: Filter, vocab: usize) -> usize {
+    if filter.has_top_k(vocab) { filter.top_k as usize } else { 0 }
+}
+
+/// A filter table's arrays (each its length, then its values' bits; none:
+/// `u64::MAX`), as words of the header's digest.
+pub(crate) fn filter_words<'a>(f: &'a Filters<'_, Host>) -> impl Iterator<Item = u64> + 'a {
+    fn array<'a, T>(a: Option<&'a [T]>, bits: fn(&T) -> u64) -> impl Iterator<Item = u64> + 'a {
+        let len = a.map_or(u64::MAX, |a| a.len() as u64);
+        std::iter::once(len).chain(a.into_iter().flatten().map(bits))
+    }
+    let k = array(f.top_k, |&k| u64::from(k as u32));
+    let p = array(f.top_p, |p| u64::from(p.to_bits()));
+    k.chain(p).chain(array(f.min_p, |m| u64::from(m.to_bits())))
+}
+
 /// FNV-1a over `words`: the digest of a call's shared arguments.
 fn digest(words: impl IntoIterator<Item = u64>) -> u64 {
     words.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, w| {
@@ -252,11 +282,9 @@ pub(crate) fn message_len(rows: usize) -> usize {
     Header::BYTES + rows * Candidate::BYTES
 }
 
-/// One rank's message: its header and its rows' candidates.
-pub(crate) fn decode(bytes: &[u8]) -> (Header, Vec<Candidate>) {
-    let mut r = Reader { bytes, at: 0 };
+/// One rank's message, from `r`: its header and its `rows` rows' candidates.
+pub(crate) fn decode(r: &mut Reader, rows: usize) -> (Header, Vec<Candidate>) {
     let header = r.header();
-    let rows = (bytes.len() - Header::BYTES) / Candidate::BYTES;
     let candidates = (0..rows).map(|_| Candidate { best: r.arg_max(), nan: r.u32() != 0 }).collect();
     (header, candidates)
 }
@@ -351,8 +379,9 @@ mod tests {
             Candidate { best: ArgMax { value: f32::NEG_INFINITY, index: 0 }, nan: true },
         ];
         let header = Header { ok: true, offset: 8, ids: 12, vocab: 20, digest: u64::MAX - 3 };
-        assert_eq!(decode(&encode(header, &rows)), (header, rows.to_vec()));
-        assert_eq!(decode(&encode(Header::FAILED, &rows)).0, Header::FAILED);
+        let decoded = |bytes: &[u8]| decode(&mut Reader { bytes, at: 0 }, 2);
+        assert_eq!(decoded(&encode(header, &rows)), (header, rows.to_vec()));
+        assert_eq!(decoded(&encode(Header::FAILED, &rows)).0, Header::FAILED);
         assert_eq!(encode(header, &rows).len(), message_len(2));
     }
 

@@ -8,6 +8,7 @@
 //! a large one by that fold of the masked row.
 
 use super::simd::{self, Level, Logit};
+use crate::shard::{Reader, Writer};
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
 use specdec_core::exp_sum::ExpSum;
@@ -200,13 +201,16 @@ pub(super) struct Largest {
 
 impl Largest {
     /// A shard's list: the candidates of a top-`n` filter over its ids
-    /// (all of its values where it holds no more than `n` ids), sorted.
-    pub fn of<L: Logit>(level: Level, s: &Sampler, values: &[L], n: usize) -> Largest {
-        let mut ys: Vec<f32> = if n < values.len() {
-            let filter = Filter { top_k: n as u32, ..Filter::OFF };
-            candidates(level, s, values, filter).cands.into_iter().map(|c| c.0).collect()
+    /// (all of its values where it holds no more than `n` ids), sorted; and
+    /// whether its ids hold a NaN.
+    pub fn of<L: Logit>(level: Level, s: &Sampler, values: &[L], n: usize) -> (Largest, bool) {
+        let (mut ys, nan): (Vec<f32>, bool) = if n < values.len() {
+            let found = candidates(level, s, values, Filter { top_k: n as u32, ..Filter::OFF });
+            (found.cands.into_iter().map(|c| c.0).collect(), found.nan)
         } else {
-            values.iter().map(|v| s.scaled(v.to_f32())).filter(|&y| y > f32::NEG_INFINITY).collect()
+            let ys: Vec<f32> = values.iter().map(|v| s.scaled(v.to_f32())).collect();
+            let nan = ys.iter().any(|y| y.is_nan());
+            (ys.into_iter().filter(|&y| y > f32::NEG_INFINITY).collect(), nan)
         };
         ys.sort_unstable_by_key(|&y| std::cmp::Reverse(key(y)));
         let ties = match n.checked_sub(1).and_then(|last| ys.get(last)) {
@@ -214,7 +218,21 @@ impl Largest {
             None => 0,
         };
         ys.truncate(n);
-        Largest { values: ys, ties }
+        (Largest { values: ys, ties }, nan)
+    }
+
+    /// `list` in a message whose lists have `n` values: its values, `-inf`
+    /// past them (none: all `-inf`), then its ties; `4n + 4` bytes.
+    pub fn write(list: Option<&Largest>, n: usize, w: &mut Writer) {
+        let values = list.map_or(&[][..], |l| &l.values[..]);
+        (0..n).for_each(|i| w.f32(values.get(i).copied().unwrap_or(f32::NEG_INFINITY)));
+        w.u32(list.map_or(0, |l| l.ties));
+    }
+
+    /// A list of `n` values, as [`Largest::write`] wrote it.
+    pub fn read(n: usize, r: &mut Reader) -> Largest {
+        let values = (0..n).map(|_| r.f32()).filter(|&y| y > f32::NEG_INFINITY).collect();
+        Largest { values, ties: r.u32() }
     }
 }
 

@@ -1,6 +1,6 @@
 //! `gumbel_sample` on the CPU: the twin of `crates/kernels/src/gumbel.rs`.
 
-use super::filter;
+use super::filter::{self, Largest, kept_of_largest};
 use super::logprobs::{self, Emitted};
 use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax};
@@ -9,15 +9,16 @@ use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::logprobs::Logprobs;
 use crate::memory::Host;
 use crate::params::Filters;
-use crate::shard::{self, Candidate, Exchange, Header, Shard};
+use crate::shard::{self, Candidate, Exchange, Header, Reader, Shard, Writer};
 use crate::tensor::{Column, DraftLogitsMut, Tokens, Values, ValuesMut};
 use rayon::prelude::*;
 use specdec_core::argmax::ArgMax;
-use specdec_core::dtype::Element;
+use specdec_core::dtype::{Bf16, DType, Element, F16};
 use specdec_core::filter::Filter;
 use specdec_core::rng::Stream;
 use specdec_core::sample::Sampler;
 use specdec_core::status::NAN_LOGITS;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 impl Cpu {
     /// `gumbel_sample` (SPEC §3) on host buffers.
@@ -29,9 +30,11 @@ impl Cpu {
         let shape = args.check(out)?;
         args.check_values(out, shape)?;
         let GumbelOutput { tokens, row_status, draft_logits, logprobs } = out;
-        let rows = Rows::of(args, 0);
+        let rows = Rows::of(args, None);
         let mut out = RowOut { tokens, row_status: row_status.as_deref_mut() };
-        sample_call(args, &rows, draft_logits.as_mut(), &mut |row, c| write_row(&mut out, row, c.best.index, c.nan));
+        sample_call(args, &rows, draft_logits.as_mut(), &mut |row, (c, _)| {
+            write_row(&mut out, row, c.best.index, c.nan)
+        });
         if !logprobs.is_none() {
             let draft = draft_logits.as_ref();
             match &args.logits.data {
@@ -46,20 +49,26 @@ impl Cpu {
     /// `gumbel_sample` on this rank's shard of every row (`docs/VOCAB_PARALLEL.md`):
     /// `args.logits` holds ids `shard.offset ..` of rows of `shard.vocab` ids,
     /// the draft logits (if any) the same ids of their rows. The ranks
-    /// exchange one candidate per row through `exchange`, once, and every
-    /// rank writes the tokens and row statuses of the unsharded call on the
+    /// exchange one candidate per row through `exchange`, and every rank
+    /// writes the tokens and row statuses of the unsharded call on the
     /// whole rows, bit for bit; each writes its own ids of the draft logits.
     /// Every rank must pass the same slots, positions and parameters.
     ///
+    /// Rows whose slot filters with a top-k (top-p and min-p on top of it
+    /// too) send their `k` largest values instead ([`filter::Largest`]), from
+    /// which every rank finds the row's kept set; a second exchange then
+    /// combines the ranks' candidates over it.
+    ///
     /// # Errors
     /// This rank's errors of [`Cpu::gumbel_sample`], [`Error::InvalidShard`],
-    /// and [`Error::NotSharded`] for filters or log-probabilities; a rank
-    /// whose checks fail (or that panics) still takes part in the exchange,
-    /// and the others return [`Error::PeerFailed`] (having written their
-    /// draft logits). On every rank alike, [`Error::InvalidShard`] where the
-    /// ranks' shards do not tile the row or their calls differ (row length,
-    /// slots, positions, temperatures, seeds), and [`Error::Exchange`] if the
-    /// exchange fails.
+    /// and [`Error::NotSharded`] for top-p or min-p without a top-k, or for
+    /// log-probabilities; a rank whose checks fail (or that panics) still
+    /// takes part in the exchanges, and the others return
+    /// [`Error::PeerFailed`] (having written their draft logits). On every
+    /// rank alike, [`Error::InvalidShard`] where the ranks' shards do not
+    /// tile the row or their calls differ (row length, slots, positions,
+    /// temperatures, seeds, filters), and [`Error::Exchange`] if an exchange
+    /// fails.
     pub fn sharded_gumbel_sample(
         &self,
         shard: Shard,
@@ -71,22 +80,49 @@ impl Cpu {
         // wrong sends as much as the others, and fails alike): `pos` has an
         // entry for every row on a valid call.
         let rows = args.pos.len();
+        let p = &args.params;
+        let filters: Vec<Filter> = (0..rows)
+            .map(|row| shard::message_filter(&p.filters, p.temperature, args.slots.get(row).copied().unwrap_or(-1)))
+            .collect();
+        let lengths: Vec<usize> = filters.iter().map(|&f| shard::list_length(f, shard.vocab)).collect();
         // A rank that panics still sends its message (failed), so that no other waits for it.
-        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shard_candidates(shard, args, out)));
-        let message = match &mine {
-            Ok(Ok(candidates)) => shard::encode(header(shard, args), candidates),
-            _ => shard::encode(Header::FAILED, &vec![Candidate::NONE; rows]),
+        let mine = catch_unwind(AssertUnwindSafe(|| shard_candidates(shard, args, out)));
+        let (header, sampled) = match &mine {
+            Ok(Ok(sampled)) => (header(shard, args), &sampled[..]),
+            _ => (Header::FAILED, &[][..]),
         };
-        let gathered = shard::gather(exchange, &message);
-        mine.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+        let candidates: Vec<Candidate> =
+            (0..rows).map(|row| sampled.get(row).map_or(Candidate::NONE, |s| s.0)).collect();
+        let mut message = Writer(shard::encode(header, &candidates));
+        for (row, &n) in lengths.iter().enumerate().filter(|(_, n)| **n > 0) {
+            Largest::write(sampled.get(row).and_then(|s| s.1.as_ref()), n, &mut message);
+        }
+        let gathered = shard::gather(exchange, &message.0);
+        mine.unwrap_or_else(|panic| resume_unwind(panic))?;
         let gathered = gathered?;
-        let (headers, parts): (Vec<Header>, Vec<Vec<Candidate>>) =
-            gathered.chunks_exact(message.len()).map(shard::decode).unzip();
-        Header::check_group(&headers)?;
         let mut combined = vec![Candidate::NONE; rows];
-        for theirs in parts {
+        let (mut headers, mut lists) = (Vec::new(), Vec::new());
+        for bytes in gathered.chunks_exact(message.0.len()) {
+            let mut r = Reader { bytes, at: 0 };
+            let (header, theirs) = shard::decode(&mut r, rows);
             for (c, t) in combined.iter_mut().zip(theirs) {
                 *c = c.combine(t);
+            }
+            headers.push(header);
+            lists.push(lengths.iter().map(|&n| (n > 0).then(|| Largest::read(n, &mut r))).collect::<Vec<_>>());
+        }
+        Header::check_group(&headers)?;
+        if lengths.iter().any(|&n| n > 0) {
+            // Every filtered row's τ from the lists, then round 2: the ranks' bests over their kept ids.
+            let taus: Vec<Option<f32>> = (0..rows)
+                .map(|row| {
+                    let theirs = lists.iter().filter_map(|l: &Vec<Option<Largest>>| l[row].as_ref());
+                    (lengths[row] > 0).then(|| kept_of_largest(theirs, filters[row], shard.vocab).0)
+                })
+                .collect();
+            let bests = kept_round(exchange, args, shard, out, &taus)?;
+            for (c, best) in combined.iter_mut().zip(bests) {
+                c.best = c.best.combine(best);
             }
         }
         let mut out = RowOut { tokens: &mut out.tokens, row_status: out.row_status.as_deref_mut() };
@@ -97,6 +133,45 @@ impl Cpu {
     }
 }
 
+/// Round 2 of a sharded call with filters: every filtered row's best
+/// (`taus[row]`: its kept set's `τ`) over the ranks, each rank's over its
+/// ids of the kept set ([`kept_bests`]); `ArgMax::IDENTITY` for other rows.
+fn kept_round(
+    exchange: &mut dyn Exchange<Host>,
+    args: &GumbelSample<'_, Host>,
+    shard: Shard,
+    out: &GumbelOutput<'_, Host>,
+    taus: &[Option<f32>],
+) -> Result<Vec<ArgMax>> {
+    let rows = Rows::of(args, Some(shard));
+    let draft = out.draft_logits.as_ref();
+    let mine = catch_unwind(AssertUnwindSafe(|| match &args.logits.data {
+        Values::F32(l) => kept_bests(&rows, l, draft, taus),
+        Values::BF16(l) => kept_bests(&rows, l.as_core(), draft, taus),
+        Values::F16(l) => kept_bests(&rows, l.as_core(), draft, taus),
+    }));
+    let filtered: Vec<usize> = (0..taus.len()).filter(|&row| taus[row].is_some()).collect();
+    let mut message = Writer(Vec::new());
+    message.u32(u32::from(mine.is_ok()));
+    for &row in &filtered {
+        message.arg_max(mine.as_ref().map_or(ArgMax::IDENTITY, |bests| bests[row]));
+    }
+    let gathered = shard::gather(exchange, &message.0);
+    let mine = mine.unwrap_or_else(|panic| resume_unwind(panic));
+    let mut combined = vec![ArgMax::IDENTITY; taus.len()];
+    for (rank, bytes) in gathered?.chunks_exact(message.0.len()).enumerate() {
+        let mut r = Reader { bytes, at: 0 };
+        if r.u32() == 0 {
+            return Err(Error::PeerFailed { rank });
+        }
+        for &row in &filtered {
+            combined[row] = combined[row].combine(r.arg_max());
+        }
+    }
+    debug_assert_eq!(mine.len(), taus.len());
+    Ok(combined)
+}
+
 /// This rank's header: its shard, and the digest of what every rank passes alike.
 fn header(shard: Shard, args: &GumbelSample<'_, Host>) -> Header {
     let p = &args.params;
@@ -105,27 +180,29 @@ fn header(shard: Shard, args: &GumbelSample<'_, Host>) -> Header {
         .chain(args.slots.iter().map(|&s| s as u64))
         .chain(args.pos.iter().copied())
         .chain(p.temperature.iter().map(|t| u64::from(t.to_bits())))
-        .chain(p.seed.iter().copied());
+        .chain(p.seed.iter().copied())
+        .chain(shard::filter_words(&p.filters));
     Header::of(shard, args.logits.vocab, words)
 }
 
-/// This rank's candidate for each row, its draft logits written.
+/// This rank's candidate for each row (a filtered row's: its NaN flag, and
+/// its top-value list), its draft logits written.
 fn shard_candidates(
     shard: Shard,
     args: &GumbelSample<'_, Host>,
     out: &mut GumbelOutput<'_, Host>,
-) -> Result<Vec<Candidate>> {
+) -> Result<Vec<(Candidate, Option<Largest>)>> {
     let shape = args.check(out)?;
     shard.check(args.logits.vocab)?;
     args.check_values(out, shape)?;
-    shard::check_filters(args.slots, shard.vocab, &[&args.params.filters], false)?;
+    shard::check_filters(args.slots, shard.vocab, &[&args.params.filters], true)?;
     if !out.logprobs.is_none() {
         return Err(Error::NotSharded { what: "log-probabilities" });
     }
-    let mut candidates = vec![Candidate::NONE; args.logits.rows];
-    let rows = Rows::of(args, shard.offset as u32);
-    sample_call(args, &rows, out.draft_logits.as_mut(), &mut |row, c| candidates[row] = c);
-    Ok(candidates)
+    let mut sampled = vec![(Candidate::NONE, None); args.logits.rows];
+    let rows = Rows::of(args, Some(shard));
+    sample_call(args, &rows, out.draft_logits.as_mut(), &mut |row, c| sampled[row] = c);
+    Ok(sampled)
 }
 
 /// The read-only per-call inputs.
@@ -143,11 +220,16 @@ struct Rows<'r, 'a> {
     row_stride: usize,
     /// The global id of each row's first value (a sharded call's offset, else 0).
     base: u32,
+    /// The whole row's ids (a sharded call's `shard.vocab`, else `vocab`).
+    whole: usize,
+    /// Whether a filtered row sends its top-value list (a sharded call)
+    /// rather than being sampled.
+    lists: bool,
 }
 
 impl<'r, 'a> Rows<'r, 'a> {
-    /// The rows of `args`, whose first values are global id `base`.
-    fn of(args: &'r GumbelSample<'a, Host>, base: u32) -> Self {
+    /// The rows of `args`, or of this rank's shard of them.
+    fn of(args: &'r GumbelSample<'a, Host>, shard: Option<Shard>) -> Self {
         let GumbelSample { logits, slots, pos, params, drafting } = args;
         Rows {
             slots,
@@ -160,7 +242,9 @@ impl<'r, 'a> Rows<'r, 'a> {
             rows: logits.rows,
             vocab: logits.vocab,
             row_stride: logits.row_stride,
-            base,
+            base: shard.map_or(0, |s| s.offset as u32),
+            whole: shard.map_or(logits.vocab, |s| s.vocab),
+            lists: shard.is_some(),
         }
     }
 }
@@ -180,8 +264,12 @@ fn sample_call(
     }
 }
 
-/// Where each row's candidate goes.
-type Sink<'s> = &'s mut dyn FnMut(usize, Candidate);
+/// What a row gives: its candidate, and a sharded call's filtered row its
+/// top-value list (its candidate then holds only its NaN flag).
+type Sampled = (Candidate, Option<Largest>);
+
+/// Where each row's [`Sampled`] goes.
+type Sink<'s> = &'s mut dyn FnMut(usize, Sampled);
 
 /// Where each row's token and status go.
 struct RowOut<'o, 'a> {
@@ -304,7 +392,7 @@ fn sample_one<L: Logit, D: Logit>(
     logits: &[L],
     row: usize,
     draft_row: Option<&mut [D]>,
-) -> Candidate {
+) -> Sampled {
     let slot = rows.slots[row];
     let (t, seed, filter) = if slot >= 0 {
         let slot = slot as usize;
@@ -320,10 +408,10 @@ fn sample_one<L: Logit, D: Logit>(
             copy(values, d);
         }
         let (index, nan) = first_argmax(rows.level, values);
-        Candidate { best: ArgMax::new(values[index as usize].to_f32(), rows.base + index), nan }
+        (Candidate { best: ArgMax::new(values[index as usize].to_f32(), rows.base + index), nan }, None)
     } else {
-        let (best, nan) = sample_row(rows.level, &sampler, filter, rows.base, values, draft_row);
-        Candidate { best, nan }
+        let (best, nan, list) = sample_row(rows, &sampler, filter, values, draft_row);
+        (Candidate { best, nan }, list)
     }
 }
 
@@ -348,30 +436,32 @@ const STEP: usize = 4096;
 /// ([`DType::rounds_into`](specdec_core::dtype::DType::rounds_into)), the values folded are the
 /// stored ones (SPEC §3.3: the verifier's `q` is the distribution sampled).
 /// A filtered row folds its kept set ([`kept`]) of those values (SPEC §7.3:
-/// the verifier reproduces it from the stored row).
+/// the verifier reproduces it from the stored row), or, in a sharded call,
+/// gives their top-value list instead.
 fn sample_row<L: Logit, D: Logit>(
-    level: Level,
+    rows: &Rows<'_, '_>,
     sampler: &Sampler,
     filter: Filter,
-    base: u32,
     values: &[L],
     draft: Option<&mut [D]>,
-) -> (ArgMax, bool) {
-    if !filter.is_off(values.len()) {
+) -> (ArgMax, bool, Option<Largest>) {
+    let (level, base) = (rows.level, rows.base);
+    if !filter.is_off(rows.whole) {
         return match draft {
-            None => fold_kept(level, sampler, filter, values),
+            None => kept_row(rows, sampler, filter, values),
             Some(draft) => {
                 copy(values, draft);
                 if L::DTYPE.rounds_into(D::DTYPE) {
-                    fold_kept(level, sampler, filter, draft)
+                    kept_row(rows, sampler, filter, draft)
                 } else {
-                    fold_kept(level, sampler, filter, values)
+                    kept_row(rows, sampler, filter, values)
                 }
             }
         };
     }
     let Some(draft) = draft else {
-        return simd::fold(level, sampler, ArgMax::IDENTITY, base, values);
+        let (best, nan) = simd::fold(level, sampler, ArgMax::IDENTITY, base, values);
+        return (best, nan, None);
     };
     let stored = L::DTYPE.rounds_into(D::DTYPE);
     let (mut best, mut nan) = (ArgMax::IDENTITY, false);
@@ -385,14 +475,78 @@ fn sample_row<L: Logit, D: Logit>(
         };
         (best, nan) = (b, nan | n);
     }
-    (best, nan)
+    (best, nan, None)
 }
 
 /// The Gumbel-max over the kept set of a filtered row `values`, and whether
-/// the row holds a NaN.
-fn fold_kept<L: Logit>(level: Level, sampler: &Sampler, filter: Filter, values: &[L]) -> (ArgMax, bool) {
-    let kept = filter::kept(level, sampler, values, filter);
-    (filter::fold_kept(level, sampler, values, &kept), kept.nan)
+/// the row holds a NaN; in a sharded call, no best, and the row's top-value
+/// list (its filter has a top-k: the call's checks).
+fn kept_row<V: Logit>(
+    rows: &Rows<'_, '_>,
+    sampler: &Sampler,
+    filter: Filter,
+    values: &[V],
+) -> (ArgMax, bool, Option<Largest>) {
+    if rows.lists {
+        let (list, nan) = Largest::of(rows.level, sampler, values, shard::list_length(filter, rows.whole));
+        return (ArgMax::IDENTITY, nan, Some(list));
+    }
+    let kept = filter::kept(rows.level, sampler, values, filter);
+    (filter::fold_kept(rows.level, sampler, values, &kept), kept.nan, None)
+}
+
+/// Round 2 of a sharded call with filters, on this rank: each filtered
+/// row's best (`taus[row]`: its kept set's `τ`) over its ids of the kept
+/// set, of the values the row was sampled from: its logits, or where the
+/// draft logits round them, the stored values (converted again: a later
+/// row of the call may have stored over them); `ArgMax::IDENTITY` for the
+/// other rows. The unsharded call's fold of the kept set
+/// (`filter::fold_kept`), split by ids.
+fn kept_bests<L: Logit>(
+    rows: &Rows<'_, '_>,
+    logits: &[L],
+    draft: Option<&(DraftLogitsMut<'_, Host>, Column<'_, Host>)>,
+    taus: &[Option<f32>],
+) -> Vec<ArgMax> {
+    let stored = draft.map(|(d, _)| d.data.dtype()).filter(|&d| L::DTYPE.rounds_into(d));
+    let mut best = vec![ArgMax::IDENTITY; rows.rows];
+    for (row, tau) in taus.iter().enumerate() {
+        let (Some(tau), slot) = (*tau, rows.slots[row]) else { continue };
+        let values = &logits[row * rows.row_stride..row * rows.row_stride + rows.vocab];
+        if values.is_empty() {
+            continue;
+        }
+        let s = Sampler::new(rows.temperature[slot as usize], rows.seed[slot as usize], rows.pos[row], rows.stream);
+        let fold = |v: &[_]| simd::fold_kept(rows.level, &s, ArgMax::IDENTITY, rows.base, v, tau).0;
+        best[row] = match stored {
+            Some(DType::BF16) => fold_kept_as::<L, Bf16>(rows, &s, values, tau),
+            Some(DType::F16) => fold_kept_as::<L, F16>(rows, &s, values, tau),
+            _ => fold(values),
+        };
+    }
+    best
+}
+
+/// `simd::fold_kept` of `values` as stored in draft logits of dtype `D`.
+fn fold_kept_as<L: Logit, D: Logit>(rows: &Rows<'_, '_>, s: &Sampler, values: &[L], tau: f32) -> ArgMax {
+    let converted: Vec<D> = values.iter().map(|&v| D::convert_from(v)).collect();
+    simd::fold_kept(rows.level, s, ArgMax::IDENTITY, rows.base, &converted, tau).0
+}
+
+/// Where row `row` (on slot `slot >= 0`) stored its logits in the draft logits.
+fn stored_row(
+    draft: &DraftLogitsMut<'_, Host>,
+    column: &Column<'_, Host>,
+    row: usize,
+    slot: i32,
+    vocab: usize,
+) -> std::ops::Range<usize> {
+    let col = match column {
+        Column::All(col) => *col,
+        Column::PerRow(cols) => cols[row] as usize,
+    };
+    let start = slot as usize * draft.shape.stride0 + col * draft.shape.stride1;
+    start..start + vocab
 }
 
 /// The raw logits into the draft row (SPEC §3.3: converted, bit-exact for equal dtypes).
@@ -418,14 +572,7 @@ fn row_logprobs<L: Logit + Sync>(
         (!rounded(slot)).then(|| &logits[row * rows.row_stride..row * rows.row_stride + rows.vocab])
     });
     let Some((draft, column)) = stored else { return };
-    let start = |row: usize, slot: i32| {
-        let col = match column {
-            Column::All(col) => *col,
-            Column::PerRow(cols) => cols[row] as usize,
-        };
-        slot as usize * draft.shape.stride0 + col * draft.shape.stride1
-    };
-    let at = |row: usize, slot: i32| rounded(slot).then(|| start(row, slot)..start(row, slot) + rows.vocab);
+    let at = |row: usize, slot: i32| rounded(slot).then(|| stored_row(draft, column, row, slot, rows.vocab));
     match &draft.data {
         ValuesMut::F32(_) => unreachable!("no dtype rounds into f32"),
         ValuesMut::BF16(d) => emit(rows, tokens, out, |row, slot| at(row, slot).map(|r| &d.as_core()[r])),

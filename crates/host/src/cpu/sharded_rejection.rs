@@ -24,7 +24,6 @@ use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax};
 use crate::error::{Error, Result};
 use crate::memory::Host;
-use crate::params::Filters;
 use crate::rejection::{RejectionOutput, RejectionSample, Verification};
 use crate::shard::{self, EXP_SUM_BYTES, Exchange, Header, Reader, Shard, Writer};
 use crate::tensor::Values;
@@ -201,21 +200,9 @@ fn header(shard: Shard, args: &RejectionSample<'_, Host>, out: &RejectionOutput<
     .chain(args.pos.iter().copied())
     .chain(p.temperature.iter().map(|t| u64::from(t.to_bits())))
     .chain(p.seed.iter().copied())
-    .chain(filter_words(&p.filters))
-    .chain(args.draft_logits.iter().flat_map(|d| filter_words(&d.filters)));
+    .chain(shard::filter_words(&p.filters))
+    .chain(args.draft_logits.iter().flat_map(|d| shard::filter_words(&d.filters)));
     Header::of(shard, args.target.vocab, words)
-}
-
-/// A filter table's arrays (each its length, then its values' bits; none:
-/// `u64::MAX`), as words of the header's digest.
-fn filter_words<'a>(f: &'a Filters<'_, Host>) -> impl Iterator<Item = u64> + 'a {
-    fn array<'a, T>(a: Option<&'a [T]>, bits: fn(&T) -> u64) -> impl Iterator<Item = u64> + 'a {
-        let len = a.map_or(u64::MAX, |a| a.len() as u64);
-        std::iter::once(len).chain(a.into_iter().flatten().map(bits))
-    }
-    let k = array(f.top_k, |&k| u64::from(k as u32));
-    let p = array(f.top_p, |p| u64::from(p.to_bits()));
-    k.chain(p).chain(array(f.min_p, |m| u64::from(m.to_bits())))
 }
 
 /// What a rank sends about one row in round 1: over its ids, whether one is
@@ -280,37 +267,24 @@ struct RowFilters {
 }
 
 impl RowFilters {
-    /// The length of the row's target and draft lists ([`Lists`]): the
-    /// filter's top-k where it has one (0: no list).
+    /// The length of the row's target and draft lists ([`Lists`]; 0: none).
     fn lengths(&self) -> (usize, usize) {
-        let n = |f: Filter| if f.has_top_k(self.vocab) { f.top_k as usize } else { 0 };
-        (n(self.target), n(self.draft))
+        (shard::list_length(self.target, self.vocab), shard::list_length(self.draft, self.vocab))
     }
 }
 
-/// Every row's [`RowFilters`], read defensively (a rank whose checks failed
-/// still sends lists of the lengths its arguments give, without panicking).
+/// Every row's [`RowFilters`], read before the checks ([`shard::message_filter`]).
 fn row_filters(args: &RejectionSample<'_, Host>, vocab: usize) -> Vec<RowFilters> {
     let rows = args.pos.len();
     let off = RowFilters { target: Filter::OFF, draft: Filter::OFF, vocab };
     let mut filters = vec![off; rows];
-    let slot_filter = |table: &Filters<'_, Host>, slot: usize| {
-        let fits = |len: Option<usize>| len.is_none_or(|len| slot < len);
-        let lens = [table.top_k.map(<[i32]>::len), table.top_p.map(<[f32]>::len), table.min_p.map(<[f32]>::len)];
-        if lens.into_iter().all(fits) { table.slot(slot) } else { Filter::OFF }
-    };
+    let t = args.params.temperature;
     for (r, &slot) in args.slots.iter().enumerate() {
-        let Ok(slot) = usize::try_from(slot) else { continue };
-        let p = &args.params;
-        let (Some(&t), Some(&o0), Some(&o1)) = (p.temperature.get(slot), args.offsets.get(r), args.offsets.get(r + 1))
-        else {
+        let (Some(&o0), Some(&o1)) = (args.offsets.get(r), args.offsets.get(r + 1)) else {
             continue;
         };
-        if t == 0.0 {
-            continue; // greedy: no filter
-        }
-        let target = slot_filter(&p.filters, slot);
-        let draft = args.draft_logits.as_ref().map_or(Filter::OFF, |d| slot_filter(&d.filters, slot));
+        let target = shard::message_filter(&args.params.filters, t, slot);
+        let draft = args.draft_logits.as_ref().map_or(Filter::OFF, |d| shard::message_filter(&d.filters, t, slot));
         let (o0, o1) = ((o0.max(0) as usize).min(rows), (o1.max(0) as usize).min(rows));
         for (row, f) in filters.iter_mut().enumerate().take(o1).skip(o0) {
             let drafted = row + 1 < o1 && args.drafts.get(row).is_some_and(|&d| d != -1);
@@ -329,29 +303,19 @@ struct Lists {
 }
 
 impl Lists {
-    /// Each list as its length's values (padded with `-inf`), then its ties.
     fn write(&self, f: &RowFilters, w: &mut Writer) {
         let (t, d) = f.lengths();
         for (list, n) in [(&self.target, t), (&self.draft, d)] {
-            if n == 0 {
-                continue;
+            if n > 0 {
+                Largest::write(list.as_ref(), n, w);
             }
-            let values = list.as_ref().map_or(&[][..], |l| &l.values[..]);
-            (0..n).for_each(|i| w.f32(values.get(i).copied().unwrap_or(f32::NEG_INFINITY)));
-            w.u32(list.as_ref().map_or(0, |l| l.ties));
         }
     }
 
     fn read(f: &RowFilters, r: &mut Reader) -> Lists {
         let (t, d) = f.lengths();
-        let mut list = |n: usize| {
-            (n > 0).then(|| {
-                let values = (0..n).map(|_| r.f32()).filter(|&y| y > f32::NEG_INFINITY).collect();
-                Largest { values, ties: r.u32() }
-            })
-        };
-        let target = list(t);
-        Lists { target, draft: list(d) }
+        let target = (t > 0).then(|| Largest::read(t, r));
+        Lists { target, draft: (d > 0).then(|| Largest::read(d, r)) }
     }
 }
 
@@ -503,7 +467,7 @@ impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
                 }
                 let (list_t, list_q) = filters[row].lengths();
                 if list_t > 0 {
-                    st.lists.target = Some(Largest::of(self.level, &s, values, list_t));
+                    st.lists.target = Some(Largest::of(self.level, &s, values, list_t).0);
                 }
                 if row + 1 < o1 && d != -1 {
                     let unfiltered = f32::NEG_INFINITY;
@@ -513,7 +477,7 @@ impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
                     let draft = self.draft_row(r, i);
                     if let Some(q) = draft {
                         if list_q > 0 {
-                            st.lists.draft = Some(Largest::of(self.level, &s, q, list_q));
+                            st.lists.draft = Some(Largest::of(self.level, &s, q, list_q).0);
                         } else {
                             st.draft = simd::exp_sum_kept(self.level, &s, q, unfiltered);
                         }
