@@ -531,7 +531,7 @@ fn sharded(c: &mut Criterion) {
         (target, draft)
     };
     let parts: Vec<(Vec<f32>, Vec<bf16>)> = ranges.iter().map(columns).collect();
-    let (round_1, round_2) = (24 + rows * 940, 4 + b * 16);
+    let (round_1, round_2) = (24 + rows * 124, 4 + b * 16);
     eprintln!("sharded_cpu: each rank sends {round_1} bytes in round 1 and {round_2} in round 2");
     let batch = &batch;
     group.bench_function(name("P=2 in-process"), |bench| {

@@ -8,28 +8,32 @@
 //! sum `a + b` (exact products by a split of `y`), `k` near `a + b` (each
 //! half rounded), `m = 2^(u − k) · 2^24` from a polynomial, an integer near
 //! `[2^23.5, 2^24.5]`, so `e^y ≈ m · 2^(k − 24)` (to about `2^-22` of
-//! itself, as an `f32` exponential). A set's sum is **the exact sum of
-//! `m · 2^(k − 24)` over its terms with `k >= K − WINDOW`**, `K` the largest
-//! `k`: every term within `2^-56` of the largest is added exactly, as
-//! integers, every smaller one is dropped (together at most `2^-26` of the
-//! largest, for `2^30` terms). Its log-sum-exp is [`lse`]: `M + ln(A / (m_M ·
-//! 2^56))`, `M` the set's maximum and `A` the sum in units of `2^(K − 56 − 24)`.
+//! itself, as an `f32` exponential). Terms fall in **groups** of 32 binades
+//! by `k` (`g = ⌊k / 32⌋`), where a term is the integer `m · 2^(k mod 32)`
+//! (below `2^57`) in units of `2^(32g − 24)`. A set's sum is **the exact
+//! sum of its terms in its top three groups**, `g >= G − 2` with `G` the
+//! largest term's group: every term within `2^-64` of the largest is added
+//! exactly, as integers, every one below `2^-95` of it dropped (together at
+//! most `2^-33` of the largest, for `2^30` terms). Its log-sum-exp is
+//! [`lse`]: `M + ln(S)` from `M`, the set's maximum, and the three group sums.
 //!
-//! [`ExpSum`] keeps the sum of any set as buckets of `m` by `k` (what a
-//! vocabulary shard sends), [`window_part`] one term's part of `A` where `K`
-//! is already known (the CPU's fast path: one pass for the maximum, one for
-//! the sum). Only IEEE-rounded `f32` `+ − ×`, truncating conversions and
-//! integer operations, so every backend (a GPU's `f32` units too) forms the
-//! same `(k, m)` from the same `y`.
+//! [`ExpSum`] keeps a set's sum (its maximum and three `u128` group sums:
+//! what a vocabulary shard sends, and what a GPU thread keeps in
+//! registers), [`group_part`] one term's group and part where `G` is already
+//! known (the CPU's fast path: one pass for the maximum, one for the sums).
+//! Only IEEE-rounded `f32` `+ − ×`, truncating conversions and integer
+//! operations, so every backend (a GPU's `f32` units too) forms the same
+//! `(k, m)` from the same `y`.
 
 use crate::gumbel::ln;
 
-/// Terms more than this many binades below the largest are dropped.
-pub const WINDOW: i32 = 56;
-/// Buckets of an [`ExpSum`]: `k = K, K − 1, …, K − WINDOW`.
-pub const BUCKETS: usize = WINDOW as usize + 1;
-/// `m` is `2^r · 2^FRACTION_BITS`, `|r| <= 1/2` (a little more far out),
-/// so a bucket of `2^30` terms (`MAX_VOCAB`) stays far below `2^64`.
+/// Binades of a group (`k` from `32g` to `32g + 31`): a term's part
+/// `m << (k mod 32)` stays below `2^57`, and a group's sum of `2^30` of
+/// them below `2^87`.
+pub const GROUP_BITS: u32 = 5;
+/// Groups of a sum: the largest term's and the two below it.
+pub const GROUPS: usize = 3;
+/// `m` is `2^r · 2^FRACTION_BITS`, `|r| <= 1/2` (a little more far out).
 const FRACTION_BITS: i32 = 24;
 /// `|y|` is clamped here, so that `k` fits an `i32` and `y·4097` is finite.
 /// A scaled logit this large has an `f32` spacing of 32 or more, which any
@@ -77,7 +81,7 @@ pub struct Term {
 ///
 /// `k` never decreases as `y` grows (a scan of every `f32` up to `Y_MAX`
 /// found none), so the largest value's `k` is the set's largest `k`: what
-/// the two-pass sums ([`window_part`]) and [`ExpSum::from_parts`] rely on.
+/// the two-pass sums ([`group_part`]) and [`ExpSum::from_parts`] rely on.
 #[inline(always)]
 pub fn term(y: f32) -> Term {
     let y = y.clamp(-Y_MAX, Y_MAX);
@@ -114,49 +118,72 @@ pub fn round_half_away(x: f32) -> i32 {
     (x + half) as i32
 }
 
-/// `t`'s part of the window sum `A` of a set whose largest term has `k = top`:
-/// `m · 2^(k − top + WINDOW)`, 0 below the window.
-#[inline(always)]
-pub fn window_part(t: Term, top: i32) -> u128 {
-    let s = i64::from(t.k) - i64::from(top) + i64::from(WINDOW);
-    if s < 0 { 0 } else { u128::from(t.m) << s }
+impl Term {
+    /// The term's group, `⌊k / 32⌋`.
+    #[inline(always)]
+    pub fn group(&self) -> i32 {
+        self.k >> GROUP_BITS
+    }
+
+    /// The term in units of its group's `2^(32g − 24)`: `m << (k mod 32)`, below `2^57`.
+    #[inline(always)]
+    pub fn part(&self) -> u64 {
+        self.m << (self.k & ((1 << GROUP_BITS) - 1))
+    }
 }
 
-/// The log-sum-exp of a set from its maximum `max` and its window sum `a`
-/// (module docs): `max` itself where it is infinite (`-inf`: the set is
-/// empty; `+inf`: a point mass), else `max + ln(S)`, `S = A / (m_M · 2^56)`
-/// (at least 1: the maximum's own term) rounded to `f32`, with the
-/// IEEE-only `ln`. `A` is taken to `f64` as `hi·2^64 + lo`, two roundings.
+/// Where `t` goes in the sum of a set whose largest group is `top`: its
+/// place `j = top − g` among the set's groups (`0..GROUPS`) and its part;
+/// `None` below them (dropped).
 #[inline(always)]
-pub fn lse(max: f32, a: u128) -> f32 {
+pub fn group_part(t: Term, top: i32) -> Option<(usize, u64)> {
+    let j = i64::from(top) - i64::from(t.group());
+    (0..GROUPS as i64).contains(&j).then(|| (j as usize, t.part()))
+}
+
+/// A group sum's `u128` to `f64`: `hi·2^64 + lo`, two roundings (the same on every backend).
+#[inline(always)]
+fn to_f64(x: u128) -> f64 {
+    ((x >> 64) as u64 as f64) * 18_446_744_073_709_551_616.0 + (x as u64 as f64)
+}
+
+/// The log-sum-exp of a set from its maximum `max` and its group sums
+/// `sums` (the module docs; `sums[j]` of group `G − j`): `max` itself where
+/// it is infinite (`-inf`: the set is empty; `+inf`: a point mass), else
+/// `max + ln(S)`, `S = Σ_j sums[j]·2^(−32j) / (m_M · 2^(k_M − 32G))` (at
+/// least 1: the maximum's own term), each sum to `f64` as [`to_f64`], added
+/// from the smallest group up, and rounded to `f32` once, with the IEEE-only `ln`.
+#[inline(always)]
+pub fn lse(max: f32, sums: &[u128; GROUPS]) -> f32 {
     if max.is_infinite() || max.is_nan() {
         return max;
     }
-    let a = ((a >> 64) as u64 as f64) * 18_446_744_073_709_551_616.0 + (a as u64 as f64);
-    let top = term(max).m as f64 * (1u64 << WINDOW) as f64;
-    max + ln((a / top) as f32)
+    const UNIT: f64 = 1.0 / 4_294_967_296.0;
+    let a = (to_f64(sums[2]) * UNIT + to_f64(sums[1])) * UNIT + to_f64(sums[0]);
+    let top = term(max);
+    max + ln((a / top.part() as f64) as f32)
 }
 
-/// The sum of a set of terms in buckets (module docs): the set's maximum
-/// and, for `j = 0..=WINDOW`, the sum of `m` over its terms with `k = K − j`.
-/// NaN and `-inf` add nothing; a `+inf` makes the set a point mass (its
-/// [`ExpSum::lse`] is `+inf`). Sums any multiset to the same value in any
-/// order and any grouping ([`ExpSum::combine`]).
+/// The sum of a set of terms by groups (module docs): the set's maximum
+/// and, for `j = 0..GROUPS`, the sum of the parts of its terms in group
+/// `G − j`. NaN and `-inf` add nothing; a `+inf` makes the set a point mass
+/// (its [`ExpSum::lse`] is `+inf`). Sums any multiset to the same value in
+/// any order and any grouping ([`ExpSum::combine`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ExpSum {
     max: f32,
     top: i32,
-    buckets: [u64; BUCKETS],
+    sums: [u128; GROUPS],
 }
 
 impl ExpSum {
-    pub const EMPTY: ExpSum = ExpSum { max: f32::NEG_INFINITY, top: i32::MIN, buckets: [0; BUCKETS] };
+    pub const EMPTY: ExpSum = ExpSum { max: f32::NEG_INFINITY, top: i32::MIN, sums: [0; GROUPS] };
 
-    /// The sum of a set with maximum `max` and these buckets (as
-    /// [`ExpSum::max`] and [`ExpSum::buckets`] gave them).
-    pub fn from_parts(max: f32, buckets: [u64; BUCKETS]) -> ExpSum {
-        let top = if max.is_finite() { term(max).k } else { i32::MIN };
-        ExpSum { max, top, buckets }
+    /// The sum of a set with maximum `max` and these group sums (as
+    /// [`ExpSum::max`] and [`ExpSum::sums`] gave them).
+    pub fn from_parts(max: f32, sums: [u128; GROUPS]) -> ExpSum {
+        let top = if max.is_finite() { term(max).group() } else { i32::MIN };
+        ExpSum { max, top, sums }
     }
 
     /// The largest term (`-inf` for none, `+inf` for a point mass).
@@ -164,9 +191,9 @@ impl ExpSum {
         self.max
     }
 
-    /// `Σ m` of the terms with `k = K − j`, for `j = 0..=WINDOW`.
-    pub fn buckets(&self) -> &[u64; BUCKETS] {
-        &self.buckets
+    /// The parts' sums of the terms in group `G − j`, for `j = 0..GROUPS`.
+    pub fn sums(&self) -> &[u128; GROUPS] {
+        &self.sums
     }
 
     /// Adds one value.
@@ -176,17 +203,16 @@ impl ExpSum {
             return; // NaN, -inf, or a point mass already
         }
         if y == f32::INFINITY {
-            *self = ExpSum { max: y, top: i32::MIN, buckets: [0; BUCKETS] };
+            *self = ExpSum { max: y, top: i32::MIN, sums: [0; GROUPS] };
             return;
         }
         let t = term(y);
-        self.raise(t.k);
+        self.raise(t.group());
         if y > self.max {
             self.max = y;
         }
-        let j = i64::from(self.top) - i64::from(t.k);
-        if j <= i64::from(WINDOW) {
-            self.buckets[j as usize] += t.m;
+        if let Some((j, part)) = group_part(t, self.top) {
+            self.sums[j] += u128::from(part);
         }
     }
 
@@ -204,41 +230,33 @@ impl ExpSum {
             self.max = other.max;
         }
         let shift = i64::from(self.top) - i64::from(other.top);
-        for (j, &b) in other.buckets.iter().enumerate() {
+        for (j, &sum) in other.sums.iter().enumerate() {
             let to = j as i64 + shift;
-            if to <= i64::from(WINDOW) {
-                self.buckets[to as usize] += b;
+            if to < GROUPS as i64 {
+                self.sums[to as usize] += sum;
             }
         }
     }
 
-    /// Moves the buckets so that the largest `k` is at least `k`, dropping
-    /// what falls out of the window.
-    fn raise(&mut self, k: i32) {
+    /// Moves the sums so that the largest group is at least `g`, dropping
+    /// what falls below the top three.
+    fn raise(&mut self, g: i32) {
         if self.max == f32::NEG_INFINITY {
-            self.top = k;
+            self.top = g;
             return;
         }
-        if k <= self.top {
+        if g <= self.top {
             return;
         }
-        let shift = (i64::from(k) - i64::from(self.top)).min(BUCKETS as i64) as usize;
-        self.buckets.copy_within(0..BUCKETS - shift, shift);
-        self.buckets[..shift].fill(0);
-        self.top = k;
-    }
-
-    /// The window sum `A` (module docs); 0 for an empty set or a point mass.
-    pub fn window_sum(&self) -> u128 {
-        if !self.max.is_finite() {
-            return 0;
-        }
-        self.buckets.iter().enumerate().map(|(j, &b)| u128::from(b) << (WINDOW as usize - j)).sum()
+        let shift = (i64::from(g) - i64::from(self.top)).min(GROUPS as i64) as usize;
+        self.sums.copy_within(0..GROUPS - shift, shift);
+        self.sums[..shift].fill(0);
+        self.top = g;
     }
 
     /// `log Σ e^y` by the module's rule ([`lse`]).
     pub fn lse(&self) -> f32 {
-        lse(self.max, self.window_sum())
+        lse(self.max, &self.sums)
     }
 }
 
@@ -281,18 +299,25 @@ mod tests {
     }
 
     /// Every split of a row into up to 64 parts, summed in any order and
-    /// combined in any order, gives the same buckets and log-sum-exp; and the
-    /// one-pass [`window_part`] gives the same window sum.
+    /// combined in any order, gives the same group sums and log-sum-exp; and the
+    /// two-pass [`group_part`] gives the same sums.
     #[test]
     fn splits_give_the_same_bits() {
         let mut next = crate::xorshift(0xa11_5917);
         for row in rows() {
             let whole = sum_of(row.iter().copied());
             let max = row.iter().copied().fold(f32::NEG_INFINITY, |m, y| if y > m { y } else { m });
-            let top = term(max).k;
-            let fast: u128 = row.iter().filter(|y| y.is_finite()).map(|&y| window_part(term(y), top)).sum();
-            assert_eq!(fast, whole.window_sum());
-            assert_eq!(lse(max, fast).to_bits(), whole.lse().to_bits());
+            let top = term(max).group();
+            let mut fast = [0u128; GROUPS];
+            for &y in row.iter().filter(|y| y.is_finite()) {
+                if let Some((j, part)) = group_part(term(y), top) {
+                    fast[j] += u128::from(part);
+                }
+            }
+            if max.is_finite() {
+                assert_eq!(&fast, whole.sums());
+            }
+            assert_eq!(lse(max, &fast).to_bits(), whole.lse().to_bits());
             for _ in 0..20 {
                 let parts = 1 + (next() % 64) as usize;
                 let mut sums = std::vec![ExpSum::EMPTY; parts];
@@ -361,10 +386,16 @@ mod tests {
         assert_eq!(sum_of([1.0, f32::INFINITY, 2.0]).lse(), f32::INFINITY);
         assert_eq!(sum_of([3.5]).lse(), 3.5);
         assert_eq!(sum_of([0.0, 0.0]).lse(), core::f32::consts::LN_2);
-        // A term far below the window is dropped; one inside it is not.
+        // A term below the top three groups is dropped; one inside them is not
+        // (0 is in group 0; -60 has k = -87, group -3; -30 has k = -43, group -2).
         assert_eq!(sum_of([0.0, -60.0]).lse(), 0.0);
-        assert_eq!(sum_of([0.0, -60.0]).window_sum(), sum_of([0.0]).window_sum());
-        assert!(sum_of([0.0, -30.0]).window_sum() > sum_of([0.0]).window_sum());
+        assert_eq!(sum_of([0.0, -60.0]).sums(), sum_of([0.0]).sums());
+        assert!(sum_of([0.0, -30.0]).sums()[2] > 0);
+        // Every term within 2^-64 of the largest is kept, wherever the largest sits in its group.
+        for top in [0.0f32, 21.0, -21.5, 40.0] {
+            let near = top - 64.0 * core::f32::consts::LN_2;
+            assert!(sum_of([top, near]).sums() != sum_of([top]).sums(), "{top}: {near} is dropped");
+        }
         // Huge values tie, and their count rounds away.
         assert_eq!(sum_of([2e9, 1e9, 1.5e9]).lse(), 2e9);
         assert_eq!(sum_of([-2e9, -1e9]).lse(), -1e9);

@@ -13,7 +13,7 @@ use crate::memory::{Host, Memory};
 use crate::params::Filters;
 use crate::tensor::MAX_VOCAB;
 use specdec_core::argmax::ArgMax;
-use specdec_core::exp_sum::{BUCKETS, ExpSum};
+use specdec_core::exp_sum::{ExpSum, GROUPS};
 use specdec_core::filter::Filter;
 use std::sync::{Arc, Barrier, Mutex};
 
@@ -318,15 +318,21 @@ impl Writer {
         self.u64(h.digest);
     }
 
+    /// A 128-bit integer, low half first.
+    pub fn u128(&mut self, w: u128) {
+        self.u64(w as u64);
+        self.u64((w >> 64) as u64);
+    }
+
     /// An order-free row sum ([`EXP_SUM_BYTES`]).
     pub fn exp_sum(&mut self, s: &ExpSum) {
         self.f32(s.max());
-        s.buckets().iter().for_each(|&b| self.u64(b));
+        s.sums().iter().for_each(|&g| self.u128(g));
     }
 }
 
-/// Bytes of an [`ExpSum`] in a message: its maximum and its buckets.
-pub(crate) const EXP_SUM_BYTES: usize = 4 + 8 * BUCKETS;
+/// Bytes of an [`ExpSum`] in a message: its maximum and its group sums.
+pub(crate) const EXP_SUM_BYTES: usize = 4 + 16 * GROUPS;
 
 /// A message being read, field by field as [`Writer`] wrote them.
 pub(crate) struct Reader<'a> {
@@ -362,9 +368,13 @@ impl Reader<'_> {
         Header { ok, offset, ids, vocab, digest: self.u64() }
     }
 
+    pub fn u128(&mut self) -> u128 {
+        u128::from(self.u64()) | u128::from(self.u64()) << 64
+    }
+
     pub fn exp_sum(&mut self) -> ExpSum {
         let max = self.f32();
-        ExpSum::from_parts(max, core::array::from_fn(|_| self.u64()))
+        ExpSum::from_parts(max, core::array::from_fn(|_| self.u128()))
     }
 }
 

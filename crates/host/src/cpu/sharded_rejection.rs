@@ -583,8 +583,7 @@ impl Part {
 
     fn write(&self, w: &mut Writer) {
         for &u in &self.units {
-            w.u64(u as u64);
-            w.u64((u >> 64) as u64);
+            w.u128(u);
         }
         for c in &self.candidates {
             w.arg_max(c.residual);
@@ -595,7 +594,7 @@ impl Part {
     /// Adds another rank's part, read from `r`.
     fn add(&mut self, r: &mut Reader) {
         for u in &mut self.units {
-            *u += u128::from(r.u64()) | u128::from(r.u64()) << 64;
+            *u += r.u128();
         }
         for c in &mut self.candidates {
             *c = c.combine(Resampled { residual: r.arg_max(), target: r.arg_max() });

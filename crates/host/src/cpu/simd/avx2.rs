@@ -4,13 +4,13 @@
 //! lanes; the high halves carry garbage that is never read.
 
 use super::{
-    Buckets, COARSE_BOUND, LATER_ROUNDS, LSE_LANES, Logit, RowKey, TOP_BUCKET, fold_scalar, fold_survivors, padded_tail,
+    COARSE_BOUND, LATER_ROUNDS, LSE_LANES, Logit, RowKey, TOP_BUCKET, fold_scalar, fold_survivors, padded_tail,
 };
 use core::arch::x86_64::*;
 use core::mem::transmute;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::{Bf16, F16};
-use specdec_core::exp_sum::{BUCKETS, EXP2_COEFFICIENTS, LOG2E_HI, LOG2E_LO, SCALE, SPLIT, WINDOW, Y_MAX};
+use specdec_core::exp_sum::{EXP2_COEFFICIENTS, GROUP_BITS, GROUPS, LOG2E_HI, LOG2E_LO, SCALE, SPLIT, Y_MAX};
 use specdec_core::gumbel::GUMBEL_MAX;
 use specdec_core::rng::{M0, M1};
 use specdec_core::sample::Sampler;
@@ -149,24 +149,29 @@ pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L], tau: f32) -> [
     unsafe { transmute(m) }
 }
 
-/// Step 2 of [`super::lse`] on AVX2: `super::window_sum`, the terms 8 at a
-/// time (`specdec_core::exp_sum::term`'s steps), their window parts added as
-/// 128-bit integers split into 64-bit halves, 4 at a time.
+/// `super::group_sums` on AVX2: the terms 8 at a time
+/// (`specdec_core::exp_sum::term`'s steps), each part `m << (k mod 32)`
+/// added, 4 at a time, to its group's sum as a 128-bit integer split into
+/// 64-bit halves.
 ///
 /// # Safety
 /// The CPU supports AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn window_sum<L: Logit>(scale: f32, top: i32, values: &[L], tau: f32) -> u128 {
-    let base = _mm256_set1_epi64x(i64::from(top) - i64::from(WINDOW));
-    let sign = _mm256_set1_epi64x(i64::MIN);
-    let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+pub(super) unsafe fn group_sums<L: Logit>(scale: f32, top: i32, values: &[L], tau: f32) -> [u128; GROUPS] {
+    let (top, sign) = (_mm256_set1_epi64x(i64::from(top)), _mm256_set1_epi64x(i64::MIN));
+    let (mut lo, mut hi) = ([_mm256_setzero_si256(); GROUPS], [_mm256_setzero_si256(); GROUPS]);
     let mut add = |k: __m128i, m: __m128i| {
-        let (t_lo, t_hi) = window_parts(_mm256_cvtepi32_epi64(k), _mm256_cvtepu32_epi64(m), base);
-        lo = _mm256_add_epi64(lo, t_lo);
-        // A carry out of the low half where the sum wrapped below the part
-        // (an unsigned compare: both sign bits flipped); the mask is -1 there.
-        let carry = _mm256_cmpgt_epi64(_mm256_xor_si256(t_lo, sign), _mm256_xor_si256(lo, sign));
-        hi = _mm256_sub_epi64(_mm256_add_epi64(hi, t_hi), carry);
+        let low_bits = _mm_and_si128(k, _mm_set1_epi32((1 << GROUP_BITS) - 1));
+        let part = _mm256_sllv_epi64(_mm256_cvtepu32_epi64(m), _mm256_cvtepi32_epi64(low_bits));
+        let j = _mm256_sub_epi64(top, _mm256_cvtepi32_epi64(_mm_srai_epi32::<{ GROUP_BITS as i32 }>(k)));
+        for (g, (lo, hi)) in lo.iter_mut().zip(&mut hi).enumerate() {
+            let part = _mm256_and_si256(part, _mm256_cmpeq_epi64(j, _mm256_set1_epi64x(g as i64)));
+            *lo = _mm256_add_epi64(*lo, part);
+            // A carry out of the low half where the sum wrapped below the part
+            // (an unsigned compare: both sign bits flipped); the mask is -1 there.
+            let carry = _mm256_cmpgt_epi64(_mm256_xor_si256(part, sign), _mm256_xor_si256(*lo, sign));
+            *hi = _mm256_sub_epi64(*hi, carry);
+        }
     };
     // SAFETY: forwarded.
     unsafe {
@@ -176,23 +181,11 @@ pub(super) unsafe fn window_sum<L: Logit>(scale: f32, top: i32, values: &[L], ta
             add(_mm256_extracti128_si256::<1>(k), _mm256_extracti128_si256::<1>(m));
         })
     };
-    // SAFETY: a vector is 4 plain u64 lanes.
-    let (lo, hi) = unsafe { (transmute::<__m256i, [u64; 4]>(lo), transmute::<__m256i, [u64; 4]>(hi)) };
-    lo.iter().zip(&hi).map(|(&lo, &hi)| (u128::from(hi) << 64) + u128::from(lo)).sum()
-}
-
-/// The window parts of 4 terms `(k, m)` (64-bit lanes) against `base = top −
-/// WINDOW`, as low and high 64-bit halves: `m << (k − base)` where `k >=
-/// base`, else 0.
-#[target_feature(enable = "avx2")]
-#[inline]
-fn window_parts(k: __m256i, m: __m256i, base: __m256i) -> (__m256i, __m256i) {
-    let s = _mm256_sub_epi64(k, base);
-    // Kept where `s >= 0` (not `0 > s`).
-    let m = _mm256_andnot_si256(_mm256_cmpgt_epi64(_mm256_setzero_si256(), s), m);
-    // `s <= WINDOW`, so the high half's shift is at least 8 (a dead lane's is
-    // anything: its `m` is 0).
-    (_mm256_sllv_epi64(m, s), _mm256_srlv_epi64(m, _mm256_sub_epi64(_mm256_set1_epi64x(64), s)))
+    core::array::from_fn(|g| {
+        // SAFETY: a vector is 4 plain u64 lanes.
+        let (lo, hi) = unsafe { (transmute::<__m256i, [u64; 4]>(lo[g]), transmute::<__m256i, [u64; 4]>(hi[g])) };
+        lo.iter().zip(&hi).map(|(&lo, &hi)| (u128::from(hi) << 64) + u128::from(lo)).sum()
+    })
 }
 
 /// `specdec_core::exp_sum::term` of 8 values `y`, step for step: `(k, m)` in
@@ -232,25 +225,6 @@ fn terms(y: __m256) -> (__m256i, __m256i) {
 fn round_half_away(x: __m256) -> __m256i {
     let sign = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN)));
     _mm256_cvttps_epi32(_mm256_add_ps(x, _mm256_or_ps(sign, _mm256_set1_ps(0.5))))
-}
-
-/// `super::bucket_sums` on AVX2: the terms 8 at a time, added to their
-/// buckets by [`Buckets::add`].
-///
-/// # Safety
-/// The CPU supports AVX2 and F16C.
-#[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn bucket_sums<L: Logit>(scale: f32, top: i32, values: &[L], tau: f32) -> [u64; BUCKETS] {
-    let mut buckets = Buckets::default();
-    let mut add = |y: __m256| {
-        let (k, m) = terms(y);
-        // SAFETY: a vector is 8 plain 32-bit lanes.
-        let (k, m) = unsafe { (transmute::<__m256i, [i32; 8]>(k), transmute::<__m256i, [u32; 8]>(m)) };
-        buckets.add(top, &k, &m);
-    };
-    // SAFETY: forwarded.
-    unsafe { for_each_group(scale, values, tau, |_, y| add(y)) };
-    buckets.total()
 }
 
 /// Calls `f(h, y)` on the scaled logits of `values` 16 at a time, as two

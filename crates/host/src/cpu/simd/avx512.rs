@@ -4,13 +4,13 @@
 //! lanes; the high halves carry garbage that is never read.
 
 use super::{
-    Buckets, COARSE_BOUND, LATER_ROUNDS, LSE_LANES, Logit, RowKey, TOP_BUCKET, fold_scalar, fold_survivors, padded_tail,
+    COARSE_BOUND, LATER_ROUNDS, LSE_LANES, Logit, RowKey, TOP_BUCKET, fold_scalar, fold_survivors, padded_tail,
 };
 use core::arch::x86_64::*;
 use core::mem::transmute;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::{Bf16, F16};
-use specdec_core::exp_sum::{BUCKETS, EXP2_COEFFICIENTS, LOG2E_HI, LOG2E_LO, SCALE, SPLIT, WINDOW, Y_MAX};
+use specdec_core::exp_sum::{EXP2_COEFFICIENTS, GROUP_BITS, GROUPS, LOG2E_HI, LOG2E_LO, SCALE, SPLIT, Y_MAX};
 use specdec_core::gumbel::GUMBEL_MAX;
 use specdec_core::rng::{M0, M1};
 use specdec_core::sample::Sampler;
@@ -143,23 +143,28 @@ pub(super) unsafe fn lane_max<L: Logit>(scale: f32, values: &[L], tau: f32) -> [
     unsafe { transmute(m) }
 }
 
-/// Step 2 of [`super::lse`] on AVX-512F: `super::window_sum`, the terms 16
-/// at a time (`specdec_core::exp_sum::term`'s steps), their window parts
-/// added as 128-bit integers split into 64-bit halves, 8 at a time.
+/// `super::group_sums` on AVX-512F: the terms 16 at a time
+/// (`specdec_core::exp_sum::term`'s steps), each part `m << (k mod 32)`
+/// added, 8 at a time, to its group's sum as a 128-bit integer split into
+/// 64-bit halves.
 ///
 /// # Safety
 /// The CPU supports AVX-512F.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn window_sum<L: Logit>(scale: f32, top: i32, values: &[L], tau: f32) -> u128 {
-    let base = _mm512_set1_epi64(i64::from(top) - i64::from(WINDOW));
-    let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+pub(super) unsafe fn group_sums<L: Logit>(scale: f32, top: i32, values: &[L], tau: f32) -> [u128; GROUPS] {
+    let top = _mm512_set1_epi64(i64::from(top));
+    let (mut lo, mut hi) = ([_mm512_setzero_si512(); GROUPS], [_mm512_setzero_si512(); GROUPS]);
     let mut add = |k: __m256i, m: __m256i| {
-        let (t_lo, t_hi) = window_parts(_mm512_cvtepi32_epi64(k), _mm512_cvtepu32_epi64(m), base);
-        lo = _mm512_add_epi64(lo, t_lo);
-        // A carry out of the low half where the sum wrapped below the part.
-        let carry = _mm512_cmplt_epu64_mask(lo, t_lo);
-        let h = _mm512_add_epi64(hi, t_hi);
-        hi = _mm512_mask_add_epi64(h, carry, h, _mm512_set1_epi64(1));
+        let low_bits = _mm256_and_si256(k, _mm256_set1_epi32((1 << GROUP_BITS) - 1));
+        let part = _mm512_sllv_epi64(_mm512_cvtepu32_epi64(m), _mm512_cvtepi32_epi64(low_bits));
+        let j = _mm512_sub_epi64(top, _mm512_cvtepi32_epi64(_mm256_srai_epi32::<{ GROUP_BITS as i32 }>(k)));
+        for (g, (lo, hi)) in lo.iter_mut().zip(&mut hi).enumerate() {
+            let mine = _mm512_cmpeq_epi64_mask(j, _mm512_set1_epi64(g as i64));
+            *lo = _mm512_mask_add_epi64(*lo, mine, *lo, part);
+            // A carry out of the low half where the sum wrapped below the part.
+            let carry = _mm512_mask_cmplt_epu64_mask(mine, *lo, part);
+            *hi = _mm512_mask_add_epi64(*hi, carry, *hi, _mm512_set1_epi64(1));
+        }
     };
     // SAFETY: forwarded.
     unsafe {
@@ -169,22 +174,11 @@ pub(super) unsafe fn window_sum<L: Logit>(scale: f32, top: i32, values: &[L], ta
             add(_mm512_extracti64x4_epi64::<1>(k), _mm512_extracti64x4_epi64::<1>(m));
         })
     };
-    // SAFETY: a vector is 8 plain u64 lanes.
-    let (lo, hi) = unsafe { (transmute::<__m512i, [u64; 8]>(lo), transmute::<__m512i, [u64; 8]>(hi)) };
-    lo.iter().zip(&hi).map(|(&lo, &hi)| (u128::from(hi) << 64) + u128::from(lo)).sum()
-}
-
-/// The window parts of 8 terms `(k, m)` (64-bit lanes) against `base = top −
-/// WINDOW`, as low and high 64-bit halves: `m << (k − base)` where `k >=
-/// base`, else 0.
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn window_parts(k: __m512i, m: __m512i, base: __m512i) -> (__m512i, __m512i) {
-    let s = _mm512_sub_epi64(k, base);
-    let m = _mm512_maskz_mov_epi64(_mm512_cmpge_epi64_mask(s, _mm512_setzero_si512()), m);
-    // `s <= WINDOW`, so the high half's shift is at least 8 (a dead lane's is
-    // anything: its `m` is 0).
-    (_mm512_sllv_epi64(m, s), _mm512_srlv_epi64(m, _mm512_sub_epi64(_mm512_set1_epi64(64), s)))
+    core::array::from_fn(|g| {
+        // SAFETY: a vector is 8 plain u64 lanes.
+        let (lo, hi) = unsafe { (transmute::<__m512i, [u64; 8]>(lo[g]), transmute::<__m512i, [u64; 8]>(hi[g])) };
+        lo.iter().zip(&hi).map(|(&lo, &hi)| (u128::from(hi) << 64) + u128::from(lo)).sum()
+    })
 }
 
 /// `specdec_core::exp_sum::term` of 16 values `y`, step for step: `(k, m)`
@@ -224,25 +218,6 @@ fn round_half_away(x: __m512) -> __m512i {
     let sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(i32::MIN));
     let half = _mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_set1_epi32(0.5f32.to_bits() as i32)));
     _mm512_cvttps_epi32(_mm512_add_ps(x, half))
-}
-
-/// `super::bucket_sums` on AVX-512F: the terms 16 at a time, added to their
-/// buckets by [`Buckets::add`].
-///
-/// # Safety
-/// The CPU supports AVX-512F.
-#[target_feature(enable = "avx512f")]
-pub(super) unsafe fn bucket_sums<L: Logit>(scale: f32, top: i32, values: &[L], tau: f32) -> [u64; BUCKETS] {
-    let mut buckets = Buckets::default();
-    let add = |y: __m512| {
-        let (k, m) = terms(y);
-        // SAFETY: a vector is 16 plain 32-bit lanes.
-        let (k, m) = unsafe { (transmute::<__m512i, [i32; 16]>(k), transmute::<__m512i, [u32; 16]>(m)) };
-        buckets.add(top, &k, &m);
-    };
-    // SAFETY: forwarded.
-    unsafe { for_each_group(scale, values, tau, add) };
-    buckets.total()
 }
 
 /// Calls `f` on the scaled logits of `values` 16 at a time, those outside

@@ -23,7 +23,7 @@
 //! Quads left out change nothing in the scalar fold, so the running best here
 //! equals the scalar one at every folded quad, and so does the result.
 //!
-//! The module also computes a row's log-sum-exp ([`lse`]) and its buckets
+//! The module also computes a row's log-sum-exp ([`lse`]) and its group sums
 //! ([`exp_sum_kept`]) by the order-free sum of `specdec_core::exp_sum`, the
 //! same bits on every level (see there), and draws the Philox words of a run
 //! of quads ([`words`]) for the CPU resample of a rejected draft.
@@ -39,7 +39,7 @@ mod avx512;
 use super::quads;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
-use specdec_core::exp_sum;
+use specdec_core::exp_sum::{self, GROUPS};
 use specdec_core::gumbel::{COARSE_BOUND, TOP_BUCKET, gumbel_bound};
 use specdec_core::rng::{PHILOX_ROUNDS, Stream, random_quad};
 use specdec_core::sample::Sampler;
@@ -240,13 +240,12 @@ fn block_max_lanes<L: Element>(block: &[L]) -> (f32, bool) {
 /// values, on every level. `level` must be supported ([`Level::detect`]).
 ///
 /// Two passes: the row maximum `m` (lanes of `vmaxps(y, m)`, NaN left out),
-/// then, unless `m` is infinite (the answer, then), the window sum `A` of
-/// every term against `m`'s `k` ([`window_part`]): integers, so any order
-/// gives the same `A`. The vector levels pad a short tail with `-inf`, which
-/// adds nothing.
+/// then, unless `m` is infinite (the answer, then), the group sums of every
+/// term against `m`'s group ([`group_sums`]): integers, so any order gives
+/// the same sums. The vector levels pad a short tail with `-inf`, which adds
+/// nothing.
 ///
 /// [`ExpSum`]: specdec_core::exp_sum::ExpSum
-/// [`window_part`]: specdec_core::exp_sum::window_part
 pub(super) fn lse<L: Logit>(level: Level, s: &Sampler, values: &[L]) -> f32 {
     lse_kept(level, s, values, f32::NEG_INFINITY)
 }
@@ -255,11 +254,7 @@ pub(super) fn lse<L: Logit>(level: Level, s: &Sampler, values: &[L]) -> f32 {
 /// the row with every other id (NaN included) at `-inf`, without the copy;
 /// `tau = -inf` is [`lse`] itself.
 pub(super) fn lse_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], tau: f32) -> f32 {
-    let m = row_max(level, s, values, tau);
-    if m.is_infinite() {
-        return m;
-    }
-    exp_sum::lse(m, window_sum(level, s, exp_sum::term(m).k, values, tau))
+    exp_sum_kept(level, s, values, tau).lse()
 }
 
 /// The largest kept scaled value of `values` (NaN left out; `-inf` for
@@ -278,86 +273,43 @@ fn row_max<L: Logit>(level: Level, s: &Sampler, values: &[L], tau: f32) -> f32 {
     lanes.iter().fold(f32::NEG_INFINITY, |m, &y| max_ps(y, m))
 }
 
-/// The window sum `A` of the kept scaled values of `values` against a
-/// largest term with `k = top` (every value at most the one of `top`):
-/// `Σ window_part(term(y), top)` over the finite `y`.
-fn window_sum<L: Logit>(level: Level, s: &Sampler, top: i32, values: &[L], tau: f32) -> u128 {
+/// The group sums of the kept scaled values of `values` in a set whose
+/// largest term is in group `top` (every value's group at most `top`):
+/// for each `j`, the sum of the parts of the finite `y` whose term is in
+/// group `top − j` ([`exp_sum::group_part`]).
+fn group_sums<L: Logit>(level: Level, s: &Sampler, top: i32, values: &[L], tau: f32) -> [u128; GROUPS] {
     match level {
-        Level::Scalar => values
-            .iter()
-            .map(|x| kept_scaled(s, x.to_f32(), tau))
-            .filter(|y| y.is_finite())
-            .map(|y| exp_sum::window_part(exp_sum::term(y), top))
-            .sum(),
+        Level::Scalar => {
+            let mut sums = [0u128; GROUPS];
+            for x in values {
+                let y = kept_scaled(s, x.to_f32(), tau);
+                if let Some((j, part)) = y.is_finite().then(|| exp_sum::group_part(exp_sum::term(y), top)).flatten() {
+                    sums[j] += u128::from(part);
+                }
+            }
+            sums
+        }
         // SAFETY: the caller has checked that the CPU supports the level.
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => unsafe { avx2::window_sum(s.scale, top, values, tau) },
+        Level::Avx2 => unsafe { avx2::group_sums(s.scale, top, values, tau) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Level::Avx512 => unsafe { avx512::window_sum(s.scale, top, values, tau) },
+        Level::Avx512 => unsafe { avx512::group_sums(s.scale, top, values, tau) },
     }
 }
 
 /// The [`ExpSum`] of the kept scaled values of `values` (as [`lse_kept`]
-/// reads them): the buckets a vocabulary shard sends, equal to pushing every
-/// value. Two passes, like [`lse_kept`]: the maximum, then each term into
-/// the bucket of its `k` below the maximum's.
+/// reads them): what a vocabulary shard sends, equal to pushing every
+/// value. Two passes: the maximum, then each term's part into the sum of
+/// its group below the maximum's.
 ///
 /// [`ExpSum`]: specdec_core::exp_sum::ExpSum
 pub(super) fn exp_sum_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], tau: f32) -> exp_sum::ExpSum {
     let m = row_max(level, s, values, tau);
     if m.is_infinite() {
-        return exp_sum::ExpSum::from_parts(m, [0; exp_sum::BUCKETS]);
+        return exp_sum::ExpSum::from_parts(m, [0; GROUPS]);
     }
-    let top = exp_sum::term(m).k;
-    let buckets = match level {
-        Level::Scalar => {
-            let mut buckets = Buckets::default();
-            for x in values {
-                let y = kept_scaled(s, x.to_f32(), tau);
-                if y.is_finite() {
-                    let t = exp_sum::term(y);
-                    buckets.add(top, &[t.k], &[t.m as u32]);
-                }
-            }
-            buckets.total()
-        }
-        // SAFETY: the caller has checked that the CPU supports the level.
-        #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => unsafe { avx2::bucket_sums(s.scale, top, values, tau) },
-        // SAFETY: as above.
-        #[cfg(target_arch = "x86_64")]
-        Level::Avx512 => unsafe { avx512::bucket_sums(s.scale, top, values, tau) },
-    };
-    exp_sum::ExpSum::from_parts(m, buckets)
-}
-
-/// Bucket sums being added, in four copies (a term goes to copy `lane % 4`)
-/// so that terms of one bucket in a row do not wait on each other's adds.
-struct Buckets([[u64; exp_sum::BUCKETS]; 4]);
-
-impl Default for Buckets {
-    fn default() -> Self {
-        Buckets([[0; exp_sum::BUCKETS]; 4])
-    }
-}
-
-impl Buckets {
-    /// Adds terms `(k[l], m[l])` below a largest `k` of `top` (`m = 0`: no term).
-    #[inline(always)]
-    fn add(&mut self, top: i32, k: &[i32], m: &[u32]) {
-        for (l, (&k, &m)) in k.iter().zip(m).enumerate() {
-            let j = i64::from(top) - i64::from(k);
-            debug_assert!(m == 0 || j >= 0, "a term above the maximum's k (exp_sum::term is monotone)");
-            if m != 0 && j <= i64::from(exp_sum::WINDOW) {
-                self.0[l % 4][j as usize] += u64::from(m);
-            }
-        }
-    }
-
-    fn total(&self) -> [u64; exp_sum::BUCKETS] {
-        core::array::from_fn(|j| self.0.iter().map(|copy| copy[j]).sum())
-    }
+    exp_sum::ExpSum::from_parts(m, group_sums(level, s, exp_sum::term(m).group(), values, tau))
 }
 
 /// Lanes of [`lse`]'s maximum: one AVX-512 vector, two AVX2 ones.
@@ -795,7 +747,7 @@ mod tests {
     /// Every level's log-sum-exp, of the whole row and of a kept set, is the
     /// definition's: `ExpSum` over the same scaled values, bit for bit (so
     /// every split of the row, a vocabulary shard's too, gives it); and
-    /// every level's buckets ([`exp_sum_kept`]) are the pushed ones.
+    /// every level's group sums ([`exp_sum_kept`]) are the pushed ones.
     #[test]
     fn lse_is_the_exp_sum() {
         for row in lse_rows() {
@@ -808,9 +760,9 @@ mod tests {
                     let mut sum = exp_sum::ExpSum::EMPTY;
                     ys.iter().filter(|&&y| tau == f32::NEG_INFINITY || y >= tau).for_each(|&y| sum.push(y));
                     for level in Level::ALL.iter().copied().filter(|l| l.supported()) {
-                        let buckets = exp_sum_kept(level, &s, &row.values, tau);
-                        assert_eq!(buckets.buckets(), sum.buckets(), "{level:?} row '{}', T={t}, tau={tau}", row.what);
-                        assert_eq!(buckets.lse().to_bits(), sum.lse().to_bits(), "{level:?} row '{}'", row.what);
+                        let sums = exp_sum_kept(level, &s, &row.values, tau);
+                        assert_eq!(sums.sums(), sum.sums(), "{level:?} row '{}', T={t}, tau={tau}", row.what);
+                        assert_eq!(sums.lse().to_bits(), sum.lse().to_bits(), "{level:?} row '{}'", row.what);
                         let got = lse_kept(level, &s, &row.values, tau);
                         assert_eq!(
                             got.to_bits(),
