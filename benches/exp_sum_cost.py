@@ -12,6 +12,11 @@ each lane folding every BLOCK-th value of the row:
             `k` (the lane's top group and the two below it, `m << (k mod 32)`).
 - `exact-ex2`: the same groups, the term from the hardware `ex2` of
             `u − round(u)` (a GPU-only rule: the CPU cannot reproduce `ex2`).
+- `quad`, `quad-ex2`: each aligned quad of ids first summed in floats (its
+            maximum and `Σ ex2`), then the quad's `ln` as one term of the
+            exact groups (by the `f32` rule, or by `ex2`): a quarter of the
+            terms, order-free across any split on quad boundaries (shard
+            offsets are multiples of 4), on the GPU alone.
 
 Rows: B = 256, K = 7 (2,048 rows) of V = 151,936, f32 and bf16, the shape of the
 issue's bench. Each case's read bandwidth is printed as a fraction of the copy
@@ -139,6 +144,47 @@ def exact_kernel(X, OUT, V, stride, scale, HW: tl.constexpr, L2H: tl.constexpr, 
     tl.store(OUT + row, tl.max(mx, 0) + tl.log(total) + tl.max(g_top, 0).to(tl.float32))
 
 
+@triton.jit
+def quad_kernel(X, OUT, V, stride, scale, HW: tl.constexpr, L2H: tl.constexpr, L2L: tl.constexpr,
+                C0: tl.constexpr, C1: tl.constexpr, C2: tl.constexpr, C3: tl.constexpr, C4: tl.constexpr,
+                C5: tl.constexpr, C6: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    Q: tl.constexpr = BLOCK // 4
+    g_top = tl.full([Q], -(1 << 30), tl.int32)
+    a0 = tl.zeros([Q], tl.int64)
+    a1 = tl.zeros([Q], tl.int64)
+    a2 = tl.zeros([Q], tl.int64)
+    for start in range(0, V, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        y = tl.load(X + row * stride + offs, mask=offs < V, other=float("-inf")).to(tl.float32) * scale
+        y4 = tl.reshape(y, [Q, 4])
+        top = tl.max(y4, 1)
+        live = top > float("-inf")
+        safe = tl.where(live, top, 0.0)
+        quad = tl.sum(tl.math.exp2((y4 - safe[:, None]) * 1.4426950408889634), 1)
+        if HW:
+            u = safe * 1.4426950408889634 + tl.math.log2(quad)
+            kf = (u + 12582912.0) - 12582912.0
+            k = kf.to(tl.int32)
+            m = (tl.math.exp2(u - kf) * 8388608.0).to(tl.int32)
+        else:
+            k, m = _term(safe + tl.log(quad), L2H, L2L, C0, C1, C2, C3, C4, C5, C6)
+        g = tl.where(live, k >> 5, -(1 << 30))
+        new = tl.maximum(g_top, g)
+        d = new - g_top
+        a2 = tl.where(d == 0, a2, tl.where(d == 1, a1, tl.where(d == 2, a0, 0)))
+        a1 = tl.where(d == 0, a1, tl.where(d == 1, a0, 0))
+        a0 = tl.where(d == 0, a0, 0)
+        g_top = new
+        j = g_top - g
+        x = tl.where(live, m.to(tl.int64) << (k & 31).to(tl.int64), 0)
+        a0 += tl.where(j == 0, x, 0)
+        a1 += tl.where(j == 1, x, 0)
+        a2 += tl.where(j == 2, x, 0)
+    total = tl.sum(a0.to(tl.float32) + a1.to(tl.float32) * 2.3283064e-10 + a2.to(tl.float32) * 5.421011e-20, 0)
+    tl.store(OUT + row, tl.log(total) + tl.max(g_top, 0).to(tl.float32))
+
+
 def numpy_terms(y):
     """The rule of `specdec_core::exp_sum::term` in numpy f32 (each op rounded once)."""
     f = np.float32
@@ -214,6 +260,12 @@ def main():
             "exact-ex2": lambda b: exact_kernel[(rows,)](x, out, vocab, vocab, 1.0 / 0.7, True, LOG2E_HI.item(),
                                                          LOG2E_LO.item(), *COEFFS, BLOCK=b, num_warps=b // 128,
                                                          enable_fp_fusion=False),
+            "quad-ex2": lambda b: quad_kernel[(rows,)](x, out, vocab, vocab, 1.0 / 0.7, True, LOG2E_HI.item(),
+                                                       LOG2E_LO.item(), *COEFFS, BLOCK=b, num_warps=b // 128,
+                                                       enable_fp_fusion=False),
+            "quad": lambda b: quad_kernel[(rows,)](x, out, vocab, vocab, 1.0 / 0.7, False, LOG2E_HI.item(),
+                                                   LOG2E_LO.item(), *COEFFS, BLOCK=b, num_warps=b // 128,
+                                                   enable_fp_fusion=False),
         }
         base = None
         for name, launch in cases.items():
