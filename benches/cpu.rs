@@ -512,16 +512,24 @@ fn overhead(c: &mut Criterion) {
 }
 
 /// The `outputs_cpu` call split by vocabulary over `P = 2` ranks, beside the
-/// unsharded call (`Cpu::sharded_rejection_sample`, REFERENCE §9).
+/// unsharded call (`Cpu::sharded_rejection_sample`, REFERENCE §9), without
+/// filters and with top-k 50 and top-p 0.9 on target and draft.
 fn sharded(c: &mut Criterion) {
     let mut group = c.benchmark_group("sharded_cpu");
     let (vocab, k, b) = (32_000usize, 3usize, 4usize);
     let batch = VerifyBatch::new(b, k, vocab, 11);
-    let whole = batch.call(Verification::Token);
     let rows = b * (k + 1);
-    let (mut tokens, mut num_emitted) = (vec![0i32; rows], vec![0i32; b]);
-    let name = |what: &str| BenchmarkId::new(what, format!("B={b}/K={k}/V={vocab}/bf16-draft"));
-    group.bench_function(name("unsharded"), |bench| bench.iter(|| verify(&whole, &mut tokens, &mut num_emitted)));
+    let (top_k, top_p) = (vec![50i32; b], vec![0.9f32; b]);
+    /// `call` with the filters `top` (top-k, top-p per slot) on target and draft, if any.
+    fn with_filters<'a>(
+        call: RejectionSample<'a, Host>,
+        top: Option<(&'a [i32], &'a [f32])>,
+    ) -> RejectionSample<'a, Host> {
+        let Some((top_k, top_p)) = top else { return call };
+        let filters = || Filters::none().with_top_k(top_k).with_top_p(top_p);
+        let draft_logits = call.draft_logits.map(|d| d.with_filters(filters()));
+        RejectionSample { params: call.params.with_filters(filters()), draft_logits, ..call }
+    }
     // Each rank's columns of the target rows and of the draft rows.
     let ranges = [0..vocab / 2, vocab / 2..vocab];
     let columns = |ranges: &std::ops::Range<usize>| {
@@ -531,28 +539,40 @@ fn sharded(c: &mut Criterion) {
         (target, draft)
     };
     let parts: Vec<(Vec<f32>, Vec<bf16>)> = ranges.iter().map(columns).collect();
-    let (round_1, round_2) = (24 + rows * 124, 4 + b * 16);
-    eprintln!("sharded_cpu: each rank sends {round_1} bytes in round 1 and {round_2} in round 2");
-    let batch = &batch;
-    group.bench_function(name("P=2 in-process"), |bench| {
-        bench.iter(|| {
-            let ranks = specdec_suite::sharding::in_ranks(2, |r, exchange| {
-                let ((target, draft), range) = (&parts[r], &ranges[r]);
-                let width = range.len();
-                let args = RejectionSample {
-                    target: Logits::new(target, rows, width),
-                    draft_logits: Some(DraftLogits::new(draft, DraftLogitsShape::dense(b, k, width))),
-                    ..batch.call(Verification::Token)
-                };
-                let shard = specdec::shard::Shard { offset: range.start, vocab };
-                let (mut tokens, mut num_emitted) = (vec![0i32; rows], vec![0i32; b]);
-                let mut out = RejectionOutput::new(&mut tokens, &mut num_emitted);
-                Cpu.sharded_rejection_sample(shard, exchange, &args, &mut out).expect("sharded call");
-                black_box(num_emitted[0])
-            });
-            ranks.into_iter().sum::<i32>()
-        })
-    });
+    for filtered in [false, true] {
+        let top = filtered.then_some((&top_k[..], &top_p[..]));
+        let suffix = if filtered { "/top-k 50 top-p 0.9" } else { "" };
+        let name = |what: &str| BenchmarkId::new(what, format!("B={b}/K={k}/V={vocab}/bf16-draft{suffix}"));
+        let whole = with_filters(batch.call(Verification::Token), top);
+        let (mut tokens, mut num_emitted) = (vec![0i32; rows], vec![0i32; b]);
+        group.bench_function(name("unsharded"), |bench| bench.iter(|| verify(&whole, &mut tokens, &mut num_emitted)));
+        // Round 1: a header, 124 bytes a row, and with the filters a list of
+        // 4·50 + 4 bytes for every row (target) and draft row (draft).
+        let lists = if filtered { (rows + b * k) * (4 * 50 + 4) } else { 0 };
+        let (round_1, round_2) = (24 + rows * 124 + lists, 4 + b * 16);
+        eprintln!("sharded_cpu{suffix}: each rank sends {round_1} bytes in round 1 and {round_2} in round 2");
+        let batch = &batch;
+        group.bench_function(name("P=2 in-process"), |bench| {
+            bench.iter(|| {
+                let ranks = specdec_suite::sharding::in_ranks(2, |r, exchange| {
+                    let ((target, draft), range) = (&parts[r], &ranges[r]);
+                    let width = range.len();
+                    let args = RejectionSample {
+                        target: Logits::new(target, rows, width),
+                        draft_logits: Some(DraftLogits::new(draft, DraftLogitsShape::dense(b, k, width))),
+                        ..batch.call(Verification::Token)
+                    };
+                    let args = with_filters(args, top);
+                    let shard = specdec::shard::Shard { offset: range.start, vocab };
+                    let (mut tokens, mut num_emitted) = (vec![0i32; rows], vec![0i32; b]);
+                    let mut out = RejectionOutput::new(&mut tokens, &mut num_emitted);
+                    Cpu.sharded_rejection_sample(shard, exchange, &args, &mut out).expect("sharded call");
+                    black_box(num_emitted[0])
+                });
+                ranks.into_iter().sum::<i32>()
+            })
+        });
+    }
     group.finish();
 }
 

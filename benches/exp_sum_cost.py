@@ -16,7 +16,8 @@ each lane folding every BLOCK-th value of the row:
             maximum and `Σ ex2`), then the quad's `ln` as one term of the
             exact groups (by the `f32` rule, or by `ex2`): a quarter of the
             terms, order-free across any split on quad boundaries (shard
-            offsets are multiples of 4), on the GPU alone.
+            offsets are multiples of 4), on the GPU alone; `tile16`,
+            `tile16-ex2` the same with tiles of 16 ids.
 
 Rows: B = 256, K = 7 (2,048 rows) of V = 151,936, f32 and bf16, the shape of the
 issue's bench. Each case's read bandwidth is printed as a fraction of the copy
@@ -147,9 +148,9 @@ def exact_kernel(X, OUT, V, stride, scale, HW: tl.constexpr, L2H: tl.constexpr, 
 @triton.jit
 def quad_kernel(X, OUT, V, stride, scale, HW: tl.constexpr, L2H: tl.constexpr, L2L: tl.constexpr,
                 C0: tl.constexpr, C1: tl.constexpr, C2: tl.constexpr, C3: tl.constexpr, C4: tl.constexpr,
-                C5: tl.constexpr, C6: tl.constexpr, BLOCK: tl.constexpr):
+                C5: tl.constexpr, C6: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr):
     row = tl.program_id(0)
-    Q: tl.constexpr = BLOCK // 4
+    Q: tl.constexpr = BLOCK // TILE
     g_top = tl.full([Q], -(1 << 30), tl.int32)
     a0 = tl.zeros([Q], tl.int64)
     a1 = tl.zeros([Q], tl.int64)
@@ -157,7 +158,7 @@ def quad_kernel(X, OUT, V, stride, scale, HW: tl.constexpr, L2H: tl.constexpr, L
     for start in range(0, V, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         y = tl.load(X + row * stride + offs, mask=offs < V, other=float("-inf")).to(tl.float32) * scale
-        y4 = tl.reshape(y, [Q, 4])
+        y4 = tl.reshape(y, [Q, TILE])
         top = tl.max(y4, 1)
         live = top > float("-inf")
         safe = tl.where(live, top, 0.0)
@@ -260,13 +261,13 @@ def main():
             "exact-ex2": lambda b: exact_kernel[(rows,)](x, out, vocab, vocab, 1.0 / 0.7, True, LOG2E_HI.item(),
                                                          LOG2E_LO.item(), *COEFFS, BLOCK=b, num_warps=b // 128,
                                                          enable_fp_fusion=False),
-            "quad-ex2": lambda b: quad_kernel[(rows,)](x, out, vocab, vocab, 1.0 / 0.7, True, LOG2E_HI.item(),
-                                                       LOG2E_LO.item(), *COEFFS, BLOCK=b, num_warps=b // 128,
-                                                       enable_fp_fusion=False),
-            "quad": lambda b: quad_kernel[(rows,)](x, out, vocab, vocab, 1.0 / 0.7, False, LOG2E_HI.item(),
-                                                   LOG2E_LO.item(), *COEFFS, BLOCK=b, num_warps=b // 128,
-                                                   enable_fp_fusion=False),
         }
+        for tile in (4, 16):
+            for hw in (True, False):
+                name = ("quad" if tile == 4 else f"tile{tile}") + ("-ex2" if hw else "")
+                cases[name] = lambda b, hw=hw, tile=tile: quad_kernel[(rows,)](
+                    x, out, vocab, vocab, 1.0 / 0.7, hw, LOG2E_HI.item(), LOG2E_LO.item(), *COEFFS, BLOCK=b,
+                    TILE=tile, num_warps=b // 128, enable_fp_fusion=False)
         base = None
         for name, launch in cases.items():
             ms, block = min((time_ms(lambda: launch(b)), b) for b in (512, 1024, 2048))
