@@ -285,7 +285,30 @@ pub(super) fn fold_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], kept:
     let Some(ids) = &kept.ids else {
         return simd::fold_kept(level, s, ArgMax::IDENTITY, 0, values, kept.tau).0;
     };
-    listed_quads(values, ids).fold(ArgMax::IDENTITY, |best, (base, vals, n)| s.fold_quad(best, base, vals, n))
+    fold_listed(s, 0, values, ids)
+}
+
+/// The Gumbel-max over the quads of `values` that hold `ids` (places in
+/// `values`, ascending), every other lane at `-inf`; `values` are ids
+/// `base ..` of the row (`base % 4 == 0`).
+pub(super) fn fold_listed<L: Logit>(s: &Sampler, base: u32, values: &[L], ids: &[u32]) -> ArgMax {
+    listed_quads(values, ids).fold(ArgMax::IDENTITY, |best, (at, vals, n)| s.fold_quad(best, base + at, vals, n))
+}
+
+/// The places in `values` of the kept set `{scaled >= tau}` (`tau` finite),
+/// ascending, if there are at most [`SPARSE_MAX`] of them: a vocabulary
+/// shard's part of a kept set, sampled from its own ids as [`Kept`] lists them.
+pub(super) fn kept_ids<L: Logit>(s: &Sampler, values: &[L], tau: f32) -> Option<Vec<u32>> {
+    let mut ids = Vec::new();
+    for (i, v) in values.iter().enumerate() {
+        if s.scaled(v.to_f32()) >= tau {
+            if ids.len() == SPARSE_MAX {
+                return None;
+            }
+            ids.push(i as u32);
+        }
+    }
+    Some(ids)
 }
 
 /// The quads of `values` that hold any of `ids` (ascending, each below

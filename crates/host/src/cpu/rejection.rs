@@ -276,14 +276,28 @@ fn resample_listed<T: Logit>(
     lse: f32,
     residual: impl Fn(u32, f32) -> f32,
 ) -> u32 {
+    listed_candidates(sampler, 0, row, ids, lse, residual).token()
+}
+
+/// [`resample_listed`]'s candidates over ids `base .. base + row.len()` of
+/// the row (`base % 4 == 0`; `ids` and `residual`'s first argument are
+/// places in `row`): a vocabulary shard's part of the resample.
+pub(super) fn listed_candidates<T: Logit>(
+    sampler: &Sampler,
+    base: u32,
+    row: &[T],
+    ids: &[u32],
+    lse: f32,
+    residual: impl Fn(u32, f32) -> f32,
+) -> Resampled {
     let mut best = Resampled::IDENTITY;
-    for (base, raw, n) in listed_quads(row, ids) {
+    for (at, raw, n) in listed_quads(row, ids) {
         // Scaled, `-inf` off `S` as listed.
         let tgt = raw.map(|x| sampler.scaled(x));
         let a = tgt.map(|v| v - lse);
-        best = sampler.fold_resample(best, base, tgt, a, |l| residual(base + l as u32, a[l]), n);
+        best = sampler.fold_resample(best, base + at, tgt, a, |l| residual(at + l as u32, a[l]), n);
     }
-    best.token()
+    best
 }
 
 /// A draft row's target and draft distributions (no draft: one-hot).

@@ -18,8 +18,10 @@
 //! so every rank finds the row's `τ` and `LSE(S)` from the lists alone.
 //! Top-p or min-p without a top-k keep sets of no bounded size: refused.
 
-use super::filter::{Largest, kept_of_largest, masked};
-use super::rejection::{Verdict, draft_candidates, mass, one_hot_candidates, residual_units, write_request};
+use super::filter::{Largest, fold_listed, kept_ids, kept_of_largest, masked};
+use super::rejection::{
+    Verdict, draft_candidates, listed_candidates, mass, one_hot_candidates, residual_units, write_request,
+};
 use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax};
 use crate::error::{Error, Result};
@@ -31,6 +33,7 @@ use specdec_core::argmax::ArgMax;
 use specdec_core::block_verification::{below, block_verify, ln_weight, next_weight, one_hot_mass, ratio};
 use specdec_core::exp_sum::ExpSum;
 use specdec_core::filter::Filter;
+use specdec_core::logspace::ln_residual;
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::{Resampled, Sampler, accepts};
 use specdec_core::status::NAN_LOGITS;
@@ -539,25 +542,42 @@ impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
         let row = self.args.offsets[r] as usize + j;
         let s = Sampler { pos: self.args.pos[row], ..sampler(self.args, r) };
         let (values, base, t) = (self.target_row(row), self.offset as u32, &totals[row]);
+        // A filtered row's kept ids on this rank, where few: drawn from their
+        // own quads, as the unsharded call draws from a listed kept set.
+        let listed = t.tau_t.filter(|tau| tau.is_finite()).and_then(|tau| kept_ids(&s, values, tau));
         let Some(d) = rejected else {
             let Some(tau) = t.tau_t else {
                 return one_hot_candidates(self.level, &s, base, values, None);
             };
             // The unsharded call's fold of a kept set (`filter::fold_kept`).
-            let best = if values.is_empty() {
-                ArgMax::IDENTITY
-            } else {
-                simd::fold_kept(self.level, &s, ArgMax::IDENTITY, base, values, tau).0
+            let best = match (&listed, values.is_empty()) {
+                (Some(ids), _) => fold_listed(&s, base, values, ids),
+                (None, true) => ArgMax::IDENTITY,
+                (None, false) => simd::fold_kept(self.level, &s, ArgMax::IDENTITY, base, values, tau).0,
             };
             return Resampled { residual: best, target: best };
         };
-        match self.draft_row(r, j) {
-            Some(q) => {
+        let lse_t = t.lse_t - ln_weight(w);
+        match (self.draft_row(r, j), listed) {
+            (Some(q), Some(ids)) => listed_candidates(&s, base, values, &ids, lse_t, |at, a| {
+                ln_residual(a, t.log_q(s.scaled(q[at as usize].to_f32())))
+            }),
+            (Some(q), None) => {
                 let tau = |tau: Option<f32>| tau.unwrap_or(f32::NEG_INFINITY);
-                let target = (t.lse_t - ln_weight(w), tau(t.tau_t));
-                draft_candidates(self.level, &s, base, values, q, target, (t.lse_q, tau(t.tau_q)))
+                draft_candidates(self.level, &s, base, values, q, (lse_t, tau(t.tau_t)), (t.lse_q, tau(t.tau_q)))
             }
-            None => {
+            (None, Some(ids)) => {
+                let rejected = self.local(d).map(|at| at as u32);
+                listed_candidates(
+                    &s,
+                    base,
+                    values,
+                    &ids,
+                    0.0,
+                    |at, a| if Some(at) == rejected { f32::NEG_INFINITY } else { a },
+                )
+            }
+            (None, None) => {
                 // Filtered, the row with every id off the kept set at `-inf` (`Dist::row`).
                 let values: Cow<'_, [T]> = t.tau_t.map_or(values.into(), |tau| masked(&s, values, tau));
                 one_hot_candidates(self.level, &s, base, &values, self.local(d))
