@@ -167,12 +167,14 @@ fn sharded_filtered_tokens_are_the_unsharded_ones() {
         // Top-p near 1 over a small top-k: the k-th value's whole tie group
         // (on every rank) is in the masses that decide τ.
         Filter { top_k: 6, top_p: 0.97, ..Filter::OFF },
+        // Top-k V − 1: a kept set too large for a rank to list its ids.
+        Filter { top_k: u32::MAX, ..Filter::OFF },
         Filter::OFF,
     ];
     for (logits, draft) in
         [(DType::F32, None), (DType::BF16, None), (DType::F32, Some(DType::BF16)), (DType::F16, Some(DType::F32))]
     {
-        for (vocab, rows) in [(37, 21), (1000, 14), (4097, 7)] {
+        for (vocab, rows) in [(37, 21), (1000, 14), (4097, 7), (20_000, 5)] {
             for ranks in [1, 2, 3, 8] {
                 let mut b = batch(vocab, rows, logits, &mut rng);
                 // Half the rows' values rounded to multiples of 1/2: ties that straddle the k-th value.

@@ -517,20 +517,29 @@ fn kept_bests<L: Logit>(
             continue;
         }
         let s = Sampler::new(rows.temperature[slot as usize], rows.seed[slot as usize], rows.pos[row], rows.stream);
-        let fold = |v: &[_]| simd::fold_kept(rows.level, &s, ArgMax::IDENTITY, rows.base, v, tau).0;
         best[row] = match stored {
-            Some(DType::BF16) => fold_kept_as::<L, Bf16>(rows, &s, values, tau),
-            Some(DType::F16) => fold_kept_as::<L, F16>(rows, &s, values, tau),
-            _ => fold(values),
+            Some(DType::BF16) => fold_shard_kept::<Bf16>(rows, &s, &convert(values), tau),
+            Some(DType::F16) => fold_shard_kept::<F16>(rows, &s, &convert(values), tau),
+            _ => fold_shard_kept(rows, &s, values, tau),
         };
     }
     best
 }
 
-/// `simd::fold_kept` of `values` as stored in draft logits of dtype `D`.
-fn fold_kept_as<L: Logit, D: Logit>(rows: &Rows<'_, '_>, s: &Sampler, values: &[L], tau: f32) -> ArgMax {
-    let converted: Vec<D> = values.iter().map(|&v| D::convert_from(v)).collect();
-    simd::fold_kept(rows.level, s, ArgMax::IDENTITY, rows.base, &converted, tau).0
+/// `values` as draft logits of dtype `D` store them.
+fn convert<L: Element, D: Element>(values: &[L]) -> Vec<D> {
+    values.iter().map(|&v| D::convert_from(v)).collect()
+}
+
+/// The Gumbel-max over this rank's ids `values` of a kept set `{scaled >= tau}`:
+/// from the kept ids' own quads where few (`tau` finite), as the unsharded
+/// call's [`filter::fold_kept`] draws from a listed kept set; else by the fold
+/// that masks the shard as it reads it. Either is the fold of the masked shard.
+fn fold_shard_kept<V: Logit>(rows: &Rows<'_, '_>, s: &Sampler, values: &[V], tau: f32) -> ArgMax {
+    match tau.is_finite().then(|| filter::kept_ids(s, values, tau)).flatten() {
+        Some(ids) => filter::fold_listed(s, rows.base, values, &ids),
+        None => simd::fold_kept(rows.level, s, ArgMax::IDENTITY, rows.base, values, tau).0,
+    }
 }
 
 /// Where row `row` (on slot `slot >= 0`) stored its logits in the draft logits.
