@@ -214,6 +214,11 @@ fn a_rank_that_fails_its_checks_or_a_group_that_does_not_fit_fails_every_rank() 
     let got = run_sharded(&b, &shards);
     assert!(matches!(&got[1].0, Err(Error::InvalidShard { .. })), "{:?}", got[1].0);
     assert!(matches!(&got[0].0, Err(Error::PeerFailed { rank: 1 })), "{:?}", got[0].0);
+    // Greedy rows ignore filters, those without a top-k too.
+    let mut greedy = b.clone();
+    greedy.temperature.iter_mut().for_each(|t| *t = 0.0);
+    greedy.filters = FilterTable::uniform(Filter { top_p: 0.9, ..Filter::OFF }, 4);
+    check_equal(&greedy, &[Shard { offset: 0, vocab: 64 }, Shard { offset: 32, vocab: 64 }], "greedy with top-p");
     // Top-p or min-p without a top-k are not sharded: every rank says so.
     for filter in [Filter { top_p: 0.9, ..Filter::OFF }, Filter { min_p: 0.2, top_k: 64, ..Filter::OFF }] {
         let mut filtered = b.clone();

@@ -233,7 +233,17 @@ fn sharded_calls_that_cannot_run_fail_on_every_rank() {
         mine.filters.top_k.as_mut().expect("a top-k array").iter_mut().for_each(|k| *k += r as i32);
         mine
     });
-    assert!(got.iter().all(|g| matches!(g, Err(Error::InvalidShard { .. } | Error::Exchange(_)))), "{got:?}");
+    assert!(got.iter().all(|g| matches!(g, Err(Error::Exchange(_)))), "{got:?}");
+    // A rank whose row length is out of range sizes no lists: its own error, and the exchange fails for the other.
+    let bad = [Shard { offset: 0, vocab: usize::MAX }, Shard { offset: 32, vocab: 64 }];
+    let got = run_sharded_verify(&filtered, &bad, |_, mine| mine);
+    assert!(matches!(&got[0], Err(Error::InvalidShard { .. })), "{:?}", got[0]);
+    assert!(matches!(&got[1], Err(Error::Exchange(_))), "{:?}", got[1]);
+    // Greedy requests ignore filters, those without a top-k too: the unsharded call's outputs.
+    let mut greedy = v.clone();
+    greedy.temperature.iter_mut().for_each(|t| *t = 0.0);
+    greedy.filters = FilterTable::uniform(Filter { top_p: 0.5, min_p: 0.2, ..Filter::OFF }, v.temperature.len());
+    check_equal(&greedy, &halves, "greedy requests with top-p and min-p");
     // Arrays whose values keep every id are no filter: the unsharded call's outputs.
     let mut off = v.clone();
     off.filters = FilterTable::uniform(Filter { top_k: 64, ..Filter::OFF }, v.temperature.len());

@@ -1342,14 +1342,17 @@ impl RejectionCall {
         let v = &self.verify;
         let (want, got) = (self.run(&Backend::cpu(), v.tokens_i64), self.run_sharded(v.tokens_i64));
         let ctx = format!("{self:#?}");
-        // Top-p or min-p without a top-k (kept sets of no bounded size) is refused.
+        // Top-p or min-p without a top-k (kept sets of no bounded size) on a
+        // random request is refused; greedy requests ignore filters.
         let refused = self.valid()
             && v.slots.iter().any(|&s| {
                 let unbounded = |t: &FilterTable| {
                     let f = t.slot(s as usize);
                     !f.is_off(v.vocab) && !f.has_top_k(v.vocab)
                 };
-                s >= 0 && (unbounded(&v.filters) || (v.draft.is_some() && unbounded(&v.draft_filters)))
+                s >= 0
+                    && v.temperature[s as usize] != 0.0
+                    && (unbounded(&v.filters) || (v.draft.is_some() && unbounded(&v.draft_filters)))
             });
         if refused {
             assert!(got.result.as_ref().is_err_and(|e| e.starts_with("NotSharded")), "{:?}: {ctx}", got.result);

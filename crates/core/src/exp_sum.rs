@@ -13,8 +13,8 @@
 //! (below `2^57`) in units of `2^(32g − 24)`. A set's sum is **the exact
 //! sum of its terms in its top three groups**, `g >= G − 2` with `G` the
 //! largest term's group: every term within `2^-64` of the largest is added
-//! exactly, as integers, every one below `2^-95` of it dropped (together at
-//! most `2^-33` of the largest, for `2^30` terms). Its log-sum-exp is
+//! exactly, as integers, and every one below `2^-96` of it dropped (the
+//! dropped ones together at most `2^-33` of the largest, for `2^30` terms). Its log-sum-exp is
 //! [`lse`]: `M + ln(S)` from `M`, the set's maximum, and the three group sums.
 //!
 //! [`ExpSum`] keeps a set's sum (its maximum and three `u128` group sums:

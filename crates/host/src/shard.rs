@@ -4,9 +4,9 @@
 //! keyed by global id and candidates combine by the argmax rule (a total
 //! order), so the split cannot change a token; sums are order-free
 //! (`specdec_core::exp_sum`). Built so far, on the CPU backend:
-//! `gumbel_sample` ([`crate::Cpu::sharded_gumbel_sample`], without filters)
-//! and `rejection_sample` ([`crate::Cpu::sharded_rejection_sample`], with
-//! filters that have a top-k), both without log-probabilities.
+//! `gumbel_sample` ([`crate::Cpu::sharded_gumbel_sample`]) and
+//! `rejection_sample` ([`crate::Cpu::sharded_rejection_sample`]), with
+//! filters that have a top-k, without log-probabilities.
 
 use crate::error::{Error, Result};
 use crate::memory::{Host, Memory};
@@ -112,20 +112,24 @@ impl Header {
     }
 }
 
-/// `NotSharded` where a slot in use (`slots`, `-1` for none) filters its rows
-/// of `vocab` ids by one of `tables` in a way the sharded call cannot: any
-/// filter, or with `top_k`, top-p or min-p without a top-k (a kept set with
-/// no bound on its size, which no shard can list); arrays whose values keep
-/// every id are no filter, as in an unsharded call.
-pub(crate) fn check_filters(slots: &[i32], vocab: usize, tables: &[&Filters<'_, Host>], top_k: bool) -> Result<()> {
-    let mut used = slots.iter().filter_map(|&s| usize::try_from(s).ok());
-    let refused = |f: Filter| !f.is_off(vocab) && !(top_k && f.has_top_k(vocab));
-    if !used.any(|s| tables.iter().any(|t| refused(t.slot(s)))) {
-        Ok(())
-    } else if top_k {
+/// `NotSharded` where a slot in use (`slots`, `-1` for none) of a random
+/// request (`temperature > 0`; greedy rows ignore filters) filters its rows
+/// of `vocab` ids by one of `tables` in a way a sharded call cannot: top-p or
+/// min-p without a top-k, a kept set with no bound on its size, which no
+/// shard can list. Arrays whose values keep every id are no filter, as in an
+/// unsharded call. After the call's checks of slots and temperatures.
+pub(crate) fn check_filters(
+    slots: &[i32],
+    temperature: &[f32],
+    vocab: usize,
+    tables: &[&Filters<'_, Host>],
+) -> Result<()> {
+    let mut random = slots.iter().filter_map(|&s| usize::try_from(s).ok()).filter(|&s| temperature[s] != 0.0);
+    let unbounded = |f: Filter| !f.is_off(vocab) && !f.has_top_k(vocab);
+    if random.any(|s| tables.iter().any(|t| unbounded(t.slot(s)))) {
         Err(Error::NotSharded { what: "top-p or min-p without top-k" })
     } else {
-        Err(Error::NotSharded { what: "filters (top-k, top-p, min-p)" })
+        Ok(())
     }
 }
 
@@ -141,10 +145,13 @@ pub(crate) fn message_filter(table: &Filters<'_, Host>, temperature: &[f32], slo
     if random && lens.into_iter().all(fits) { table.slot(slot) } else { Filter::OFF }
 }
 
-/// The length of the top-value list a row filtered by `filter` sends
-/// (`cpu::filter::Largest`): its top-k, where it has one (0: no list).
+/// The length of the top-value list a row of `vocab` ids filtered by
+/// `filter` sends (`cpu::filter::Largest`): its top-k, where it has one (0:
+/// no list, and none where `vocab` is out of range: that rank's checks fail).
+/// Ranks that disagree on `vocab`, or on whether there are draft logits,
+/// may send lists of different lengths: the exchange fails on every rank.
 pub(crate) fn list_length(filter: Filter, vocab: usize) -> usize {
-    if filter.has_top_k(vocab) { filter.top_k as usize } else { 0 }
+    if vocab <= MAX_VOCAB && filter.has_top_k(vocab) { filter.top_k as usize } else { 0 }
 }
 
 /// A filter table's arrays (each its length, then its values' bits; none:

@@ -245,14 +245,22 @@ pub(super) fn kept_of_largest<'a>(
     filter: Filter,
     vocab: usize,
 ) -> (f32, f32) {
-    let mut ys = Vec::new();
+    let (mut ys, mut ties) = (Vec::new(), Vec::new());
     for list in lists {
         ys.extend_from_slice(&list.values);
-        if let Some(&last) = list.values.last() {
-            ys.extend(std::iter::repeat_n(last, list.ties as usize));
+        ties.extend(list.values.last().map(|&last| (last, list.ties)));
+    }
+    let mut groups = groups(ys);
+    let max = groups.first().map_or(f32::INFINITY, |g| g.value);
+    // Each list's further ties join its last value's group (counted, not listed).
+    for (last, n) in ties.into_iter().filter(|&(_, n)| n > 0) {
+        let at = groups.partition_point(|g| key(g.value) > key(last));
+        let g = &mut groups[at];
+        g.count += n;
+        if max < f32::INFINITY {
+            g.mass += u64::from(n) * mass(g.value, max);
         }
     }
-    let groups = groups(ys);
     let tau = threshold(&groups, filter, vocab);
     let mut sum = ExpSum::EMPTY;
     for g in groups.iter().take_while(|g| g.value >= tau) {

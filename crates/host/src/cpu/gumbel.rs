@@ -195,7 +195,7 @@ fn shard_candidates(
     let shape = args.check(out)?;
     shard.check(args.logits.vocab)?;
     args.check_values(out, shape)?;
-    shard::check_filters(args.slots, shard.vocab, &[&args.params.filters], true)?;
+    shard::check_filters(args.slots, args.params.temperature, shard.vocab, &[&args.params.filters])?;
     if !out.logprobs.is_none() {
         return Err(Error::NotSharded { what: "log-probabilities" });
     }

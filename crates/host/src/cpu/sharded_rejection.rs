@@ -408,7 +408,7 @@ fn check(shard: Shard, args: &RejectionSample<'_, Host>, out: &RejectionOutput<'
     args.check_values_of(shape, shard.vocab)?;
     let mut tables = vec![&args.params.filters];
     tables.extend(args.draft_logits.as_ref().map(|d| &d.filters));
-    shard::check_filters(args.slots, shard.vocab, &tables, true)?;
+    shard::check_filters(args.slots, args.params.temperature, shard.vocab, &tables)?;
     if !out.logprobs.is_none() {
         return Err(Error::NotSharded { what: "log-probabilities" });
     }
