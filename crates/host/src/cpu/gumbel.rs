@@ -144,7 +144,7 @@ fn kept_round(
     taus: &[Option<f32>],
 ) -> Result<Vec<ArgMax>> {
     let rows = Rows::of(args, Some(shard));
-    let draft = out.draft_logits.as_ref();
+    let draft = out.draft_logits.as_ref().map(|(d, _)| d.data.dtype());
     let mine = catch_unwind(AssertUnwindSafe(|| match &args.logits.data {
         Values::F32(l) => kept_bests(&rows, l, draft, taus),
         Values::BF16(l) => kept_bests(&rows, l.as_core(), draft, taus),
@@ -157,7 +157,9 @@ fn kept_round(
         message.arg_max(mine.as_ref().map_or(ArgMax::IDENTITY, |bests| bests[row]));
     }
     let gathered = shard::gather(exchange, &message.0);
-    let mine = mine.unwrap_or_else(|panic| resume_unwind(panic));
+    if let Err(panic) = mine {
+        resume_unwind(panic);
+    }
     let mut combined = vec![ArgMax::IDENTITY; taus.len()];
     for (rank, bytes) in gathered?.chunks_exact(message.0.len()).enumerate() {
         let mut r = Reader { bytes, at: 0 };
@@ -168,7 +170,6 @@ fn kept_round(
             combined[row] = combined[row].combine(r.arg_max());
         }
     }
-    debug_assert_eq!(mine.len(), taus.len());
     Ok(combined)
 }
 
@@ -500,15 +501,10 @@ fn kept_row<V: Logit>(
 /// set, of the values the row was sampled from: its logits, or where the
 /// draft logits round them, the stored values (converted again: a later
 /// row of the call may have stored over them); `ArgMax::IDENTITY` for the
-/// other rows. The unsharded call's fold of the kept set
-/// (`filter::fold_kept`), split by ids.
-fn kept_bests<L: Logit>(
-    rows: &Rows<'_, '_>,
-    logits: &[L],
-    draft: Option<&(DraftLogitsMut<'_, Host>, Column<'_, Host>)>,
-    taus: &[Option<f32>],
-) -> Vec<ArgMax> {
-    let stored = draft.map(|(d, _)| d.data.dtype()).filter(|&d| L::DTYPE.rounds_into(d));
+/// other rows; `draft` is the draft logits' dtype, if any. The unsharded
+/// call's fold of the kept set (`filter::fold_kept`), split by ids.
+fn kept_bests<L: Logit>(rows: &Rows<'_, '_>, logits: &[L], draft: Option<DType>, taus: &[Option<f32>]) -> Vec<ArgMax> {
+    let stored = draft.filter(|&d| L::DTYPE.rounds_into(d));
     let mut best = vec![ArgMax::IDENTITY; rows.rows];
     for (row, tau) in taus.iter().enumerate() {
         let (Some(tau), slot) = (*tau, rows.slots[row]) else { continue };

@@ -135,7 +135,7 @@ fn run<T: Logit, C: Logit>(
         })
         .collect();
     let totals: Vec<RowTotals> =
-        (0..rows).map(|row| RowTotals::combine(args, &headers, &ranks, row, filters[row], shard.vocab)).collect();
+        (0..rows).map(|row| RowTotals::combine(args, &headers, &ranks, row, filters[row])).collect();
 
     // The walk, alike on every rank.
     let plans: Vec<Plan> = (0..args.slots.len()).map(|r| plan(args, &totals, r)).collect();
@@ -342,7 +342,6 @@ impl RowTotals {
         ranks: &[Vec<RowStats>],
         row: usize,
         filters: RowFilters,
-        vocab: usize,
     ) -> RowTotals {
         let (mut nan, mut greedy, mut target, mut draft) = (false, ArgMax::IDENTITY, ExpSum::EMPTY, ExpSum::EMPTY);
         for stats in ranks {
@@ -363,7 +362,7 @@ impl RowTotals {
             if list(&ranks[0][row].lists).is_none() {
                 return (None, sum.lse());
             }
-            let (tau, lse) = kept_of_largest(ranks.iter().filter_map(|s| list(&s[row].lists)), filter, vocab);
+            let (tau, lse) = kept_of_largest(ranks.iter().filter_map(|s| list(&s[row].lists)), filter, filters.vocab);
             (Some(tau), lse)
         };
         let (tau_t, lse_t) = kept(filters.target, |l| l.target.as_ref(), target);
