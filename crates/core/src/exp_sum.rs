@@ -26,6 +26,7 @@
 //! `(k, m)` from the same `y`.
 
 use crate::gumbel::ln;
+use crate::logspace::Lse;
 
 /// Binades of a group (`k` from `32g` to `32g + 31`): a term's part
 /// `m << (k mod 32)` stays below `2^57`, and a group's sum of `2^30` of
@@ -84,21 +85,7 @@ pub struct Term {
 /// the two-pass sums ([`group_part`]) and [`ExpSum::from_parts`] rely on.
 #[inline(always)]
 pub fn term(y: f32) -> Term {
-    let y = y.clamp(-Y_MAX, Y_MAX);
-    let c = y * SPLIT;
-    let yh = c - (c - y);
-    let yl = y - yh;
-    let a = yh * LOG2E_HI;
-    let b = yl * LOG2E_HI + y * LOG2E_LO;
-    let (ka, kb) = (round_half_away(a), round_half_away(b));
-    let r = (a - ka as f32) + (b - kb as f32);
-    let (r, k) = if r > 0.5 {
-        (r - 1.0, ka + kb + 1)
-    } else if r < -0.5 {
-        (r + 1.0, ka + kb - 1)
-    } else {
-        (r, ka + kb)
-    };
+    let (k, r) = split(y);
     let c = &EXP2_COEFFICIENTS;
     let mut p = c[6];
     let mut n = 6;
@@ -108,6 +95,28 @@ pub fn term(y: f32) -> Term {
     }
     let p = p * r + 1.0;
     Term { k, m: (p * SCALE) as u64 }
+}
+
+/// `y·log2(e)` as `k + r`, `k` an integer and `|r| <= 1/2` ([`term`]'s
+/// steps 1 to 3, `y` clamped to `±Y_MAX`): `r` within a few `f32` roundings
+/// of the exact reduction wherever `|y| < 2^24`, and every backend's alike.
+#[inline(always)]
+pub fn split(y: f32) -> (i32, f32) {
+    let y = y.clamp(-Y_MAX, Y_MAX);
+    let c = y * SPLIT;
+    let yh = c - (c - y);
+    let yl = y - yh;
+    let a = yh * LOG2E_HI;
+    let b = yl * LOG2E_HI + y * LOG2E_LO;
+    let (ka, kb) = (round_half_away(a), round_half_away(b));
+    let r = (a - ka as f32) + (b - kb as f32);
+    if r > 0.5 {
+        (ka + kb + 1, r - 1.0)
+    } else if r < -0.5 {
+        (ka + kb - 1, r + 1.0)
+    } else {
+        (ka + kb, r)
+    }
 }
 
 /// `x` (`|x| < 2^30`) to an integer: `trunc(x ± 1/2)`, the sign of `x`, in
@@ -147,21 +156,34 @@ fn to_f64(x: u128) -> f64 {
     ((x >> 64) as u64 as f64) * 18_446_744_073_709_551_616.0 + (x as u64 as f64)
 }
 
-/// The log-sum-exp of a set from its maximum `max` and its group sums
-/// `sums` (the module docs; `sums[j]` of group `G − j`): `max` itself where
-/// it is infinite (`-inf`: the set is empty; `+inf`: a point mass), else
-/// `max + ln(S)`, `S = Σ_j sums[j]·2^(−32j) / (m_M · 2^(k_M − 32G))` (at
-/// least 1: the maximum's own term), each sum to `f64` as [`to_f64`], added
-/// from the smallest group up, and rounded to `f32` once, with the IEEE-only `ln`.
+/// The log-sum-exp of a set from its maximum `max`, its largest group `top`
+/// and its group sums `sums` (the module docs; `sums[j]` of group
+/// `top − j`): `max` itself where it is infinite (`-inf`: the set is empty;
+/// `+inf`: a point mass), else `max + ln(S)`, `S = Σ_j sums[j]·2^(−32j) /
+/// (m_M · 2^(k_M − 32·top))` with `(k_M, m_M)` the maximum's [`term`] (about
+/// 1 or more: the maximum's own term, whatever rule formed the terms), each
+/// sum to `f64` as [`to_f64`], added from the smallest group up, divided
+/// exactly, and rounded to `f32` once, with the IEEE-only `ln`.
 #[inline(always)]
-pub fn lse(max: f32, sums: &[u128; GROUPS]) -> f32 {
+pub fn lse(max: f32, top: i32, sums: &[u128; GROUPS]) -> f32 {
     if max.is_infinite() || max.is_nan() {
         return max;
     }
+    max + ln(relative(max, top, sums))
+}
+
+/// `S` of [`lse`]: a finite set's sum over `e^max`, as `f32`.
+#[inline(always)]
+fn relative(max: f32, top: i32, sums: &[u128; GROUPS]) -> f32 {
     const UNIT: f64 = 1.0 / 4_294_967_296.0;
     let a = (to_f64(sums[2]) * UNIT + to_f64(sums[1])) * UNIT + to_f64(sums[0]);
-    let top = term(max);
-    max + ln((a / top.part() as f64) as f32)
+    let t = term(max);
+    // `m_M · 2^(k_M − 32·top)`, exact (`m_M` has 25 bits); the exponent is a
+    // few dozen from 0 (`top` is a term's group near the maximum's), clamped
+    // to stay a normal `f64`.
+    let e = (i64::from(t.k) - (i64::from(top) << GROUP_BITS)).clamp(-1000, 1000);
+    let scale = f64::from_bits(((e + 1023) as u64) << 52);
+    (a / (t.m as f64 * scale)) as f32
 }
 
 /// The sum of a set of terms by groups (module docs): the set's maximum
@@ -170,6 +192,7 @@ pub fn lse(max: f32, sums: &[u128; GROUPS]) -> f32 {
 /// (its [`ExpSum::lse`] is `+inf`). Sums any multiset to the same value in
 /// any order and any grouping ([`ExpSum::combine`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
 pub struct ExpSum {
     max: f32,
     top: i32,
@@ -180,7 +203,8 @@ impl ExpSum {
     pub const EMPTY: ExpSum = ExpSum { max: f32::NEG_INFINITY, top: i32::MIN, sums: [0; GROUPS] };
 
     /// The sum of a set with maximum `max` and these group sums (as
-    /// [`ExpSum::max`] and [`ExpSum::sums`] gave them).
+    /// [`ExpSum::max`] and [`ExpSum::sums`] gave them) of terms by [`term`],
+    /// whose largest group is the maximum's.
     pub fn from_parts(max: f32, sums: [u128; GROUPS]) -> ExpSum {
         let top = if max.is_finite() { term(max).group() } else { i32::MIN };
         ExpSum { max, top, sums }
@@ -191,7 +215,12 @@ impl ExpSum {
         self.max
     }
 
-    /// The parts' sums of the terms in group `G − j`, for `j = 0..GROUPS`.
+    /// The largest group of the terms (`i32::MIN` where there are none).
+    pub fn top(&self) -> i32 {
+        self.top
+    }
+
+    /// The parts' sums of the terms in group `top − j`, for `j = 0..GROUPS`.
     pub fn sums(&self) -> &[u128; GROUPS] {
         &self.sums
     }
@@ -206,17 +235,34 @@ impl ExpSum {
             *self = ExpSum { max: y, top: i32::MIN, sums: [0; GROUPS] };
             return;
         }
-        let t = term(y);
-        self.raise(t.group());
-        if y > self.max {
-            self.max = y;
+        self.push_term(y, term(y));
+    }
+
+    /// Adds a term `t` of values whose largest is `max` (finite): one value's
+    /// [`term`] ([`ExpSum::push`]), or a term by another rule (the GPU's
+    /// quads, REFERENCE §2.6), whose `k` must not exceed `term(max).k` by
+    /// more than one group.
+    #[inline(always)]
+    pub fn push_term(&mut self, max: f32, t: Term) {
+        if self.max == f32::INFINITY {
+            return;
         }
-        if let Some((j, part)) = group_part(t, self.top) {
-            self.sums[j] += u128::from(part);
+        self.raise(t.group());
+        if max > self.max {
+            self.max = max;
+        }
+        let part = u128::from(t.part());
+        // Constant indices: registers on the GPU.
+        match i64::from(self.top) - i64::from(t.group()) {
+            0 => self.sums[0] += part,
+            1 => self.sums[1] += part,
+            2 => self.sums[2] += part,
+            _ => {}
         }
     }
 
     /// Adds another set's terms.
+    #[inline(always)]
     pub fn combine(&mut self, other: &ExpSum) {
         if self.max == f32::INFINITY || other.max == f32::NEG_INFINITY {
             return;
@@ -229,17 +275,47 @@ impl ExpSum {
         if other.max > self.max {
             self.max = other.max;
         }
-        let shift = i64::from(self.top) - i64::from(other.top);
-        for (j, &sum) in other.sums.iter().enumerate() {
-            let to = j as i64 + shift;
-            if to < GROUPS as i64 {
-                self.sums[to as usize] += sum;
-            }
+        let add = other.aligned(self.top);
+        for (sum, part) in self.sums.iter_mut().zip(add) {
+            *sum += part;
+        }
+    }
+
+    /// This set's group sums moved down to a largest group `top >=
+    /// self.top()`, what falls below the top three dropped: its share of a
+    /// combined set whose largest group is `top` (a GPU warp finds the
+    /// largest group first, then adds the shares: [`ExpSum::from_shares`]).
+    #[inline(always)]
+    pub fn aligned(&self, top: i32) -> [u128; GROUPS] {
+        if !self.max.is_finite() {
+            return [0; GROUPS];
+        }
+        let [a, b, _] = self.sums;
+        match i64::from(top) - i64::from(self.top) {
+            0 => self.sums,
+            1 => [0, a, b],
+            2 => [0, 0, a],
+            _ => [0; GROUPS],
+        }
+    }
+
+    /// A combined set from its largest maximum `max`, its largest group
+    /// `top` and the sum of its parts' [`ExpSum::aligned`] shares: what
+    /// [`ExpSum::combine`] gives, combining them in any order.
+    #[inline(always)]
+    pub fn from_shares(max: f32, top: i32, sums: [u128; GROUPS]) -> ExpSum {
+        if max == f32::INFINITY {
+            ExpSum { max, top: i32::MIN, sums: [0; GROUPS] }
+        } else if max == f32::NEG_INFINITY {
+            ExpSum::EMPTY
+        } else {
+            ExpSum { max, top, sums }
         }
     }
 
     /// Moves the sums so that the largest group is at least `g`, dropping
     /// what falls below the top three.
+    #[inline(always)]
     fn raise(&mut self, g: i32) {
         if self.max == f32::NEG_INFINITY {
             self.top = g;
@@ -248,15 +324,33 @@ impl ExpSum {
         if g <= self.top {
             return;
         }
-        let shift = (i64::from(g) - i64::from(self.top)).min(GROUPS as i64) as usize;
-        self.sums.copy_within(0..GROUPS - shift, shift);
-        self.sums[..shift].fill(0);
+        let [a, b, _] = self.sums;
+        self.sums = match i64::from(g) - i64::from(self.top) {
+            1 => [0, a, b],
+            2 => [0, 0, a],
+            _ => [0; GROUPS],
+        };
         self.top = g;
     }
 
     /// `log Σ e^y` by the module's rule ([`lse`]).
+    #[inline(always)]
     pub fn lse(&self) -> f32 {
-        lse(self.max, &self.sums)
+        lse(self.max, self.top, &self.sums)
+    }
+
+    /// The sum over `e^max` (`S` of [`lse`], so that `lse = max + ln(S)`):
+    /// the statistics the float sums keep (`logspace::Lse`), `(-inf, 0)`
+    /// empty and `(+inf, 1)` for a point mass.
+    #[inline(always)]
+    pub fn to_lse(&self) -> Lse {
+        if self.max == f32::NEG_INFINITY {
+            Lse::EMPTY
+        } else if self.max == f32::INFINITY {
+            Lse { max: self.max, sum: 1.0 }
+        } else {
+            Lse { max: self.max, sum: relative(self.max, self.top, &self.sums) }
+        }
     }
 }
 
@@ -317,7 +411,7 @@ mod tests {
             if max.is_finite() {
                 assert_eq!(&fast, whole.sums());
             }
-            assert_eq!(lse(max, &fast).to_bits(), whole.lse().to_bits());
+            assert_eq!(lse(max, top, &fast).to_bits(), whole.lse().to_bits());
             for _ in 0..20 {
                 let parts = 1 + (next() % 64) as usize;
                 let mut sums = std::vec![ExpSum::EMPTY; parts];
@@ -332,6 +426,91 @@ mod tests {
                 }
                 assert_eq!(total, whole, "{parts} parts of a row of {}", row.len());
             }
+        }
+    }
+
+    /// The terms of a row's aligned quads by a stand-in for the GPU's quad
+    /// rule (the kernels' `fold::push_quad_sum`): the quad's largest value
+    /// `y`, `(k, r)` its [`split`], the lanes' `2^((x − y)·log2 e + r)`
+    /// summed in a fixed order, `m` that sum times `2^24`; here the lanes'
+    /// exponentials in `f64`, where the GPU has its `ex2`.
+    fn quad_terms(row: &[f32]) -> Vec<(f32, Term)> {
+        row.chunks(4)
+            .filter_map(|quad| {
+                let y = quad.iter().copied().filter(|x| !x.is_nan()).fold(f32::NEG_INFINITY, f32::max);
+                if !y.is_finite() {
+                    return None; // empty, or a point mass: `push(+inf)` in the kernels
+                }
+                let (k, r) = split(y);
+                let lane = |x: f32| {
+                    if x.is_nan() {
+                        0.0
+                    } else {
+                        ((f64::from(x) - f64::from(y)) * core::f64::consts::LOG2_E + f64::from(r)).exp2() as f32
+                    }
+                };
+                let s = quad.iter().map(|&x| lane(x)).fold(0.0f32, |s, t| s + t);
+                Some((y, Term { k, m: (s * SCALE) as u64 }))
+            })
+            .collect()
+    }
+
+    /// Sums of quad terms ([`ExpSum::push_term`]) are order-free too: every
+    /// split of a row on quad boundaries into up to 64 parts, combined pair
+    /// by pair in any order or as a warp combines them (the largest group
+    /// first, then the [`ExpSum::aligned`] shares), gives the same bits, and
+    /// the log-sum-exp is within a few `f32` roundings of an `f64` one.
+    #[test]
+    fn quad_terms_give_the_same_bits() {
+        let mut next = crate::xorshift(0x9ad5_0b1e);
+        for row in rows() {
+            let terms = quad_terms(&row);
+            let sum_of_terms = |terms: &[(f32, Term)]| {
+                let mut s = ExpSum::EMPTY;
+                terms.iter().for_each(|&(y, t)| s.push_term(y, t));
+                s
+            };
+            let whole = sum_of_terms(&terms);
+            let (got, want) = (f64::from(whole.lse()), exact_lse(&row));
+            assert!((got - want).abs() <= 2e-6 * want.abs().max(1.0), "{got} vs {want}");
+            for _ in 0..20 {
+                let parts = 1 + (next() % 64) as usize;
+                let mut cuts: Vec<usize> =
+                    (0..parts - 1).map(|_| (next() % (terms.len() as u64 + 1)) as usize).collect();
+                cuts.extend([0, terms.len()]);
+                cuts.sort();
+                let sums: Vec<ExpSum> = cuts.windows(2).map(|w| sum_of_terms(&terms[w[0]..w[1]])).collect();
+                let mut paired = ExpSum::EMPTY;
+                let start = (next() % sums.len() as u64) as usize;
+                for i in 0..sums.len() {
+                    paired.combine(&sums[(start + i) % sums.len()]);
+                }
+                assert_eq!(paired, whole, "{parts} parts of a row of {}", row.len());
+                let max = sums.iter().fold(f32::NEG_INFINITY, |m, s| m.max(s.max()));
+                let top = sums.iter().map(ExpSum::top).max().unwrap();
+                let mut shares = [0u128; GROUPS];
+                for s in &sums {
+                    for (total, share) in shares.iter_mut().zip(s.aligned(top)) {
+                        *total += share;
+                    }
+                }
+                assert_eq!(ExpSum::from_shares(max, top, shares), whole, "{parts} shares of a row of {}", row.len());
+            }
+        }
+    }
+
+    /// A term whose group is above the maximum's (a kept set's
+    /// log-sum-exp `L` added as one term, `L >= max`) sums right:
+    /// [`lse`] divides by the maximum's term at the set's largest group.
+    #[test]
+    fn a_term_above_the_maximum_sums_right() {
+        for (max, l) in [(0.0f32, 3.0f32), (21.0, 23.5), (-22.0, -21.0), (30.0, 45.0), (-200.0, -190.0)] {
+            let mut s = ExpSum::EMPTY;
+            s.push_term(max, term(l));
+            assert!(s.top() >= term(max).group());
+            assert!((s.lse() - l).abs() <= 4e-6 * l.abs().max(1.0), "max {max}, L {l}: {}", s.lse());
+            let lse = s.to_lse();
+            assert!((lse.value() - l).abs() <= 4e-6 * l.abs().max(1.0));
         }
     }
 

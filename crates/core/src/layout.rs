@@ -15,7 +15,7 @@ pub const WARPS: u32 = BLOCK_THREADS / 32;
 /// Dynamic shared memory of every launch, in bytes: the size of the kernels'
 /// `shared::Shared` (a slot per warp for the block's reductions, then one
 /// record for the whole block), which asserts it.
-pub const SHARED_BYTES: u32 = 352;
+pub const SHARED_BYTES: u32 = 1184;
 /// Dynamic shared memory of the filter threshold kernels, in bytes: the size
 /// of the kernels' `threshold::ThresholdShared` (a chunk's values, its
 /// summary, the histograms of a search), which asserts it. Under the 48 KiB

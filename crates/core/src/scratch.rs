@@ -4,7 +4,7 @@
 //! `size_of`): a layout change is a compile-time change on both sides.
 
 use crate::argmax::ArgMax;
-use crate::logspace::Lse;
+use crate::exp_sum::ExpSum;
 use crate::sample::Resampled;
 
 /// Bytes of one per-block partial of a chunked row: `gumbel_sample`'s best
@@ -13,12 +13,15 @@ use crate::sample::Resampled;
 pub const PARTIAL_BYTES: usize = core::mem::size_of::<Resampled>();
 
 /// Pass-1 result of one chunk of one row. Which fields a row uses depends on
-/// its kind (the kernels' `Row`), and only those are combined.
+/// its kind (the kernels' `Row`), and only those are combined. The target's
+/// and the draft's sums are order-free ([`ExpSum`] of the GPU's quad rule,
+/// REFERENCE §2.6): a row's log-sum-exps do not depend on how the call
+/// splits it into chunks.
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Stats {
-    pub target: Lse,
-    pub draft: Lse,
+    pub target: ExpSum,
+    pub draft: ExpSum,
     pub best: ArgMax,
     pub flags: u32,
     /// The target's and draft's overlap (`specdec_core::logspace::centre`),
@@ -28,7 +31,7 @@ pub struct Stats {
 
 impl Stats {
     pub const IDENTITY: Stats =
-        Stats { target: Lse::EMPTY, draft: Lse::EMPTY, best: ArgMax::IDENTITY, flags: 0, overlap: 0.0 };
+        Stats { target: ExpSum::EMPTY, draft: ExpSum::EMPTY, best: ArgMax::IDENTITY, flags: 0, overlap: 0.0 };
 }
 
 /// What the final token of a request is sampled from.
@@ -197,12 +200,12 @@ const _: () = assert!(core::mem::size_of::<FilterScratch>() == 20_032, "the byte
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct LogprobsPartial {
-    pub raw: Lse,
-    pub processed: Lse,
+    pub raw: ExpSum,
+    pub processed: ExpSum,
 }
 
 impl LogprobsPartial {
-    pub const IDENTITY: LogprobsPartial = LogprobsPartial { raw: Lse::EMPTY, processed: Lse::EMPTY };
+    pub const IDENTITY: LogprobsPartial = LogprobsPartial { raw: ExpSum::EMPTY, processed: ExpSum::EMPTY };
 }
 
 /// A position's log-sum-exps, `raw` and `processed` (a greedy position's

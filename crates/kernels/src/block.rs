@@ -8,6 +8,7 @@
 use crate::gpu::{self, WARP};
 use crate::shared;
 use specdec_core::argmax::{ArgMax, floor_key, floor_value};
+use specdec_core::exp_sum::{ExpSum, GROUPS};
 use specdec_core::layout::WARPS;
 
 /// A value that warps and blocks can reduce.
@@ -96,6 +97,38 @@ impl Reduce for ExactSum {
         };
         unsafe { warp_fold(self, shfl, ExactSum::combine) }
     }
+}
+
+/// The sums `s` of the warp's 32 lanes ([`ExpSum::combine`]), in every
+/// lane: the largest maxima and groups first (one `redux.sync` each), then
+/// each lane's group sums aligned to them ([`ExpSum::aligned`]) and added
+/// by a butterfly, in a loop the compilers cannot unroll (its bound is
+/// `gpu::opaque`: code run once per block, cold at a small batch, where
+/// each unrolled line would be fetched from memory). The same sums as a
+/// butterfly of `combine`, which would align on every level: they are
+/// integers, added in any order ([`ExpSum::from_shares`]).
+///
+/// # Safety
+/// All 32 lanes of the warp must be active and call this together.
+#[inline(always)]
+pub unsafe fn warp_exp_sums<const N: usize>(s: [ExpSum; N]) -> [ExpSum; N] {
+    // SAFETY (all): the caller guarantees a full, converged warp. Maxima are
+    // never NaN (the pushes skip NaN), as `floor_key` needs.
+    let max: [f32; N] = core::array::from_fn(|j| floor_value(unsafe { gpu::warp_max_i32(floor_key(s[j].max())) }));
+    let top: [i32; N] = core::array::from_fn(|j| unsafe { gpu::warp_max_i32(s[j].top()) });
+    let mut sums: [[u128; GROUPS]; N] = core::array::from_fn(|j| s[j].aligned(top[j]));
+    let mut lane_mask = gpu::opaque(WARP / 2);
+    while lane_mask > 0 {
+        for sum in sums.iter_mut().flatten() {
+            let word = |i: u32| {
+                // SAFETY: as above.
+                u128::from(unsafe { gpu::shfl_bfly_u32((*sum >> (32 * i)) as u32, lane_mask) }) << (32 * i)
+            };
+            *sum += word(0) | word(1) | word(2) | word(3);
+        }
+        lane_mask /= 2;
+    }
+    core::array::from_fn(|j| ExpSum::from_shares(max[j], top[j], sums[j]))
 }
 
 /// The best of the warp's 32 candidates by [`ArgMax::combine`]'s order, in

@@ -9,6 +9,7 @@
 use crate::gpu;
 use crate::load::any_nan;
 use specdec_core::argmax::{ArgMax, Floored, floor_key, floor_value};
+use specdec_core::exp_sum::{self, ExpSum, SCALE, Term};
 use specdec_core::logspace::{Lse, recentre};
 use specdec_core::sample::Sampler;
 
@@ -67,14 +68,74 @@ pub fn push_scaled(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> (Lse, bo
     (lse.push_quad([s(0), s(1), s(2), s(3)], n, gpu::fast_exp), any_nan(v, n))
 }
 
-/// The maximum [`push_scaled`] gives `lse` with the first `n` lanes of `v`
-/// wherever its fast path runs (elsewhere its saturation and `+inf` cases
-/// may differ: callers that need it to agree check).
+/// Adds the scaled values `v[i]·(1/T)` of the `n` lanes of an aligned quad
+/// of ids to `sum` as one term, by the GPU's quad rule (REFERENCE §2.6):
+/// `y`, the quad's largest scaled value, written `y·log2(e) = k + r` by
+/// [`exp_sum::split`]; the lanes' `ex2((x·(1/T) − y)·log2(e) + r)` added
+/// in a fixed order, `s`; the term `(k, ⌊s·2^24⌋)`, at most `2^26.5`. A
+/// function of the quad's values alone, so that any split of a row on quad
+/// boundaries (chunks, threads, shards) sums to the same bits; NaN lanes
+/// are skipped (returns whether one was), `-inf` ones add 0, a `+inf` one
+/// makes `sum` a point mass.
+///
+/// The fast path takes a full quad whose largest scaled value is finite:
+/// per lane a fused `x·(1/T) − y` (the max lane's is the product's rounding
+/// error), a fused `·log2(e) + r`, an `ex2` and an add. Elsewhere the lanes
+/// are masked (NaN and those past `n` to `-inf`) and scaled with
+/// saturation (`Sampler::scaled`).
 #[inline(always)]
-pub fn pushed_max(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> f32 {
+pub fn push_quad_sum(mut sum: ExpSum, v: [f32; 4], n: u32, sampler: &Sampler) -> (ExpSum, bool) {
+    // `max` ignores NaN; the scale is positive, so it commutes with scaling.
+    let top = v[0].max(v[1]).max(v[2].max(v[3]));
+    let y = top * sampler.scale;
+    if n == 4 && y.is_finite() {
+        let (k, s) = quad_term(y, |i| fma(v[i], sampler.scale, -y));
+        // A NaN lane makes `s` NaN.
+        if s >= 0.0 {
+            sum.push_term(y, Term { k, m: (s * SCALE) as u64 });
+            return (sum, false);
+        }
+    }
+    let lane = |i: usize| if (i as u32) < n && !v[i].is_nan() { v[i] } else { f32::NEG_INFINITY };
+    let x = [lane(0), lane(1), lane(2), lane(3)];
+    let top = x[0].max(x[1]).max(x[2].max(x[3]));
+    let nan = any_nan(v, n);
+    if top == f32::NEG_INFINITY {
+        return (sum, nan);
+    }
+    let y = sampler.scaled(top);
+    if y == f32::INFINITY {
+        sum.push(y);
+    } else {
+        let (k, s) = quad_term(y, |i| sampler.scaled(x[i]) - y);
+        sum.push_term(y, Term { k, m: (s * SCALE) as u64 });
+    }
+    (sum, nan)
+}
+
+/// [`push_quad_sum`]'s term of a quad with largest scaled value `y`
+/// (finite) whose lanes lie `d(i)` below it: `k` and the lanes' sum `s`.
+#[inline(always)]
+fn quad_term(y: f32, d: impl Fn(usize) -> f32) -> (i32, f32) {
+    let (k, r) = exp_sum::split(y);
+    let t = |i: usize| gpu::fast_exp2(fma(d(i), core::f32::consts::LOG2_E, r));
+    (k, (t(0) + t(1)) + (t(2) + t(3)))
+}
+
+#[inline(always)]
+fn fma(a: f32, b: f32, c: f32) -> f32 {
+    core::intrinsics::fmaf32(a, b, c)
+}
+
+/// The maximum [`push_quad_sum`] gives a sum of maximum `max` with the
+/// first `n` lanes of `v` wherever its fast path runs (elsewhere its
+/// saturation and `+inf` cases may differ: callers that need it to agree
+/// check).
+#[inline(always)]
+pub fn pushed_max(max: f32, v: [f32; 4], n: u32, sampler: &Sampler) -> f32 {
     let lane = |i: usize| if (i as u32) < n { v[i] } else { f32::NEG_INFINITY };
     let m = lane(0).max(lane(1)).max(lane(2).max(lane(3))) * sampler.scale;
-    if m > lse.max { m } else { lse.max }
+    if m > max { m } else { max }
 }
 
 /// Adds the overlap terms `e^((t + d)·(1/T)/2 − after)` of the `n` lanes of

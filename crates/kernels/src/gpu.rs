@@ -298,8 +298,14 @@ pub unsafe fn atomic_or(ptr: *mut u32, bits: u32) {
 /// results flush to 0). For sums whose terms need not match the CPU's bits.
 #[inline(always)]
 pub fn fast_exp(x: f32) -> f32 {
+    fast_exp2(x * core::f32::consts::LOG2_E)
+}
+
+/// `2^x` by the hardware's `ex2.approx`, as [`fast_exp`].
+#[inline(always)]
+pub fn fast_exp2(x: f32) -> f32 {
     // SAFETY: a pure arithmetic instruction.
-    unsafe { ex2_approx_ftz(x * core::f32::consts::LOG2_E) }
+    unsafe { ex2_approx_ftz(x) }
 }
 
 /// `ln x` by the hardware's `lg2.approx` (`-inf` at 0, NaN below; subnormal

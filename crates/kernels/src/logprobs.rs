@@ -18,8 +18,8 @@
 //!    the emitted token's; the position's last block merges the chunks'
 //!    lists and writes the top-n, their ids and the rank.
 
-use crate::block::{ExactSum, Reduce, block_reduce, warp_fold};
-use crate::fold::push_scaled;
+use crate::block::{ExactSum, Reduce, block_reduce, warp_exp_sums};
+use crate::fold::push_quad_sum;
 use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, for_each_quad, load_quad, quad_aligned, widen};
@@ -30,7 +30,6 @@ use specdec_core::dtype::{Bf16, F16};
 use specdec_core::kernel_symbol;
 use specdec_core::layout::{LogprobsParams, MAX_TOP_LOGPROBS, POSITIONS_REJECTION, TILE, TOP_SHARED_BYTES, WARPS};
 use specdec_core::argmax::floor_value;
-use specdec_core::logspace::Lse;
 use specdec_core::rng::Stream;
 use specdec_core::sample::Sampler;
 use specdec_core::scratch::{LogprobsLse, LogprobsPartial, TopPartial, top_key, top_key_id};
@@ -144,22 +143,17 @@ impl Reduce for Sums {
 
     #[inline(always)]
     fn combine(self, o: Sums) -> Sums {
-        Sums(LogprobsPartial {
-            raw: self.0.raw.combine_with(o.0.raw, gpu::fast_exp),
-            processed: self.0.processed.combine_with(o.0.processed, gpu::fast_exp),
-        })
+        let (mut raw, mut processed) = (self.0.raw, self.0.processed);
+        raw.combine(&o.0.raw);
+        processed.combine(&o.0.processed);
+        Sums(LogprobsPartial { raw, processed })
     }
 
     #[inline(always)]
     unsafe fn warp_all(self) -> Sums {
-        let shfl = |s: Sums, m: u32| {
-            // SAFETY (all): the caller guarantees a full, converged warp.
-            let f = |x: f32| unsafe { gpu::shfl_bfly_f32(x, m) };
-            let lse = |l: Lse| Lse { max: f(l.max), sum: f(l.sum) };
-            Sums(LogprobsPartial { raw: lse(s.0.raw), processed: lse(s.0.processed) })
-        };
-        // SAFETY: as above.
-        unsafe { warp_fold(self, shfl, Sums::combine) }
+        // SAFETY: the caller guarantees a full, converged warp.
+        let [raw, processed] = unsafe { warp_exp_sums([self.0.raw, self.0.processed]) };
+        Sums(LogprobsPartial { raw, processed })
     }
 }
 
@@ -193,10 +187,10 @@ unsafe fn lse<V: Load>(p: &LogprobsParams) {
             |_, v, _, n| {
                 let v = widen(v);
                 if raw {
-                    acc.raw = push_scaled(acc.raw, v, n, &unit).0;
+                    acc.raw = push_quad_sum(acc.raw, v, n, &unit).0;
                 }
                 if processed {
-                    acc.processed = push_scaled(acc.processed, mask(v, e.tau, &e.sampler), n, &e.sampler).0;
+                    acc.processed = push_quad_sum(acc.processed, mask(v, e.tau, &e.sampler), n, &e.sampler).0;
                 }
             },
         )
@@ -222,8 +216,8 @@ unsafe fn lse<V: Load>(p: &LogprobsParams) {
     if tid != 0 {
         return;
     }
-    let raw_lse = total.raw.value();
-    let lse = LogprobsLse { raw: raw_lse, processed: if e.greedy { raw_lse } else { total.processed.value() } };
+    let raw_lse = total.raw.lse();
+    let lse = LogprobsLse { raw: raw_lse, processed: if e.greedy { raw_lse } else { total.processed.lse() } };
     // SAFETY: token < vocab; the outputs hold `positions` entries where asked.
     unsafe {
         let x = (*e.row.add(e.token as usize)).as_f32();

@@ -89,18 +89,19 @@ pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERE
         mine.flags |= st.flags | if bad { INVALID_DRAFT } else { 0 };
         if mine.row == u32::MAX && !bad {
             // What the row's decision needs of its statistics, and nothing more kept live.
+            let (lse_t, lse_q) = (st.target.to_lse(), st.draft.to_lse());
             let mut row = RowDecision {
                 row: i,
                 draft: d,
                 best: st.best.index,
-                lse_t: st.target.value(),
-                lse_q: st.draft.value(),
+                lse_t: lse_t.value(),
+                lse_q: lse_q.value(),
                 log_excess: f32::NEG_INFINITY,
                 flags: 0,
                 pos,
             };
             let mass = if kind == OVERLAP_ROW {
-                residual_mass_bound(st.target, st.draft, st.overlap, gpu::fast_rsqrt)
+                residual_mass_bound(lse_t, lse_q, st.overlap, gpu::fast_rsqrt)
             } else {
                 f32::NAN
             };

@@ -8,16 +8,17 @@
 use super::accept::decide;
 use super::threshold::{entry, filter_scratch};
 use super::{Request, draft_row, target_row};
-use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_fold};
-use crate::fold::{fold_greedy, push_overlap, push_scaled, pushed_max};
+use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_exp_sums, warp_fold};
+use crate::fold::{fold_greedy, push_overlap, push_quad_sum, pushed_max};
 use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, any_nan, for_each_quad, widen};
 use crate::row::chunk_range;
 use crate::shared;
 use crate::threshold::mask;
-use specdec_core::argmax::{ArgMax, floor_key, floor_value};
+use specdec_core::argmax::ArgMax;
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams};
+use specdec_core::exp_sum::{ExpSum, term};
 use specdec_core::logspace::{Lse, centre, recentre};
 use specdec_core::sample::Sampler;
 use specdec_core::scratch::{Pooled, Stats};
@@ -57,24 +58,21 @@ impl<const KIND: u32> Reduce for Row<KIND> {
                 return Row(out);
             }
         }
-        out.target = a.target.combine_with(b.target, gpu::fast_exp);
-        out.draft = a.draft.combine_with(b.draft, gpu::fast_exp);
+        out.target.combine(&b.target);
+        out.draft.combine(&b.draft);
         if KIND == OVERLAP_ROW {
-            let to = centre(out.target, out.draft);
-            let part = |s: Stats| recentre(s.overlap, centre(s.target, s.draft), to, gpu::fast_exp);
+            let to = centre(out.target.max(), out.draft.max());
+            let part = |s: Stats| recentre(s.overlap, centre(s.target.max(), s.draft.max()), to, gpu::fast_exp);
             out.overlap = part(a) + part(b);
         }
         Row(out)
     }
 
-    /// A sampling row's statistics in two phases: the warp's maxima first
-    /// (one `redux.sync` each, on their order keys), then each lane's sums
-    /// rescaled to them once and added by a butterfly, where a butterfly of
-    /// `combine` spends two to four exponentials on every level, one after
-    /// another (pass 1's block reductions and the decision's gathers, at a
-    /// small batch a chain the call waits on). The same sums in another
-    /// order, and the same special cases as `Lse::combine_with` (an empty
-    /// warp, a point mass at `+inf`: `Lse::share`).
+    /// A sampling row's statistics: the sums by [`warp_exp_sums`], the
+    /// overlap rescaled to the warp's centre once and added by a butterfly
+    /// (pass 1's block reductions and the decision's gathers, at a small
+    /// batch a chain the call waits on, where a butterfly of `combine` would
+    /// rescale it on every level).
     #[inline(always)]
     unsafe fn warp_all(self) -> Row<KIND> {
         if KIND == GREEDY_ROW {
@@ -83,35 +81,18 @@ impl<const KIND: u32> Reduce for Row<KIND> {
             return Row(Stats { best, flags, ..self.0 });
         }
         let s = self.0;
-        // SAFETY (all): the caller guarantees a full, converged warp. Maxima
-        // are never NaN (the pushes skip NaN), as `floor_key` needs.
-        let max = |m: f32| floor_value(unsafe { gpu::warp_max_i32(floor_key(m)) });
-        let (mt, md) = (max(s.target.max), max(s.draft.max));
-        // The combined statistics' centre: only their maxima count.
-        let to = centre(Lse { max: mt, ..Lse::EMPTY }, Lse { max: md, ..Lse::EMPTY });
-        let overlap =
-            if KIND == OVERLAP_ROW { recentre(s.overlap, centre(s.target, s.draft), to, gpu::fast_exp) } else { 0.0 };
-        // The three sums in one butterfly, a loop the compilers cannot unroll
-        // (its bound is `gpu::opaque`): code run once per block, cold at a
-        // small batch, where each unrolled line would be fetched from memory
-        // (benches/results/2026-12-02-design-measurements.md, `warp_combine`).
-        let mut sums = (s.target.share(mt, gpu::fast_exp), s.draft.share(md, gpu::fast_exp), overlap);
-        let mut lane_mask = gpu::opaque(WARP / 2);
-        while lane_mask > 0 {
-            let f = |x: f32| unsafe { x + gpu::shfl_bfly_f32(x, lane_mask) };
-            sums = (f(sums.0), f(sums.1), if KIND == OVERLAP_ROW { f(sums.2) } else { sums.2 });
-            lane_mask /= 2;
-        }
+        // SAFETY (all): the caller guarantees a full, converged warp.
+        let [target, draft] = unsafe { warp_exp_sums([s.target, s.draft]) };
+        let overlap = if KIND == OVERLAP_ROW {
+            let to = centre(target.max(), draft.max());
+            let mine = recentre(s.overlap, centre(s.target.max(), s.draft.max()), to, gpu::fast_exp);
+            unsafe { warp_fold(mine, gpu::shfl_bfly_f32, |a, b| a + b) }
+        } else {
+            s.overlap
+        };
         let flags = unsafe { gpu::warp_or_u32(s.flags) };
-        // SAFETY: as above.
         let best = if KIND == GREEDY_LSE_ROW { unsafe { warp_best(s.best) } } else { s.best };
-        Row(Stats {
-            target: Lse { max: mt, sum: sums.0 },
-            draft: Lse { max: md, sum: sums.1 },
-            best,
-            flags,
-            overlap: if KIND == OVERLAP_ROW { sums.2 } else { s.overlap },
-        })
+        Row(Stats { target, draft, best, flags, overlap })
     }
 }
 
@@ -258,7 +239,7 @@ unsafe fn row_chunk_stats<
                     |_x, q, _, n| {
                         let q = mask(widen(q), tau_q, &sampler);
                         // NaN draft logits are skipped, not flagged: the row's flag is the target's.
-                        acc.draft = push_scaled(acc.draft, q, n, &sampler).0;
+                        acc.draft = push_quad_sum(acc.draft, q, n, &sampler).0;
                     },
                 )
             };
@@ -266,9 +247,9 @@ unsafe fn row_chunk_stats<
         // SAFETY (all): every thread of the block is here (caller); `c` is block-uniform.
         let mut out = unsafe { block_reduce(Row::<SAMPLED_ROW>(acc)).0 };
         if c == 0 {
-            out.target = unsafe { pooled_lse(p, r, i, 0, tau_t, pooled_t) };
+            out.target = pooled_sum(unsafe { pooled_lse(p, r, i, 0, tau_t, pooled_t) });
             if let Some(pooled_q) = pooled_q {
-                out.draft = unsafe { pooled_lse(p, r, i, 1, tau_q, pooled_q) };
+                out.draft = pooled_sum(unsafe { pooled_lse(p, r, i, 1, tau_q, pooled_q) });
             }
         }
         return out;
@@ -288,19 +269,19 @@ unsafe fn row_chunk_stats<
                         nan |= any_nan(t, n);
                         (t, q) = (mask(t, tau_t, &sampler), mask(q, tau_q, &sampler));
                     }
-                    let (target, target_nan) = push_scaled(acc.target, t, n, &sampler);
+                    let (target, target_nan) = push_quad_sum(acc.target, t, n, &sampler);
                     if !draft.is_null() && !OVERLAP {
                         // NaN draft logits are skipped, not flagged: the row's flag is the target's.
-                        acc.draft = push_scaled(acc.draft, q, n, &sampler).0;
+                        acc.draft = push_quad_sum(acc.draft, q, n, &sampler).0;
                     } else if !draft.is_null() {
                         // The overlap at the maxima the pushes reach (checked
                         // after them), its terms computed while both quads are live.
-                        let before = centre(acc.target, acc.draft);
-                        let after =
-                            0.5 * pushed_max(acc.target, t, n, &sampler) + 0.5 * pushed_max(acc.draft, q, n, &sampler);
+                        let before = centre(acc.target.max(), acc.draft.max());
+                        let after = 0.5 * pushed_max(acc.target.max(), t, n, &sampler)
+                            + 0.5 * pushed_max(acc.draft.max(), q, n, &sampler);
                         let overlap = push_overlap(acc.overlap, before, after, t, q, n, &sampler);
-                        acc.draft = push_scaled(acc.draft, q, n, &sampler).0;
-                        acc.overlap = if centre(target, acc.draft) == after { overlap } else { f32::NAN };
+                        acc.draft = push_quad_sum(acc.draft, q, n, &sampler).0;
+                        acc.overlap = if centre(target.max(), acc.draft.max()) == after { overlap } else { f32::NAN };
                     }
                     acc.target = target;
                     nan |= target_nan;
@@ -335,8 +316,8 @@ unsafe fn greedy_chunk<T: Load, const PIPELINED: bool, const Q: u32, const SUM: 
     sampler: &Sampler,
     (start, end): (u32, u32),
     nan: &mut bool,
-) -> (ArgMax, Lse) {
-    let (mut best, mut sum) = (ArgMax::IDENTITY, Lse::EMPTY);
+) -> (ArgMax, ExpSum) {
+    let (mut best, mut sum) = (ArgMax::IDENTITY, ExpSum::EMPTY);
     let none: *const T = core::ptr::null();
     // SAFETY: forwarded (caller).
     unsafe {
@@ -351,7 +332,7 @@ unsafe fn greedy_chunk<T: Load, const PIPELINED: bool, const Q: u32, const SUM: 
                 let t = widen(t);
                 best = fold_greedy(sampler, best, x, t, n, nan);
                 if SUM {
-                    sum = push_scaled(sum, t, n, sampler).0;
+                    sum = push_quad_sum(sum, t, n, sampler).0;
                 }
             },
         )
@@ -441,6 +422,22 @@ unsafe fn pooled_lse(p: &RejectionParams, r: u32, i: u32, which: u32, tau: f32, 
     // SAFETY: every thread of the block is here (caller).
     let total = unsafe { block_reduce(ExactSum::new(sum)) }.get();
     Lse { max: pooled.max, sum: total as f32 / POOL_SCALE }
+}
+
+/// A pooled row's `LSE(S)` as a sum of one term, at `L` itself, whose
+/// maximum is the pool's: its log-sum-exp is `L` within rounding. (The
+/// pool's order-free sum is relative to the pool's maximum, not the quad
+/// rule's: REFERENCE §2.6.)
+#[inline(always)]
+fn pooled_sum(lse: Lse) -> ExpSum {
+    let mut sum = ExpSum::EMPTY;
+    let l = lse.value();
+    if lse.max.is_finite() && l.is_finite() {
+        sum.push_term(lse.max, term(l));
+    } else {
+        sum.push(lse.max);
+    }
+    sum
 }
 
 /// The fixed point of [`pooled_lse`]'s terms, `2^40`: each term is
