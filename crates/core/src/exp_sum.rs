@@ -276,9 +276,7 @@ impl ExpSum {
             self.max = other.max;
         }
         let add = other.aligned(self.top);
-        for (sum, part) in self.sums.iter_mut().zip(add) {
-            *sum += part;
-        }
+        self.sums = [self.sums[0] + add[0], self.sums[1] + add[1], self.sums[2] + add[2]];
     }
 
     /// This set's group sums moved down to a largest group `top >=

@@ -119,12 +119,15 @@ pub unsafe fn warp_exp_sums<const N: usize>(s: [ExpSum; N]) -> [ExpSum; N] {
     let mut sums: [[u128; GROUPS]; N] = core::array::from_fn(|j| s[j].aligned(top[j]));
     let mut lane_mask = gpu::opaque(WARP / 2);
     while lane_mask > 0 {
-        for sum in sums.iter_mut().flatten() {
-            let word = |i: u32| {
-                // SAFETY: as above.
-                u128::from(unsafe { gpu::shfl_bfly_u32((*sum >> (32 * i)) as u32, lane_mask) }) << (32 * i)
-            };
-            *sum += word(0) | word(1) | word(2) | word(3);
+        for j in 0..N {
+            for g in 0..GROUPS {
+                let x = sums[j][g];
+                let word = |i: u32| {
+                    // SAFETY: as above.
+                    u128::from(unsafe { gpu::shfl_bfly_u32((x >> (32 * i)) as u32, lane_mask) }) << (32 * i)
+                };
+                sums[j][g] = x + (word(0) | word(1) | word(2) | word(3));
+            }
         }
         lane_mask /= 2;
     }
