@@ -113,14 +113,14 @@ pub const GUMBEL_SAMPLE_SMALL: Kernel =
 pub const REJECTION_STATS: Kernel = Kernel {
     name: kernel_symbol!(@name REJECTION_STATS),
     pairs: Pairs::All,
-    min_blocks: 4,
-    except: Some((DType::F32, DType::F32, 3)),
+    min_blocks: 2,
+    except: None,
 };
 
 /// Pass 1 reading one quad a batch, for chunks of a few tiles: its plain
 /// twin's bounds (every pair fits 64 registers).
 pub const REJECTION_STATS_SMALL: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS_SMALL), pairs: Pairs::All, min_blocks: 4, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_SMALL), pairs: Pairs::All, min_blocks: 2, except: None };
 
 /// Pass 2 of `rejection_sample`. Compute-bound (noise for the candidates): it
 /// walks two quads a batch, not four, to fit 80 registers and 3 blocks per
@@ -162,7 +162,7 @@ pub const REJECTION_THRESHOLD: Kernel =
 /// Pass 1 of a call with filters: [`REJECTION_STATS`]'s body over the masked
 /// rows, at 3 blocks per SM (the masks' thresholds take registers).
 pub const REJECTION_STATS_FILTERED: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED), pairs: Pairs::All, min_blocks: 3, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED), pairs: Pairs::All, min_blocks: 2, except: None };
 
 /// Pass 2 of a call with filters: [`REJECTION_RESAMPLE`]'s body over the
 /// masked rows, its bounds.
@@ -186,14 +186,14 @@ pub const REJECTION_THRESHOLD_SEARCH: Kernel =
 /// greedy rows summing their exponentials too, at 3 blocks per SM (at 4 its
 /// decision spills).
 pub const REJECTION_STATS_PROCESSED: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS_PROCESSED), pairs: Pairs::All, min_blocks: 3, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_PROCESSED), pairs: Pairs::All, min_blocks: 2, except: None };
 
 /// The same reading one quad a batch and keeping the overlaps, for chunks of
 /// a few tiles: [`REJECTION_STATS_SMALL`]'s body.
 pub const REJECTION_STATS_SMALL_PROCESSED: Kernel = Kernel {
     name: kernel_symbol!(@name REJECTION_STATS_SMALL_PROCESSED),
     pairs: Pairs::All,
-    min_blocks: 3,
+    min_blocks: 2,
     except: None,
 };
 
@@ -202,8 +202,8 @@ pub const REJECTION_STATS_SMALL_PROCESSED: Kernel = Kernel {
 pub const REJECTION_STATS_FILTERED_PROCESSED: Kernel = Kernel {
     name: kernel_symbol!(@name REJECTION_STATS_FILTERED_PROCESSED),
     pairs: Pairs::All,
-    min_blocks: 3,
-    except: Some((DType::F32, DType::F32, 2)),
+    min_blocks: 2,
+    except: None,
 };
 
 /// Writes a synthetic-acceptance call's rates (`layout::RatesParams`) into
@@ -224,7 +224,7 @@ pub const REJECTION_BLOCK: Kernel =
 /// either operation (`layout::LogprobsParams`), for the dtype of the values
 /// it reads (both of the pair). Bounded as [`REJECTION_STATS`]'s streaming loop.
 pub const LOGPROBS_LSE: Kernel =
-    Kernel { name: kernel_symbol!(@name LOGPROBS_LSE), pairs: Pairs::Same, min_blocks: 4, except: None };
+    Kernel { name: kernel_symbol!(@name LOGPROBS_LSE), pairs: Pairs::Same, min_blocks: 2, except: None };
 
 /// The top-n and rank of each emitted position, after [`LOGPROBS_LSE`]:
 /// each block's candidates in a warp's registers (a `u64` key a lane), at 3

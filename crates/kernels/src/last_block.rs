@@ -72,8 +72,8 @@ pub unsafe fn combine<T: Reduce>(partials: *mut T, c: u32, blocks: u32, counter:
 /// The `n` results at `partials`, published by other blocks of this launch,
 /// combined by a whole warp; every lane gets the result. Lane `l` reads
 /// entries `l, l + 32, …`, several loads in flight before it combines any
-/// (eight of up to 16 bytes, two larger ones: registers in the decision of
-/// pass 1 are scarce): at a small batch each round trip to memory is a large
+/// (eight of up to 16 bytes, two of up to 64, else one: registers in the
+/// decision of pass 1 are scarce): at a small batch each round trip to memory is a large
 /// part of the call, and a group of up to 256 (64) entries then costs one
 /// (one row's 149 chunks, at V = 151,936).
 ///
@@ -84,6 +84,7 @@ pub unsafe fn combine<T: Reduce>(partials: *mut T, c: u32, blocks: u32, counter:
 #[inline(always)]
 pub unsafe fn gather<T: Reduce>(partials: *const T, n: u32) -> T {
     let small = const { core::mem::size_of::<T>() <= 16 };
+    let medium = const { core::mem::size_of::<T>() <= 64 };
     let lane = gpu::thread_idx_x() % WARP;
     let mut acc = T::IDENTITY;
     let mut base = 0;
@@ -99,10 +100,13 @@ pub unsafe fn gather<T: Reduce>(partials: *const T, n: u32) -> T {
             let (e, f, g, h) = (get(4), get(5), get(6), get(7));
             acc = acc.combine(a.combine(b).combine(c.combine(d)).combine(e.combine(f).combine(g.combine(h))));
             base += 8 * WARP;
-        } else {
+        } else if medium {
             let (a, b) = (get(0), get(1));
             acc = acc.combine(a.combine(b));
             base += 2 * WARP;
+        } else {
+            acc = acc.combine(get(0));
+            base += WARP;
         }
     }
     // SAFETY: the whole warp is here (uniform loop bounds).
