@@ -107,18 +107,14 @@ pub const GUMBEL_SAMPLE_SMALL: Kernel =
     Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE_SMALL), pairs: Pairs::All, min_blocks: 3, except: None };
 
 /// Pass 1 of `rejection_sample` (SPEC §4). The decision it inlines, which
-/// runs in one block per request, would take more registers; capped, its
-/// streaming loop keeps 4 blocks per SM. Its f32-target, f32-draft entry
-/// would spill at 64 registers and takes 3.
-pub const REJECTION_STATS: Kernel = Kernel {
-    name: kernel_symbol!(@name REJECTION_STATS),
-    pairs: Pairs::All,
-    min_blocks: 2,
-    except: None,
-};
+/// runs in one block per request, takes more registers than its streaming
+/// loop; both keep each thread's order-free sums (REFERENCE §2.6), which
+/// fit 128 registers, 2 blocks per SM, and spill at 3 or 4.
+pub const REJECTION_STATS: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS), pairs: Pairs::All, min_blocks: 2, except: None };
 
 /// Pass 1 reading one quad a batch, for chunks of a few tiles: its plain
-/// twin's bounds (every pair fits 64 registers).
+/// twin's bounds.
 pub const REJECTION_STATS_SMALL: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_STATS_SMALL), pairs: Pairs::All, min_blocks: 2, except: None };
 
@@ -160,7 +156,7 @@ pub const REJECTION_THRESHOLD: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD), pairs: Pairs::All, min_blocks: 3, except: None };
 
 /// Pass 1 of a call with filters: [`REJECTION_STATS`]'s body over the masked
-/// rows, at 3 blocks per SM (the masks' thresholds take registers).
+/// rows, at 2 blocks per SM as its plain twin.
 pub const REJECTION_STATS_FILTERED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED), pairs: Pairs::All, min_blocks: 2, except: None };
 
@@ -183,8 +179,8 @@ pub const REJECTION_THRESHOLD_SEARCH: Kernel =
 
 /// Pass 1 of a call that asks for the processed log-probabilities alone
 /// (REFERENCE §8): [`REJECTION_STATS`]'s body writing them as it decides,
-/// greedy rows summing their exponentials too, at 3 blocks per SM (at 4 its
-/// decision spills).
+/// greedy rows summing their exponentials too, at 2 blocks per SM as its
+/// plain twin.
 pub const REJECTION_STATS_PROCESSED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_STATS_PROCESSED), pairs: Pairs::All, min_blocks: 2, except: None };
 
@@ -197,8 +193,8 @@ pub const REJECTION_STATS_SMALL_PROCESSED: Kernel = Kernel {
     except: None,
 };
 
-/// The same of a call with filters: [`REJECTION_STATS_FILTERED`]'s body
-/// (f32 target and draft logits at 2 blocks per SM: at 3 it spills).
+/// The same of a call with filters: [`REJECTION_STATS_FILTERED`]'s body,
+/// at 2 blocks per SM.
 pub const REJECTION_STATS_FILTERED_PROCESSED: Kernel = Kernel {
     name: kernel_symbol!(@name REJECTION_STATS_FILTERED_PROCESSED),
     pairs: Pairs::All,
@@ -222,7 +218,8 @@ pub const REJECTION_BLOCK: Kernel =
 /// The log-sum-exps of each emitted position of a call (REFERENCE §8), the
 /// raw and the processed, and the emitted token's log-probabilities, after
 /// either operation (`layout::LogprobsParams`), for the dtype of the values
-/// it reads (both of the pair). Bounded as [`REJECTION_STATS`]'s streaming loop.
+/// it reads (both of the pair). Bounded as [`REJECTION_STATS`] (its
+/// order-free sums, REFERENCE §2.6).
 pub const LOGPROBS_LSE: Kernel =
     Kernel { name: kernel_symbol!(@name LOGPROBS_LSE), pairs: Pairs::Same, min_blocks: 2, except: None };
 
@@ -371,9 +368,9 @@ mod tests {
         assert_eq!(unique.len(), all.len(), "{all:?}");
         let lean: Vec<_> = GUMBEL_SAMPLE_LEAN.symbols().map(|s| s.to_string()).collect();
         assert_eq!(lean, ["gumbel_sample_lean_f32_f32", "gumbel_sample_lean_bf16_bf16", "gumbel_sample_lean_f16_f16"]);
-        assert_eq!(REJECTION_STATS.symbol(DType::F32, DType::F32).min_blocks(), 3);
-        assert_eq!(REJECTION_STATS.symbol(DType::F32, DType::BF16).min_blocks(), 4);
-        assert_eq!(REJECTION_STATS_SMALL.symbol(DType::F32, DType::F32).min_blocks(), 4);
+        assert_eq!(REJECTION_STATS.symbol(DType::F32, DType::F32).min_blocks(), 2);
+        assert_eq!(REJECTION_STATS_SMALL.symbol(DType::F32, DType::BF16).min_blocks(), 2);
+        assert_eq!(GUMBEL_SAMPLE_LEAN.symbol(DType::F32, DType::F32).min_blocks(), 4);
         assert_eq!(GUMBEL_SAMPLE.symbol(DType::F16, DType::F32).min_blocks(), 3);
     }
 }

@@ -26,7 +26,7 @@
 use super::accept::{block_row, floors, write_processed};
 use super::stats::thresholds;
 use super::{JOB_ONE_HOT, JOB_RESIDUAL, ResampleJob, draft_row, target_row, write_request_token};
-use crate::block::{Reduce, block_reduce};
+use crate::block::{Reduce, block_reduce, warp_fold};
 use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, for_each_quad, widen};
@@ -91,18 +91,19 @@ pub(super) unsafe fn block<T: Load, D: Load>(p: &RejectionParams) {
     // SAFETY: every thread of the block is here; the stop word lies in `state`.
     let later_stopped = unsafe { gpu::sync_threads_or(tid == 0 && gpu::atomic_load(&raw mut (*state).stop) >= i) };
     let mine = if !may_stop || later_stopped {
-        0.0
+        Mass::IDENTITY
     } else if p.draft_logits == 0 {
         // SAFETY: row i < n was noted.
         let log_p = unsafe { (*rows.add(i as usize)).log_p };
         // Once in the block's sum: thread 0 of its one chunk.
-        if c == 0 && tid == 0 { one_hot_mass(weights.at, log_p) } else { 0.0 }
+        Mass { units: 0, one: if c == 0 && tid == 0 { one_hot_mass(weights.at, log_p) } else { 0.0 } }
     } else {
         // SAFETY: every thread of the block is here; i < n <= n_r of a valid sampling request.
-        unsafe { chunk_mass::<T, D>(p, r, &job, row0, i, c, rows.add(i as usize).read(), weights.at) }
+        let units = unsafe { chunk_mass::<T, D>(p, r, &job, row0, i, c, rows.add(i as usize).read(), weights.at) };
+        Mass { units, one: 0.0 }
     };
     // SAFETY: every thread of the block reaches this reduction.
-    let mine = unsafe { block_reduce(Mass::new(mine)) };
+    let mine = unsafe { block_reduce(mine) };
     if tid >= WARP {
         return;
     }
@@ -122,7 +123,7 @@ pub(super) unsafe fn block<T: Load, D: Load>(p: &RejectionParams) {
     // Row i's last block (lane 0 holds the sum where the row is one chunk).
     // SAFETY: the stop word lies in `state`; rows.add(i) was noted.
     if tid == 0 && may_stop && unsafe { gpu::atomic_load(&raw mut (*state).stop) } < i {
-        let mass = total.sum;
+        let mass = total.value();
         unsafe { (&raw mut (*rows.add(i as usize)).mass).write(mass) };
         if below(word(i - 1), stop_probability(weights.at, mass)) {
             // SAFETY: as above.
@@ -210,7 +211,7 @@ unsafe fn chunk_mass<T: Load, D: Load>(
     c: u32,
     note: BlockRow,
     w: f64,
-) -> f64 {
+) -> u64 {
     let (start, end) = chunk_range(p.vocab, p.block_chunk, c);
     let sampler = Sampler::new(job.temperature, 0, 0, Stream::Target);
     let (tau_t, tau_q) = if p.filtered != 0 {
@@ -221,7 +222,7 @@ unsafe fn chunk_mass<T: Load, D: Load>(
     };
     let lw = ln_weight(w);
     let prob = |lp: f32| if lp.is_nan() { 0.0 } else { gpu::fast_exp(lp) };
-    let mut acc = 0.0f64;
+    let mut acc = 0u64;
     // SAFETY: row0 + i < rows; a valid slot's draft column i < n_r <= K; both rows hold >= vocab >= end elements.
     unsafe {
         let (target, draft) = (target_row::<T>(p, row0 + i), draft_row::<D>(p, job.slot, i));
@@ -242,7 +243,7 @@ unsafe fn chunk_mass<T: Load, D: Load>(
                         quad += (a - b).max(0.0);
                     }
                 }
-                acc += f64::from(quad);
+                acc += Mass::units(quad);
             },
         )
     };
@@ -314,43 +315,55 @@ unsafe fn write_block(p: &RejectionParams, r: u32, job: &ResampleJob, row0: u32,
 }
 
 /// A chunk's residual mass as a block reduction value: 16 bytes, as
-/// `last_block::gather` reads partials.
+/// `last_block::gather` reads partials. With draft logits, each quad's mass
+/// (its lanes' `f32` sum, in a fixed order) truncated to a multiple of
+/// `2^-60` and added as integers (`units`): order-free, so that a row's
+/// `r_i` does not depend on how the call splits it into chunks (REFERENCE
+/// §2.6); one-hot, the row's one term (`one`, added to zeros).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Mass {
-    sum: f64,
-    _pad: f64,
+    units: u64,
+    one: f64,
 }
 
 impl Mass {
+    /// `2^60`: a quad's mass (at most about 1) in units of `2^-60`.
+    const UNIT: f64 = (1u64 << 60) as f64;
+
+    /// A quad's mass `x >= 0` in units of `2^-60`, truncated (below `2^61`).
     #[inline(always)]
-    fn new(sum: f64) -> Mass {
-        Mass { sum, _pad: 0.0 }
+    fn units(x: f32) -> u64 {
+        (f64::from(x.min(2.0)) * Mass::UNIT) as u64
+    }
+
+    /// The mass the units and the one-hot term make.
+    #[inline(always)]
+    fn value(self) -> f64 {
+        self.one + self.units as f64 / Mass::UNIT
     }
 }
 
 const _: () = assert!(core::mem::size_of::<Mass>() == specdec_core::scratch::PARTIAL_BYTES);
 
 impl Reduce for Mass {
-    const IDENTITY: Mass = Mass { sum: 0.0, _pad: 0.0 };
+    const IDENTITY: Mass = Mass { units: 0, one: 0.0 };
 
     #[inline(always)]
     fn combine(self, o: Mass) -> Mass {
-        Mass::new(self.sum + o.sum)
+        Mass { units: self.units.wrapping_add(o.units), one: self.one + o.one }
     }
 
     #[inline(always)]
     unsafe fn warp_all(self) -> Mass {
-        let mut sum = self.sum;
-        let mut lane_mask = WARP / 2;
-        while lane_mask > 0 {
-            let bits = sum.to_bits();
-            // SAFETY (both): the caller guarantees a full, converged warp.
-            let (lo, hi) =
-                unsafe { (gpu::shfl_bfly_u32(bits as u32, lane_mask), gpu::shfl_bfly_u32((bits >> 32) as u32, lane_mask)) };
-            sum += f64::from_bits((hi as u64) << 32 | lo as u64);
-            lane_mask /= 2;
-        }
-        Mass::new(sum)
+        let shfl = |v: Mass, m: u32| {
+            // SAFETY (all): the caller guarantees a full, converged warp.
+            let word = |x: u64| unsafe {
+                u64::from(gpu::shfl_bfly_u32(x as u32, m)) | u64::from(gpu::shfl_bfly_u32((x >> 32) as u32, m)) << 32
+            };
+            Mass { units: word(v.units), one: f64::from_bits(word(v.one.to_bits())) }
+        };
+        // SAFETY: as above.
+        unsafe { warp_fold(self, shfl, Mass::combine) }
     }
 }

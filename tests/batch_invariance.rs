@@ -1,0 +1,72 @@
+//! A request's outputs do not depend on the batch it comes in (REFERENCE
+//! §2.6): verified inside a batch and alone, one request a call, it gets
+//! the same tokens, `num_emitted` and log-probabilities, bit for bit. On
+//! the GPU the batch decides how many chunks split each row, so this holds
+//! only because the row sums (pass 1's log-sum-exps, the log-probability
+//! kernels') are order-free.
+
+use specdec::{DType, Logprobs, RejectionOutput};
+use specdec_suite::drafting::{RandomSpec, random_verify, slice_requests};
+use specdec_suite::inputs::Rng;
+use specdec_suite::test_device;
+use specdec_suite::verify::Verify;
+
+/// A call's tokens, `num_emitted` and processed and raw log-probabilities.
+#[derive(Debug, PartialEq)]
+struct Outputs {
+    tokens: Vec<i32>,
+    emitted: Vec<i32>,
+    /// As bits: NaN past the emitted tokens compares equal.
+    processed: Vec<u32>,
+    raw: Vec<u32>,
+}
+
+impl Outputs {
+    fn of(backend: &specdec::Backend, v: &Verify) -> Outputs {
+        let positions = v.requests() * (v.max_drafts + 1);
+        let (mut tokens, mut emitted) = (vec![0i32; positions], vec![0i32; v.requests()]);
+        let (mut processed, mut raw) = (vec![0f32; positions], vec![0f32; positions]);
+        let logprobs = Logprobs::none().with_processed(&mut processed).with_raw(&mut raw);
+        let mut out = RejectionOutput::new(&mut tokens, &mut emitted).with_logprobs(logprobs);
+        backend.rejection_sample(&v.call(), &mut out).expect("a valid call");
+        let bits = |x: Vec<f32>| x.into_iter().map(f32::to_bits).collect();
+        Outputs { tokens, emitted, processed: bits(processed), raw: bits(raw) }
+    }
+
+    /// Request `r`'s outputs, as a call of it alone returns them.
+    fn request(&self, r: usize) -> Outputs {
+        let k1 = self.tokens.len() / self.emitted.len();
+        let at = r * k1..(r + 1) * k1;
+        Outputs {
+            tokens: self.tokens[at.clone()].to_vec(),
+            emitted: vec![self.emitted[r]],
+            processed: self.processed[at.clone()].to_vec(),
+            raw: self.raw[at].to_vec(),
+        }
+    }
+}
+
+// Random batches of every request kind (greedy and sampling slots, ragged,
+// padding, NaN rows), one-hot and with draft logits; a few requests of each
+// verified alone.
+test_device!(a_request_gets_the_same_bits_alone_and_in_a_batch, |backend, scale| {
+    let mut rng = Rng::new(0xBA7C);
+    let sizes: &[(usize, usize, usize)] =
+        if scale == 1 { &[(4097, 16, 3)] } else { &[(151_936, 64, 3), (32_000, 256, 4), (4097, 512, 7)] };
+    for &(vocab, requests, k) in sizes {
+        for target in [DType::F32, DType::BF16] {
+            for draft in [None, Some(DType::BF16)] {
+                let v = random_verify(&mut rng, RandomSpec::new(vocab, requests, k, target, draft));
+                let batch = Outputs::of(&backend, &v);
+                for r in (0..requests).step_by(requests / 8) {
+                    let alone = Outputs::of(&backend, &slice_requests(&v, r..r + 1));
+                    assert_eq!(
+                        batch.request(r),
+                        alone,
+                        "V {vocab}, {requests} requests, target {target:?}, draft {draft:?}: request {r}"
+                    );
+                }
+            }
+        }
+    }
+});
