@@ -13,11 +13,15 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let kernels = manifest.join("../kernels");
     println!("cargo::rerun-if-env-changed={}", specdec_ptx_builder::ARCH_ENV);
+    println!("cargo::rerun-if-env-changed={}", specdec_ptx_builder::TARGET_DIR_ENV);
     println!("cargo::rerun-if-changed={}", kernels.join("Cargo.toml").display());
 
     // Share one nested build between profiles: <target>/ptx, found above OUT_DIR
-    // (<target>/<profile>/build/<pkg>/out).
-    let target_dir = out.ancestors().nth(4).map(|t| t.join("ptx")).unwrap_or_else(|| out.join("ptx"));
+    // (<target>/<profile>/build/<pkg>/out), unless SPECDEC_PTX_TARGET_DIR names another.
+    let target_dir = match std::env::var_os(specdec_ptx_builder::TARGET_DIR_ENV) {
+        Some(dir) => PathBuf::from(dir),
+        None => out.ancestors().nth(4).map(|t| t.join("ptx")).unwrap_or_else(|| out.join("ptx")),
+    };
     let bounds = names::symbols().map(|s| LaunchBounds {
         kernel: s.to_string(),
         max_threads: s.max_threads(),

@@ -132,11 +132,26 @@ impl Filters<'_, Host> {
     /// Slot `slot`'s filters (`slot` in range), as given; [`Filters::check_slot`]
     /// says whether they are valid.
     pub(crate) fn slot(&self, slot: usize) -> Filter {
-        Filter {
-            top_k: self.top_k.map_or(0, |k| k[slot].max(0) as u32),
-            top_p: self.top_p.map_or(1.0, |p| p[slot]),
-            min_p: self.min_p.map_or(0.0, |m| m[slot]),
-        }
+        self.get(slot).expect("a slot in range of the filter tables")
+    }
+
+    /// Slot `slot`'s filters as given, `None` where a table is too short for
+    /// it (which a call's checks refuse).
+    pub(crate) fn get(&self, slot: usize) -> Option<Filter> {
+        Some(Filter {
+            top_k: match self.top_k {
+                Some(k) => (*k.get(slot)?).max(0) as u32,
+                None => 0,
+            },
+            top_p: match self.top_p {
+                Some(p) => *p.get(slot)?,
+                None => 1.0,
+            },
+            min_p: match self.min_p {
+                Some(m) => *m.get(slot)?,
+                None => 0.0,
+            },
+        })
     }
 
     /// The typed error for the first of slot `slot`'s filter values out of

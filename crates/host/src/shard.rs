@@ -139,10 +139,8 @@ pub(crate) fn check_filters(
 /// greedy one (`T = 0` ignores filters) and a slot past any array.
 pub(crate) fn message_filter(table: &Filters<'_, Host>, temperature: &[f32], slot: i32) -> Filter {
     let Ok(slot) = usize::try_from(slot) else { return Filter::OFF };
-    let fits = |len: Option<usize>| len.is_none_or(|len| slot < len);
-    let lens = [table.top_k.map(<[i32]>::len), table.top_p.map(<[f32]>::len), table.min_p.map(<[f32]>::len)];
     let random = temperature.get(slot).is_some_and(|&t| t != 0.0);
-    if random && lens.into_iter().all(fits) { table.slot(slot) } else { Filter::OFF }
+    if random { table.get(slot).unwrap_or(Filter::OFF) } else { Filter::OFF }
 }
 
 /// The length of the top-value list a row of `vocab` ids filtered by

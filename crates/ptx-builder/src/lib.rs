@@ -50,6 +50,12 @@ pub const DEFAULT_ARCH: &str = "sm_80";
 /// Environment variable that overrides the default architecture.
 pub const ARCH_ENV: &str = "SPECDEC_PTX_ARCH";
 
+/// Environment variable naming the nested build's target directory, for a
+/// build script that honours it (the host crate's does): several target
+/// directories (a dependent project's, a CI cache's) then share one build of
+/// the kernels, which cargo keeps up to date.
+pub const TARGET_DIR_ENV: &str = "SPECDEC_PTX_TARGET_DIR";
+
 const TARGET: &str = "nvptx64-nvidia-cuda";
 
 /// Why a PTX build failed. Each message names the missing piece and how to get it.

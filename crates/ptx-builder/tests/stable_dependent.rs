@@ -5,7 +5,8 @@
 //! The project is made outside the repository (so no `rust-toolchain.toml`
 //! above it applies), with the workspace's `Cargo.lock` (the same dependency
 //! versions), and built by `rustup run stable cargo run` into
-//! `target/stable-dependent` (kept, so a second run rebuilds little).
+//! `target/stable-dependent` (kept, so a second run rebuilds little), its
+//! kernels in the workspace's `target/ptx` (`SPECDEC_PTX_TARGET_DIR`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -79,8 +80,11 @@ fn a_stable_project_builds_the_kernels_and_runs_the_readme_example() {
     std::fs::write(dir.join("src/main.rs"), readme_example(&readme)).unwrap();
     std::fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
 
+    // The kernels' nested build is the workspace's own (`target/ptx`, which
+    // building this test made): fresh, where a build of its own takes a minute.
     let out = stable(&dir, "cargo", &["run", "--quiet"])
         .env("CARGO_TARGET_DIR", root.join("target/stable-dependent"))
+        .env(specdec_ptx_builder::TARGET_DIR_ENV, root.join("target/ptx"))
         .output()
         .expect("cargo run");
     let _ = std::fs::remove_dir_all(&dir);
