@@ -86,54 +86,52 @@ pub struct Kernel {
     /// Blocks of [`BLOCK_THREADS`](crate::layout::BLOCK_THREADS) threads per SM its registers must allow
     /// (`.minnctapersm`).
     pub min_blocks: u32,
-    /// A pair whose entry point takes other bounds: `(logits, draft, min_blocks)`.
-    pub except: Option<(DType, DType, u32)>,
 }
 
 /// `gumbel_sample` (SPEC §3). Capped at 80 registers: with the warp floor its
 /// noise loop would take more, and 2 blocks per SM.
 pub const GUMBEL_SAMPLE: Kernel =
-    Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE), pairs: Pairs::All, min_blocks: 3, except: None };
+    Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE), pairs: Pairs::All, min_blocks: 3 };
 
 /// `gumbel_sample` without draft logits, its noise loop loading two quads at a
 /// time, in 64 registers: the host's pick for grids of more than one wave,
 /// where more blocks in flight pay more than each block's speed.
 pub const GUMBEL_SAMPLE_LEAN: Kernel =
-    Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE_LEAN), pairs: Pairs::Same, min_blocks: 4, except: None };
+    Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE_LEAN), pairs: Pairs::Same, min_blocks: 4 };
 
 /// `gumbel_sample` whose greedy loop reads one quad a batch, for one wave of
 /// short chunks: its plain twin's bounds (it needs fewer registers, not more).
 pub const GUMBEL_SAMPLE_SMALL: Kernel =
-    Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE_SMALL), pairs: Pairs::All, min_blocks: 3, except: None };
+    Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE_SMALL), pairs: Pairs::All, min_blocks: 3 };
 
 /// Pass 1 of `rejection_sample` (SPEC §4). The decision it inlines, which
 /// runs in one block per request, takes more registers than its streaming
 /// loop; both keep each thread's order-free sums (REFERENCE §2.6), which
 /// fit 128 registers, 2 blocks per SM, and spill at 3 or 4.
 pub const REJECTION_STATS: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS), pairs: Pairs::All, min_blocks: 2, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS), pairs: Pairs::All, min_blocks: 2 };
 
 /// Pass 1 reading one quad a batch, for chunks of a few tiles: its plain
 /// twin's bounds.
 pub const REJECTION_STATS_SMALL: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS_SMALL), pairs: Pairs::All, min_blocks: 2, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_SMALL), pairs: Pairs::All, min_blocks: 2 };
 
 /// Pass 2 of `rejection_sample`. Compute-bound (noise for the candidates): it
 /// walks two quads a batch, not four, to fit 80 registers and 3 blocks per
 /// SM. It loads a draft logit only for an id its bounds cannot rule out, so
 /// its entries with f32 draft logits fit too.
 pub const REJECTION_RESAMPLE: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_RESAMPLE), pairs: Pairs::All, min_blocks: 3, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_RESAMPLE), pairs: Pairs::All, min_blocks: 3 };
 
 /// Pass 2 as [`REJECTION_RESAMPLE`] (the same body), in 64 registers: the
 /// host's pick for grids of more than one wave.
 pub const REJECTION_RESAMPLE_LEAN: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_RESAMPLE_LEAN), pairs: Pairs::All, min_blocks: 4, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_RESAMPLE_LEAN), pairs: Pairs::All, min_blocks: 4 };
 
 /// Pass 2 walking one quad a batch, for chunks of a few tiles: its plain
 /// twin's bounds.
 pub const REJECTION_RESAMPLE_SMALL: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_RESAMPLE_SMALL), pairs: Pairs::All, min_blocks: 3, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_RESAMPLE_SMALL), pairs: Pairs::All, min_blocks: 3 };
 
 /// The threshold `τ` of each filtered row of a `gumbel_sample` call (SPEC
 /// §7.2), the blocks of a row each a chunk, before
@@ -142,28 +140,28 @@ pub const REJECTION_RESAMPLE_SMALL: Kernel =
 /// `layout::THRESHOLD_SHARED_BYTES`, would leave room for five; at four its
 /// merge spills).
 pub const GUMBEL_THRESHOLD: Kernel =
-    Kernel { name: kernel_symbol!(@name GUMBEL_THRESHOLD), pairs: Pairs::All, min_blocks: 3, except: None };
+    Kernel { name: kernel_symbol!(@name GUMBEL_THRESHOLD), pairs: Pairs::All, min_blocks: 3 };
 
 /// `gumbel_sample` of a call with filters: [`GUMBEL_SAMPLE`]'s body, every
 /// value below its row's `τ` masked. Its plain twin's bounds.
 pub const GUMBEL_SAMPLE_FILTERED: Kernel =
-    Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE_FILTERED), pairs: Pairs::All, min_blocks: 3, except: None };
+    Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE_FILTERED), pairs: Pairs::All, min_blocks: 3 };
 
 /// The thresholds of a `rejection_sample` call with filters: the blocks of
 /// each target row and each draft row of each request, before
 /// [`REJECTION_STATS_FILTERED`]. Bounded as [`GUMBEL_THRESHOLD`].
 pub const REJECTION_THRESHOLD: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD), pairs: Pairs::All, min_blocks: 3, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD), pairs: Pairs::All, min_blocks: 3 };
 
 /// Pass 1 of a call with filters: [`REJECTION_STATS`]'s body over the masked
 /// rows, at 2 blocks per SM as its plain twin.
 pub const REJECTION_STATS_FILTERED: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED), pairs: Pairs::All, min_blocks: 2, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED), pairs: Pairs::All, min_blocks: 2 };
 
 /// Pass 2 of a call with filters: [`REJECTION_RESAMPLE`]'s body over the
 /// masked rows, its bounds.
 pub const REJECTION_RESAMPLE_FILTERED: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_RESAMPLE_FILTERED), pairs: Pairs::All, min_blocks: 3, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_RESAMPLE_FILTERED), pairs: Pairs::All, min_blocks: 3 };
 
 /// A round of the top-p search of the rows [`GUMBEL_THRESHOLD`] left to all
 /// their blocks (launched once a round, after it). An entry of its own: in
@@ -171,63 +169,53 @@ pub const REJECTION_RESAMPLE_FILTERED: Kernel =
 /// budget its body takes up to, it spills. Bounded as [`GUMBEL_THRESHOLD`]
 /// (the same shared memory).
 pub const GUMBEL_THRESHOLD_SEARCH: Kernel =
-    Kernel { name: kernel_symbol!(@name GUMBEL_THRESHOLD_SEARCH), pairs: Pairs::All, min_blocks: 3, except: None };
+    Kernel { name: kernel_symbol!(@name GUMBEL_THRESHOLD_SEARCH), pairs: Pairs::All, min_blocks: 3 };
 
 /// The same for [`REJECTION_THRESHOLD`].
 pub const REJECTION_THRESHOLD_SEARCH: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD_SEARCH), pairs: Pairs::All, min_blocks: 3, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD_SEARCH), pairs: Pairs::All, min_blocks: 3 };
 
 /// Pass 1 of a call that asks for the processed log-probabilities alone
 /// (REFERENCE §8): [`REJECTION_STATS`]'s body writing them as it decides,
 /// greedy rows summing their exponentials too, at 2 blocks per SM as its
 /// plain twin.
 pub const REJECTION_STATS_PROCESSED: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS_PROCESSED), pairs: Pairs::All, min_blocks: 2, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_PROCESSED), pairs: Pairs::All, min_blocks: 2 };
 
 /// The same reading one quad a batch and keeping the overlaps, for chunks of
 /// a few tiles: [`REJECTION_STATS_SMALL`]'s body.
-pub const REJECTION_STATS_SMALL_PROCESSED: Kernel = Kernel {
-    name: kernel_symbol!(@name REJECTION_STATS_SMALL_PROCESSED),
-    pairs: Pairs::All,
-    min_blocks: 2,
-    except: None,
-};
+pub const REJECTION_STATS_SMALL_PROCESSED: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_SMALL_PROCESSED), pairs: Pairs::All, min_blocks: 2 };
 
 /// The same of a call with filters: [`REJECTION_STATS_FILTERED`]'s body,
 /// at 2 blocks per SM.
-pub const REJECTION_STATS_FILTERED_PROCESSED: Kernel = Kernel {
-    name: kernel_symbol!(@name REJECTION_STATS_FILTERED_PROCESSED),
-    pairs: Pairs::All,
-    min_blocks: 2,
-    except: None,
-};
+pub const REJECTION_STATS_FILTERED_PROCESSED: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED_PROCESSED), pairs: Pairs::All, min_blocks: 2 };
 
 /// Writes a synthetic-acceptance call's rates (`layout::RatesParams`) into
 /// the workspace, before pass 1: one launch of one block, its parameter
 /// block the only copy of them. Reads no logits (`Pairs::One`).
 pub const REJECTION_RATES: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_RATES), pairs: Pairs::One, min_blocks: 1, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_RATES), pairs: Pairs::One, min_blocks: 1 };
 
 /// Block verification's kernel (REFERENCE §4.11), between pass 1 and pass
 /// 2 of a call that asks for it: each draft row's residual mass and stop
 /// test, the last row of a request its decision. At 3 blocks per SM: its
 /// loop of four quads a batch spills at 64 registers.
 pub const REJECTION_BLOCK: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_BLOCK), pairs: Pairs::All, min_blocks: 3, except: None };
+    Kernel { name: kernel_symbol!(@name REJECTION_BLOCK), pairs: Pairs::All, min_blocks: 3 };
 
 /// The log-sum-exps of each emitted position of a call (REFERENCE §8), the
 /// raw and the processed, and the emitted token's log-probabilities, after
 /// either operation (`layout::LogprobsParams`), for the dtype of the values
 /// it reads (both of the pair). Bounded as [`REJECTION_STATS`] (its
 /// order-free sums, REFERENCE §2.6).
-pub const LOGPROBS_LSE: Kernel =
-    Kernel { name: kernel_symbol!(@name LOGPROBS_LSE), pairs: Pairs::Same, min_blocks: 2, except: None };
+pub const LOGPROBS_LSE: Kernel = Kernel { name: kernel_symbol!(@name LOGPROBS_LSE), pairs: Pairs::Same, min_blocks: 2 };
 
 /// The top-n and rank of each emitted position, after [`LOGPROBS_LSE`]:
 /// each block's candidates in a warp's registers (a `u64` key a lane), at 3
 /// blocks per SM.
-pub const LOGPROBS_TOP: Kernel =
-    Kernel { name: kernel_symbol!(@name LOGPROBS_TOP), pairs: Pairs::Same, min_blocks: 3, except: None };
+pub const LOGPROBS_TOP: Kernel = Kernel { name: kernel_symbol!(@name LOGPROBS_TOP), pairs: Pairs::Same, min_blocks: 3 };
 
 /// Every kernel of the PTX.
 pub const ALL: [Kernel; 22] = [
@@ -304,10 +292,7 @@ impl Symbol {
     /// Its `.minnctapersm`: the blocks of [`BLOCK_THREADS`](crate::layout::BLOCK_THREADS) threads per SM
     /// its registers must allow.
     pub const fn min_blocks(self) -> u32 {
-        match self.kernel.except {
-            Some((l, d, blocks)) if l as u32 == self.logits as u32 && d as u32 == self.draft as u32 => blocks,
-            _ => self.kernel.min_blocks,
-        }
+        self.kernel.min_blocks
     }
 }
 
