@@ -1,13 +1,14 @@
 //! A request's outputs do not depend on the batch it comes in (REFERENCE
-//! §2.6): verified inside a batch and alone, one request a call, it gets
-//! the same tokens, `num_emitted` and log-probabilities, bit for bit. On
-//! the GPU the batch decides how many chunks split each row, so this holds
-//! only because the row sums (pass 1's log-sum-exps, the log-probability
-//! kernels') are order-free.
+//! §2.6): verified (or sampled) inside a batch and alone, one a call, it
+//! gets the same tokens, `num_emitted` and log-probabilities, bit for bit.
+//! On the GPU the batch decides how many chunks split each row, so this
+//! holds only because the row sums (pass 1's log-sum-exps, the
+//! log-probability kernels') are order-free.
 
-use specdec::{DType, Logprobs, RejectionOutput};
+use specdec::{DType, GumbelOutput, Logprobs, RejectionOutput};
+use specdec_suite::batch::{Batch, Values};
 use specdec_suite::drafting::{RandomSpec, random_verify, slice_requests};
-use specdec_suite::inputs::Rng;
+use specdec_suite::inputs::{Rng, mixed_logits};
 use specdec_suite::test_device;
 use specdec_suite::verify::Verify;
 
@@ -66,6 +67,47 @@ test_device!(a_request_gets_the_same_bits_alone_and_in_a_batch, |backend, scale|
                         "V {vocab}, {requests} requests, target {target:?}, draft {draft:?}: request {r}"
                     );
                 }
+            }
+        }
+    }
+});
+
+/// A `gumbel_sample` call's tokens and its processed and raw
+/// log-probabilities, as bits.
+fn sampled(backend: &specdec::Backend, b: &Batch) -> (Vec<i32>, Vec<u32>, Vec<u32>) {
+    let mut tokens = vec![0i32; b.rows];
+    let (mut processed, mut raw) = (vec![0f32; b.rows], vec![0f32; b.rows]);
+    let logprobs = Logprobs::none().with_processed(&mut processed).with_raw(&mut raw);
+    let mut out = GumbelOutput::new(&mut tokens).with_logprobs(logprobs);
+    backend.gumbel_sample(&b.call(), &mut out).expect("a valid call");
+    let bits = |x: Vec<f32>| x.into_iter().map(f32::to_bits).collect();
+    (tokens, bits(processed), bits(raw))
+}
+
+// `gumbel_sample` rows on greedy and sampling slots (the log-probability
+// kernels' sums), a few of them sampled alone.
+test_device!(a_row_gets_the_same_bits_alone_and_in_a_batch, |backend, scale| {
+    let mut rng = Rng::new(0x5A3B);
+    let sizes: &[(usize, usize)] = if scale == 1 { &[(4097, 16)] } else { &[(151_936, 256), (32_000, 1024)] };
+    for &(vocab, rows) in sizes {
+        for dtype in [DType::F32, DType::BF16] {
+            let logits: Vec<f32> = (0..rows).flat_map(|r| mixed_logits(vocab, 7 * r as u64 + vocab as u64)).collect();
+            let mut b = Batch::new(Values::from_f32(dtype, &logits), rows, vocab, 1.0, 0x5eed);
+            b.temperature = vec![0.0, 0.7, 1.0, 1.3];
+            b.seed = vec![1, 2, 3, 4];
+            b.slots = (0..rows).map(|_| rng.below(4) as i32).collect();
+            let batch = sampled(&backend, &b);
+            for r in (0..rows).step_by(rows / 8) {
+                let alone = Batch {
+                    logits: b.logits.gather(r * vocab..(r + 1) * vocab),
+                    rows: 1,
+                    slots: vec![b.slots[r]],
+                    pos: vec![b.pos[r]],
+                    ..b.clone()
+                };
+                let one = |x: &Vec<u32>| vec![x[r]];
+                let want = (vec![batch.0[r]], one(&batch.1), one(&batch.2));
+                assert_eq!(sampled(&backend, &alone), want, "V {vocab}, {rows} rows, {dtype:?}: row {r}");
             }
         }
     }
