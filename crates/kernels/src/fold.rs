@@ -87,6 +87,10 @@ pub fn push_scaled(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> (Lse, bo
 pub fn push_quad_sum(mut sum: ExpSum, v: [f32; 4], n: u32, sampler: &Sampler) -> (ExpSum, bool) {
     // `max` ignores NaN; the scale is positive, so it commutes with scaling.
     let top = v[0].max(v[1]).max(v[2].max(v[3]));
+    if top == f32::NEG_INFINITY {
+        // Every lane -inf or NaN (a filtered row's masked quads): nothing to add.
+        return (sum, any_nan(v, n));
+    }
     let y = top * sampler.scale;
     if n == 4 && y.is_finite() {
         let (k, s) = quad_term(y, |i| fma(v[i], sampler.scale, -y));

@@ -5,13 +5,15 @@ use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, DriverError};
 use specdec_core::layout::{MAX_SYNTHETIC_DRAFTS, SUMMARY_CHUNKS, THRESHOLD_CHUNK, TILE};
 use specdec_core::scratch::{
-    BlockRow, BlockState, FilterScratch, LogprobsLse, PARTIAL_BYTES, ResampleJob, Stats, TopPartial,
+    BlockRow, BlockState, FilterScratch, LogprobsLse, LogprobsPartial, PARTIAL_BYTES, ResampleJob, Stats, TopPartial,
 };
 use std::mem::size_of;
 use std::sync::Arc;
 
 /// Bytes of one row-chunk statistic of the verifier's pass 1.
 const STATS_BYTES: usize = size_of::<Stats>();
+// The log-probability kernels' partials live in the stats region (`Regions`).
+const _: () = assert!(size_of::<LogprobsPartial>() <= STATS_BYTES);
 /// Bytes of one resample job.
 const JOB_BYTES: usize = size_of::<ResampleJob>();
 /// Bytes of a position's log-sum-exps (the log-probability kernels).
