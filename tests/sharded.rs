@@ -239,4 +239,21 @@ fn a_rank_that_fails_its_checks_or_a_group_that_does_not_fit_fails_every_rank() 
         mine
     });
     assert!(got.iter().all(|(r, _)| matches!(r, Err(Error::InvalidShard { .. }))), "{:?}", got[0].0);
+    // A rank whose logits and tokens hold a row fewer than its positions: its
+    // checks refuse the call, and its message still has a row for every
+    // position (the others' length), so the others learn that it failed
+    // rather than that the exchange did.
+    let got = run_sharded_with(&b, &halves, &[0..32, 32..64], |rank, batch| {
+        let mut mine = batch.clone();
+        if rank == 1 {
+            mine.rows -= 1;
+        }
+        mine
+    });
+    assert!(
+        matches!(&got[1].0, Err(e) if !matches!(e, Error::PeerFailed { .. } | Error::Exchange(_))),
+        "{:?}",
+        got[1].0
+    );
+    assert!(matches!(&got[0].0, Err(Error::PeerFailed { rank: 1 })), "{:?}", got[0].0);
 }
