@@ -4,7 +4,7 @@
 
 use crate::batch::Values;
 use crate::inputs::Rng;
-use crate::verify::{Verified, Verify};
+use crate::verify::{Asked, LogprobBits, Verified, Verify};
 use specdec::DraftLogitsShape;
 use specdec::shard::{InProcess, Shard};
 use std::ops::Range;
@@ -69,6 +69,18 @@ pub fn run_sharded_verify(
     rank_call: impl Fn(usize, Verify) -> Verify + Sync,
 ) -> Vec<specdec::Result<Verified>> {
     in_ranks(shards.len(), |r, exchange| rank_call(r, rank_verify(v, ids(shards, r))).run_sharded(shards[r], exchange))
+}
+
+/// [`run_sharded_verify`] without changes, every rank asking for `asked`
+/// log-probabilities (`rank_asked(r)`'s where given, to make ranks disagree).
+pub fn run_sharded_logprobs(
+    v: &Verify,
+    shards: &[Shard],
+    rank_asked: impl Fn(usize) -> Option<Asked> + Sync,
+) -> Vec<specdec::Result<(Verified, LogprobBits)>> {
+    in_ranks(shards.len(), |r, exchange| {
+        rank_verify(v, ids(shards, r)).run_sharded_logprobs(shards[r], exchange, rank_asked(r))
+    })
 }
 
 /// `rank(r, exchange)` for each of `ranks` ranks, one scoped thread a rank,

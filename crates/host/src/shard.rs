@@ -6,7 +6,7 @@
 //! (`specdec_core::exp_sum`). Built so far, on the CPU backend:
 //! `gumbel_sample` ([`crate::Cpu::sharded_gumbel_sample`]) and
 //! `rejection_sample` ([`crate::Cpu::sharded_rejection_sample`]), with
-//! filters that have a top-k, without log-probabilities.
+//! filters that have a top-k; the latter with log-probabilities.
 
 use crate::error::{Error, Result};
 use crate::memory::{Host, Memory};
