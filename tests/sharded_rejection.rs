@@ -141,6 +141,15 @@ fn add_ties(v: &mut Verify, rng: &mut Rng) {
     }
 }
 
+/// A random ragged batch verified by `verification`, with ties ([`add_ties`]), NaN and `±inf`.
+fn tied_verify(rng: &mut Rng, spec: RandomSpec, verification: Verification<'static>) -> Verify {
+    let mut v = random_verify(rng, spec);
+    v.verification = verification;
+    add_ties(&mut v, rng);
+    add_specials(&mut v, rng);
+    v
+}
+
 /// Filters with a top-k (top-p and min-p on top of it too), on the target
 /// and on the draft logits, each slot its own: random ragged batches with
 /// ties at the `k`-th value, `-inf`, `+inf` and NaN, over 1, 2, 3 and 8
@@ -156,10 +165,7 @@ fn sharded_filtered_verification_is_the_unsharded_one() {
         for (vocab, requests) in [(37, 24), (1000, 16), (4097, 8), (20_000, 3)] {
             for ranks in [1, 2, 3, 8] {
                 for verification in [Verification::Token, Verification::Block] {
-                    let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft));
-                    v.verification = verification;
-                    add_ties(&mut v, &mut rng);
-                    add_specials(&mut v, &mut rng);
+                    let mut v = tied_verify(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft), verification);
                     let filters: Vec<Filter> =
                         (0..v.temperature.len()).map(|_| random_filter(&mut rng, vocab)).collect();
                     v.filters = FilterTable::per_slot(&filters);
@@ -375,10 +381,7 @@ fn sharded_logprobs_are_the_unsharded_ones() {
         for (vocab, requests) in [(37, 16), (1000, 10), (4097, 4), (151_936, 2)] {
             for ranks in [1, 2, 3, 8] {
                 for verification in [Verification::Token, Verification::Block] {
-                    let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft));
-                    v.verification = verification;
-                    add_ties(&mut v, &mut rng);
-                    add_specials(&mut v, &mut rng);
+                    let mut v = tied_verify(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft), verification);
                     add_empty_rows(&mut v, &mut rng);
                     let filtered = rng.below(2) == 0;
                     if filtered {

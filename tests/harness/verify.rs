@@ -65,6 +65,63 @@ pub struct LogprobBits {
     pub ranks: Vec<i32>,
 }
 
+/// Buffers for the log-probabilities a call is `asked` for, filled with
+/// values no call writes.
+pub struct LogprobBuffers {
+    asked: Option<Asked>,
+    processed: Vec<f32>,
+    raw: Vec<f32>,
+    top: Vec<f32>,
+    ids: Vec<i32>,
+    ranks: Vec<i32>,
+}
+
+impl LogprobBuffers {
+    pub fn new(positions: usize, asked: Option<Asked>) -> Self {
+        let n = asked.and_then(|a| a.top).map_or(0, |(n, _)| n);
+        LogprobBuffers {
+            asked,
+            processed: vec![0.5; positions],
+            raw: vec![0.5; positions],
+            top: vec![0.5; positions * n],
+            ids: vec![i32::MIN; positions * n],
+            ranks: vec![i32::MIN; positions],
+        }
+    }
+
+    /// The outputs to pass a call.
+    pub fn outputs(&mut self) -> Logprobs<'_, Host> {
+        let mut logprobs = Logprobs::none();
+        if let Some(a) = self.asked {
+            if a.processed {
+                logprobs = logprobs.with_processed(&mut self.processed);
+            }
+            if a.raw {
+                logprobs = logprobs.with_raw(&mut self.raw);
+            }
+            if let Some((n, d)) = a.top {
+                logprobs = logprobs.with_top(n, d, &mut self.top, &mut self.ids, &mut self.ranks);
+            }
+        }
+        logprobs
+    }
+
+    /// What the call wrote (none of the outputs not asked for).
+    pub fn bits(self) -> LogprobBits {
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect();
+        match self.asked {
+            None => LogprobBits::default(),
+            Some(a) => LogprobBits {
+                processed: if a.processed { bits(self.processed) } else { Vec::new() },
+                raw: if a.raw { bits(self.raw) } else { Vec::new() },
+                top: bits(self.top),
+                ids: self.ids,
+                ranks: if a.top.is_some() { self.ranks } else { Vec::new() },
+            },
+        }
+    }
+}
+
 impl Verified {
     /// Request `r`'s `max_drafts + 1` tokens.
     pub fn request(&self, r: usize) -> &[i64] {
@@ -183,23 +240,8 @@ impl Verify {
         let mut num_emitted = vec![i32::MIN; requests];
         let mut accepted = vec![i32::MIN; requests];
         let mut row_status = vec![u32::MAX; self.rows];
-        let positions = requests * k1;
-        let n = asked.and_then(|a| a.top).map_or(0, |(n, _)| n);
-        let (mut processed, mut raw) = (vec![0.5f32; positions], vec![0.5f32; positions]);
-        let (mut top, mut ids, mut ranks) =
-            (vec![0.5f32; positions * n], vec![i32::MIN; positions * n], vec![i32::MIN; positions]);
-        let mut logprobs = Logprobs::none();
-        if let Some(a) = asked {
-            if a.processed {
-                logprobs = logprobs.with_processed(&mut processed);
-            }
-            if a.raw {
-                logprobs = logprobs.with_raw(&mut raw);
-            }
-            if let Some((n, d)) = a.top {
-                logprobs = logprobs.with_top(n, d, &mut top, &mut ids, &mut ranks);
-            }
-        }
+        let mut buffers = LogprobBuffers::new(requests * k1, asked);
+        let logprobs = buffers.outputs();
         let tokens = if self.tokens_i64 {
             let mut t = vec![i64::MIN; requests * k1];
             let out = RejectionOutput::new(&mut t, &mut num_emitted).with_logprobs(logprobs);
@@ -211,18 +253,7 @@ impl Verify {
             call_fn(&call, &mut out.with_accepted(&mut accepted).with_row_status(&mut row_status))?;
             t.into_iter().map(i64::from).collect()
         };
-        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect();
-        let got = match asked {
-            None => LogprobBits::default(),
-            Some(a) => LogprobBits {
-                processed: if a.processed { bits(processed) } else { Vec::new() },
-                raw: if a.raw { bits(raw) } else { Vec::new() },
-                top: bits(top),
-                ids,
-                ranks: if a.top.is_some() { ranks } else { Vec::new() },
-            },
-        };
-        Ok((Verified { tokens, num_emitted, accepted, row_status }, got))
+        Ok((Verified { tokens, num_emitted, accepted, row_status }, buffers.bits()))
     }
 
     /// Runs the call through [`Cuda::rejection_sample`] with device copies

@@ -6,7 +6,7 @@
 //! (`specdec_core::exp_sum`). Built so far, on the CPU backend:
 //! `gumbel_sample` ([`crate::Cpu::sharded_gumbel_sample`]) and
 //! `rejection_sample` ([`crate::Cpu::sharded_rejection_sample`]), with
-//! filters that have a top-k; the latter with log-probabilities.
+//! filters that have a top-k and with log-probabilities.
 
 use crate::error::{Error, Result};
 use crate::memory::{Host, Memory};
@@ -76,6 +76,11 @@ impl Header {
             vocab: shard.vocab as u32,
             digest: digest(words),
         }
+    }
+
+    /// The rank, of a group's `headers`, whose shard holds global id `id`.
+    pub fn owner(headers: &[Header], id: u32) -> Option<usize> {
+        headers.iter().position(|h| (h.offset..h.offset + h.ids).contains(&id))
     }
 
     /// Every rank's checks passed, the ranks' calls agree, and their shards

@@ -32,7 +32,6 @@ use super::sharded_logprobs::{self, Emitted, Processed, log_prob};
 use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax};
 use crate::error::{Error, Result};
-use crate::logprobs::Distribution;
 use crate::memory::Host;
 use crate::rejection::{RejectionOutput, RejectionSample, Verification};
 use crate::shard::{self, EXP_SUM_BYTES, Exchange, Header, Reader, Shard, Writer};
@@ -93,7 +92,7 @@ fn with_draft<T: Logit + Sync>(
 }
 
 /// The two rounds of the module docs, then the outputs.
-fn run<T: Logit + Sync, C: Logit>(
+fn run<T: Logit + Sync, C: Logit + Sync>(
     shard: Shard,
     exchange: &mut dyn Exchange<Host>,
     view: View<'_, '_, T, C>,
@@ -191,7 +190,8 @@ fn run<T: Logit + Sync, C: Logit>(
         }
     }
     let k1 = args.max_drafts + 1;
-    sharded_logprobs::write(exchange, &mut out.logprobs, shard.offset as u32, verdicts.len() * k1, |at| {
+    let width = (shard.offset as u32, args.target.vocab);
+    sharded_logprobs::write(exchange, &mut out.logprobs, width, verdicts.len() * k1, |at| {
         let (r, i, (Verdict { j, .. }, last_x)) = (at / k1, at % k1, verdicts[at / k1]);
         if i > j {
             return None;
@@ -201,7 +201,7 @@ fn run<T: Logit + Sync, C: Logit>(
         let x = if i < j { t.drafted_x } else { last_x };
         let s = sampler(args, r);
         let dist = (!s.greedy).then_some(Processed { sampler: s, tau: t.tau_t, lse: t.lse_t });
-        Some(Emitted { values: view.target_row(row), x, raw_lse: t.raw_lse, dist })
+        Some(Emitted { values: Cow::Borrowed(view.target_row(row)), x, raw_lse: t.raw_lse, dist })
     })
 }
 
@@ -213,18 +213,15 @@ fn header(shard: Shard, args: &RejectionSample<'_, Host>, out: &RejectionOutput<
         Verification::Block => (1, &[]),
         Verification::Synthetic(rates) => (2, rates),
     };
-    let asked = Asked::of(&out.logprobs);
-    let top = asked.and_then(|a| a.top).map_or(u64::MAX, |(n, d)| (n as u64) << 1 | u64::from(d == Distribution::Raw));
     let words = [
         args.target.rows as u64,
         args.max_drafts as u64,
         verification,
         u64::from(args.draft_logits.is_some()),
         u64::from(out.row_status.is_some()),
-        asked.map_or(u64::MAX, |a| u64::from(a.processed) | u64::from(a.raw) << 1),
-        top,
     ]
     .into_iter()
+    .chain(sharded_logprobs::digest_words(&out.logprobs))
     .chain(rates.iter().map(|r| u64::from(r.to_bits())))
     .chain(args.offsets.iter().map(|&o| o as u64))
     .chain(args.drafts.iter().map(|&d| d as u64))
@@ -408,8 +405,7 @@ impl RowTotals {
         }
         // The draft token's logits, from the rank that holds it.
         let d = args.drafts[row];
-        let owner =
-            |id: i32| headers.iter().position(|h| id >= 0 && (h.offset..h.offset + h.ids).contains(&(id as u32)));
+        let owner = |id: i32| u32::try_from(id).ok().and_then(|id| Header::owner(headers, id));
         let drafted = owner(d).map_or((f32::NEG_INFINITY, f32::NEG_INFINITY), |o| ranks[o][row].drafted);
         let drafted_x = owner(d).map_or(f32::NAN, |o| ranks[o][row].drafted_x);
         // Nothing above -inf: id 0, as the unsharded argmax rule says.
