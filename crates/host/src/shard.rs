@@ -17,6 +17,11 @@ use specdec_core::exp_sum::{ExpSum, GROUPS};
 use specdec_core::filter::Filter;
 use std::sync::{Arc, Barrier, Mutex};
 
+mod device;
+pub use device::InProcessCuda;
+#[cfg(feature = "nccl")]
+pub use device::Nccl;
+
 /// This rank's part of every row: ids `offset .. offset + V_r` of a row of
 /// `vocab` ids, where `V_r` is the width of the logits the rank passes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
