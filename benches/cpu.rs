@@ -23,8 +23,9 @@
 //!   throughput in rows, so each setting's time over `off`'s is its cost.
 //! - `sharded_cpu`: the `outputs_cpu` verify call (B = 4, K = 3, V = 32,000,
 //!   bf16 draft logits) unsharded and split over 2 ranks (`InProcess`, one
-//!   scoped thread a rank, spawned in every iteration), side by side; prints
-//!   the bytes each rank sends in each exchange.
+//!   scoped thread a rank, spawned in every iteration), side by side: as it
+//!   is, with top-k 50 and top-p 0.9, and with processed log-probabilities
+//!   and a top-5; prints the bytes each rank sends in each exchange, as counted.
 //! - `host_overhead`: a whole call on the smallest input (`Backend::cpu()`,
 //!   rows = 1, V = 1), and the argument validation alone: calls whose only
 //!   error is in the last value checked, so every check runs and nothing is
@@ -32,6 +33,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use half::bf16;
+use specdec::shard::Exchange;
 use specdec::{
     Backend, Column, Cpu, Distribution, DraftLogits, DraftLogitsMut, DraftLogitsShape, Filters, GumbelOutput,
     GumbelSample, Host, Logits, Logprobs, RejectionOutput, RejectionSample, SamplingParams, Verification,
@@ -512,8 +514,9 @@ fn overhead(c: &mut Criterion) {
 }
 
 /// The `outputs_cpu` call split by vocabulary over `P = 2` ranks, beside the
-/// unsharded call (`Cpu::sharded_rejection_sample`, REFERENCE §9), without
-/// filters and with top-k 50 and top-p 0.9 on target and draft.
+/// unsharded call (`Cpu::sharded_rejection_sample`, REFERENCE §9): as it is,
+/// with top-k 50 and top-p 0.9 on target and draft, and with processed
+/// log-probabilities and a top-5.
 fn sharded(c: &mut Criterion) {
     let mut group = c.benchmark_group("sharded_cpu");
     let (vocab, k, b) = (32_000usize, 3usize, 4usize);
@@ -539,41 +542,78 @@ fn sharded(c: &mut Criterion) {
         (target, draft)
     };
     let parts: Vec<(Vec<f32>, Vec<bf16>)> = ranges.iter().map(columns).collect();
-    for filtered in [false, true] {
+    const TOP: usize = 5;
+    for (suffix, filtered, logprobs) in
+        [("", false, false), ("/top-k 50 top-p 0.9", true, false), ("/logprobs top-5", false, true)]
+    {
         let top = filtered.then_some((&top_k[..], &top_p[..]));
-        let suffix = if filtered { "/top-k 50 top-p 0.9" } else { "" };
         let name = |what: &str| BenchmarkId::new(what, format!("B={b}/K={k}/V={vocab}/bf16-draft{suffix}"));
+        // `args` verified into outputs of its own (with log-probabilities where asked).
+        let run = |args: &RejectionSample<'_, Host>,
+                   call: &mut dyn FnMut(&RejectionSample<'_, Host>, &mut RejectionOutput<'_, Host>)| {
+            let (mut tokens, mut num_emitted) = (vec![0i32; rows], vec![0i32; b]);
+            let (mut processed, mut top, mut ids, mut ranks) =
+                (vec![0f32; rows], vec![0f32; rows * TOP], vec![0i32; rows * TOP], vec![0i32; rows]);
+            let mut out = RejectionOutput::new(&mut tokens, &mut num_emitted);
+            if logprobs {
+                let l = Logprobs::none().with_processed(&mut processed);
+                out = out.with_logprobs(l.with_top(TOP, Distribution::Processed, &mut top, &mut ids, &mut ranks));
+            }
+            call(black_box(args), &mut out);
+            black_box(num_emitted[0])
+        };
         let whole = with_filters(batch.call(Verification::Token), top);
-        let (mut tokens, mut num_emitted) = (vec![0i32; rows], vec![0i32; b]);
-        group.bench_function(name("unsharded"), |bench| bench.iter(|| verify(&whole, &mut tokens, &mut num_emitted)));
-        // Round 1: a header, 124 bytes a row, and with the filters a list of
-        // 4·50 + 4 bytes for every row (target) and draft row (draft).
-        let lists = if filtered { (rows + b * k) * (4 * 50 + 4) } else { 0 };
-        let (round_1, round_2) = (24 + rows * 124 + lists, 4 + b * 16);
-        eprintln!("sharded_cpu{suffix}: each rank sends {round_1} bytes in round 1 and {round_2} in round 2");
+        let unsharded = |args: &RejectionSample<'_, Host>, out: &mut RejectionOutput<'_, Host>| {
+            Cpu.rejection_sample(args, out).expect("rejection_sample")
+        };
+        group.bench_function(name("unsharded"), |bench| bench.iter(|| run(&whole, &mut { unsharded })));
         let batch = &batch;
+        // Rank `r`'s call over `exchange`.
+        let rank = |r: usize, exchange: &mut dyn Exchange<Host>| {
+            let ((target, draft), range) = (&parts[r], &ranges[r]);
+            let width = range.len();
+            let args = RejectionSample {
+                target: Logits::new(target, rows, width),
+                draft_logits: Some(DraftLogits::new(draft, DraftLogitsShape::dense(b, k, width))),
+                ..batch.call(Verification::Token)
+            };
+            let args = with_filters(args, top);
+            let shard = specdec::shard::Shard { offset: range.start, vocab };
+            run(&args, &mut |args, out| Cpu.sharded_rejection_sample(shard, exchange, args, out).expect("sharded call"))
+        };
+        let sent = specdec_suite::sharding::in_ranks(2, |r, exchange| {
+            let mut counted = Counted { inner: exchange, sent: Vec::new() };
+            rank(r, &mut counted);
+            counted.sent
+        });
+        eprintln!("sharded_cpu{suffix}: each rank sends {:?} bytes in its exchanges, in order", sent[0]);
         group.bench_function(name("P=2 in-process"), |bench| {
-            bench.iter(|| {
-                let ranks = specdec_suite::sharding::in_ranks(2, |r, exchange| {
-                    let ((target, draft), range) = (&parts[r], &ranges[r]);
-                    let width = range.len();
-                    let args = RejectionSample {
-                        target: Logits::new(target, rows, width),
-                        draft_logits: Some(DraftLogits::new(draft, DraftLogitsShape::dense(b, k, width))),
-                        ..batch.call(Verification::Token)
-                    };
-                    let args = with_filters(args, top);
-                    let shard = specdec::shard::Shard { offset: range.start, vocab };
-                    let (mut tokens, mut num_emitted) = (vec![0i32; rows], vec![0i32; b]);
-                    let mut out = RejectionOutput::new(&mut tokens, &mut num_emitted);
-                    Cpu.sharded_rejection_sample(shard, exchange, &args, &mut out).expect("sharded call");
-                    black_box(num_emitted[0])
-                });
-                ranks.into_iter().sum::<i32>()
-            })
+            bench
+                .iter(|| specdec_suite::sharding::in_ranks(2, |r, exchange| rank(r, exchange)).into_iter().sum::<i32>())
         });
     }
     group.finish();
+}
+
+/// An exchange that counts the bytes its rank sends, exchange by exchange.
+struct Counted<'e> {
+    inner: &'e mut dyn Exchange<Host>,
+    sent: Vec<usize>,
+}
+
+impl Exchange<Host> for Counted<'_> {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+
+    fn ranks(&self) -> usize {
+        self.inner.ranks()
+    }
+
+    fn all_gather(&mut self, send: &[u8], recv: &mut [u8]) -> specdec::Result<()> {
+        self.sent.push(send.len());
+        self.inner.all_gather(send, recv)
+    }
 }
 
 criterion_group! {

@@ -373,12 +373,14 @@ test_device!(bad_tensors_are_typed_errors, |backend, _scale| {
 /// candle's tensors hold `cudarc` slices: specdec must build against the same
 /// `cudarc`, or its CUDA path would not compile against candle's (and two
 /// copies of the driver bindings would be linked). Needs cargo, so not in the
-/// GPU bundles (their machines have none); CI runs it.
+/// GPU bundles (their machines have none); CI runs it. Not `--offline`: a
+/// fresh machine's build of the tests leaves out the crates only
+/// `candle-cuda` uses, which `cargo tree` must read (`--locked`: as pinned).
 #[cfg(not(feature = "gpu"))]
 #[test]
 fn specdec_and_candle_share_one_cudarc() {
     let out = std::process::Command::new(env!("CARGO"))
-        .args(["tree", "--offline", "-p", "specdec", "--features", "candle-cuda", "-e", "normal", "-i", "cudarc"])
+        .args(["tree", "--locked", "-p", "specdec", "--features", "candle-cuda", "-e", "normal", "-i", "cudarc"])
         .args(["--prefix", "none", "--format", "{p}"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()

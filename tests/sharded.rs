@@ -5,10 +5,13 @@
 
 use specdec::filter::Filter;
 use specdec::shard::{Exchange, Shard};
-use specdec::{Cpu, DType, Error, GumbelOutput, GumbelSample, Host, Logits, SamplingParams};
+use specdec::{
+    Cpu, DType, Distribution, Error, GumbelOutput, GumbelSample, Host, Logits, MAX_TOP_LOGPROBS, SamplingParams,
+};
 use specdec_suite::batch::{ColumnSpec, DraftLogitsSpec, Values};
 use specdec_suite::inputs::Rng;
 use specdec_suite::sharding::{columns, ids, in_ranks, shards};
+use specdec_suite::verify::{Asked, LogprobBits, LogprobBuffers};
 use specdec_suite::{Batch, FilterTable};
 
 /// What every rank returned: tokens and statuses, and its draft logits.
@@ -33,6 +36,21 @@ fn run_sharded_with(
 }
 
 fn run_rank(batch: &Batch, shard: Shard, range: std::ops::Range<usize>, exchange: &mut dyn Exchange<Host>) -> RankOut {
+    let (result, draft) =
+        run_call(batch, range, None, |call, out| Cpu.sharded_gumbel_sample(shard, exchange, call, out));
+    (result.map(|(tokens, status, _)| (tokens, status)), draft)
+}
+
+/// Tokens, statuses and `asked` log-probabilities of a call on ids `range`
+/// of `batch` through `call_fn`, and its draft logits.
+type CallOut = (specdec::Result<(Vec<i64>, Vec<u32>, LogprobBits)>, Option<Values>);
+
+fn run_call(
+    batch: &Batch,
+    range: std::ops::Range<usize>,
+    asked: Option<Asked>,
+    call_fn: impl FnOnce(&GumbelSample<'_, Host>, &mut GumbelOutput<'_, Host>) -> specdec::Result<()>,
+) -> CallOut {
     let width = range.len();
     let logits = columns(&batch.logits, batch.rows, batch.row_stride, range.clone());
     let mut draft = batch.draft_logits.as_ref().map(|d| {
@@ -51,15 +69,16 @@ fn run_rank(batch: &Batch, shard: Shard, range: std::ops::Range<usize>, exchange
         )
     };
     let (mut tokens, mut status) = (vec![i64::MIN; batch.rows], vec![u32::MAX; batch.rows]);
+    let mut logprobs = LogprobBuffers::new(batch.rows, asked);
     let result = {
-        let mut out = GumbelOutput::new(&mut tokens).with_row_status(&mut status);
+        let mut out = GumbelOutput::new(&mut tokens).with_row_status(&mut status).with_logprobs(logprobs.outputs());
         if let Some(d) = &mut draft {
             let (data, column) = d.draft_logits_mut();
             out = out.with_draft_logits(data, column);
         }
-        Cpu.sharded_gumbel_sample(shard, exchange, &call, &mut out)
+        call_fn(&call, &mut out)
     };
-    (result.map(|()| (tokens, status)), draft.map(|d| d.data))
+    (result.map(|()| (tokens, status, logprobs.bits())), draft.map(|d| d.data))
 }
 
 /// Rows of every kind: random logits at several temperatures, greedy and
@@ -239,4 +258,78 @@ fn a_rank_that_fails_its_checks_or_a_group_that_does_not_fit_fails_every_rank() 
         mine
     });
     assert!(got.iter().all(|(r, _)| matches!(r, Err(Error::InvalidShard { .. }))), "{:?}", got[0].0);
+    // A rank whose logits and tokens hold a row fewer than its positions: its
+    // checks refuse the call, and its message still has a row for every
+    // position (the others' length), so the others learn that it failed
+    // rather than that the exchange did.
+    let got = run_sharded_with(&b, &halves, &[0..32, 32..64], |rank, batch| {
+        let mut mine = batch.clone();
+        if rank == 1 {
+            mine.rows -= 1;
+        }
+        mine
+    });
+    assert!(
+        matches!(&got[1].0, Err(e) if !matches!(e, Error::PeerFailed { .. } | Error::Exchange(_))),
+        "{:?}",
+        got[1].0
+    );
+    assert!(matches!(&got[0].0, Err(Error::PeerFailed { rank: 1 })), "{:?}", got[0].0);
+}
+
+/// Each log-probability output alone and all together, ranks alone and the
+/// largest top-n, under either distribution.
+const ASKS: [Asked; 5] = [
+    Asked { processed: true, raw: false, top: None },
+    Asked { processed: false, raw: true, top: None },
+    Asked { processed: true, raw: true, top: Some((5, Distribution::Processed)) },
+    Asked { processed: false, raw: false, top: Some((0, Distribution::Raw)) },
+    Asked { processed: true, raw: false, top: Some((MAX_TOP_LOGPROBS, Distribution::Raw)) },
+];
+
+/// A sharded call's log-probabilities are the unsharded call's, bit for
+/// bit: rows of every kind, filters with a top-k on some slots, sampled and
+/// drafting into draft logits (that round the values: log-probabilities of
+/// the stored rows), over 1, 2, 3 and 8 uneven shards.
+#[test]
+fn sharded_logprobs_are_the_unsharded_ones() {
+    let mut rng = Rng::new(35);
+    let (mut finite, mut ranked) = (0, 0);
+    let kinds =
+        [(DType::F32, None), (DType::BF16, None), (DType::F32, Some(DType::BF16)), (DType::F16, Some(DType::F32))];
+    for (c, (logits, draft)) in kinds.into_iter().enumerate() {
+        for (vocab, rows) in [(37, 21), (1000, 14), (4097, 7), (151_936, 2)] {
+            for ranks in [1, 2, 3, 8] {
+                let mut b = batch(vocab, rows, logits, &mut rng);
+                if rng.below(2) == 0 {
+                    let f = |k: u32| Filter { top_k: k.min(vocab as u32 - 1), top_p: 0.9, ..Filter::OFF };
+                    b.filters = FilterTable::per_slot(&[Filter::OFF, f(3), Filter::OFF, f(40)]);
+                }
+                if let Some(draft) = draft {
+                    // Each row its own draft row (rows that store over one another's are REFERENCE §9's exception).
+                    b.drafting = true;
+                    let columns = (0..rows as i32).collect();
+                    b.draft_logits = Some(DraftLogitsSpec::dense(draft, 4, rows, vocab, ColumnSpec::PerRow(columns)));
+                }
+                let asked = ASKS[(c + ranks + vocab) % ASKS.len()];
+                let ctx = format!("{asked:?}, {logits:?} into {draft:?}, V {vocab}, P {ranks}, {:?}", b.filters);
+                let (want, _) = run_call(&b, 0..vocab, Some(asked), |call, out| Cpu.gumbel_sample(call, out));
+                let want = want.unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                let shards = shards(vocab, ranks, &mut rng);
+                let got = in_ranks(ranks, |r, exchange| {
+                    run_call(&b, ids(&shards, r), Some(asked), |call, out| {
+                        Cpu.sharded_gumbel_sample(shards[r], exchange, call, out)
+                    })
+                });
+                for (r, (got, _)) in got.into_iter().enumerate() {
+                    assert_eq!(got.unwrap_or_else(|e| panic!("{ctx} rank {r}: {e}")), want, "{ctx} rank {r}");
+                }
+                let lp = &want.2;
+                finite += lp.processed.iter().chain(&lp.raw).filter(|&&b| f32::from_bits(b).is_finite()).count();
+                ranked += lp.ranks.iter().filter(|&&rank| rank > 1).count();
+            }
+        }
+    }
+    // Not a comparison of NaNs: many finite values, many sampled tokens below the argmax.
+    assert!(finite >= 300 && ranked >= 50, "finite log-probabilities {finite}, ranks above 1 {ranked}");
 }

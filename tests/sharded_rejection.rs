@@ -2,19 +2,21 @@
 //! `docs/VOCAB_PARALLEL.md`): `P` ranks, one thread each with an in-process
 //! exchange, each holding a shard of every target row's ids and of every
 //! draft row's, return exactly the unsharded call's tokens, counts and row
-//! statuses, with filters that have a top-k too; and a sharded call's
-//! emitted tokens follow the target, by chi-square at every position.
+//! statuses, with filters that have a top-k too, and its log-probabilities;
+//! and a sharded call's emitted tokens follow the target, by chi-square at
+//! every position.
 
 use specdec::filter::Filter;
 use specdec::shard::Shard;
-use specdec::{Backend, DType, Error, Verification};
+use specdec::{Backend, DType, Distribution, Error, MAX_TOP_LOGPROBS, Verification};
 use specdec_suite::drafting::{
     Drafted, FixedPositions, RandomSpec, check_filtered_positions, emitted_at, perturbed, probs, random_verify,
     zipf_logits,
 };
 use specdec_suite::filters::filtered_probs;
 use specdec_suite::inputs::{Rng, histogram};
-use specdec_suite::sharding::{run_sharded_verify, shards};
+use specdec_suite::sharding::{run_sharded_logprobs, run_sharded_verify, shards};
+use specdec_suite::verify::Asked;
 use specdec_suite::{FilterTable, Verified, Verify, chi_square};
 
 /// Every rank's outputs equal the unsharded call's; returns those.
@@ -139,6 +141,15 @@ fn add_ties(v: &mut Verify, rng: &mut Rng) {
     }
 }
 
+/// A random ragged batch verified by `verification`, with ties ([`add_ties`]), NaN and `±inf`.
+fn tied_verify(rng: &mut Rng, spec: RandomSpec, verification: Verification<'static>) -> Verify {
+    let mut v = random_verify(rng, spec);
+    v.verification = verification;
+    add_ties(&mut v, rng);
+    add_specials(&mut v, rng);
+    v
+}
+
 /// Filters with a top-k (top-p and min-p on top of it too), on the target
 /// and on the draft logits, each slot its own: random ragged batches with
 /// ties at the `k`-th value, `-inf`, `+inf` and NaN, over 1, 2, 3 and 8
@@ -154,10 +165,7 @@ fn sharded_filtered_verification_is_the_unsharded_one() {
         for (vocab, requests) in [(37, 24), (1000, 16), (4097, 8), (20_000, 3)] {
             for ranks in [1, 2, 3, 8] {
                 for verification in [Verification::Token, Verification::Block] {
-                    let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft));
-                    v.verification = verification;
-                    add_ties(&mut v, &mut rng);
-                    add_specials(&mut v, &mut rng);
+                    let mut v = tied_verify(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft), verification);
                     let filters: Vec<Filter> =
                         (0..v.temperature.len()).map(|_| random_filter(&mut rng, vocab)).collect();
                     v.filters = FilterTable::per_slot(&filters);
@@ -329,4 +337,99 @@ fn sharded_tokens_follow_the_target() {
             assert!(fit.p_value < 1e-6, "{ctx}: position 1 fits a wrong distribution, p = {}", fit.p_value);
         }
     }
+}
+
+/// Sets about one target row in 8 to `-inf` throughout, half of them with a
+/// NaN at id 0: rows with nothing above `-inf`, whose argmax is id 0 and
+/// whose log-sum-exp is `-inf` (the token's value decides its log-probability).
+fn add_empty_rows(v: &mut Verify, rng: &mut Rng) {
+    for row in 0..v.rows {
+        if rng.below(8) == 0 {
+            let start = row * v.row_stride;
+            (start..start + v.vocab).for_each(|i| v.target.set_f32(i, f32::NEG_INFINITY));
+            if rng.below(2) == 0 {
+                v.target.set_f32(start, f32::NAN);
+            }
+        }
+    }
+}
+
+/// The log-probabilities a sharded call is asked for: each output alone,
+/// all of them, ranks alone, and the largest top-n, under either distribution.
+const ASKS: [Asked; 6] = [
+    Asked { processed: true, raw: false, top: None },
+    Asked { processed: false, raw: true, top: None },
+    Asked { processed: true, raw: true, top: Some((5, Distribution::Processed)) },
+    Asked { processed: false, raw: false, top: Some((0, Distribution::Raw)) },
+    Asked { processed: true, raw: false, top: Some((MAX_TOP_LOGPROBS, Distribution::Raw)) },
+    Asked { processed: false, raw: true, top: Some((1, Distribution::Processed)) },
+];
+
+/// A sharded call's log-probabilities (processed, raw, top-n and ranks) are
+/// the unsharded call's, bit for bit: random ragged batches (greedy,
+/// sampling and padding requests, accepted and rejected drafts, bonus
+/// tokens), with ties, NaN and `±inf`, filters with a top-k on half of
+/// them, one-hot and draft logits, the token rule and block verification,
+/// over 1, 2, 3 and 8 uneven shards.
+#[test]
+fn sharded_logprobs_are_the_unsharded_ones() {
+    let mut rng = Rng::new(0x31_5E);
+    let (mut finite, mut ranked) = (0usize, 0usize);
+    let kinds =
+        [(DType::F32, None), (DType::BF16, Some(DType::BF16)), (DType::F32, Some(DType::F16)), (DType::F16, None)];
+    for (c, (target, draft)) in kinds.into_iter().enumerate() {
+        for (vocab, requests) in [(37, 16), (1000, 10), (4097, 4), (151_936, 2)] {
+            for ranks in [1, 2, 3, 8] {
+                for verification in [Verification::Token, Verification::Block] {
+                    let mut v = tied_verify(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft), verification);
+                    add_empty_rows(&mut v, &mut rng);
+                    let filtered = rng.below(2) == 0;
+                    if filtered {
+                        let filters: Vec<Filter> =
+                            (0..v.temperature.len()).map(|_| random_filter(&mut rng, vocab)).collect();
+                        v.filters = FilterTable::per_slot(&filters);
+                        if draft.is_some() {
+                            v.draft_filters = FilterTable::per_slot(&filters);
+                        }
+                    }
+                    let asked = ASKS[(c + ranks + vocab) % ASKS.len()];
+                    let ctx = format!(
+                        "{asked:?}, {verification:?}, {target:?} target, {draft:?} draft, filtered {filtered}, V {vocab}, P {ranks}"
+                    );
+                    let want = v.run_logprobs(&Backend::cpu(), Some(asked)).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                    let shards = shards(vocab, ranks, &mut rng);
+                    for (r, got) in run_sharded_logprobs(&v, &shards, |_| Some(asked)).into_iter().enumerate() {
+                        let got = got.unwrap_or_else(|e| panic!("{ctx} rank {r}: {e}"));
+                        assert_eq!(got, want, "{ctx} rank {r}");
+                    }
+                    let lp = &want.1;
+                    finite += lp.processed.iter().chain(&lp.raw).filter(|&&b| f32::from_bits(b).is_finite()).count();
+                    ranked += lp.ranks.iter().filter(|&&rank| rank > 1).count();
+                }
+            }
+        }
+    }
+    // Not a comparison of NaNs: most positions have finite values, and many drawn tokens are not the argmax.
+    assert!(finite >= 500 && ranked >= 100, "finite log-probabilities {finite}, ranks above 1 {ranked}");
+}
+
+/// Ranks that ask for different log-probabilities: the same error on every
+/// rank (their headers differ, or their messages' lengths do).
+#[test]
+fn sharded_logprobs_asked_alike_or_not_at_all() {
+    let mut rng = Rng::new(0x31_5F);
+    let v = random_verify(&mut rng, RandomSpec::new(64, 6, 3, DType::F32, Some(DType::F32)));
+    let halves = [Shard { offset: 0, vocab: 64 }, Shard { offset: 32, vocab: 64 }];
+    let (processed, raw) = (ASKS[0], ASKS[1]);
+    let top = |n| Asked { top: Some((n, Distribution::Raw)), ..processed };
+    for (theirs, invalid) in [(raw, true), (top(3), true), (top(4), false)] {
+        let got = run_sharded_logprobs(&v, &halves, |r| Some(if r == 0 { top(4) } else { theirs }));
+        if invalid {
+            assert!(got.iter().all(|g| matches!(g, Err(Error::InvalidShard { .. }))), "{theirs:?}: {got:?}");
+        } else {
+            assert!(got.iter().all(|g| g.is_ok()), "{theirs:?}: {got:?}");
+        }
+    }
+    let got = run_sharded_logprobs(&v, &halves, |r| (r == 0).then_some(processed));
+    assert!(got.iter().all(|g| matches!(g, Err(Error::Exchange(_)))), "{got:?}");
 }

@@ -4,9 +4,9 @@
 
 use crate::batch::Values;
 use crate::inputs::Rng;
-use crate::verify::{Verified, Verify};
+use crate::verify::{Asked, LogprobBits, Verified, Verify};
 use specdec::DraftLogitsShape;
-use specdec::shard::{InProcess, Shard};
+use specdec::shard::{Exchange, InProcess, Shard};
 use std::ops::Range;
 
 /// `P` shards of a row of `vocab` ids, uneven, each starting at a multiple of 4.
@@ -71,6 +71,18 @@ pub fn run_sharded_verify(
     in_ranks(shards.len(), |r, exchange| rank_call(r, rank_verify(v, ids(shards, r))).run_sharded(shards[r], exchange))
 }
 
+/// [`run_sharded_verify`] without changes, every rank asking for `asked`
+/// log-probabilities (`rank_asked(r)`'s where given, to make ranks disagree).
+pub fn run_sharded_logprobs(
+    v: &Verify,
+    shards: &[Shard],
+    rank_asked: impl Fn(usize) -> Option<Asked> + Sync,
+) -> Vec<specdec::Result<(Verified, LogprobBits)>> {
+    in_ranks(shards.len(), |r, exchange| {
+        rank_verify(v, ids(shards, r)).run_sharded_logprobs(shards[r], exchange, rank_asked(r))
+    })
+}
+
 /// `rank(r, exchange)` for each of `ranks` ranks, one scoped thread a rank,
 /// meeting through one `InProcess` group; the results in rank order.
 pub fn in_ranks<R: Send>(ranks: usize, rank: impl Fn(usize, &mut InProcess) -> R + Sync) -> Vec<R> {
@@ -83,4 +95,34 @@ pub fn in_ranks<R: Send>(ranks: usize, rank: impl Fn(usize, &mut InProcess) -> R
             .collect();
         handles.into_iter().map(|h| h.join().expect("a rank panicked")).collect()
     })
+}
+
+/// What rank `r` sends in round `round`: `len` bytes of its own.
+pub fn message(r: usize, round: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (r * 64 + round * 16 + i % 7) as u8).collect()
+}
+
+/// Rank `r` of `exchange` sends `message(r, round, lens[r])` for each
+/// round, rewriting the same send buffer as soon as a round returns;
+/// each round's receive buffer, read back after the rounds.
+pub fn gather_rounds(
+    exchange: &mut dyn Exchange<specdec::Device>,
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    lens: &[usize],
+    rounds: usize,
+) -> Vec<specdec::Result<Vec<u8>>> {
+    let (r, ranks) = (exchange.rank(), exchange.ranks());
+    let mut send = stream.alloc_zeros::<u8>(lens[r]).expect("a send buffer");
+    let mut got = Vec::new();
+    let mut recvs = Vec::new();
+    for round in 0..rounds {
+        stream.memcpy_htod(&message(r, round, lens[r]), &mut send).expect("the send buffer written");
+        let mut recv = stream.alloc_zeros::<u8>(ranks * lens[r]).expect("a receive buffer");
+        let result = exchange.all_gather(send.as_view(), recv.as_view_mut());
+        recvs.push((result, recv));
+    }
+    for (result, recv) in recvs {
+        got.push(result.map(|()| stream.clone_dtoh(&recv).expect("the receive buffer read")));
+    }
+    got
 }

@@ -5,8 +5,8 @@ use crate::batch::{DeviceValues, Values};
 use crate::filters::{DeviceFilters, FilterTable};
 use specdec::shard::{Exchange, Shard};
 use specdec::{
-    Backend, Cuda, Device, DraftLogits, DraftLogitsShape, Host, Logits, RejectionOutput, RejectionSample,
-    SamplingParams, Verification, Workspace,
+    Backend, Cuda, Device, Distribution, DraftLogits, DraftLogitsShape, Host, Logits, Logprobs, RejectionOutput,
+    RejectionSample, SamplingParams, Verification, Workspace,
 };
 
 /// A `rejection_sample` call's inputs, owned. Request `r` owns target rows
@@ -43,6 +43,83 @@ pub struct Verified {
     pub num_emitted: Vec<i32>,
     pub accepted: Vec<i32>,
     pub row_status: Vec<u32>,
+}
+
+/// The log-probabilities a run asks for ([`Verify::run_logprobs`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Asked {
+    pub processed: bool,
+    pub raw: bool,
+    /// `n` and the distribution of a top-n (and rank).
+    pub top: Option<(usize, Distribution)>,
+}
+
+/// A run's log-probabilities as bits (outputs not asked for: empty), so
+/// that equal outputs compare equal, NaN included.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogprobBits {
+    pub processed: Vec<u32>,
+    pub raw: Vec<u32>,
+    pub top: Vec<u32>,
+    pub ids: Vec<i32>,
+    pub ranks: Vec<i32>,
+}
+
+/// Buffers for the log-probabilities a call is `asked` for, filled with
+/// values no call writes.
+pub struct LogprobBuffers {
+    asked: Option<Asked>,
+    processed: Vec<f32>,
+    raw: Vec<f32>,
+    top: Vec<f32>,
+    ids: Vec<i32>,
+    ranks: Vec<i32>,
+}
+
+impl LogprobBuffers {
+    pub fn new(positions: usize, asked: Option<Asked>) -> Self {
+        let n = asked.and_then(|a| a.top).map_or(0, |(n, _)| n);
+        LogprobBuffers {
+            asked,
+            processed: vec![0.5; positions],
+            raw: vec![0.5; positions],
+            top: vec![0.5; positions * n],
+            ids: vec![i32::MIN; positions * n],
+            ranks: vec![i32::MIN; positions],
+        }
+    }
+
+    /// The outputs to pass a call.
+    pub fn outputs(&mut self) -> Logprobs<'_, Host> {
+        let mut logprobs = Logprobs::none();
+        if let Some(a) = self.asked {
+            if a.processed {
+                logprobs = logprobs.with_processed(&mut self.processed);
+            }
+            if a.raw {
+                logprobs = logprobs.with_raw(&mut self.raw);
+            }
+            if let Some((n, d)) = a.top {
+                logprobs = logprobs.with_top(n, d, &mut self.top, &mut self.ids, &mut self.ranks);
+            }
+        }
+        logprobs
+    }
+
+    /// What the call wrote (none of the outputs not asked for).
+    pub fn bits(self) -> LogprobBits {
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect();
+        match self.asked {
+            None => LogprobBits::default(),
+            Some(a) => LogprobBits {
+                processed: if a.processed { bits(self.processed) } else { Vec::new() },
+                raw: if a.raw { bits(self.raw) } else { Vec::new() },
+                top: bits(self.top),
+                ids: self.ids,
+                ranks: if a.top.is_some() { self.ranks } else { Vec::new() },
+            },
+        }
+    }
 }
 
 impl Verified {
@@ -121,40 +198,62 @@ impl Verify {
 
     /// Runs the call on `backend`.
     pub fn run(&self, backend: &Backend) -> Result<Verified, specdec::Error> {
-        self.run_with(|call, out| backend.rejection_sample(call, out))
+        Ok(self.run_logprobs(backend, None)?.0)
+    }
+
+    /// Runs the call on `backend`, asking for `asked` log-probabilities.
+    pub fn run_logprobs(
+        &self,
+        backend: &Backend,
+        asked: Option<Asked>,
+    ) -> Result<(Verified, LogprobBits), specdec::Error> {
+        self.run_with(asked, |call, out| backend.rejection_sample(call, out))
     }
 
     /// Runs the call as rank `exchange.rank()` of a vocab-parallel group on
     /// the CPU backend, holding `shard` of every row (this `Verify`'s logits
     /// are the shard's ids: `sharding::rank_verify`).
     pub fn run_sharded(&self, shard: Shard, exchange: &mut dyn Exchange<Host>) -> Result<Verified, specdec::Error> {
-        self.run_with(|call, out| specdec::Cpu.sharded_rejection_sample(shard, exchange, call, out))
+        Ok(self.run_sharded_logprobs(shard, exchange, None)?.0)
+    }
+
+    /// [`Verify::run_sharded`], asking for `asked` log-probabilities.
+    pub fn run_sharded_logprobs(
+        &self,
+        shard: Shard,
+        exchange: &mut dyn Exchange<Host>,
+        asked: Option<Asked>,
+    ) -> Result<(Verified, LogprobBits), specdec::Error> {
+        self.run_with(asked, |call, out| specdec::Cpu.sharded_rejection_sample(shard, exchange, call, out))
     }
 
     /// Runs the call through `call_fn`, with outputs pre-filled with
     /// values no call writes.
     fn run_with(
         &self,
+        asked: Option<Asked>,
         mut call_fn: impl FnMut(&RejectionSample<'_, Host>, &mut RejectionOutput<'_, Host>) -> specdec::Result<()>,
-    ) -> Result<Verified, specdec::Error> {
+    ) -> Result<(Verified, LogprobBits), specdec::Error> {
         let call = self.call();
         let requests = self.requests();
         let k1 = self.max_drafts + 1;
         let mut num_emitted = vec![i32::MIN; requests];
         let mut accepted = vec![i32::MIN; requests];
         let mut row_status = vec![u32::MAX; self.rows];
+        let mut buffers = LogprobBuffers::new(requests * k1, asked);
+        let logprobs = buffers.outputs();
         let tokens = if self.tokens_i64 {
             let mut t = vec![i64::MIN; requests * k1];
-            let out = RejectionOutput::new(&mut t, &mut num_emitted);
+            let out = RejectionOutput::new(&mut t, &mut num_emitted).with_logprobs(logprobs);
             call_fn(&call, &mut out.with_accepted(&mut accepted).with_row_status(&mut row_status))?;
             t
         } else {
             let mut t = vec![i32::MIN; requests * k1];
-            let out = RejectionOutput::new(&mut t, &mut num_emitted);
+            let out = RejectionOutput::new(&mut t, &mut num_emitted).with_logprobs(logprobs);
             call_fn(&call, &mut out.with_accepted(&mut accepted).with_row_status(&mut row_status))?;
             t.into_iter().map(i64::from).collect()
         };
-        Ok(Verified { tokens, num_emitted, accepted, row_status })
+        Ok((Verified { tokens, num_emitted, accepted, row_status }, buffers.bits()))
     }
 
     /// Runs the call through [`Cuda::rejection_sample`] with device copies

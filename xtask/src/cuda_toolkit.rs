@@ -7,7 +7,9 @@
 //! We install CUDA 13.0 from NVIDIA's PyPI wheels into `.tools/cuda-13.0`
 //! (nvcc, its front end and headers, and the libraries), and link libcuda
 //! against a stub of the driver functions cudarc declares (the driver itself
-//! comes with the GPU machine's NVIDIA driver). 13.0 because it is the
+//! comes with the GPU machine's NVIDIA driver), and libnccl (`specdec`'s
+//! feature `nccl`) against a stub of NCCL's (the GPU machine's comes with
+//! its PyTorch: `cuda-libs.sh` finds it). 13.0 because it is the
 //! CUDA of the H200 machines' driver (580) and libraries, and the 12.x
 //! wheels carry no nvcc. The GPU machine runs the binaries against its own
 //! CUDA 13 libraries (the bundles' scripts find them: `cuda-libs.sh`).
@@ -56,6 +58,9 @@ for wheel in sys.argv[2:]:
 /// Sets up `cargo` to build candle's CUDA backend with the toolkit (installed first if missing).
 pub fn configure(root: &Path, cargo: &mut Command) -> Result<()> {
     let toolkit = install(root)?;
+    for stub in STUBS {
+        stub.build(root, &toolkit.join("lib/stubs"))?;
+    }
     let path = std::env::var_os("PATH").unwrap_or_default();
     let mut paths = vec![toolkit.join("bin")];
     paths.extend(std::env::split_paths(&path));
@@ -88,7 +93,6 @@ fn install(root: &Path) -> Result<PathBuf> {
     extract.args(["-c", EXTRACT_PY]).arg(&toolkit).args(files);
     cmd::run_ok(&mut extract)?;
     link_unversioned(&toolkit.join("lib"))?;
-    driver_stub(root, &toolkit.join("lib/stubs"))?;
     std::fs::write(toolkit.join(MARKER), WHEELS.join("\n")).map_err(|e| format!("write marker: {e}"))?;
     println!("installed the CUDA 13.0 toolkit at {}", toolkit.display());
     Ok(toolkit)
@@ -110,29 +114,50 @@ fn link_unversioned(lib: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `libcuda.so` (soname `libcuda.so.1`) defining every driver function
-/// cudarc declares, for the link; the real one is loaded at run time.
-fn driver_stub(root: &Path, dir: &Path) -> Result<()> {
-    let sys = cudarc_dir(root)?.join("src/driver/sys/mod.rs");
-    let source = std::fs::read_to_string(&sys).map_err(|e| format!("read {}: {e}", sys.display()))?;
-    let mut names: Vec<&str> = source
-        .lines()
-        .filter_map(|l| l.strip_prefix("pub unsafe fn "))
-        .filter_map(|l| l.split_once('(').map(|(name, _)| name))
-        .filter(|name| name.starts_with("cu"))
-        .collect();
-    names.sort_unstable();
-    names.dedup();
-    if names.is_empty() {
-        return Err(format!("no driver functions found in {}", sys.display()));
+/// A library to link against where the GPU machine has the real one: a
+/// stub that defines every function of its `cudarc` bindings.
+struct Stub {
+    /// The bindings, in cudarc's source folder.
+    sys: &'static str,
+    /// The prefix of the functions' names.
+    prefix: &'static str,
+    /// The library's file name and soname.
+    file: &'static str,
+    soname: &'static str,
+}
+
+const STUBS: [Stub; 2] = [
+    Stub { sys: "src/driver/sys/mod.rs", prefix: "cu", file: "libcuda.so", soname: "libcuda.so.1" },
+    Stub { sys: "src/nccl/sys/mod.rs", prefix: "nccl", file: "libnccl.so", soname: "libnccl.so.2" },
+];
+
+impl Stub {
+    /// Builds the stub into `dir`, unless it is there.
+    fn build(&self, root: &Path, dir: &Path) -> Result<()> {
+        if dir.join(self.file).is_file() {
+            return Ok(());
+        }
+        let sys = cudarc_dir(root)?.join(self.sys);
+        let source = std::fs::read_to_string(&sys).map_err(|e| format!("read {}: {e}", sys.display()))?;
+        let mut names: Vec<&str> = source
+            .lines()
+            .filter_map(|l| l.strip_prefix("pub unsafe fn "))
+            .filter_map(|l| l.split_once('(').map(|(name, _)| name))
+            .filter(|name| name.starts_with(self.prefix))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        if names.is_empty() {
+            return Err(format!("no functions found in {}", sys.display()));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+        let c = dir.join(format!("{}_stub.c", self.file.trim_end_matches(".so")));
+        let body: String = names.iter().map(|n| format!("void {n}(void) {{}}\n")).collect();
+        std::fs::write(&c, body).map_err(|e| format!("write {}: {e}", c.display()))?;
+        let mut cc = Command::new("cc");
+        cc.args(["-shared", "-fPIC", &format!("-Wl,-soname,{}", self.soname), "-o"]).arg(dir.join(self.file)).arg(&c);
+        cmd::run_ok(&mut cc)
     }
-    std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-    let c = dir.join("libcuda_stub.c");
-    let body: String = names.iter().map(|n| format!("void {n}(void) {{}}\n")).collect();
-    std::fs::write(&c, body).map_err(|e| format!("write {}: {e}", c.display()))?;
-    let mut cc = Command::new("cc");
-    cc.args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"]).arg(dir.join("libcuda.so")).arg(&c);
-    cmd::run_ok(&mut cc)
 }
 
 /// The source folder of the cudarc the workspace builds (`cargo metadata`).

@@ -6,7 +6,7 @@
 //! (`specdec_core::exp_sum`). Built so far, on the CPU backend:
 //! `gumbel_sample` ([`crate::Cpu::sharded_gumbel_sample`]) and
 //! `rejection_sample` ([`crate::Cpu::sharded_rejection_sample`]), with
-//! filters that have a top-k, without log-probabilities.
+//! filters that have a top-k and with log-probabilities.
 
 use crate::error::{Error, Result};
 use crate::memory::{Host, Memory};
@@ -16,6 +16,11 @@ use specdec_core::argmax::ArgMax;
 use specdec_core::exp_sum::{ExpSum, GROUPS};
 use specdec_core::filter::Filter;
 use std::sync::{Arc, Barrier, Mutex};
+
+mod device;
+pub use device::InProcessCuda;
+#[cfg(feature = "nccl")]
+pub use device::Nccl;
 
 /// This rank's part of every row: ids `offset .. offset + V_r` of a row of
 /// `vocab` ids, where `V_r` is the width of the logits the rank passes.
@@ -76,6 +81,11 @@ impl Header {
             vocab: shard.vocab as u32,
             digest: digest(words),
         }
+    }
+
+    /// The rank, of a group's `headers`, whose shard holds global id `id`.
+    pub fn owner(headers: &[Header], id: u32) -> Option<usize> {
+        headers.iter().position(|h| (h.offset..h.offset + h.ids).contains(&id))
     }
 
     /// Every rank's checks passed, the ranks' calls agree, and their shards

@@ -1,7 +1,8 @@
 //! `gumbel_sample` on the CPU: the twin of `crates/kernels/src/gumbel.rs`.
 
 use super::filter::{self, Largest, kept_of_largest};
-use super::logprobs::{self, Emitted};
+use super::logprobs::{self, Asked, Emitted};
+use super::sharded_logprobs::{self, Processed};
 use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax};
 use crate::error::{Error, Result};
@@ -14,10 +15,12 @@ use crate::tensor::{Column, DraftLogitsMut, Tokens, Values, ValuesMut};
 use rayon::prelude::*;
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::{Bf16, DType, Element, F16};
+use specdec_core::exp_sum::ExpSum;
 use specdec_core::filter::Filter;
 use specdec_core::rng::Stream;
 use specdec_core::sample::Sampler;
 use specdec_core::status::NAN_LOGITS;
+use std::borrow::Cow;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 impl Cpu {
@@ -59,10 +62,13 @@ impl Cpu {
     /// which every rank finds the row's kept set; a second exchange then
     /// combines the ranks' candidates over it.
     ///
+    /// Log-probabilities add to the first exchange each row's sums (raw and
+    /// scaled, REFERENCE §2.6) and its candidate's raw value (to the second
+    /// for filtered rows); a top-n (with ranks) takes one more exchange.
+    ///
     /// # Errors
     /// This rank's errors of [`Cpu::gumbel_sample`], [`Error::InvalidShard`],
-    /// and [`Error::NotSharded`] for top-p or min-p without a top-k, or for
-    /// log-probabilities; a rank whose checks fail (or that panics) still
+    /// and [`Error::NotSharded`] for top-p or min-p without a top-k; a rank whose checks fail (or that panics) still
     /// takes part in the exchanges, and the others return
     /// [`Error::PeerFailed`] (having written their draft logits). On every
     /// rank alike, [`Error::InvalidShard`] where the ranks' shards do not
@@ -85,11 +91,12 @@ impl Cpu {
             .map(|row| shard::message_filter(&p.filters, p.temperature, args.slots.get(row).copied().unwrap_or(-1)))
             .collect();
         let lengths: Vec<usize> = filters.iter().map(|&f| shard::list_length(f, shard.vocab)).collect();
+        let asked = Asked::of(&out.logprobs);
         // A rank that panics still sends its message (failed), so that no other waits for it.
-        let mine = catch_unwind(AssertUnwindSafe(|| shard_candidates(shard, args, out)));
-        let (header, sampled) = match &mine {
-            Ok(Ok(sampled)) => (header(shard, args), &sampled[..]),
-            _ => (Header::FAILED, &[][..]),
+        let mine = catch_unwind(AssertUnwindSafe(|| shard_candidates(shard, args, out, &lengths)));
+        let (header, sampled, parts) = match &mine {
+            Ok(Ok((sampled, parts))) => (header(shard, args, out), &sampled[..], &parts[..]),
+            _ => (Header::FAILED, &[][..], &[][..]),
         };
         let candidates: Vec<Candidate> =
             (0..rows).map(|row| sampled.get(row).map_or(Candidate::NONE, |s| s.0)).collect();
@@ -97,11 +104,14 @@ impl Cpu {
         for (row, &n) in lengths.iter().enumerate().filter(|(_, n)| **n > 0) {
             Largest::write(sampled.get(row).and_then(|s| s.1.as_ref()), n, &mut message);
         }
+        if asked.is_some() {
+            (0..rows).for_each(|row| parts.get(row).unwrap_or(&LogprobPart::NONE).write(&mut message));
+        }
         let gathered = shard::gather(exchange, &message.0);
         mine.unwrap_or_else(|panic| resume_unwind(panic))?;
         let gathered = gathered?;
         let mut combined = vec![Candidate::NONE; rows];
-        let (mut headers, mut lists) = (Vec::new(), Vec::new());
+        let (mut headers, mut lists, mut theirs_lp) = (Vec::new(), Vec::new(), Vec::new());
         for bytes in gathered.chunks_exact(message.0.len()) {
             let mut r = Reader { bytes, at: 0 };
             let (header, theirs) = shard::decode(&mut r, rows);
@@ -110,71 +120,214 @@ impl Cpu {
             }
             headers.push(header);
             lists.push(lengths.iter().map(|&n| (n > 0).then(|| Largest::read(n, &mut r))).collect::<Vec<_>>());
+            let lp: Vec<LogprobPart> =
+                if asked.is_some() { (0..rows).map(|_| LogprobPart::read(&mut r)).collect() } else { Vec::new() };
+            theirs_lp.push(lp);
         }
         Header::check_group(&headers)?;
+        // Every filtered row's τ and LSE(S) from the lists.
+        let kept: Vec<Option<(f32, f32)>> = (0..rows)
+            .map(|row| {
+                let theirs = lists.iter().filter_map(|l: &Vec<Option<Largest>>| l[row].as_ref());
+                (lengths[row] > 0).then(|| kept_of_largest(theirs, filters[row], shard.vocab))
+            })
+            .collect();
+        // Each rank's raw value of its candidate: round 1's, a filtered row's from round 2.
+        let mut xs: Vec<Vec<f32>> = theirs_lp.iter().map(|lp| lp.iter().map(|p| p.x).collect()).collect();
         if lengths.iter().any(|&n| n > 0) {
-            // Every filtered row's τ from the lists, then round 2: the ranks' bests over their kept ids.
-            let taus: Vec<Option<f32>> = (0..rows)
-                .map(|row| {
-                    let theirs = lists.iter().filter_map(|l: &Vec<Option<Largest>>| l[row].as_ref());
-                    (lengths[row] > 0).then(|| kept_of_largest(theirs, filters[row], shard.vocab).0)
-                })
-                .collect();
-            let bests = kept_round(exchange, args, shard, out, &taus)?;
+            // Round 2: the ranks' bests over their kept ids.
+            let taus: Vec<Option<f32>> = kept.iter().map(|k| k.map(|(tau, _)| tau)).collect();
+            let (bests, kept_xs) = kept_round(exchange, args, shard, out, &taus)?;
             for (c, best) in combined.iter_mut().zip(bests) {
                 c.best = c.best.combine(best);
             }
+            for (x, theirs) in xs.iter_mut().zip(kept_xs).filter(|_| asked.is_some()) {
+                for (row, t) in theirs.into_iter().enumerate().filter(|(row, _)| taus[*row].is_some()) {
+                    x[row] = t;
+                }
+            }
         }
-        let mut out = RowOut { tokens: &mut out.tokens, row_status: out.row_status.as_deref_mut() };
-        for (row, c) in combined.into_iter().enumerate() {
-            write_row(&mut out, row, c.best.index, c.nan);
+        let GumbelOutput { tokens, row_status, draft_logits, logprobs } = out;
+        let mut row_out = RowOut { tokens, row_status: row_status.as_deref_mut() };
+        for (row, c) in combined.iter().enumerate() {
+            write_row(&mut row_out, row, c.best.index, c.nan);
         }
-        Ok(())
+        let Some(asked) = asked else { return Ok(()) };
+        let draft = draft_logits.as_ref();
+        let p = &args.params;
+        let width = (shard.offset as u32, args.logits.vocab);
+        sharded_logprobs::write(exchange, logprobs, width, rows, |row| {
+            let sum = |part: fn(&LogprobPart) -> &ExpSum| {
+                let mut s = ExpSum::EMPTY;
+                theirs_lp.iter().for_each(|lp| s.combine(part(&lp[row])));
+                s.lse()
+            };
+            let owner = Header::owner(&headers, combined[row].best.index);
+            let slot = args.slots[row];
+            let t = if slot >= 0 { p.temperature[slot as usize] } else { 0.0 };
+            let dist = (t != 0.0).then(|| {
+                let sampler = Sampler::new(t, 0, 0, Stream::Target);
+                match kept[row] {
+                    Some((tau, lse)) => Processed { sampler, tau: Some(tau), lse },
+                    None => Processed { sampler, tau: None, lse: sum(|p| &p.scaled) },
+                }
+            });
+            let raw_lse = if asked.needs_raw(t == 0.0) { sum(|p| &p.raw) } else { f32::NAN };
+            Some(sharded_logprobs::Emitted {
+                values: Cow::Owned(sampled_row(args, draft, row)),
+                x: owner.map_or(f32::NAN, |o| xs[o][row]),
+                raw_lse,
+                dist,
+            })
+        })
     }
 }
 
 /// Round 2 of a sharded call with filters: every filtered row's best
 /// (`taus[row]`: its kept set's `τ`) over the ranks, each rank's over its
 /// ids of the kept set ([`kept_bests`]); `ArgMax::IDENTITY` for other rows.
+/// With log-probabilities, also each rank's raw value of its best, per row
+/// (`NaN` where none).
 fn kept_round(
     exchange: &mut dyn Exchange<Host>,
     args: &GumbelSample<'_, Host>,
     shard: Shard,
     out: &GumbelOutput<'_, Host>,
     taus: &[Option<f32>],
-) -> Result<Vec<ArgMax>> {
+) -> Result<(Vec<ArgMax>, Vec<Vec<f32>>)> {
     let rows = Rows::of(args, Some(shard));
     let draft = out.draft_logits.as_ref().map(|(d, _)| d.data.dtype());
-    let mine = catch_unwind(AssertUnwindSafe(|| match &args.logits.data {
-        Values::F32(l) => kept_bests(&rows, l, draft, taus),
-        Values::BF16(l) => kept_bests(&rows, l.as_core(), draft, taus),
-        Values::F16(l) => kept_bests(&rows, l.as_core(), draft, taus),
-    }));
+    let logprobs = !out.logprobs.is_none();
     let filtered: Vec<usize> = (0..taus.len()).filter(|&row| taus[row].is_some()).collect();
+    let mine = catch_unwind(AssertUnwindSafe(|| {
+        let bests = match &args.logits.data {
+            Values::F32(l) => kept_bests(&rows, l, draft, taus),
+            Values::BF16(l) => kept_bests(&rows, l.as_core(), draft, taus),
+            Values::F16(l) => kept_bests(&rows, l.as_core(), draft, taus),
+        };
+        let x = |row: usize| candidate_value(&sampled_row(args, out.draft_logits.as_ref(), row), bests[row], shard);
+        let xs: Vec<f32> = if logprobs { filtered.iter().map(|&row| x(row)).collect() } else { Vec::new() };
+        (bests, xs)
+    }));
     let mut message = Writer(Vec::new());
     message.u32(u32::from(mine.is_ok()));
-    for &row in &filtered {
-        message.arg_max(mine.as_ref().map_or(ArgMax::IDENTITY, |bests| bests[row]));
+    for (k, &row) in filtered.iter().enumerate() {
+        message.arg_max(mine.as_ref().map_or(ArgMax::IDENTITY, |(bests, _)| bests[row]));
+        if logprobs {
+            message.f32(mine.as_ref().map_or(f32::NAN, |(_, xs)| xs[k]));
+        }
     }
     let gathered = shard::gather(exchange, &message.0);
     if let Err(panic) = mine {
         resume_unwind(panic);
     }
     let mut combined = vec![ArgMax::IDENTITY; taus.len()];
+    let mut xs = Vec::new();
     for (rank, bytes) in gathered?.chunks_exact(message.0.len()).enumerate() {
         let mut r = Reader { bytes, at: 0 };
         if r.u32() == 0 {
             return Err(Error::PeerFailed { rank });
         }
+        let mut x = vec![f32::NAN; taus.len()];
         for &row in &filtered {
             combined[row] = combined[row].combine(r.arg_max());
+            if logprobs {
+                x[row] = r.f32();
+            }
+        }
+        xs.push(x);
+    }
+    Ok((combined, xs))
+}
+
+/// A rank's part of a row's log-probabilities in round 1: the §2.6 sums of
+/// the raw row and of the scaled row (each where a position needs it; a
+/// filtered row's `LSE(S)` comes from its lists) and the raw value of its
+/// candidate's id, over the values the row was sampled from.
+struct LogprobPart {
+    raw: ExpSum,
+    scaled: ExpSum,
+    x: f32,
+}
+
+impl LogprobPart {
+    const NONE: LogprobPart = LogprobPart { raw: ExpSum::EMPTY, scaled: ExpSum::EMPTY, x: f32::NAN };
+
+    /// This rank's part of row `row` (`unfiltered`: its `LSE` is a sum's),
+    /// whose candidate is `best`.
+    fn of(
+        args: &GumbelSample<'_, Host>,
+        out: &GumbelOutput<'_, Host>,
+        shard: Shard,
+        row: usize,
+        best: ArgMax,
+        unfiltered: bool,
+    ) -> Self {
+        let Some(asked) = Asked::of(&out.logprobs) else { return LogprobPart::NONE };
+        let values = sampled_row(args, out.draft_logits.as_ref(), row);
+        let slot = args.slots[row];
+        let t = if slot >= 0 { args.params.temperature[slot as usize] } else { 0.0 };
+        let (level, all) = (Level::detect(), f32::NEG_INFINITY);
+        let sum = |t: f32| simd::exp_sum_kept(level, &Sampler::new(t, 0, 0, Stream::Target), &values[..], all);
+        LogprobPart {
+            raw: if asked.needs_raw(t == 0.0) { sum(1.0) } else { ExpSum::EMPTY },
+            scaled: if asked.needs_dist(t == 0.0) && unfiltered { sum(t) } else { ExpSum::EMPTY },
+            x: candidate_value(&values, best, shard),
         }
     }
-    Ok(combined)
+
+    fn write(&self, w: &mut Writer) {
+        w.exp_sum(&self.raw);
+        w.exp_sum(&self.scaled);
+        w.f32(self.x);
+    }
+
+    fn read(r: &mut Reader) -> Self {
+        LogprobPart { raw: r.exp_sum(), scaled: r.exp_sum(), x: r.f32() }
+    }
+}
+
+/// The value in this rank's `values` of a row of its candidate `best` (`NaN` for none).
+fn candidate_value(values: &[f32], best: ArgMax, shard: Shard) -> f32 {
+    let local = best.index.checked_sub(shard.offset as u32);
+    local.and_then(|i| values.get(i as usize)).copied().unwrap_or(f32::NAN)
+}
+
+/// Row `row`'s values on this rank as its log-probabilities take them,
+/// widened to `f32` (exactly): its logits, or where the draft logits round
+/// them, those stored there, read back after the call's writes (as
+/// [`row_logprobs`] reads them).
+fn sampled_row(
+    args: &GumbelSample<'_, Host>,
+    draft: Option<&(DraftLogitsMut<'_, Host>, Column<'_, Host>)>,
+    row: usize,
+) -> Vec<f32> {
+    fn widen<V: Logit>(v: &[V]) -> Vec<f32> {
+        v.iter().map(|x| x.to_f32()).collect()
+    }
+    let (l, slot) = (&args.logits, args.slots[row]);
+    match draft.filter(|(d, _)| slot >= 0 && l.data.dtype().rounds_into(d.data.dtype())) {
+        Some((d, column)) => {
+            let at = stored_row(d, column, row, slot, l.vocab);
+            match &d.data {
+                ValuesMut::F32(v) => v[at].to_vec(),
+                ValuesMut::BF16(v) => widen(&v.as_core()[at]),
+                ValuesMut::F16(v) => widen(&v.as_core()[at]),
+            }
+        }
+        None => {
+            let at = row * l.row_stride..row * l.row_stride + l.vocab;
+            match &l.data {
+                Values::F32(v) => v[at].to_vec(),
+                Values::BF16(v) => widen(&v.as_core()[at]),
+                Values::F16(v) => widen(&v.as_core()[at]),
+            }
+        }
+    }
 }
 
 /// This rank's header: its shard, and the digest of what every rank passes alike.
-fn header(shard: Shard, args: &GumbelSample<'_, Host>) -> Header {
+fn header(shard: Shard, args: &GumbelSample<'_, Host>, out: &GumbelOutput<'_, Host>) -> Header {
     let p = &args.params;
     let words = [args.logits.rows as u64, u64::from(args.drafting)]
         .into_iter()
@@ -182,28 +335,34 @@ fn header(shard: Shard, args: &GumbelSample<'_, Host>) -> Header {
         .chain(args.pos.iter().copied())
         .chain(p.temperature.iter().map(|t| u64::from(t.to_bits())))
         .chain(p.seed.iter().copied())
-        .chain(shard::filter_words(&p.filters));
+        .chain(shard::filter_words(&p.filters))
+        .chain(sharded_logprobs::digest_words(&out.logprobs));
     Header::of(shard, args.logits.vocab, words)
 }
 
 /// This rank's candidate for each row (a filtered row's: its NaN flag, and
-/// its top-value list), its draft logits written.
+/// its top-value list), its draft logits written; with log-probabilities,
+/// each row's [`LogprobPart`] (`lengths`: the rows' list lengths, 0 for none).
 fn shard_candidates(
     shard: Shard,
     args: &GumbelSample<'_, Host>,
     out: &mut GumbelOutput<'_, Host>,
-) -> Result<Vec<(Candidate, Option<Largest>)>> {
+    lengths: &[usize],
+) -> Result<(Vec<Sampled>, Vec<LogprobPart>)> {
     let shape = args.check(out)?;
     shard.check(args.logits.vocab)?;
     args.check_values(out, shape)?;
     shard::check_filters(args.slots, args.params.temperature, shard.vocab, &[&args.params.filters])?;
-    if !out.logprobs.is_none() {
-        return Err(Error::NotSharded { what: "log-probabilities" });
-    }
     let mut sampled = vec![(Candidate::NONE, None); args.logits.rows];
     let rows = Rows::of(args, Some(shard));
     sample_call(args, &rows, out.draft_logits.as_mut(), &mut |row, c| sampled[row] = c);
-    Ok(sampled)
+    let parts = if out.logprobs.is_none() {
+        Vec::new()
+    } else {
+        let part = |row: usize| LogprobPart::of(args, out, shard, row, sampled[row].0.best, lengths[row] == 0);
+        (0..args.logits.rows).map(part).collect()
+    };
+    Ok((sampled, parts))
 }
 
 /// The read-only per-call inputs.

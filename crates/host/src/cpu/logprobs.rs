@@ -1,6 +1,8 @@
 //! Log-probabilities of emitted tokens on the CPU (REFERENCE §8): after a
 //! call's tokens are known, each emitted position's row is read again for
-//! the log-sum-exps it needs, and once more for its top-n and rank.
+//! the log-sum-exps it needs, and once more for its top-n and rank. A
+//! sharded call (`sharded_logprobs`) takes the same outputs from the parts
+//! its ranks send.
 
 use super::dist::Dist;
 use super::simd::{self, Level, Logit};
@@ -23,21 +25,52 @@ pub(super) struct Emitted<'r, L> {
 }
 
 /// What [`Logprobs`] asks of each position.
-#[derive(Clone, Copy)]
-struct Asked {
-    processed: bool,
-    raw: bool,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Asked {
+    pub processed: bool,
+    pub raw: bool,
     /// `n` and the distribution of the top-n and rank.
-    top: Option<(usize, Distribution)>,
+    pub top: Option<(usize, Distribution)>,
+}
+
+impl Asked {
+    /// What `logprobs` asks for (`None`: nothing).
+    pub fn of(logprobs: &Logprobs<'_, Host>) -> Option<Asked> {
+        (!logprobs.is_none()).then(|| Asked {
+            processed: logprobs.processed.is_some(),
+            raw: logprobs.raw.is_some(),
+            top: logprobs.top.as_ref().map(|t| (t.n, t.distribution)),
+        })
+    }
+
+    fn wants(&self, d: Distribution) -> bool {
+        self.top.is_some_and(|(_, t)| t == d)
+    }
+
+    /// Whether a position of a `greedy` row (whose processed distribution is
+    /// the raw one) needs its row's raw log-sum-exp.
+    pub fn needs_raw(&self, greedy: bool) -> bool {
+        self.raw || self.wants(Distribution::Raw) || (greedy && self.wants_processed())
+    }
+
+    /// Whether a position of a row sampled at a temperature needs its row's
+    /// processed distribution.
+    pub fn needs_dist(&self, greedy: bool) -> bool {
+        !greedy && self.wants_processed()
+    }
+
+    fn wants_processed(&self) -> bool {
+        self.processed || self.wants(Distribution::Processed)
+    }
 }
 
 /// One position's outputs.
-struct Found {
-    processed: f32,
-    raw: f32,
+pub(super) struct Found {
+    pub processed: f32,
+    pub raw: f32,
     /// The top-n, best first: (log-probability, id).
-    top: Vec<(f32, u32)>,
-    rank: i32,
+    pub top: Vec<(f32, u32)>,
+    pub rank: i32,
 }
 
 /// Writes `logprobs` at the positions `0..positions` for which `emitted(i)`
@@ -49,14 +82,7 @@ pub(super) fn write<'r, L: Logit + Sync + 'r>(
     parallel: bool,
     emitted: impl Fn(usize) -> Option<Emitted<'r, L>> + Sync,
 ) {
-    if logprobs.is_none() {
-        return;
-    }
-    let asked = Asked {
-        processed: logprobs.processed.is_some(),
-        raw: logprobs.raw.is_some(),
-        top: logprobs.top.as_ref().map(|t| (t.n, t.distribution)),
-    };
+    let Some(asked) = Asked::of(logprobs) else { return };
     let level = Level::detect();
     let find = |i: usize| emitted(i).map(|e| (i, find(level, asked, &e)));
     let found: Vec<Option<(usize, Found)>> =
@@ -72,7 +98,7 @@ pub(super) fn past(logprobs: &mut Logprobs<'_, Host>, i: usize) {
 }
 
 /// Position `i`'s outputs: `f`'s, or (`None`) those of a position past its request's tokens.
-fn put(logprobs: &mut Logprobs<'_, Host>, i: usize, f: Option<&Found>) {
+pub(super) fn put(logprobs: &mut Logprobs<'_, Host>, i: usize, f: Option<&Found>) {
     if let Some(p) = logprobs.processed.as_deref_mut() {
         p[i] = f.map_or(f32::NAN, |f| f.processed);
     }
@@ -93,10 +119,7 @@ fn put(logprobs: &mut Logprobs<'_, Host>, i: usize, f: Option<&Found>) {
 /// Position `e`'s outputs as `asked`; those not asked are NaN, empty or 0.
 fn find<L: Logit>(level: Level, asked: Asked, e: &Emitted<'_, L>) -> Found {
     let greedy = e.temperature == 0.0;
-    let wants = |d: Distribution| asked.top.is_some_and(|(_, t)| t == d);
-    let need_raw =
-        asked.raw || wants(Distribution::Raw) || (greedy && (asked.processed || wants(Distribution::Processed)));
-    let need_dist = !greedy && (asked.processed || wants(Distribution::Processed));
+    let (need_raw, need_dist) = (asked.needs_raw(greedy), asked.needs_dist(greedy));
     let unit = Sampler::new(1.0, 0, 0, Stream::Target);
     let raw_lse = if need_raw { simd::lse(level, &unit, e.values) } else { f32::NAN };
     let sampler = Sampler::new(e.temperature, 0, 0, Stream::Target);
@@ -129,12 +152,28 @@ fn find<L: Logit>(level: Level, asked: Asked, e: &Emitted<'_, L>) -> Found {
 /// its log-probability, and the rank of `token`: 1 + the number of ids
 /// whose log-probability is larger than its.
 fn top_and_rank<L: Logit>(values: &[L], n: usize, token: u32, logprob: impl Fn(f32) -> f32) -> (Vec<(f32, u32)>, i32) {
+    let mine = logprob(values[token as usize].to_f32());
+    let (top, larger) = top_and_larger(values, 0, n, mine, &logprob);
+    (top, larger + 1)
+}
+
+/// The `n` best of `values` (ids from `base`) as [`top_and_rank`] lists
+/// them, and how many have a log-probability larger than `mine`: a rank's
+/// part of a sharded call's top-n and rank (the parts merge by [`merge_top`]
+/// and add up).
+pub(super) fn top_and_larger<L: Logit>(
+    values: &[L],
+    base: u32,
+    n: usize,
+    mine: f32,
+    logprob: impl Fn(f32) -> f32,
+) -> (Vec<(f32, u32)>, i32) {
     debug_assert!(n <= MAX_TOP_LOGPROBS);
-    let mine = ArgMax::new(logprob(values[token as usize].to_f32()), token).value;
+    let mine = ArgMax::new(mine, 0).value;
     let mut best: Vec<ArgMax> = Vec::with_capacity(n + 1);
     let mut larger = 0i32;
     for (i, v) in values.iter().enumerate() {
-        let c = ArgMax::new(logprob(v.to_f32()), i as u32);
+        let c = ArgMax::new(logprob(v.to_f32()), base + i as u32);
         larger += (c.value > mine) as i32;
         if best.len() < n || best.last().is_some_and(|last| c.beats(*last)) {
             let at = best.partition_point(|b| b.beats(c));
@@ -142,6 +181,25 @@ fn top_and_rank<L: Logit>(values: &[L], n: usize, token: u32, logprob: impl Fn(f
             best.truncate(n);
         }
     }
-    let top = best.into_iter().map(|b| (logprob(values[b.index as usize].to_f32()), b.index)).collect();
-    (top, larger + 1)
+    let top = best.into_iter().map(|b| (logprob(values[(b.index - base) as usize].to_f32()), b.index)).collect();
+    (top, larger)
+}
+
+/// The `n` best of several lists of [`top_and_larger`] over disjoint ids,
+/// in its order: the list of the ids together.
+pub(super) fn merge_top(lists: impl IntoIterator<Item = (f32, u32)>, n: usize) -> Vec<(f32, u32)> {
+    let key = |&(v, id): &(f32, u32)| ArgMax::new(v, id);
+    let mut all: Vec<(f32, u32)> = lists.into_iter().collect();
+    all.sort_by(|a, b| {
+        let (a, b) = (key(a), key(b));
+        if a.beats(b) {
+            std::cmp::Ordering::Less
+        } else if b.beats(a) {
+            std::cmp::Ordering::Greater
+        } else {
+            std::cmp::Ordering::Equal
+        }
+    });
+    all.truncate(n);
+    all
 }

@@ -14,6 +14,7 @@ mod filter;
 mod gumbel;
 mod logprobs;
 mod rejection;
+mod sharded_logprobs;
 mod sharded_rejection;
 mod simd;
 

@@ -17,11 +17,18 @@
 //! (`filter::Largest`): every value of the kept set is in some rank's list,
 //! so every rank finds the row's `τ` and `LSE(S)` from the lists alone.
 //! Top-p or min-p without a top-k keep sets of no bounded size: refused.
+//!
+//! Log-probabilities add to round 1 each row's raw sums and the raw values
+//! of its argmax and draft token, and to round 2 the raw values of the
+//! candidates; a top-n (and rank) takes a third exchange
+//! (`sharded_logprobs`).
 
 use super::filter::{Largest, fold_listed, kept_ids, kept_of_largest, masked};
+use super::logprobs::Asked;
 use super::rejection::{
     Verdict, draft_candidates, listed_candidates, mass, one_hot_candidates, residual_units, write_request,
 };
+use super::sharded_logprobs::{self, Emitted, Processed, log_prob};
 use super::simd::{self, Level, Logit};
 use super::{AsCore, Cpu, first_argmax};
 use crate::error::{Error, Result};
@@ -52,7 +59,7 @@ impl Cpu {
     /// The unsharded call's, with draft ids checked against `shard.vocab`;
     /// `InvalidShard` where the ranks' shards or calls do not fit together,
     /// `PeerFailed` where another rank's checks failed; `NotSharded` for
-    /// top-p or min-p without a top-k, and for log-probabilities.
+    /// top-p or min-p without a top-k.
     pub fn sharded_rejection_sample(
         &self,
         shard: Shard,
@@ -68,7 +75,7 @@ impl Cpu {
     }
 }
 
-fn with_draft<T: Logit>(
+fn with_draft<T: Logit + Sync>(
     shard: Shard,
     exchange: &mut dyn Exchange<Host>,
     args: &RejectionSample<'_, Host>,
@@ -85,7 +92,7 @@ fn with_draft<T: Logit>(
 }
 
 /// The two rounds of the module docs, then the outputs.
-fn run<T: Logit, C: Logit>(
+fn run<T: Logit + Sync, C: Logit + Sync>(
     shard: Shard,
     exchange: &mut dyn Exchange<Host>,
     view: View<'_, '_, T, C>,
@@ -97,23 +104,25 @@ fn run<T: Logit, C: Logit>(
     // entry for every row on a valid call.
     let rows = args.pos.len();
     let filters = row_filters(args, shard.vocab);
+    let asked = Asked::of(&out.logprobs);
+    let logprobs = asked.is_some();
     // Round 1. A rank that fails or panics still sends (a failed header), so
     // that no other waits for it.
     let mine = catch_unwind(AssertUnwindSafe(|| {
-        check(shard, args, out).map(|()| view.row_stats(out.row_status.is_some(), &filters))
+        check(shard, args, out).map(|()| view.row_stats(out.row_status.is_some(), &filters, asked))
     }));
-    let mut message = Writer(Vec::with_capacity(Header::BYTES + rows * RowStats::BYTES));
+    let mut message = Writer(Vec::with_capacity(Header::BYTES + rows * RowStats::bytes(logprobs)));
     match &mine {
         Ok(Ok(stats)) => {
             message.header(header(shard, args, out));
-            stats.iter().for_each(|s| s.write(&mut message));
+            stats.iter().for_each(|s| s.write(&mut message, logprobs));
             for (f, s) in filters.iter().zip(stats) {
                 s.lists.write(f, &mut message);
             }
         }
         _ => {
             message.header(Header::FAILED);
-            (0..rows).for_each(|_| RowStats::NONE.write(&mut message));
+            (0..rows).for_each(|_| RowStats::NONE.write(&mut message, logprobs));
             filters.iter().for_each(|f| Lists::default().write(f, &mut message));
         }
     }
@@ -127,7 +136,7 @@ fn run<T: Logit, C: Logit>(
     let ranks: Vec<Vec<RowStats>> = readers
         .iter_mut()
         .map(|r| {
-            let mut stats: Vec<RowStats> = (0..rows).map(|_| RowStats::read(r)).collect();
+            let mut stats: Vec<RowStats> = (0..rows).map(|_| RowStats::read(r, logprobs)).collect();
             for (f, s) in filters.iter().zip(&mut stats) {
                 s.lists = Lists::read(f, r);
             }
@@ -143,14 +152,14 @@ fn run<T: Logit, C: Logit>(
     // Round 2: each request's parts of its residual masses and its candidates.
     let has_draft = args.draft_logits.is_some();
     let mine = catch_unwind(AssertUnwindSafe(|| {
-        plans.iter().enumerate().map(|(r, p)| view.part(r, p, &totals)).collect::<Vec<_>>()
+        plans.iter().enumerate().map(|(r, p)| view.part(r, p, &totals, logprobs)).collect::<Vec<_>>()
     }));
     let mut message = Writer(Vec::new());
     message.u32(u32::from(mine.is_ok()));
     for (r, plan) in plans.iter().enumerate() {
         match &mine {
             Ok(parts) => parts[r].write(&mut message),
-            Err(_) => Part::empty(plan.sizes(has_draft)).write(&mut message),
+            Err(_) => Part::empty(plan.sizes(has_draft), logprobs).write(&mut message),
         }
     }
     let gathered = shard::gather(exchange, &message.0);
@@ -158,7 +167,7 @@ fn run<T: Logit, C: Logit>(
         resume_unwind(panic);
     }
     let gathered = gathered?;
-    let mut combined: Vec<Part> = plans.iter().map(|p| Part::empty(p.sizes(has_draft))).collect();
+    let mut combined: Vec<Part> = plans.iter().map(|p| Part::empty(p.sizes(has_draft), logprobs)).collect();
     for (rank, bytes) in gathered.chunks_exact(message.0.len()).enumerate() {
         let mut r = Reader { bytes, at: 0 };
         if r.u32() == 0 {
@@ -169,15 +178,31 @@ fn run<T: Logit, C: Logit>(
         }
     }
 
+    let mut verdicts = Vec::with_capacity(plans.len());
     for (r, (plan, part)) in plans.iter().zip(&combined).enumerate() {
-        write_request(args, out, r, plan.verdict(args, &totals, r, part));
+        let verdict = plan.verdict(args, &totals, r, part);
+        write_request(args, out, r, verdict);
+        verdicts.push((verdict, plan.last_value(&totals, args.offsets[r] as usize, verdict.j, part)));
     }
     if let Some(status) = out.row_status.as_deref_mut() {
         for (s, t) in status.iter_mut().zip(&totals) {
             *s = if t.nan { NAN_LOGITS } else { 0 };
         }
     }
-    Ok(())
+    let k1 = args.max_drafts + 1;
+    let width = (shard.offset as u32, args.target.vocab);
+    sharded_logprobs::write(exchange, &mut out.logprobs, width, verdicts.len() * k1, |at| {
+        let (r, i, (Verdict { j, .. }, last_x)) = (at / k1, at % k1, verdicts[at / k1]);
+        if i > j {
+            return None;
+        }
+        let row = args.offsets[r] as usize + i;
+        let t = &totals[row];
+        let x = if i < j { t.drafted_x } else { last_x };
+        let s = sampler(args, r);
+        let dist = (!s.greedy).then_some(Processed { sampler: s, tau: t.tau_t, lse: t.lse_t });
+        Some(Emitted { values: Cow::Borrowed(view.target_row(row)), x, raw_lse: t.raw_lse, dist })
+    })
 }
 
 /// This rank's header: its shard, and the digest of what every rank passes alike.
@@ -196,6 +221,7 @@ fn header(shard: Shard, args: &RejectionSample<'_, Host>, out: &RejectionOutput<
         u64::from(out.row_status.is_some()),
     ]
     .into_iter()
+    .chain(sharded_logprobs::digest_words(&out.logprobs))
     .chain(rates.iter().map(|r| u64::from(r.to_bits())))
     .chain(args.offsets.iter().map(|&o| o as u64))
     .chain(args.drafts.iter().map(|&d| d as u64))
@@ -214,7 +240,10 @@ fn header(shard: Shard, args: &RejectionSample<'_, Host>, out: &RejectionOutput<
 /// draft token's scaled target and draft logits (draft rows of random
 /// requests; the logits `-inf` where another rank holds the token).
 /// The sums are left empty in a row whose filter lists its values instead
-/// (`lists`, sent after every row's fixed part).
+/// (`lists`, sent after every row's fixed part). With log-probabilities,
+/// also the raw row's sums (`raw`, where a position asks for them) and the
+/// raw values of its first argmax (rows of greedy requests) and of the
+/// draft token (`NaN` where another rank holds them).
 #[derive(Clone, Debug, PartialEq)]
 struct RowStats {
     nan: bool,
@@ -222,12 +251,17 @@ struct RowStats {
     target: ExpSum,
     draft: ExpSum,
     drafted: (f32, f32),
+    raw: ExpSum,
+    argmax_x: f32,
+    drafted_x: f32,
     lists: Lists,
 }
 
 impl RowStats {
-    /// The fixed part's bytes.
-    const BYTES: usize = 4 + 8 + 2 * EXP_SUM_BYTES + 8;
+    /// The fixed part's bytes, with or without `logprobs`.
+    const fn bytes(logprobs: bool) -> usize {
+        4 + 8 + 2 * EXP_SUM_BYTES + 8 + if logprobs { EXP_SUM_BYTES + 8 } else { 0 }
+    }
 
     const NONE: RowStats = RowStats {
         nan: false,
@@ -235,27 +269,39 @@ impl RowStats {
         target: ExpSum::EMPTY,
         draft: ExpSum::EMPTY,
         drafted: (f32::NEG_INFINITY, f32::NEG_INFINITY),
+        raw: ExpSum::EMPTY,
+        argmax_x: f32::NAN,
+        drafted_x: f32::NAN,
         lists: Lists { target: None, draft: None },
     };
 
-    fn write(&self, w: &mut Writer) {
+    fn write(&self, w: &mut Writer, logprobs: bool) {
         w.u32(u32::from(self.nan));
         w.arg_max(self.greedy);
         w.exp_sum(&self.target);
         w.exp_sum(&self.draft);
         w.f32(self.drafted.0);
         w.f32(self.drafted.1);
+        if logprobs {
+            w.exp_sum(&self.raw);
+            w.f32(self.argmax_x);
+            w.f32(self.drafted_x);
+        }
     }
 
-    fn read(r: &mut Reader) -> RowStats {
-        RowStats {
+    fn read(r: &mut Reader, logprobs: bool) -> RowStats {
+        let mut s = RowStats {
             nan: r.u32() != 0,
             greedy: r.arg_max(),
             target: r.exp_sum(),
             draft: r.exp_sum(),
             drafted: (r.f32(), r.f32()),
-            lists: Lists::default(),
+            ..RowStats::NONE
+        };
+        if logprobs {
+            (s.raw, s.argmax_x, s.drafted_x) = (r.exp_sum(), r.f32(), r.f32());
         }
+        s
     }
 }
 
@@ -324,7 +370,8 @@ impl Lists {
 
 /// A row over all ranks: NaN anywhere, the first argmax's id, the scaled
 /// rows' log-sum-exps (of their kept sets `{y >= τ}` where filtered, `τ`
-/// then `Some`), and the draft token's scaled logits.
+/// then `Some`), and the draft token's scaled logits; for log-probabilities,
+/// the raw row's log-sum-exp and the raw values of the argmax and the draft token.
 struct RowTotals {
     nan: bool,
     argmax: u32,
@@ -333,6 +380,9 @@ struct RowTotals {
     tau_t: Option<f32>,
     tau_q: Option<f32>,
     drafted: (f32, f32),
+    raw_lse: f32,
+    argmax_x: f32,
+    drafted_x: f32,
 }
 
 impl RowTotals {
@@ -343,20 +393,24 @@ impl RowTotals {
         row: usize,
         filters: RowFilters,
     ) -> RowTotals {
-        let (mut nan, mut greedy, mut target, mut draft) = (false, ArgMax::IDENTITY, ExpSum::EMPTY, ExpSum::EMPTY);
+        let (mut nan, mut greedy) = (false, ArgMax::IDENTITY);
+        let (mut target, mut draft, mut raw) = (ExpSum::EMPTY, ExpSum::EMPTY, ExpSum::EMPTY);
         for stats in ranks {
             let s = &stats[row];
             nan |= s.nan;
             greedy = greedy.combine(s.greedy);
             target.combine(&s.target);
             draft.combine(&s.draft);
+            raw.combine(&s.raw);
         }
         // The draft token's logits, from the rank that holds it.
         let d = args.drafts[row];
-        let owner = headers.iter().position(|h| d >= 0 && (h.offset..h.offset + h.ids).contains(&(d as u32)));
-        let drafted = owner.map_or((f32::NEG_INFINITY, f32::NEG_INFINITY), |o| ranks[o][row].drafted);
+        let owner = |id: i32| u32::try_from(id).ok().and_then(|id| Header::owner(headers, id));
+        let drafted = owner(d).map_or((f32::NEG_INFINITY, f32::NEG_INFINITY), |o| ranks[o][row].drafted);
+        let drafted_x = owner(d).map_or(f32::NAN, |o| ranks[o][row].drafted_x);
         // Nothing above -inf: id 0, as the unsharded argmax rule says.
         let argmax = if greedy.value == f32::NEG_INFINITY { 0 } else { greedy.index };
+        let argmax_x = owner(argmax as i32).map_or(f32::NAN, |o| ranks[o][row].argmax_x);
         // A filtered row's `τ` and `LSE(S)`, from every rank's list.
         let kept = |filter: Filter, list: fn(&Lists) -> Option<&Largest>, sum: ExpSum| {
             if list(&ranks[0][row].lists).is_none() {
@@ -367,7 +421,7 @@ impl RowTotals {
         };
         let (tau_t, lse_t) = kept(filters.target, |l| l.target.as_ref(), target);
         let (tau_q, lse_q) = kept(filters.draft, |l| l.draft.as_ref(), draft);
-        RowTotals { nan, argmax, lse_t, lse_q, tau_t, tau_q, drafted }
+        RowTotals { nan, argmax, lse_t, lse_q, tau_t, tau_q, drafted, raw_lse: raw.lse(), argmax_x, drafted_x }
     }
 
     /// `log p'` of a target value `y` (scaled): `-inf` off the kept set.
@@ -381,16 +435,6 @@ impl RowTotals {
     }
 }
 
-/// `y − lse`, or `-inf` where a kept set `{y >= tau}` leaves `y` out (the
-/// unsharded call's `Dist::log_prob`).
-fn log_prob(y: f32, tau: Option<f32>, lse: f32) -> f32 {
-    match tau {
-        // NaN is off every kept set.
-        Some(tau) if y.partial_cmp(&tau).is_none_or(|o| o.is_lt()) => f32::NEG_INFINITY,
-        _ => y - lse,
-    }
-}
-
 /// Request `r`'s sampler (seed and temperature of its slot; greedy for padding).
 fn sampler(args: &RejectionSample<'_, Host>, r: usize) -> Sampler {
     let slot = args.slots[r];
@@ -400,18 +444,14 @@ fn sampler(args: &RejectionSample<'_, Host>, r: usize) -> Sampler {
 }
 
 /// The call's checks (the unsharded call's, with draft ids against the whole
-/// row), then what a sharded call does not do yet.
+/// row), then the filters a sharded call cannot run.
 fn check(shard: Shard, args: &RejectionSample<'_, Host>, out: &RejectionOutput<'_, Host>) -> Result<()> {
     let shape = args.check(out)?;
     shard.check(args.target.vocab)?;
     args.check_values_of(shape, shard.vocab)?;
     let mut tables = vec![&args.params.filters];
     tables.extend(args.draft_logits.as_ref().map(|d| &d.filters));
-    shard::check_filters(args.slots, args.params.temperature, shard.vocab, &tables)?;
-    if !out.logprobs.is_none() {
-        return Err(Error::NotSharded { what: "log-probabilities" });
-    }
-    Ok(())
+    shard::check_filters(args.slots, args.params.temperature, shard.vocab, &tables)
 }
 
 /// This rank's logits in the call.
@@ -447,9 +487,11 @@ impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
     }
 
     /// This rank's round-1 statistics of every row (NaN flags where
-    /// `statuses`), with the top-value lists of `filters`.
-    fn row_stats(&self, statuses: bool, filters: &[RowFilters]) -> Vec<RowStats> {
+    /// `statuses`), with the top-value lists of `filters`, and what the
+    /// `asked` log-probabilities need.
+    fn row_stats(&self, statuses: bool, filters: &[RowFilters], asked: Option<Asked>) -> Vec<RowStats> {
         let args = self.args;
+        let unfiltered = f32::NEG_INFINITY;
         let mut stats = vec![RowStats::NONE; args.target.rows];
         for r in 0..args.slots.len() {
             let s = sampler(args, r);
@@ -459,23 +501,36 @@ impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
                 let st = &mut stats[row];
                 st.nan = statuses && values.iter().any(|x| x.to_f32().is_nan());
                 let d = args.drafts[row];
+                if let Some(asked) = asked {
+                    if asked.needs_raw(s.greedy) {
+                        st.raw = simd::exp_sum_kept(
+                            self.level,
+                            &Sampler::new(1.0, 0, 0, Stream::Target),
+                            values,
+                            unfiltered,
+                        );
+                    }
+                    st.drafted_x = self.local(d).map_or(f32::NAN, |at| values[at].to_f32());
+                }
                 if s.greedy {
                     let (at, _) = first_argmax(self.level, values);
                     let value = values.get(at as usize).map_or(f32::NEG_INFINITY, |v| v.to_f32());
                     if value > f32::NEG_INFINITY {
                         st.greedy = ArgMax { value, index: self.offset as u32 + at };
                     }
+                    // An empty shard holds no argmax; a row with nothing above `-inf` its first id.
+                    st.argmax_x = values.get(at as usize).map_or(f32::NAN, |v| v.to_f32());
                     continue;
                 }
                 let (list_t, list_q) = filters[row].lengths();
                 if list_t > 0 {
                     st.lists.target = Some(Largest::of(self.level, &s, values, list_t).0);
                 }
-                if row + 1 < o1 && d != -1 {
-                    let unfiltered = f32::NEG_INFINITY;
-                    if list_t == 0 {
-                        st.target = simd::exp_sum_kept(self.level, &s, values, unfiltered);
-                    }
+                let drafted = row + 1 < o1 && d != -1;
+                if list_t == 0 && (drafted || asked.is_some_and(|a| a.needs_dist(false))) {
+                    st.target = simd::exp_sum_kept(self.level, &s, values, unfiltered);
+                }
+                if drafted {
                     let draft = self.draft_row(r, i);
                     if let Some(q) = draft {
                         if list_q > 0 {
@@ -497,13 +552,33 @@ impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
     /// This rank's round-2 part of request `r` (`plan`): with block
     /// verification and draft logits, its parts of the residual masses of
     /// rows `1 .. block`; its candidates for the token at each row it may
-    /// come from.
-    fn part(&self, r: usize, plan: &Plan, totals: &[RowTotals]) -> Part {
+    /// come from, with their raw values where `logprobs`.
+    fn part(&self, r: usize, plan: &Plan, totals: &[RowTotals], logprobs: bool) -> Part {
+        let mut part = self.part_of(r, plan, totals);
+        if logprobs {
+            let o0 = self.args.offsets[r] as usize;
+            let j = match plan {
+                Plan::Draw { j, .. } => *j,
+                _ => 0,
+            };
+            part.values = part.candidates.iter().enumerate().map(|(k, c)| self.values_of(o0 + j + k, c)).collect();
+        }
+        part
+    }
+
+    /// The raw values at row `row` of `c`'s ids, where this rank holds them (else NaN).
+    fn values_of(&self, row: usize, c: &Resampled) -> [f32; 2] {
+        let x = |id: u32| self.local(id as i32).map_or(f32::NAN, |at| self.target_row(row)[at].to_f32());
+        [x(c.residual.index), x(c.target.index)]
+    }
+
+    /// [`View::part`] without the candidates' values.
+    fn part_of(&self, r: usize, plan: &Plan, totals: &[RowTotals]) -> Part {
         let o0 = self.args.offsets[r] as usize;
         match plan {
             Plan::Greedy { .. } => Part::default(),
             Plan::Draw { j, rejected } => {
-                Part { units: Vec::new(), candidates: vec![self.candidates(r, *j, *rejected, 1.0, totals)] }
+                Part { candidates: vec![self.candidates(r, *j, *rejected, 1.0, totals)], ..Part::default() }
             }
             Plan::Block { ratios } => {
                 let (block, weights) = (ratios.len(), weights(ratios));
@@ -528,7 +603,7 @@ impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
                         self.candidates(r, tau, rejected, p_tau, totals)
                     })
                     .collect();
-                Part { units, candidates }
+                Part { units, candidates, values: Vec::new() }
             }
         }
     }
@@ -587,17 +662,25 @@ impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
 
 /// What a rank sends about one request in round 2: its parts of the
 /// residual masses (in `2^-60` units) and its candidates, each combined
-/// over the ranks (integer sums, the argmax rule).
+/// over the ranks (integer sums, the argmax rule); for log-probabilities,
+/// the raw values of each candidate's residual and target ids, which follow
+/// the winners.
 #[derive(Default)]
 struct Part {
     units: Vec<u128>,
     candidates: Vec<Resampled>,
+    values: Vec<[f32; 2]>,
 }
 
 impl Part {
-    /// A part of `(units, candidates)` entries that adds nothing.
-    fn empty((units, candidates): (usize, usize)) -> Part {
-        Part { units: vec![0; units], candidates: vec![Resampled::IDENTITY; candidates] }
+    /// A part of `(units, candidates)` entries (candidates' values where
+    /// `logprobs`) that adds nothing.
+    fn empty((units, candidates): (usize, usize), logprobs: bool) -> Part {
+        Part {
+            units: vec![0; units],
+            candidates: vec![Resampled::IDENTITY; candidates],
+            values: vec![[f32::NAN; 2]; if logprobs { candidates } else { 0 }],
+        }
     }
 
     fn write(&self, w: &mut Writer) {
@@ -608,6 +691,7 @@ impl Part {
             w.arg_max(c.residual);
             w.arg_max(c.target);
         }
+        self.values.iter().flatten().for_each(|&x| w.f32(x));
     }
 
     /// Adds another rank's part, read from `r`.
@@ -615,8 +699,21 @@ impl Part {
         for u in &mut self.units {
             *u += r.u128();
         }
-        for c in &mut self.candidates {
-            *c = c.combine(Resampled { residual: r.arg_max(), target: r.arg_max() });
+        let theirs: Vec<Resampled> =
+            self.candidates.iter().map(|_| Resampled { residual: r.arg_max(), target: r.arg_max() }).collect();
+        for (k, (c, t)) in self.candidates.iter_mut().zip(theirs).enumerate() {
+            // `Resampled::combine`, each value with its id.
+            let values = self.values.get_mut(k).map(|v| (v, [r.f32(), r.f32()]));
+            let (residual, target) = (t.residual.beats(c.residual), t.target.beats(c.target));
+            if let Some((mine, theirs)) = values {
+                if residual {
+                    mine[0] = theirs[0];
+                }
+                if target {
+                    mine[1] = theirs[1];
+                }
+            }
+            *c = c.combine(t);
         }
     }
 }
@@ -653,6 +750,19 @@ impl Plan {
             Plan::Draw { .. } => (0, 1),
             Plan::Block { ratios } => (if has_draft { ratios.len() - 1 } else { 0 }, ratios.len() + 1),
         }
+    }
+
+    /// The raw value of the token request `r` (its rows from `o0`) emits
+    /// after `j` accepted drafts, from round 2's combined `part` (with values).
+    fn last_value(&self, totals: &[RowTotals], o0: usize, j: usize, part: &Part) -> f32 {
+        let at = match self {
+            Plan::Greedy { .. } => return totals[o0 + j].argmax_x,
+            Plan::Draw { .. } => 0,
+            Plan::Block { .. } => j,
+        };
+        // As `Resampled::token` picks.
+        let (c, [residual, target]) = (part.candidates[at], part.values.get(at).copied().unwrap_or([f32::NAN; 2]));
+        if c.residual.value == f32::NEG_INFINITY { target } else { residual }
     }
 
     /// Request `r`'s outputs, from round 2's combined `part`.
