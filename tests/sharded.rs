@@ -333,3 +333,19 @@ fn sharded_logprobs_are_the_unsharded_ones() {
     // Not a comparison of NaNs: many finite values, many sampled tokens below the argmax.
     assert!(finite >= 300 && ranked >= 50, "finite log-probabilities {finite}, ranks above 1 {ranked}");
 }
+
+/// Without an NCCL library, `shard::Nccl` is a typed error, not a panic
+/// (CI; with the `gpu` feature candle links NCCL: `tests/nccl.rs` runs it).
+#[cfg(not(feature = "gpu"))]
+#[test]
+fn nccl_without_a_library_is_an_error() {
+    let id = specdec::shard::Nccl::unique_id();
+    // SAFETY: only tries to open the library.
+    if unsafe { cudarc::nccl::sys::is_culib_present() } {
+        let note = "note: an NCCL library loads here; its absence is tested where it does not (CI)";
+        // Straight to stderr: the harness captures only print!/eprint!.
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("{note}\n").as_bytes());
+        return;
+    }
+    assert!(matches!(id, Err(specdec::Error::Exchange(_))), "{id:?}");
+}
