@@ -109,12 +109,12 @@ pub const GUMBEL_SAMPLE_SMALL: Kernel =
 /// loop; both keep each thread's order-free sums (REFERENCE §2.6), which
 /// fit 128 registers, 2 blocks per SM, and spill at 3 or 4.
 pub const REJECTION_STATS: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS), pairs: Pairs::All, min_blocks: 2 };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS), pairs: Pairs::All, min_blocks: 3 };
 
 /// Pass 1 reading one quad a batch, for chunks of a few tiles: its plain
 /// twin's bounds.
 pub const REJECTION_STATS_SMALL: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS_SMALL), pairs: Pairs::All, min_blocks: 2 };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_SMALL), pairs: Pairs::All, min_blocks: 4 };
 
 /// Pass 2 of `rejection_sample`. Compute-bound (noise for the candidates): it
 /// walks two quads a batch, not four, to fit 80 registers and 3 blocks per
@@ -156,7 +156,7 @@ pub const REJECTION_THRESHOLD: Kernel =
 /// Pass 1 of a call with filters: [`REJECTION_STATS`]'s body over the masked
 /// rows, at 2 blocks per SM as its plain twin.
 pub const REJECTION_STATS_FILTERED: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED), pairs: Pairs::All, min_blocks: 2 };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED), pairs: Pairs::All, min_blocks: 3 };
 
 /// Pass 2 of a call with filters: [`REJECTION_RESAMPLE`]'s body over the
 /// masked rows, its bounds.
@@ -180,17 +180,17 @@ pub const REJECTION_THRESHOLD_SEARCH: Kernel =
 /// greedy rows summing their exponentials too, at 2 blocks per SM as its
 /// plain twin.
 pub const REJECTION_STATS_PROCESSED: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS_PROCESSED), pairs: Pairs::All, min_blocks: 2 };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_PROCESSED), pairs: Pairs::All, min_blocks: 3 };
 
 /// The same reading one quad a batch and keeping the overlaps, for chunks of
 /// a few tiles: [`REJECTION_STATS_SMALL`]'s body.
 pub const REJECTION_STATS_SMALL_PROCESSED: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS_SMALL_PROCESSED), pairs: Pairs::All, min_blocks: 2 };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_SMALL_PROCESSED), pairs: Pairs::All, min_blocks: 3 };
 
 /// The same of a call with filters: [`REJECTION_STATS_FILTERED`]'s body,
 /// at 2 blocks per SM.
 pub const REJECTION_STATS_FILTERED_PROCESSED: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED_PROCESSED), pairs: Pairs::All, min_blocks: 2 };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED_PROCESSED), pairs: Pairs::All, min_blocks: 3 };
 
 /// Writes a synthetic-acceptance call's rates (`layout::RatesParams`) into
 /// the workspace, before pass 1: one launch of one block, its parameter

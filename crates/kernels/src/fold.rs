@@ -7,7 +7,7 @@
 //! their block's best at the cost of one value per lane.
 
 use crate::gpu;
-use crate::load::any_nan;
+use crate::load::{RUN, any_nan};
 use specdec_core::argmax::{ArgMax, Floored, floor_key, floor_value};
 use specdec_core::exp_sum::{self, ExpSum, SCALE, Term};
 use specdec_core::logspace::{Lse, recentre};
@@ -84,7 +84,7 @@ pub fn push_scaled(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> (Lse, bo
 /// are masked (NaN and those past `n` to `-inf`) and scaled with
 /// saturation (`Sampler::scaled`).
 #[inline(always)]
-pub fn push_quad_sum(mut sum: ExpSum, v: [f32; 4], n: u32, sampler: &Sampler) -> (ExpSum, bool) {
+pub fn push_quad_sum<S: QuadSum>(mut sum: S, v: [f32; 4], n: u32, sampler: &Sampler) -> (S, bool) {
     // `max` ignores NaN; the scale is positive, so it commutes with scaling.
     let top = v[0].max(v[1]).max(v[2].max(v[3]));
     if top == f32::NEG_INFINITY {
@@ -109,12 +109,99 @@ pub fn push_quad_sum(mut sum: ExpSum, v: [f32; 4], n: u32, sampler: &Sampler) ->
     }
     let y = sampler.scaled(top);
     if y == f32::INFINITY {
-        sum.push(y);
+        sum.push_infinity();
     } else {
         let (k, s) = quad_term(y, |i| sampler.scaled(x[i]) - y);
         sum.push_term(y, Term { k, m: (s * SCALE) as u64 });
     }
     (sum, nan)
+}
+
+/// Adds the scaled values `v[q][i]·(1/T)` of a run of [`RUN`] consecutive
+/// ids (`n` valid, ids `4q + i`) to `sum` as one term, by the GPU's run rule:
+/// `y`, the run's largest scaled value, written `y·log2(e) = k + r` by
+/// [`exp_sum::split`]; the lanes' `ex2((x·(1/T) − y)·log2(e) + r)` added
+/// in a fixed order (each quad's, then the quads'), `s`; the term
+/// `(k, ⌊s·2^24⌋)`, below `2^28.5`. A function of the run's values alone,
+/// so that any split of a row on run boundaries (chunks, threads, shards)
+/// sums to the same bits; NaN lanes are skipped (returns whether one was),
+/// `-inf` ones add 0, a `+inf` one makes `sum` a point mass.
+#[inline(always)]
+pub fn push_run_sum<S: QuadSum>(mut sum: S, v: [[f32; 4]; 4], n: u32, sampler: &Sampler) -> (S, bool) {
+    let quad_max = |q: [f32; 4]| q[0].max(q[1]).max(q[2].max(q[3]));
+    // `max` ignores NaN; the scale is positive, so it commutes with scaling.
+    let top = quad_max(v[0]).max(quad_max(v[1])).max(quad_max(v[2]).max(quad_max(v[3])));
+    let nan = |v: [[f32; 4]; 4]| {
+        let quad = |q: usize| any_nan(v[q], n.saturating_sub(4 * q as u32).min(4));
+        quad(0) | quad(1) | quad(2) | quad(3)
+    };
+    if top == f32::NEG_INFINITY {
+        return (sum, nan(v));
+    }
+    let y = top * sampler.scale;
+    if n == RUN && y.is_finite() {
+        let (k, s) = run_term(y, |q, i| fma(v[q][i], sampler.scale, -y));
+        // A NaN lane makes `s` NaN.
+        if s >= 0.0 {
+            sum.push_term(y, Term { k, m: (s * SCALE) as u64 });
+            return (sum, false);
+        }
+    }
+    let lane = |q: usize, i: usize| {
+        if ((4 * q + i) as u32) < n && !v[q][i].is_nan() { v[q][i] } else { f32::NEG_INFINITY }
+    };
+    let x: [[f32; 4]; 4] = core::array::from_fn(|q| core::array::from_fn(|i| lane(q, i)));
+    let top = quad_max(x[0]).max(quad_max(x[1])).max(quad_max(x[2]).max(quad_max(x[3])));
+    let nan = nan(v);
+    if top == f32::NEG_INFINITY {
+        return (sum, nan);
+    }
+    let y = sampler.scaled(top);
+    if y == f32::INFINITY {
+        sum.push_infinity();
+    } else {
+        let (k, s) = run_term(y, |q, i| sampler.scaled(x[q][i]) - y);
+        sum.push_term(y, Term { k, m: (s * SCALE) as u64 });
+    }
+    (sum, nan)
+}
+
+/// [`push_run_sum`]'s term of a run with largest scaled value `y` (finite)
+/// whose lanes lie `d(q, i)` below it: `k` and the lanes' sum `s`.
+#[inline(always)]
+fn run_term(y: f32, d: impl Fn(usize, usize) -> f32) -> (i32, f32) {
+    let (k, r) = exp_sum::split(y);
+    let t = |q: usize, i: usize| gpu::fast_exp2(fma(d(q, i), core::f32::consts::LOG2_E, r));
+    let quad = |q: usize| (t(q, 0) + t(q, 1)) + (t(q, 2) + t(q, 3));
+    (k, (quad(0) + quad(1)) + (quad(2) + quad(3)))
+}
+
+/// What [`push_quad_sum`] adds to: an [`ExpSum`] in registers, or a
+/// walk's (`crate::walk_sum::WalkSum`) in shared memory.
+pub trait QuadSum {
+    /// The largest value pushed (`-inf` for none).
+    fn max(&self) -> f32;
+    /// As [`ExpSum::push_term`].
+    fn push_term(&mut self, max: f32, t: Term);
+    /// Pushes `+inf` ([`ExpSum::push`]).
+    fn push_infinity(&mut self);
+}
+
+impl QuadSum for ExpSum {
+    #[inline(always)]
+    fn max(&self) -> f32 {
+        ExpSum::max(self)
+    }
+
+    #[inline(always)]
+    fn push_term(&mut self, max: f32, t: Term) {
+        ExpSum::push_term(self, max, t)
+    }
+
+    #[inline(always)]
+    fn push_infinity(&mut self) {
+        self.push(f32::INFINITY)
+    }
 }
 
 /// [`push_quad_sum`]'s term of a quad with largest scaled value `y`

@@ -84,6 +84,7 @@ pub mod rejection;
 pub mod row;
 pub mod shared;
 pub mod threshold;
+pub mod walk_sum;
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {

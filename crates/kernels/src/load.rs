@@ -3,7 +3,7 @@
 
 use crate::gpu;
 use specdec_core::dtype::{Bf16, Element, F16};
-use specdec_core::layout::{TILE, WARPS};
+use specdec_core::layout::{BLOCK_THREADS, TILE, WARPS};
 
 /// Elements that can be read four at a time with one aligned vector load.
 pub trait Load: Element + Default {
@@ -404,4 +404,51 @@ pub fn widen<L: Load>(q: [L; 4]) -> [f32; 4] {
 pub fn any_nan(v: [f32; 4], n: u32) -> bool {
     let lane = |i: usize| (i as u32) < n && v[i].is_nan();
     lane(0) | lane(1) | lane(2) | lane(3)
+}
+
+/// Ids of a run: the segment of consecutive ids an order-free sum takes as
+/// one term ([`crate::fold::push_run_sum`]); runs start at multiples of it.
+pub const RUN: u32 = 16;
+
+/// Walks this thread's runs of [`RUN`] consecutive ids of `start .. end`
+/// (ids `start + RUN·tid + k·RUN·BLOCK_THREADS`) in increasing order,
+/// reading row `a` and, unless it is null, row `b` at the same ids, each
+/// run's four quads by one vector load each where the rows allow it; calls
+/// `f(x, qa, qb, n)` per run (`n` valid ids of it, lanes past `n` default;
+/// `qb` all default when `b` is null).
+///
+/// # Safety
+/// `a` (and `b` if not null) are valid for `end` elements; `start % RUN == 0`.
+#[inline(always)]
+pub unsafe fn for_each_run<A: Load, B: Load>(
+    a: *const A,
+    b: *const B,
+    start: u32,
+    end: u32,
+    tid: u32,
+    mut f: impl FnMut(u32, [[A; 4]; 4], [[B; 4]; 4], u32),
+) {
+    let aligned = (quad_aligned(a), quad_aligned(b));
+    let vectors = aligned.0 && (b.is_null() || aligned.1);
+    let mut x = start + RUN * tid;
+    while x < end {
+        let run = if vectors && x + RUN <= end {
+            // SAFETY: x + 16 <= end, a multiple of 4, rows aligned.
+            let get = |j: u32| unsafe { load_pair(a, b, x + 4 * j, end, aligned, true) };
+            [get(0), get(1), get(2), get(3)]
+        } else {
+            let get = |j: u32| {
+                let xj = x + 4 * j;
+                if xj >= end {
+                    return ([A::default(); 4], [B::default(); 4], 0);
+                }
+                // SAFETY: xj < end, a multiple of 4 (caller: rows valid for `end`).
+                unsafe { load_pair(a, b, xj, end, aligned, false) }
+            };
+            [get(0), get(1), get(2), get(3)]
+        };
+        let n = run[0].2 + run[1].2 + run[2].2 + run[3].2;
+        f(x, [run[0].0, run[1].0, run[2].0, run[3].0], [run[0].1, run[1].1, run[2].1, run[3].1], n);
+        x += RUN * BLOCK_THREADS;
+    }
 }

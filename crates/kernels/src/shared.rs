@@ -8,7 +8,8 @@ use crate::gpu;
 use crate::load::Walk;
 use crate::rejection::{Mass, Request, RowDecision};
 use core::mem::{align_of, size_of};
-use specdec_core::layout::{SHARED_BYTES, WARPS};
+use specdec_core::exp_sum::GROUPS;
+use specdec_core::layout::{BLOCK_THREADS, SHARED_BYTES, STATS_SHARED_BYTES, WARPS};
 use specdec_core::sample::Resampled;
 use specdec_core::scratch::{LogprobsPartial, Stats};
 
@@ -48,6 +49,30 @@ pub union BlockRecord {
 }
 
 const _: () = assert!(size_of::<Shared>() as u32 == SHARED_BYTES);
+
+/// The dynamic shared memory of pass 1 of `rejection_sample`: [`Shared`],
+/// then each thread's walk sums (`crate::walk_sum`), target then draft.
+#[repr(C)]
+pub struct StatsShared {
+    pub base: Shared,
+    pub walk_sums: [[[u128; BLOCK_THREADS as usize]; GROUPS]; 2],
+}
+
+const _: () = assert!(size_of::<StatsShared>() as u32 == STATS_SHARED_BYTES);
+
+/// This thread's column of walk sums `which` (0 target, 1 draft): group
+/// `j`'s at `.add(j · BLOCK_THREADS)`.
+///
+/// # Safety
+/// The launch requested `layout::STATS_SHARED_BYTES`; `which < 2`.
+#[inline(always)]
+pub unsafe fn walk_sums(which: usize) -> *mut u128 {
+    // SAFETY: inside the launch's dynamic shared memory (caller).
+    unsafe {
+        let all = &raw mut (*gpu::dynamic_shared::<StatsShared>()).walk_sums;
+        (all as *mut u128).add(which * GROUPS * BLOCK_THREADS as usize + gpu::thread_idx_x() as usize)
+    }
+}
 
 /// The launch's dynamic shared memory.
 ///

@@ -12,8 +12,8 @@ use crate::error::Result;
 use cudarc::driver::{CudaStream, result};
 use specdec_core::filter::ROUNDS;
 use specdec_core::layout::{
-    BLOCK_THREADS, GumbelParams, LogprobsParams, RatesParams, RejectionParams, SHARED_BYTES, THRESHOLD_SHARED_BYTES,
-    TOP_SHARED_BYTES,
+    BLOCK_THREADS, GumbelParams, LogprobsParams, RatesParams, RejectionParams, SHARED_BYTES, STATS_SHARED_BYTES,
+    THRESHOLD_SHARED_BYTES, TOP_SHARED_BYTES,
 };
 use std::ffi::c_void;
 
@@ -154,7 +154,7 @@ pub(super) unsafe fn rejection_sample(
         if let Some(threshold) = &threshold {
             launch_thresholds(threshold, stream, (2 * pairs, p.threshold_chunks), &p)?;
         }
-        launch(stats, stream, (pairs, p.chunks), &p)?;
+        launch_shared(stats, stream, (pairs, p.chunks), STATS_SHARED_BYTES, &p)?;
         if let Some(block) = block {
             launch(block, stream, (p.requests * (p.max_drafts - 1) * p.block_chunks, 1), &p)?;
         }

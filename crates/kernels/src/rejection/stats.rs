@@ -9,10 +9,11 @@ use super::accept::decide;
 use super::threshold::{entry, filter_scratch};
 use super::{Request, draft_row, target_row};
 use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_exp_sums, warp_fold};
-use crate::fold::{fold_greedy, push_overlap, push_quad_sum, pushed_max};
+use crate::fold::{QuadSum, fold_greedy, push_overlap, push_quad_sum, push_run_sum, pushed_max};
+use crate::walk_sum::WalkSum;
 use crate::gpu::{self, WARP};
 use crate::last_block;
-use crate::load::{Load, any_nan, for_each_quad, widen};
+use crate::load::{Load, any_nan, for_each_quad, for_each_run, widen};
 use crate::row::chunk_range;
 use crate::shared;
 use crate::threshold::mask;
@@ -201,6 +202,9 @@ unsafe fn row_chunk_stats<
     let sampler = req.sampler(0);
     let mut acc = Stats::IDENTITY;
     let mut nan = false;
+    // SAFETY: the launch has layout::STATS_SHARED_BYTES; each thread its own
+    // columns, read back into `acc` before the block's reduction.
+    let (mut walk_t, mut walk_q) = unsafe { (WalkSum::new(shared::walk_sums(0)), WalkSum::new(shared::walk_sums(1))) };
     let (tau_t, tau_q) = if FILTERED {
         // SAFETY: thresholds holds both entries of every row (the threshold kernel wrote them).
         unsafe { thresholds(p, r, i) }
@@ -217,9 +221,10 @@ unsafe fn row_chunk_stats<
         // Also the row's log-sum-exp at T = 1 (a greedy request's scale is 1),
         // for the processed log-probabilities the passes write: not
         // pipelined, so that the plain greedy loop keeps its registers.
-        (acc.best, acc.target) = unsafe { greedy_chunk::<T, false, 1, true>(target, &sampler, (start, end), &mut nan) };
+        (acc.best, walk_t) = unsafe { greedy_chunk::<T, false, 1, true, _>(target, &sampler, (start, end), &mut nan, walk_t) };
+        acc.target = walk_t.get();
     } else if greedy {
-        acc.best = unsafe { greedy_chunk::<T, true, Q, false>(target, &sampler, (start, end), &mut nan) }.0;
+        acc.best = unsafe { greedy_chunk::<T, true, Q, false, _>(target, &sampler, (start, end), &mut nan, walk_t) }.0;
     } else if let Some(pooled_t) = if FILTERED { unsafe { pooled(p, r, i, 0, tau_t) } } else { None } {
         // The target's kept set is in its pool: no read of the target row,
         // and of the draft's only where its own kept set is not pooled;
@@ -229,7 +234,7 @@ unsafe fn row_chunk_stats<
             let none: *const D = core::ptr::null();
             // SAFETY: the draft row holds >= vocab >= end elements; start % 4 == 0.
             unsafe {
-                for_each_quad::<false, Q, _, _>(
+                for_each_run(
                     draft,
                     none,
                     start,
@@ -237,12 +242,13 @@ unsafe fn row_chunk_stats<
                     gpu::thread_idx_x(),
                     #[inline(always)]
                     |_x, q, _, n| {
-                        let q = mask(widen(q), tau_q, &sampler);
+                        let q = core::array::from_fn(|j| mask(widen(q[j]), tau_q, &sampler));
                         // NaN draft logits are skipped, not flagged: the row's flag is the target's.
-                        acc.draft = push_quad_sum(acc.draft, q, n, &sampler).0;
+                        walk_q = push_run_sum(walk_q, q, n, &sampler).0;
                     },
                 )
             };
+            acc.draft = walk_q.get();
         }
         // SAFETY (all): every thread of the block is here (caller); `c` is block-uniform.
         let mut out = unsafe { block_reduce(Row::<SAMPLED_ROW>(acc)).0 };
@@ -254,8 +260,9 @@ unsafe fn row_chunk_stats<
         }
         return out;
     } else {
+        // SAFETY: the rows hold >= vocab >= end elements; start is a multiple of TILE, so of RUN.
         unsafe {
-            for_each_quad::<false, Q, _, _>(
+            for_each_run(
                 target,
                 draft,
                 start,
@@ -263,31 +270,48 @@ unsafe fn row_chunk_stats<
                 gpu::thread_idx_x(),
                 #[inline(always)]
                 |_x, t, q, n| {
-                    let (mut t, mut q) = (widen(t), widen(q));
+                    // The valid lanes of quad `j` of the run.
+                    let nj = |j: usize| n.saturating_sub(4 * j as u32).min(4);
+                    let (mut t, mut q): ([[f32; 4]; 4], [[f32; 4]; 4]) =
+                        (core::array::from_fn(|j| widen(t[j])), core::array::from_fn(|j| widen(q[j])));
                     if FILTERED {
-                        // The mask turns a kept set's NaN into -inf: flagged here.
-                        nan |= any_nan(t, n);
-                        (t, q) = (mask(t, tau_t, &sampler), mask(q, tau_q, &sampler));
+                        for j in 0..4 {
+                            // The mask turns a kept set's NaN into -inf: flagged here.
+                            nan |= any_nan(t[j], nj(j));
+                            (t[j], q[j]) = (mask(t[j], tau_t, &sampler), mask(q[j], tau_q, &sampler));
+                        }
                     }
-                    let (target, target_nan) = push_quad_sum(acc.target, t, n, &sampler);
+                    let (target, target_nan) = push_run_sum(walk_t, t, n, &sampler);
                     if !draft.is_null() && !OVERLAP {
                         // NaN draft logits are skipped, not flagged: the row's flag is the target's.
-                        acc.draft = push_quad_sum(acc.draft, q, n, &sampler).0;
+                        walk_q = push_run_sum(walk_q, q, n, &sampler).0;
                     } else if !draft.is_null() {
                         // The overlap at the maxima the pushes reach (checked
-                        // after them), its terms computed while both quads are live.
-                        let before = centre(acc.target.max(), acc.draft.max());
-                        let after = 0.5 * pushed_max(acc.target.max(), t, n, &sampler)
-                            + 0.5 * pushed_max(acc.draft.max(), q, n, &sampler);
-                        let overlap = push_overlap(acc.overlap, before, after, t, q, n, &sampler);
-                        acc.draft = push_quad_sum(acc.draft, q, n, &sampler).0;
-                        acc.overlap = if centre(target.max(), acc.draft.max()) == after { overlap } else { f32::NAN };
+                        // after them), its terms computed while both runs are live.
+                        let before = centre(walk_t.max(), walk_q.max());
+                        let run_max = |m: f32, v: &[[f32; 4]; 4]| {
+                            let mut m = m;
+                            for j in 0..4 {
+                                m = pushed_max(m, v[j], nj(j), &sampler);
+                            }
+                            m
+                        };
+                        let after = 0.5 * run_max(walk_t.max(), &t) + 0.5 * run_max(walk_q.max(), &q);
+                        let mut overlap = acc.overlap;
+                        let mut from = before;
+                        for j in 0..4 {
+                            overlap = push_overlap(overlap, from, after, t[j], q[j], nj(j), &sampler);
+                            from = after;
+                        }
+                        walk_q = push_run_sum(walk_q, q, n, &sampler).0;
+                        acc.overlap = if centre(target.max(), walk_q.max()) == after { overlap } else { f32::NAN };
                     }
-                    acc.target = target;
+                    walk_t = target;
                     nan |= target_nan;
                 },
             )
         };
+        (acc.target, acc.draft) = (walk_t.get(), walk_q.get());
     }
     if nan {
         acc.flags |= NAN_LOGITS;
@@ -311,13 +335,14 @@ unsafe fn row_chunk_stats<
 /// # Safety
 /// `target` holds >= vocab >= end elements; start % 4 == 0.
 #[inline(always)]
-unsafe fn greedy_chunk<T: Load, const PIPELINED: bool, const Q: u32, const SUM: bool>(
+unsafe fn greedy_chunk<T: Load, const PIPELINED: bool, const Q: u32, const SUM: bool, S: QuadSum + Copy>(
     target: *const T,
     sampler: &Sampler,
     (start, end): (u32, u32),
     nan: &mut bool,
-) -> (ArgMax, ExpSum) {
-    let (mut best, mut sum) = (ArgMax::IDENTITY, ExpSum::EMPTY);
+    mut sum: S,
+) -> (ArgMax, S) {
+    let mut best = ArgMax::IDENTITY;
     let none: *const T = core::ptr::null();
     // SAFETY: forwarded (caller).
     unsafe {
