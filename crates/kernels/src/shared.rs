@@ -60,6 +60,19 @@ pub struct StatsShared {
 
 const _: () = assert!(size_of::<StatsShared>() as u32 == STATS_SHARED_BYTES);
 
+/// Group row `g` of walk sums `which`: its `BLOCK_THREADS` columns' entries.
+///
+/// # Safety
+/// As for [`walk_sums`]; `g < GROUPS`.
+#[inline(always)]
+pub unsafe fn walk_sum_row(which: usize, g: usize) -> *mut u128 {
+    // SAFETY: inside the launch's dynamic shared memory (caller).
+    unsafe {
+        let all = &raw mut (*gpu::dynamic_shared::<StatsShared>()).walk_sums;
+        (all as *mut u128).add((which * GROUPS + g) * BLOCK_THREADS as usize)
+    }
+}
+
 /// This thread's column of walk sums `which` (0 target, 1 draft): group
 /// `j`'s at `.add(j · BLOCK_THREADS)`.
 ///

@@ -4,11 +4,14 @@
 //! keeps the float sums' registers (and the kernels their blocks per SM).
 
 use crate::fold::QuadSum;
+use crate::gpu::{self, WARP};
+use crate::shared;
+use specdec_core::argmax::{floor_key, floor_value};
 use specdec_core::exp_sum::{ExpSum, GROUPS, Term};
-use specdec_core::layout::BLOCK_THREADS;
+use specdec_core::layout::{BLOCK_THREADS, WARPS};
 
-/// The sum of the terms pushed so far; [`WalkSum::get`] is the
-/// [`ExpSum`] of the same pushes.
+/// The sum of the terms pushed so far; [`block_sums`] gives the block's
+/// [`ExpSum`] of them.
 #[derive(Clone, Copy)]
 pub struct WalkSum {
     max: f32,
@@ -39,12 +42,94 @@ impl WalkSum {
         unsafe { sums.add(j * BLOCK_THREADS as usize) }
     }
 
-    /// The sums as an [`ExpSum`].
+    /// An [`ExpSum`] of this sum's maximum alone (its sums unread: for a
+    /// reduction of maxima beside [`block_sums`]).
     #[inline(always)]
-    pub fn get(&self) -> ExpSum {
-        // SAFETY: the column (`new`).
-        let s = |j: usize| unsafe { Self::at(self.sums, j).read() };
-        ExpSum::from_shares(self.max, self.top, [s(0), s(1), s(2)])
+    pub fn max_only(&self) -> ExpSum {
+        ExpSum::from_shares(self.max, i32::MIN, [0; GROUPS])
+    }
+
+    /// Moves the sums down to a largest group `top >= self.top` in place
+    /// (`ExpSum::aligned`): this thread's share of the block's sum.
+    ///
+    /// # Safety
+    /// The column is this thread's (`new`).
+    #[inline(always)]
+    unsafe fn align(&self, top: i32) {
+        // SAFETY (all): the column (caller).
+        let at = |j: usize| unsafe { Self::at(self.sums, j) };
+        let [a, b] = unsafe { [at(0).read(), at(1).read()] };
+        let d = if self.max.is_finite() { i64::from(top) - i64::from(self.top) } else { i64::MAX };
+        let moved = match d {
+            0 => return,
+            1 => [0, a, b],
+            2 => [0, 0, a],
+            _ => [0; GROUPS],
+        };
+        for (j, v) in moved.into_iter().enumerate() {
+            unsafe { at(j).write(v) };
+        }
+    }
+}
+
+/// The block's sums of its threads' walk sums `w` (`[target, draft]`, as
+/// `ExpSum::combine` of them all would give), in every thread: the largest
+/// maxima and groups by `redux.sync` and a word a warp; each thread's
+/// column aligned to the block's group in place; then warp `d·GROUPS + g`
+/// adds group row `g` of sum `d` (eight columns a lane, then a butterfly of
+/// 32-bit words): integers, in any order. Six warps at once, where a
+/// butterfly of whole `ExpSum`s would shuffle 24 words on every level of
+/// the warp's and again of the block's reduction.
+///
+/// # Safety
+/// Every thread of the block calls this together with its own walk sums
+/// (`shared::walk_sums`); the per-warp slots are not in use.
+#[inline(always)]
+pub unsafe fn block_sums(w: [WalkSum; 2]) -> [ExpSum; 2] {
+    const { assert!(2 * GROUPS <= WARPS as usize) };
+    let tid = gpu::thread_idx_x();
+    let (warp, lane) = (tid / WARP, tid % WARP);
+    // SAFETY (all): every thread of the block is here, the slots and the
+    // columns as the caller guarantees; barriers order the phases.
+    unsafe {
+        let slots = shared::warp_slots::<[i32; 4]>();
+        // Maxima are never NaN (the pushes skip NaN), as `floor_key` needs.
+        let keys = [floor_key(w[0].max), w[0].top, floor_key(w[1].max), w[1].top];
+        let warp_keys = keys.map(|k| gpu::warp_max_i32(k));
+        if lane == 0 {
+            slots.add(warp as usize).write(warp_keys);
+        }
+        gpu::sync_threads();
+        let mut block = [i32::MIN; 4];
+        for v in 0..WARPS as usize {
+            let s = slots.add(v).read();
+            block = core::array::from_fn(|j| block[j].max(s[j]));
+        }
+        w[0].align(block[1]);
+        w[1].align(block[3]);
+        gpu::sync_threads();
+        if warp < 2 * GROUPS as u32 {
+            let row = shared::walk_sum_row(warp as usize / GROUPS, warp as usize % GROUPS);
+            let mut sum = 0u128;
+            let mut c = lane;
+            while c < BLOCK_THREADS {
+                sum += row.add(c as usize).read();
+                c += WARP;
+            }
+            for m in [16, 8, 4, 2, 1] {
+                let word = |i: u32| u128::from(gpu::shfl_bfly_u32((sum >> (32 * i)) as u32, m)) << (32 * i);
+                sum += word(0) | word(1) | word(2) | word(3);
+            }
+            if lane == 0 {
+                row.write(sum);
+            }
+        }
+        gpu::sync_threads();
+        let get = |d: usize| {
+            let sums = core::array::from_fn(|g| shared::walk_sum_row(d, g).read());
+            ExpSum::from_shares(floor_value(block[2 * d]), block[2 * d + 1], sums)
+        };
+        [get(0), get(1)]
     }
 }
 

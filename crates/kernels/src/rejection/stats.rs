@@ -10,14 +10,14 @@ use super::threshold::{entry, filter_scratch};
 use super::{Request, draft_row, target_row};
 use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_exp_sums, warp_fold};
 use crate::fold::{QuadSum, fold_greedy, push_overlap, push_quad_sum, push_run_sum, pushed_max};
-use crate::walk_sum::WalkSum;
+use crate::walk_sum::{WalkSum, block_sums};
 use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, any_nan, for_each_quad, for_each_run, widen};
 use crate::row::chunk_range;
 use crate::shared;
 use crate::threshold::mask;
-use specdec_core::argmax::ArgMax;
+use specdec_core::argmax::{ArgMax, floor_key, floor_value};
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams};
 use specdec_core::exp_sum::{ExpSum, term};
 use specdec_core::logspace::{Lse, centre, recentre};
@@ -42,15 +42,23 @@ pub(super) const GREEDY_LSE_ROW: u32 = 3;
 /// a small batch, where the call waits on each combine: a row kind must not
 /// pay for fields it never reads, such as the overlap's exponentials in a
 /// greedy row (benches/results/2026-12-01-nvidia-h200-overlap-ab.md).
+/// With `SUMS` false (pass 1's block reduction, whose sums come from the
+/// walk sums in shared memory: `walk_sum::block_sums`), the sums' maxima alone.
 #[derive(Clone, Copy)]
 #[repr(transparent)]
-struct Row<const KIND: u32>(Stats);
+struct Row<const KIND: u32, const SUMS: bool>(Stats);
 
-impl<const KIND: u32> Reduce for Row<KIND> {
-    const IDENTITY: Row<KIND> = Row(Stats::IDENTITY);
+/// The one of `a` and `b` with the larger maximum (its sums unread).
+#[inline(always)]
+fn higher(a: ExpSum, b: ExpSum) -> ExpSum {
+    if b.max() > a.max() { b } else { a }
+}
+
+impl<const KIND: u32, const SUMS: bool> Reduce for Row<KIND, SUMS> {
+    const IDENTITY: Row<KIND, SUMS> = Row(Stats::IDENTITY);
 
     #[inline(always)]
-    fn combine(self, o: Row<KIND>) -> Row<KIND> {
+    fn combine(self, o: Row<KIND, SUMS>) -> Row<KIND, SUMS> {
         let (a, b) = (self.0, o.0);
         let mut out = Stats { flags: a.flags | b.flags, ..a };
         if KIND == GREEDY_ROW || KIND == GREEDY_LSE_ROW {
@@ -59,8 +67,12 @@ impl<const KIND: u32> Reduce for Row<KIND> {
                 return Row(out);
             }
         }
-        out.target.combine(&b.target);
-        out.draft.combine(&b.draft);
+        if SUMS {
+            out.target.combine(&b.target);
+            out.draft.combine(&b.draft);
+        } else {
+            (out.target, out.draft) = (higher(a.target, b.target), higher(a.draft, b.draft));
+        }
         if KIND == OVERLAP_ROW {
             let to = centre(out.target.max(), out.draft.max());
             let part = |s: Stats| recentre(s.overlap, centre(s.target.max(), s.draft.max()), to, gpu::fast_exp);
@@ -75,7 +87,7 @@ impl<const KIND: u32> Reduce for Row<KIND> {
     /// batch a chain the call waits on, where a butterfly of `combine` would
     /// rescale it on every level).
     #[inline(always)]
-    unsafe fn warp_all(self) -> Row<KIND> {
+    unsafe fn warp_all(self) -> Row<KIND, SUMS> {
         if KIND == GREEDY_ROW {
             // SAFETY (both): the caller guarantees a full, converged warp.
             let (best, flags) = unsafe { (warp_best(self.0.best), gpu::warp_or_u32(self.0.flags)) };
@@ -83,7 +95,13 @@ impl<const KIND: u32> Reduce for Row<KIND> {
         }
         let s = self.0;
         // SAFETY (all): the caller guarantees a full, converged warp.
-        let [target, draft] = unsafe { warp_exp_sums([s.target, s.draft]) };
+        let [target, draft] = if SUMS {
+            unsafe { warp_exp_sums([s.target, s.draft]) }
+        } else {
+            // Maxima are never NaN (the pushes skip NaN), as `floor_key` needs.
+            let max = |e: ExpSum| floor_value(unsafe { gpu::warp_max_i32(floor_key(e.max())) });
+            [ExpSum::from_shares(max(s.target), i32::MIN, [0; 3]), ExpSum::from_shares(max(s.draft), i32::MIN, [0; 3])]
+        };
         let overlap = if KIND == OVERLAP_ROW {
             let to = centre(target.max(), draft.max());
             let mine = recentre(s.overlap, centre(s.target.max(), s.draft.max()), to, gpu::fast_exp);
@@ -222,7 +240,7 @@ unsafe fn row_chunk_stats<
         // for the processed log-probabilities the passes write: not
         // pipelined, so that the plain greedy loop keeps its registers.
         (acc.best, walk_t) = unsafe { greedy_chunk::<T, false, 1, true, _>(target, &sampler, (start, end), &mut nan, walk_t) };
-        acc.target = walk_t.get();
+        acc.target = walk_t.max_only();
     } else if greedy {
         acc.best = unsafe { greedy_chunk::<T, true, Q, false, _>(target, &sampler, (start, end), &mut nan, walk_t) }.0;
     } else if let Some(pooled_t) = if FILTERED { unsafe { pooled(p, r, i, 0, tau_t) } } else { None } {
@@ -248,10 +266,13 @@ unsafe fn row_chunk_stats<
                     },
                 )
             };
-            acc.draft = walk_q.get();
+            acc.draft = walk_q.max_only();
         }
-        // SAFETY (all): every thread of the block is here (caller); `c` is block-uniform.
-        let mut out = unsafe { block_reduce(Row::<SAMPLED_ROW>(acc)).0 };
+        // SAFETY (all): every thread of the block is here (caller); `c` is
+        // block-uniform; the walk sums are this thread's.
+        let [_, draft_sum] = unsafe { block_sums([walk_t, walk_q]) };
+        let mut out = unsafe { block_reduce(Row::<SAMPLED_ROW, false>(acc)).0 };
+        out.draft = draft_sum;
         if c == 0 {
             out.target = pooled_sum(unsafe { pooled_lse(p, r, i, 0, tau_t, pooled_t) });
             if let Some(pooled_q) = pooled_q {
@@ -311,20 +332,27 @@ unsafe fn row_chunk_stats<
                 },
             )
         };
-        (acc.target, acc.draft) = (walk_t.get(), walk_q.get());
+        (acc.target, acc.draft) = (walk_t.max_only(), walk_q.max_only());
     }
     if nan {
         acc.flags |= NAN_LOGITS;
     }
     // SAFETY (all): all threads of the block reach this reduction (caller),
     // and the kind is block-uniform.
+    // The walk sums reduced first: the block reduction then keeps their maxima alone.
     unsafe {
-        match row_kind::<OVERLAP, PROCESSED>(p, req, i) {
-            GREEDY_ROW => block_reduce(Row::<GREEDY_ROW>(acc)).0,
-            GREEDY_LSE_ROW => block_reduce(Row::<GREEDY_LSE_ROW>(acc)).0,
-            OVERLAP_ROW => block_reduce(Row::<OVERLAP_ROW>(acc)).0,
-            _ => block_reduce(Row::<SAMPLED_ROW>(acc)).0,
+        let kind = row_kind::<OVERLAP, PROCESSED>(p, req, i);
+        if kind == GREEDY_ROW {
+            return block_reduce(Row::<GREEDY_ROW, false>(acc)).0;
         }
+        let [target, draft] = block_sums([walk_t, walk_q]);
+        let mut out = match kind {
+            GREEDY_LSE_ROW => block_reduce(Row::<GREEDY_LSE_ROW, false>(acc)).0,
+            OVERLAP_ROW => block_reduce(Row::<OVERLAP_ROW, false>(acc)).0,
+            _ => block_reduce(Row::<SAMPLED_ROW, false>(acc)).0,
+        };
+        (out.target, out.draft) = (target, draft);
+        out
     }
 }
 
@@ -379,10 +407,10 @@ pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32) -
     unsafe {
         let entries = row_entries(p, r, i);
         match kind {
-            GREEDY_ROW => last_block::gather(entries as *const Row<GREEDY_ROW>, p.chunks).0,
-            GREEDY_LSE_ROW => last_block::gather(entries as *const Row<GREEDY_LSE_ROW>, p.chunks).0,
-            OVERLAP_ROW => last_block::gather(entries as *const Row<OVERLAP_ROW>, p.chunks).0,
-            _ => last_block::gather(entries as *const Row<SAMPLED_ROW>, p.chunks).0,
+            GREEDY_ROW => last_block::gather(entries as *const Row<GREEDY_ROW, true>, p.chunks).0,
+            GREEDY_LSE_ROW => last_block::gather(entries as *const Row<GREEDY_LSE_ROW, true>, p.chunks).0,
+            OVERLAP_ROW => last_block::gather(entries as *const Row<OVERLAP_ROW, true>, p.chunks).0,
+            _ => last_block::gather(entries as *const Row<SAMPLED_ROW, true>, p.chunks).0,
         }
     }
 }
