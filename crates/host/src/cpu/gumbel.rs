@@ -173,12 +173,10 @@ impl Cpu {
                 }
             });
             let raw_lse = if asked.needs_raw(t == 0.0) { sum(|p| &p.raw) } else { f32::NAN };
-            Some(sharded_logprobs::Emitted {
-                values: Cow::Owned(sampled_row(args, draft, row)),
-                x: owner.map_or(f32::NAN, |o| xs[o][row]),
-                raw_lse,
-                dist,
-            })
+            // The row's values (a copy, widened) only where a top-n reads them.
+            let values =
+                if asked.top.is_some() { Cow::Owned(sampled_row(args, draft, row)) } else { Cow::Borrowed(&[][..]) };
+            Some(sharded_logprobs::Emitted { values, x: owner.map_or(f32::NAN, |o| xs[o][row]), raw_lse, dist })
         })
     }
 }
