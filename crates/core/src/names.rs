@@ -50,6 +50,7 @@ macro_rules! kernel_symbol {
     (@name REJECTION_BLOCK) => { "rejection_block" };
     (@name LOGPROBS_LSE) => { "logprobs_lse" };
     (@name LOGPROBS_TOP) => { "logprobs_top" };
+    (@name GUMBEL_COMBINE) => { "gumbel_combine" };
     // `DType::name` of each element type.
     (@dtype f32) => { "f32" };
     (@dtype Bf16) => { "bf16" };
@@ -232,8 +233,13 @@ pub const LOGPROBS_LSE: Kernel =
 pub const LOGPROBS_TOP: Kernel =
     Kernel { name: kernel_symbol!(@name LOGPROBS_TOP), pairs: Pairs::Same, min_blocks: 3, except: None };
 
+/// A sharded `gumbel_sample`'s combine of its ranks' messages
+/// (`layout::GumbelCombineParams`), a thread a row. Reads no logits (`Pairs::One`).
+pub const GUMBEL_COMBINE: Kernel =
+    Kernel { name: kernel_symbol!(@name GUMBEL_COMBINE), pairs: Pairs::One, min_blocks: 1, except: None };
+
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 22] = [
+pub const ALL: [Kernel; 23] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -256,6 +262,7 @@ pub const ALL: [Kernel; 22] = [
     REJECTION_BLOCK,
     LOGPROBS_LSE,
     LOGPROBS_TOP,
+    GUMBEL_COMBINE,
 ];
 
 impl Kernel {
@@ -357,14 +364,15 @@ mod tests {
             REJECTION_RESAMPLE REJECTION_RESAMPLE_LEAN REJECTION_RESAMPLE_SMALL GUMBEL_THRESHOLD
             GUMBEL_SAMPLE_FILTERED REJECTION_THRESHOLD REJECTION_STATS_FILTERED REJECTION_RESAMPLE_FILTERED
             GUMBEL_THRESHOLD_SEARCH REJECTION_THRESHOLD_SEARCH REJECTION_STATS_PROCESSED
-            REJECTION_STATS_SMALL_PROCESSED REJECTION_STATS_FILTERED_PROCESSED REJECTION_BLOCK);
+            REJECTION_STATS_SMALL_PROCESSED REJECTION_STATS_FILTERED_PROCESSED REJECTION_BLOCK REJECTION_RATES
+            LOGPROBS_LSE LOGPROBS_TOP GUMBEL_COMBINE);
         assert_eq!(kernel_symbol!(GUMBEL_SAMPLE, Bf16, f32), "gumbel_sample_bf16_f32");
     }
 
     #[test]
     fn the_table() {
         let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
-        assert_eq!(all.len(), 18 * 9 + 3 * 3 + 1);
+        assert_eq!(all.len(), 18 * 9 + 3 * 3 + 2);
         let mut unique = all.clone();
         unique.sort();
         unique.dedup();
