@@ -265,11 +265,12 @@ impl LogprobPart {
         let values = sampled_row(args, out.draft_logits.as_ref(), row);
         let slot = args.slots[row];
         let t = if slot >= 0 { args.params.temperature[slot as usize] } else { 0.0 };
-        let (level, all) = (Level::detect(), f32::NEG_INFINITY);
-        let sum = |t: f32| simd::exp_sum_kept(level, &Sampler::new(t, 0, 0, Stream::Target), &values[..], all);
+        let level = Level::detect();
+        let scaled =
+            || simd::exp_sum_kept(level, &Sampler::new(t, 0, 0, Stream::Target), &values[..], f32::NEG_INFINITY);
         LogprobPart {
-            raw: if asked.needs_raw(t == 0.0) { sum(1.0) } else { ExpSum::EMPTY },
-            scaled: if asked.needs_dist(t == 0.0) && unfiltered { sum(t) } else { ExpSum::EMPTY },
+            raw: if asked.needs_raw(t == 0.0) { simd::raw_exp_sum(level, &values[..]) } else { ExpSum::EMPTY },
+            scaled: if asked.needs_dist(t == 0.0) && unfiltered { scaled() } else { ExpSum::EMPTY },
             x: candidate_value(&values, best, shard),
         }
     }

@@ -63,8 +63,10 @@ impl Cuda {
     /// ranks ([`Cuda::sharded_workspace`]). A rank whose checks fail still
     /// takes part in the exchange (its message says it failed), so that no
     /// rank waits for it; one whose workspace cannot hold the messages sends
-    /// none, which fails the in-process exchange on every rank and, under
-    /// NCCL, is a collective of mismatched sizes: abort the communicator.
+    /// none, and ranks that differ in their number of rows send messages of
+    /// different lengths: that fails the in-process exchange on every rank
+    /// and, under NCCL, is a collective of mismatched sizes (abort the
+    /// communicator).
     pub fn sharded_gumbel_sample(
         &self,
         ws: &mut Workspace,
@@ -77,6 +79,9 @@ impl Cuda {
         // every row of a valid call), so that a rank whose row count is
         // wrong sends as much as the others and fails alike.
         let (rows, ranks) = (args.pos.len(), exchange.ranks());
+        if ranks == 0 {
+            return Err(Error::InvalidShard { detail: "the exchange has no ranks".into() });
+        }
         let messages = ws.on(&self.stream).and_then(|_| ws.message_addresses(rows, ranks));
         let Ok((send, recv)) = messages else {
             let gathered = ws.exchange_messages((rows, ranks), true, |s, r| exchange.all_gather(s, r));

@@ -161,11 +161,12 @@ impl Workspace {
                 let len = message_bytes(rows);
                 let stream = m.stream().clone();
                 let (mut send, mut rest) = m.split_at_mut(len);
-                if failed {
-                    stream.memset_zeros(&mut send)?;
-                }
+                // Gathered even where the zeroing failed: no rank may wait for this one.
+                let zeroed = if failed { stream.memset_zeros(&mut send) } else { Ok(()) };
                 let (recv, _) = rest.split_at_mut(ranks * len);
-                gather(send.as_view(), recv)
+                let gathered = gather(send.as_view(), recv);
+                zeroed?;
+                gathered
             }
             _ => {
                 let (send, mut rest) = self.scratch.split_at_mut(0);
