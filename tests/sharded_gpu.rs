@@ -11,9 +11,10 @@ use specdec::shard::{InProcessCuda, Shard};
 use specdec::status::{INVALID_SHARD, NAN_LOGITS};
 use specdec::{Cuda, DType, Error};
 use specdec_suite::batch::{ColumnSpec, DraftLogitsSpec, Sampled};
-use specdec_suite::inputs::Rng;
+use specdec_suite::inputs::{Rng, histogram, mixed_logits};
 use specdec_suite::sharding::{columns, gumbel_rows, ids, rank_batch, shards};
-use specdec_suite::{Batch, FilterTable};
+use specdec_suite::stats::softmax;
+use specdec_suite::{Batch, FilterTable, chi_square};
 
 /// What a rank returned: its outputs, and its draft logits.
 type RankOut = (specdec::Result<Sampled>, Option<DraftLogitsSpec>);
@@ -224,5 +225,27 @@ fn ranks_that_disagree_flag_their_rows() {
     assert_ne!(want.row_status[3] & NAN_LOGITS, 0);
     for (r, (result, _)) in run_sharded(&cuda, &nan, &halves).into_iter().enumerate() {
         assert_eq!(result.unwrap_or_else(|e| panic!("rank {r}: {e}")), want, "rank {r}");
+    }
+}
+
+/// SPEC §6's chi-square rule on draws of one row at `P = 2` (the ranks'
+/// tokens, which are also the unsharded call's): 50,000 draws of a peaked,
+/// flat and masked row of 999 ids, at two (dtype, T).
+#[test]
+fn sharded_draws_pass_the_chi_square_rule() {
+    let cuda = specdec_suite::cuda_device();
+    let row = mixed_logits(999, 0xF17);
+    let shards = [Shard { offset: 0, vocab: 999 }, Shard { offset: 500, vocab: 999 }];
+    for (i, (dtype, t)) in [(DType::F32, 1.0f32), (DType::BF16, 0.6)].into_iter().enumerate() {
+        let b = Batch::broadcast(&row, dtype, 50_000, t, 0x5EED_5A4D, (i as u64) << 40);
+        let ctx = format!("{dtype:?} T {t}");
+        let want = b.clone().run_device(&cuda, &mut cuda.workspace(b.rows).expect("a workspace")).expect("unsharded");
+        for (r, (result, _)) in run_sharded(&cuda, &b, &shards).into_iter().enumerate() {
+            assert_eq!(result.unwrap_or_else(|e| panic!("{ctx} rank {r}: {e}")), want, "{ctx} rank {r}");
+        }
+        // The probabilities the backends sample from: the row as its dtype
+        // rounds it, scaled by `1/T` rounded to f32.
+        let probs = softmax(&b.row(0), 1.0 / f64::from(1.0 / t));
+        chi_square(&histogram(&want.tokens, row.len()), &probs).assert_pass(&ctx);
     }
 }

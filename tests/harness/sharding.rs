@@ -92,19 +92,21 @@ pub fn gumbel_rows(vocab: usize, rows: usize, dtype: DType, rng: &mut Rng) -> Ba
 /// The `gumbel_sample` call rank `r` makes: ids `range` of every row of
 /// `batch` and of every draft-logits row, each row followed by `pad` columns
 /// (from 0 to 2 by the range's start) of a huge value that no call may read
-/// as a logit, everything else alike. Its draft logits start as
-/// `DraftLogitsSpec::SENTINEL`.
+/// as a logit, everything else alike (a broadcast row stays one). Its draft
+/// logits start as `DraftLogitsSpec::SENTINEL`.
 pub fn rank_batch(batch: &Batch, range: Range<usize>) -> Batch {
     let pad = range.start % 3;
     let mut out = Vec::new();
-    for r in 0..batch.rows {
+    let stored = if batch.row_stride == 0 { 1 } else { batch.rows };
+    for r in 0..stored {
         let start = r * batch.row_stride;
         out.extend(batch.logits.f32s(start + range.start..start + range.end));
         out.extend(std::iter::repeat_n(PAST_ROW, pad));
     }
     let mut mine = batch.clone();
     mine.logits = Values::from_f32(batch.logits.dtype(), &out);
-    (mine.vocab, mine.row_stride) = (range.len(), range.len() + pad);
+    mine.vocab = range.len();
+    mine.row_stride = if batch.row_stride == 0 { 0 } else { range.len() + pad };
     mine.draft_logits = batch
         .draft_logits
         .as_ref()
