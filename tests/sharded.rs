@@ -10,7 +10,7 @@ use specdec::{
 };
 use specdec_suite::batch::{ColumnSpec, DraftLogitsSpec, Values};
 use specdec_suite::inputs::Rng;
-use specdec_suite::sharding::{columns, gumbel_rows, ids, in_ranks, shards};
+use specdec_suite::sharding::{columns, drafting_into, gumbel_rows, ids, in_ranks, shards};
 use specdec_suite::verify::{Asked, LogprobBits, LogprobBuffers};
 use specdec_suite::{Batch, FilterTable};
 
@@ -129,12 +129,7 @@ fn sharded_draft_logits_are_the_unsharded_ones() {
     for (logits, draft) in [(DType::F32, DType::F32), (DType::F32, DType::BF16), (DType::BF16, DType::F16)] {
         for ranks in [2, 3, 8] {
             let (vocab, rows) = (1001, 12);
-            let mut b = gumbel_rows(vocab, rows, logits, &mut rng);
-            b.drafting = true;
-            // Rows on slots 0..3 (or padding), each writing its own column.
-            let columns = (0..rows as i32).map(|r| r / 4).collect();
-            b.draft_logits = Some(DraftLogitsSpec::dense(draft, 4, 3, vocab, ColumnSpec::PerRow(columns)));
-            b.slots = (0..rows).map(|r| if r % 4 == 3 { -1 } else { (r % 4) as i32 }).collect();
+            let b = drafting_into(gumbel_rows(vocab, rows, logits, &mut rng), draft);
             let shards = shards(vocab, ranks, &mut rng);
             check_equal(&b, &shards, &format!("{logits:?} into {draft:?} P {ranks}"));
         }

@@ -4,7 +4,7 @@
 //! run over `P` ranks, one thread each with an in-process exchange.
 
 use crate::Batch;
-use crate::batch::{DraftLogitsSpec, Values};
+use crate::batch::{ColumnSpec, DraftLogitsSpec, Values};
 use crate::inputs::Rng;
 use crate::verify::{Asked, LogprobBits, Verified, Verify};
 use specdec::shard::{Exchange, InProcess, Shard};
@@ -87,6 +87,17 @@ pub fn gumbel_rows(vocab: usize, rows: usize, dtype: DType, rng: &mut Rng) -> Ba
     b.slots = (0..rows).map(|r| (r % 5) as i32 - 1).collect();
     b.pos = (0..rows as u64).map(|r| r * 7919 + 100).collect();
     b
+}
+
+/// `batch` drafting into `[4 slots, 3 columns, vocab]` draft logits of
+/// `dtype`: its rows on slots 0 to 2 and every fourth padding, row `r`
+/// writing column `r / 4`.
+pub fn drafting_into(mut batch: Batch, dtype: DType) -> Batch {
+    batch.drafting = true;
+    let columns = (0..batch.rows as i32).map(|r| r / 4).collect();
+    batch.draft_logits = Some(DraftLogitsSpec::dense(dtype, 4, 3, batch.vocab, ColumnSpec::PerRow(columns)));
+    batch.slots = (0..batch.rows).map(|r| if r % 4 == 3 { -1 } else { (r % 4) as i32 }).collect();
+    batch
 }
 
 /// The `gumbel_sample` call rank `r` makes: ids `range` of every row of
