@@ -82,7 +82,7 @@ fn call(
     result.unwrap_or_else(|e| fail(&name(rows), e));
 }
 
-/// Median µs of one of `SHARDED_CALLS` calls back to back, `enqueue(round)`
+/// Median µs of one of `SHARDED_CALLS` calls back to back, `enqueue`
 /// enqueueing them on `stream` (rank 0's), over `SHARDED_ROUNDS` rounds
 /// after an untimed one; `meet` runs before each round's first event.
 fn median_us(stream: &Arc<CudaStream>, meet: impl Fn(), mut enqueue: impl FnMut()) -> f64 {

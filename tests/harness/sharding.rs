@@ -39,24 +39,31 @@ pub fn columns(v: &Values, rows: usize, stride: usize, range: Range<usize>) -> V
 /// columns of a huge value that no call may read as a logit (`pad` from 0 to
 /// 2 by the range's start), everything else alike.
 pub fn rank_verify(v: &Verify, range: Range<usize>) -> Verify {
-    let pad = range.start % 3;
-    let rows = |values: &Values, starts: &mut dyn Iterator<Item = usize>| {
-        let mut out = Vec::new();
-        for start in starts {
-            out.extend(values.f32s(start + range.start..start + range.end));
-            out.extend(std::iter::repeat_n(PAST_ROW, pad));
-        }
-        Values::from_f32(values.dtype(), &out)
-    };
+    let pad = range_pad(&range);
     let mut mine = v.clone();
-    mine.target = rows(&v.target, &mut (0..v.rows).map(|r| r * v.row_stride));
+    mine.target = padded_columns(&v.target, (0..v.rows).map(|r| r * v.row_stride), &range);
     (mine.vocab, mine.row_stride) = (range.len(), range.len() + pad);
     mine.draft = v.draft.as_ref().map(|(values, shape)| {
-        let mut starts =
-            (0..shape.slots).flat_map(|s| (0..shape.k).map(move |i| s * shape.stride0 + i * shape.stride1));
-        (rows(values, &mut starts), DraftLogitsShape::dense(shape.slots, shape.k, range.len() + pad))
+        let starts = (0..shape.slots).flat_map(|s| (0..shape.k).map(move |i| s * shape.stride0 + i * shape.stride1));
+        (padded_columns(values, starts, &range), DraftLogitsShape::dense(shape.slots, shape.k, range.len() + pad))
     });
     mine
+}
+
+/// The padding columns after a rank's ids `range` of each row: 0 to 2, by the range's start.
+fn range_pad(range: &Range<usize>) -> usize {
+    range.start % 3
+}
+
+/// Values `range` of the rows starting at `starts`, each followed by
+/// [`range_pad`] columns of [`PAST_ROW`], as dense rows.
+fn padded_columns(values: &Values, starts: impl Iterator<Item = usize>, range: &Range<usize>) -> Values {
+    let mut out = Vec::new();
+    for start in starts {
+        out.extend(values.f32s(start + range.start..start + range.end));
+        out.extend(std::iter::repeat_n(PAST_ROW, range_pad(range)));
+    }
+    Values::from_f32(values.dtype(), &out)
 }
 
 /// Rows of every kind: random logits at several temperatures, greedy and
@@ -106,16 +113,10 @@ pub fn drafting_into(mut batch: Batch, dtype: DType) -> Batch {
 /// as a logit, everything else alike (a broadcast row stays one). Its draft
 /// logits start as `DraftLogitsSpec::SENTINEL`.
 pub fn rank_batch(batch: &Batch, range: Range<usize>) -> Batch {
-    let pad = range.start % 3;
-    let mut out = Vec::new();
+    let pad = range_pad(&range);
     let stored = if batch.row_stride == 0 { 1 } else { batch.rows };
-    for r in 0..stored {
-        let start = r * batch.row_stride;
-        out.extend(batch.logits.f32s(start + range.start..start + range.end));
-        out.extend(std::iter::repeat_n(PAST_ROW, pad));
-    }
     let mut mine = batch.clone();
-    mine.logits = Values::from_f32(batch.logits.dtype(), &out);
+    mine.logits = padded_columns(&batch.logits, (0..stored).map(|r| r * batch.row_stride), &range);
     mine.vocab = range.len();
     mine.row_stride = if batch.row_stride == 0 { 0 } else { range.len() + pad };
     mine.draft_logits = batch
