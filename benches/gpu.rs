@@ -54,6 +54,11 @@
 //! `[2048, V]` bf16 buffer (`stride0 = (K+1)·V`, `stride1 = V`), the row beside
 //! its target row.
 //!
+//! Sharded cases (`sharded` in their names; `--only sharded` alone): the
+//! vocab-parallel `gumbel_sample` at `P = 2` on this one GPU beside the
+//! unsharded call, no graph, and the bytes each rank exchanges, printed and
+//! written to `$OUT/sharded.md` (see `gpu/sharded.rs`).
+//!
 //! Host time per call (`host time` cases, last; `--only host` alone): the
 //! CPU time of one `Cuda::gumbel_sample` (random, one row of V = 151936) and
 //! `Cuda::rejection_sample` (bf16 draft logits, B = 1, K = 4 and B = 256,
@@ -85,6 +90,9 @@ use std::ffi::c_void;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
+
+#[path = "gpu/sharded.rs"]
+mod sharded;
 
 /// Timed replays per case.
 const REPS: usize = 50;
@@ -1273,7 +1281,7 @@ impl Options {
             .collect();
         let grid: Vec<Spec> =
             all.into_iter().filter(|spec| self.wants(&spec.name()) || partners.contains(&spec.name())).collect();
-        if grid.is_empty() && self.host_specs().is_empty() {
+        if grid.is_empty() && self.host_specs().is_empty() && !sharded::wanted(self) {
             fail("arguments", format!("no case name contains any of {:?}", self.only));
         }
         grid
@@ -1369,6 +1377,17 @@ fn main() {
             }
         };
         bench.run(Clock::Gpu, spec, ids);
+    }
+    if sharded::wanted(&options) {
+        // Its ranks read the buffers on streams of their own.
+        s.synchronize().unwrap_or_else(setup);
+        let md = sharded::markdown(&sharded::run(&bench.cuda, &bench.buf, &options));
+        println!("{md}");
+        if let Ok(dir) = std::env::var("OUT") {
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::write(format!("{dir}/sharded.md"), &md))
+                .unwrap_or_else(setup);
+        }
     }
     let host_specs = options.host_specs();
     if !host_specs.is_empty() {

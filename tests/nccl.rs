@@ -2,7 +2,10 @@
 //! `docs/VOCAB_PARALLEL.md` §5), with the `gpu` feature (candle links the CUDA
 //! libraries, NCCL among them, so this binary needs the GPU machine's:
 //! `cuda-libs.sh` finds PyTorch's): one rank of a communicator gathers its
-//! own bytes. (Without a library, `Nccl` is a typed error: `tests/sharded.rs`.)
+//! own bytes, and a sharded `gumbel_sample` over it, eager and captured in a
+//! CUDA graph, is the unsharded call; two ranks on two GPUs (ignored: run
+//! with `--ignored` where there are two). (Without a library, `Nccl` is a
+//! typed error: `tests/sharded.rs`.)
 #![cfg(feature = "gpu")]
 
 #[test]
@@ -16,5 +19,102 @@ fn one_nccl_rank_gathers_its_own_bytes() {
     let got = gather_rounds(&mut nccl, &stream, &[1000], 2);
     for (round, recv) in got.into_iter().enumerate() {
         assert_eq!(recv.expect("the round gathered"), message(0, round, 1000), "round {round}");
+    }
+}
+
+/// A sharded `gumbel_sample` of one NCCL rank (the whole row) is the
+/// unsharded call, eagerly and as a CUDA graph captured once and replayed:
+/// the sampling kernel, NCCL's all-gather and the combine capture together.
+#[test]
+fn a_one_rank_nccl_call_is_the_unsharded_call_eager_and_captured() {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    use specdec::shard::{Nccl, Shard};
+    use specdec::{DType, GumbelOutput, GumbelSample, Logits, SamplingParams};
+    use specdec_suite::inputs::Rng;
+    use specdec_suite::sharding::gumbel_rows;
+
+    let cuda = specdec_suite::cuda_device();
+    // SAFETY: this test's buffers are used on its one stream only (with
+    // tracking on, a capture fails: each view waits on an event recorded before it).
+    unsafe { cuda.stream().context().disable_event_tracking() };
+    let s = cuda.stream().clone();
+    let (rows, vocab) = (48, 4097);
+    let b = gumbel_rows(vocab, rows, DType::F32, &mut Rng::new(51));
+    let want = b.clone().run_device(&cuda, &mut cuda.workspace(rows).expect("a workspace")).expect("unsharded");
+    let logits = s.clone_htod(&b.logits.f32s(0..rows * vocab)).expect("upload");
+    let (slots, pos) = (s.clone_htod(&b.slots).expect("upload"), s.clone_htod(&b.pos).expect("upload"));
+    let temperature = s.clone_htod(&b.temperature).expect("upload");
+    let seed = s.clone_htod(&b.seed).expect("upload");
+    let mut tokens = s.alloc_zeros::<i64>(rows).expect("upload");
+    let mut status = s.alloc_zeros::<u32>(rows).expect("upload");
+    let mut nccl = Nccl::join(s.clone(), 0, 1, Nccl::unique_id().expect("an id")).expect("a communicator");
+    let mut ws = cuda.sharded_workspace(rows, 1).expect("a workspace");
+    let mut call = |tokens: &mut _, status: &mut _| {
+        let params = SamplingParams::new(&temperature, &seed);
+        let args = GumbelSample::new(Logits::new(&logits, rows, vocab), &slots, &pos, params);
+        let mut out = GumbelOutput::new(tokens).with_row_status(status);
+        cuda.sharded_gumbel_sample(&mut ws, Shard { offset: 0, vocab }, &mut nccl, &args, &mut out)
+    };
+    let read = |tokens: &mut cudarc::driver::CudaSlice<i64>, status: &mut cudarc::driver::CudaSlice<u32>| {
+        s.synchronize().expect("synchronize");
+        let got = specdec_suite::batch::Sampled {
+            tokens: s.clone_dtoh(tokens).expect("tokens"),
+            row_status: s.clone_dtoh(status).expect("statuses"),
+        };
+        // Poison the outputs for the next run.
+        s.memcpy_htod(&vec![i64::MIN; rows], tokens).expect("poison");
+        s.memcpy_htod(&vec![u32::MAX; rows], status).expect("poison");
+        got
+    };
+    call(&mut tokens, &mut status).expect("the eager call");
+    assert_eq!(read(&mut tokens, &mut status), want, "eager");
+    s.synchronize().expect("synchronize");
+    s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).expect("begin_capture");
+    let launched = call(&mut tokens, &mut status);
+    let graph = s.end_capture(CUgraphInstantiate_flags(0));
+    launched.expect("the call during capture");
+    let graph = graph.expect("end_capture (a synchronising call inside the capture invalidates it)").expect("a graph");
+    for replay in 0..3 {
+        graph.launch().expect("graph launch");
+        assert_eq!(read(&mut tokens, &mut status), want, "replay {replay}");
+    }
+}
+
+/// `P = 2` NCCL ranks, a GPU and a thread each, sample exactly as the
+/// unsharded call on GPU 0 (VOCAB_PARALLEL §6 step 6).
+#[test]
+#[ignore = "needs two GPUs: run with --ignored on a machine of several"]
+fn two_nccl_ranks_on_two_gpus_are_the_unsharded_call() {
+    use specdec::shard::Nccl;
+    use specdec::{Cuda, DType};
+    use specdec_suite::inputs::Rng;
+    use specdec_suite::sharding::{gumbel_rows, ids, rank_batch, shards};
+
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(52);
+    for (vocab, rows) in [(151_936, 64), (4097, 21)] {
+        let b = gumbel_rows(vocab, rows, DType::BF16, &mut rng);
+        let want = b.clone().run_device(&cuda, &mut cuda.workspace(rows).expect("a workspace")).expect("unsharded");
+        let (shards, id) = (shards(vocab, 2, &mut rng), Nccl::unique_id().expect("an id"));
+        let got: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..2)
+                .map(|r| {
+                    let (b, shards) = (&b, &shards);
+                    s.spawn(move || {
+                        let rank = Cuda::on_device(r).unwrap_or_else(|e| panic!("GPU {r}: {e}"));
+                        let mut nccl = Nccl::join(rank.stream().clone(), r, 2, id).expect("a communicator");
+                        let mut ws = rank.sharded_workspace(rows, 2).expect("a workspace");
+                        let mut mine = rank_batch(b, ids(shards, r));
+                        mine.run_device_with(&rank, |call, out| {
+                            rank.sharded_gumbel_sample(&mut ws, shards[r], &mut nccl, call, out)
+                        })
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a rank")).collect()
+        });
+        for (r, result) in got.into_iter().enumerate() {
+            assert_eq!(result.unwrap_or_else(|e| panic!("V {vocab} rank {r}: {e}")), want, "V {vocab} rank {r}");
+        }
     }
 }

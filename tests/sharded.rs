@@ -10,7 +10,7 @@ use specdec::{
 };
 use specdec_suite::batch::{ColumnSpec, DraftLogitsSpec, Values};
 use specdec_suite::inputs::Rng;
-use specdec_suite::sharding::{columns, ids, in_ranks, shards};
+use specdec_suite::sharding::{columns, drafting_into, gumbel_rows, ids, in_ranks, shards};
 use specdec_suite::verify::{Asked, LogprobBits, LogprobBuffers};
 use specdec_suite::{Batch, FilterTable};
 
@@ -81,36 +81,6 @@ fn run_call(
     (result.map(|()| (tokens, status, logprobs.bits())), draft.map(|d| d.data))
 }
 
-/// Rows of every kind: random logits at several temperatures, greedy and
-/// padding rows, and rows with NaN, `±inf` and nothing above `-inf`.
-fn batch(vocab: usize, rows: usize, dtype: DType, rng: &mut Rng) -> Batch {
-    let mut x: Vec<f32> = (0..rows * vocab).map(|_| rng.uniform(-4.0, 4.0)).collect();
-    let special = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY];
-    for r in 0..rows {
-        match r % 7 {
-            // A NaN, -inf or +inf somewhere in the row.
-            1..=3 => x[r * vocab + rng.below(vocab)] = special[r % 7 - 1],
-            // Nothing above -inf (NaN and -inf only).
-            4 => x[r * vocab..(r + 1) * vocab].iter_mut().enumerate().for_each(|(i, v)| {
-                *v = if i % 3 == 0 { f32::NAN } else { f32::NEG_INFINITY };
-            }),
-            // Ties: the row's maximum twice.
-            5 => {
-                let (a, b) = (rng.below(vocab), rng.below(vocab));
-                x[r * vocab + a] = 9.0;
-                x[r * vocab + b] = 9.0;
-            }
-            _ => {}
-        }
-    }
-    let mut b = Batch::new(Values::from_f32(dtype, &x), rows, vocab, 1.0, 7);
-    b.temperature = vec![0.0, 0.6, 1.0, 1.5];
-    b.seed = vec![3, 5, u64::MAX, 11];
-    b.slots = (0..rows).map(|r| (r % 5) as i32 - 1).collect();
-    b.pos = (0..rows as u64).map(|r| r * 7919 + 100).collect();
-    b
-}
-
 fn check_equal(batch: &Batch, shards: &[Shard], ctx: &str) {
     let want = batch.clone().run(&specdec::Backend::cpu()).unwrap();
     let got = run_sharded(batch, shards);
@@ -142,7 +112,7 @@ fn sharded_tokens_are_the_unsharded_ones() {
         for (vocab, rows) in [(37, 21), (1000, 14), (4097, 7), (151_936, 2)] {
             for ranks in [1, 2, 3, 8] {
                 for drafting in [false, true] {
-                    let mut b = batch(vocab, rows, dtype, &mut rng);
+                    let mut b = gumbel_rows(vocab, rows, dtype, &mut rng);
                     b.drafting = drafting;
                     let shards = shards(vocab, ranks, &mut rng);
                     check_equal(&b, &shards, &format!("{dtype:?} V {vocab} P {ranks} drafting {drafting}"));
@@ -159,12 +129,7 @@ fn sharded_draft_logits_are_the_unsharded_ones() {
     for (logits, draft) in [(DType::F32, DType::F32), (DType::F32, DType::BF16), (DType::BF16, DType::F16)] {
         for ranks in [2, 3, 8] {
             let (vocab, rows) = (1001, 12);
-            let mut b = batch(vocab, rows, logits, &mut rng);
-            b.drafting = true;
-            // Rows on slots 0..3 (or padding), each writing its own column.
-            let columns = (0..rows as i32).map(|r| r / 4).collect();
-            b.draft_logits = Some(DraftLogitsSpec::dense(draft, 4, 3, vocab, ColumnSpec::PerRow(columns)));
-            b.slots = (0..rows).map(|r| if r % 4 == 3 { -1 } else { (r % 4) as i32 }).collect();
+            let b = drafting_into(gumbel_rows(vocab, rows, logits, &mut rng), draft);
             let shards = shards(vocab, ranks, &mut rng);
             check_equal(&b, &shards, &format!("{logits:?} into {draft:?} P {ranks}"));
         }
@@ -195,7 +160,7 @@ fn sharded_filtered_tokens_are_the_unsharded_ones() {
     {
         for (vocab, rows) in [(37, 21), (1000, 14), (4097, 7), (20_000, 5)] {
             for ranks in [1, 2, 3, 8] {
-                let mut b = batch(vocab, rows, logits, &mut rng);
+                let mut b = gumbel_rows(vocab, rows, logits, &mut rng);
                 // Half the rows' values rounded to multiples of 1/2: ties that straddle the k-th value.
                 for r in (0..rows).filter(|r| r % 2 == 0) {
                     for i in r * vocab..(r + 1) * vocab {
@@ -227,7 +192,7 @@ fn sharded_filtered_tokens_are_the_unsharded_ones() {
 #[test]
 fn a_rank_that_fails_its_checks_or_a_group_that_does_not_fit_fails_every_rank() {
     let mut rng = Rng::new(33);
-    let b = batch(64, 5, DType::F32, &mut rng);
+    let b = gumbel_rows(64, 5, DType::F32, &mut rng);
     // Rank 1 starts at id 30, not a multiple of 4: it reports why, the others that it failed.
     let shards = [Shard { offset: 0, vocab: 64 }, Shard { offset: 30, vocab: 64 }];
     let got = run_sharded(&b, &shards);
@@ -300,7 +265,7 @@ fn sharded_logprobs_are_the_unsharded_ones() {
     for (c, (logits, draft)) in kinds.into_iter().enumerate() {
         for (vocab, rows) in [(37, 21), (1000, 14), (4097, 7), (151_936, 2)] {
             for ranks in [1, 2, 3, 8] {
-                let mut b = batch(vocab, rows, logits, &mut rng);
+                let mut b = gumbel_rows(vocab, rows, logits, &mut rng);
                 if rng.below(2) == 0 {
                     let f = |k: u32| Filter { top_k: k.min(vocab as u32 - 1), top_p: 0.9, ..Filter::OFF };
                     b.filters = FilterTable::per_slot(&[Filter::OFF, f(3), Filter::OFF, f(40)]);

@@ -359,6 +359,16 @@ impl Batch {
     /// beyond shapes: slots, temperatures, filter values and columns reach
     /// the kernel as they are. The workspace's status word is the caller's.
     pub fn run_device(&mut self, cuda: &Cuda, ws: &mut Workspace) -> specdec::Result<Sampled> {
+        self.run_device_with(cuda, |call, out| cuda.gumbel_sample(ws, call, out))
+    }
+
+    /// [`Batch::run_device`], the call made by `call_fn` on `cuda`'s stream
+    /// (a sharded call, say).
+    pub fn run_device_with(
+        &mut self,
+        cuda: &Cuda,
+        call_fn: impl FnOnce(&GumbelSample<'_, Device>, &mut GumbelOutput<'_, Device>) -> specdec::Result<()>,
+    ) -> specdec::Result<Sampled> {
         let s = cuda.stream();
         let logits = DeviceValues::upload(s, &self.logits)?;
         let mut draft_logits = self.draft_logits.as_ref().map(|c| DeviceValues::upload(s, &c.data)).transpose()?;
@@ -390,7 +400,7 @@ impl Batch {
                 };
                 out = out.with_draft_logits(DraftLogitsMut { data: d.view_mut(), shape: c.shape() }, column);
             }
-            cuda.gumbel_sample(ws, &call, &mut out)?;
+            call_fn(&call, &mut out)?;
         }
         let tokens = if self.tokens_i64 {
             s.clone_dtoh(&t64)?

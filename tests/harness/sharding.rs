@@ -1,12 +1,14 @@
 //! Vocab-parallel calls in the tests (REFERENCE §9): uneven shards of a
-//! row, each rank's columns of a buffer, and a `rejection_sample` call run
-//! over `P` ranks, one thread each with an in-process exchange.
+//! row, each rank's columns of a buffer, rows of every kind for
+//! `gumbel_sample` and each rank's call of it, and a `rejection_sample` call
+//! run over `P` ranks, one thread each with an in-process exchange.
 
-use crate::batch::Values;
+use crate::Batch;
+use crate::batch::{ColumnSpec, DraftLogitsSpec, Values};
 use crate::inputs::Rng;
 use crate::verify::{Asked, LogprobBits, Verified, Verify};
-use specdec::DraftLogitsShape;
 use specdec::shard::{Exchange, InProcess, Shard};
+use specdec::{DType, DraftLogitsShape};
 use std::ops::Range;
 
 /// `P` shards of a row of `vocab` ids, uneven, each starting at a multiple of 4.
@@ -37,23 +39,90 @@ pub fn columns(v: &Values, rows: usize, stride: usize, range: Range<usize>) -> V
 /// columns of a huge value that no call may read as a logit (`pad` from 0 to
 /// 2 by the range's start), everything else alike.
 pub fn rank_verify(v: &Verify, range: Range<usize>) -> Verify {
-    let pad = range.start % 3;
-    let rows = |values: &Values, starts: &mut dyn Iterator<Item = usize>| {
-        let mut out = Vec::new();
-        for start in starts {
-            out.extend(values.f32s(start + range.start..start + range.end));
-            out.extend(std::iter::repeat_n(PAST_ROW, pad));
-        }
-        Values::from_f32(values.dtype(), &out)
-    };
+    let pad = range_pad(&range);
     let mut mine = v.clone();
-    mine.target = rows(&v.target, &mut (0..v.rows).map(|r| r * v.row_stride));
+    mine.target = padded_columns(&v.target, (0..v.rows).map(|r| r * v.row_stride), &range);
     (mine.vocab, mine.row_stride) = (range.len(), range.len() + pad);
     mine.draft = v.draft.as_ref().map(|(values, shape)| {
-        let mut starts =
-            (0..shape.slots).flat_map(|s| (0..shape.k).map(move |i| s * shape.stride0 + i * shape.stride1));
-        (rows(values, &mut starts), DraftLogitsShape::dense(shape.slots, shape.k, range.len() + pad))
+        let starts = (0..shape.slots).flat_map(|s| (0..shape.k).map(move |i| s * shape.stride0 + i * shape.stride1));
+        (padded_columns(values, starts, &range), DraftLogitsShape::dense(shape.slots, shape.k, range.len() + pad))
     });
+    mine
+}
+
+/// The padding columns after a rank's ids `range` of each row: 0 to 2, by the range's start.
+fn range_pad(range: &Range<usize>) -> usize {
+    range.start % 3
+}
+
+/// Values `range` of the rows starting at `starts`, each followed by
+/// [`range_pad`] columns of [`PAST_ROW`], as dense rows.
+fn padded_columns(values: &Values, starts: impl Iterator<Item = usize>, range: &Range<usize>) -> Values {
+    let mut out = Vec::new();
+    for start in starts {
+        out.extend(values.f32s(start + range.start..start + range.end));
+        out.extend(std::iter::repeat_n(PAST_ROW, range_pad(range)));
+    }
+    Values::from_f32(values.dtype(), &out)
+}
+
+/// Rows of every kind: random logits at several temperatures, greedy and
+/// padding rows, and rows with NaN, `±inf` and nothing above `-inf`.
+pub fn gumbel_rows(vocab: usize, rows: usize, dtype: DType, rng: &mut Rng) -> Batch {
+    let mut x: Vec<f32> = (0..rows * vocab).map(|_| rng.uniform(-4.0, 4.0)).collect();
+    let special = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY];
+    for r in 0..rows {
+        match r % 7 {
+            // A NaN, -inf or +inf somewhere in the row.
+            1..=3 => x[r * vocab + rng.below(vocab)] = special[r % 7 - 1],
+            // Nothing above -inf (NaN and -inf only).
+            4 => x[r * vocab..(r + 1) * vocab].iter_mut().enumerate().for_each(|(i, v)| {
+                *v = if i % 3 == 0 { f32::NAN } else { f32::NEG_INFINITY };
+            }),
+            // Ties: the row's maximum twice.
+            5 => {
+                let (a, b) = (rng.below(vocab), rng.below(vocab));
+                x[r * vocab + a] = 9.0;
+                x[r * vocab + b] = 9.0;
+            }
+            _ => {}
+        }
+    }
+    let mut b = Batch::new(Values::from_f32(dtype, &x), rows, vocab, 1.0, 7);
+    b.temperature = vec![0.0, 0.6, 1.0, 1.5];
+    b.seed = vec![3, 5, u64::MAX, 11];
+    b.slots = (0..rows).map(|r| (r % 5) as i32 - 1).collect();
+    b.pos = (0..rows as u64).map(|r| r * 7919 + 100).collect();
+    b
+}
+
+/// `batch` drafting into `[4 slots, 3 columns, vocab]` draft logits of
+/// `dtype`: its rows on slots 0 to 2 and every fourth padding, row `r`
+/// writing column `r / 4`.
+pub fn drafting_into(mut batch: Batch, dtype: DType) -> Batch {
+    batch.drafting = true;
+    let columns = (0..batch.rows as i32).map(|r| r / 4).collect();
+    batch.draft_logits = Some(DraftLogitsSpec::dense(dtype, 4, 3, batch.vocab, ColumnSpec::PerRow(columns)));
+    batch.slots = (0..batch.rows).map(|r| if r % 4 == 3 { -1 } else { (r % 4) as i32 }).collect();
+    batch
+}
+
+/// The `gumbel_sample` call rank `r` makes: ids `range` of every row of
+/// `batch` and of every draft-logits row, each row followed by `pad` columns
+/// (from 0 to 2 by the range's start) of a huge value that no call may read
+/// as a logit, everything else alike (a broadcast row stays one). Its draft
+/// logits start as `DraftLogitsSpec::SENTINEL`.
+pub fn rank_batch(batch: &Batch, range: Range<usize>) -> Batch {
+    let pad = range_pad(&range);
+    let stored = if batch.row_stride == 0 { 1 } else { batch.rows };
+    let mut mine = batch.clone();
+    mine.logits = padded_columns(&batch.logits, (0..stored).map(|r| r * batch.row_stride), &range);
+    mine.vocab = range.len();
+    mine.row_stride = if batch.row_stride == 0 { 0 } else { range.len() + pad };
+    mine.draft_logits = batch
+        .draft_logits
+        .as_ref()
+        .map(|d| DraftLogitsSpec::dense(d.data.dtype(), d.slots, d.k, range.len() + pad, d.column.clone()));
     mine
 }
 

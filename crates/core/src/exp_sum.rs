@@ -199,6 +199,17 @@ pub struct ExpSum {
     sums: [u128; GROUPS],
 }
 
+/// Where an [`ExpSum`]'s fields lie in its `#[repr(C)]` bytes, for device
+/// code that reads a record's maximum and top group before its sums: the
+/// maximum (`f32`) and top group (`i32`) at [`HEAD_OFFSET`], the group sums
+/// (`u128`s) from [`SUMS_OFFSET`].
+pub const HEAD_OFFSET: usize = 0;
+pub const SUMS_OFFSET: usize = 16;
+
+const _: () = assert!(core::mem::offset_of!(ExpSum, max) == HEAD_OFFSET);
+const _: () = assert!(core::mem::offset_of!(ExpSum, top) == HEAD_OFFSET + 4);
+const _: () = assert!(core::mem::offset_of!(ExpSum, sums) == SUMS_OFFSET);
+
 impl ExpSum {
     pub const EMPTY: ExpSum = ExpSum { max: f32::NEG_INFINITY, top: i32::MIN, sums: [0; GROUPS] };
 

@@ -4,6 +4,8 @@
 //! Device pointers are carried as `u64` so this crate stays free of any
 //! device-pointer type; the kernels cast them back.
 
+use crate::shard::Header;
+
 /// Threads per block of the sampling kernels.
 pub const BLOCK_THREADS: u32 = 256;
 /// Consecutive elements one thread handles per step (one Philox call's worth).
@@ -115,6 +117,28 @@ pub struct GumbelParams {
     pub chunk: u32,
     pub chunks: u32,
     pub drafting: u32,
+    pub tokens_i64: u32,
+    /// A sharded call's message (`shard::Header`, then a `shard::Row` a
+    /// row) instead of its outputs, or 0 for an unsharded call.
+    pub send: u64,
+    /// A sharded call's header, which the kernel writes into `send`; its
+    /// `offset` is the global id of the logits' first id (0 unsharded).
+    pub shard: Header,
+}
+
+/// Parameters of `gumbel_combine`: the `ranks` messages of a sharded
+/// `gumbel_sample` of `rows` rows (`shard::message_bytes(rows)` each, in
+/// rank order at `recv`), combined into the call's outputs, as
+/// [`GumbelParams`] names them.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct GumbelCombineParams {
+    pub recv: u64,
+    pub tokens: u64,
+    pub row_status: u64,
+    pub status: u64,
+    pub ranks: u32,
+    pub rows: u32,
     pub tokens_i64: u32,
 }
 

@@ -18,7 +18,8 @@
 //!   `logspace::ln_residual` folded by `Sampler::fold_resample_logits`;
 //!   block verification's rule in [`block_verification`].
 //! - §5 flags: [`status`]; parameter blocks of the kernels: [`layout`];
-//!   the records they keep in scratch: [`scratch`]; dtypes: [`dtype`];
+//!   the records they keep in scratch: [`scratch`]; the message a rank of a
+//!   sharded call sends: [`shard`]; dtypes: [`dtype`];
 //!   the kernels' symbols and launch bounds: [`names`].
 //! - §7 filters: [`filter`] (the kept set's threshold from a row's tie
 //!   groups, fixed-point masses, the exact top-p comparison).
@@ -40,6 +41,7 @@ pub mod names;
 pub mod rng;
 pub mod sample;
 pub mod scratch;
+pub mod shard;
 pub mod status;
 
 /// A xorshift64 generator of test inputs from `seed` (non-zero).

@@ -50,6 +50,7 @@ macro_rules! kernel_symbol {
     (@name REJECTION_BLOCK) => { "rejection_block" };
     (@name LOGPROBS_LSE) => { "logprobs_lse" };
     (@name LOGPROBS_TOP) => { "logprobs_top" };
+    (@name GUMBEL_COMBINE) => { "gumbel_combine" };
     // `DType::name` of each element type.
     (@dtype f32) => { "f32" };
     (@dtype Bf16) => { "bf16" };
@@ -104,17 +105,17 @@ pub const GUMBEL_SAMPLE_LEAN: Kernel =
 pub const GUMBEL_SAMPLE_SMALL: Kernel =
     Kernel { name: kernel_symbol!(@name GUMBEL_SAMPLE_SMALL), pairs: Pairs::All, min_blocks: 3 };
 
-/// Pass 1 of `rejection_sample` (SPEC §4). The decision it inlines, which
-/// runs in one block per request, takes more registers than its streaming
-/// loop; both keep each thread's order-free sums (REFERENCE §2.6), which
-/// fit 128 registers, 2 blocks per SM, and spill at 3 or 4.
+/// Pass 1 of `rejection_sample` (SPEC §4). Its walk keeps each thread's
+/// order-free sums (REFERENCE §2.6) in shared memory and the decision it
+/// inlines gathers them a group at a time, so both fit 80 registers, 3
+/// blocks per SM, with the runs of 16 ids a thread loads at once.
 pub const REJECTION_STATS: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_STATS), pairs: Pairs::All, min_blocks: 3 };
 
-/// Pass 1 reading one quad a batch, for chunks of a few tiles: its plain
-/// twin's bounds.
+/// Pass 1 for chunks of a few tiles: its plain twin's bounds (the runs'
+/// loads spill at 4 blocks per SM).
 pub const REJECTION_STATS_SMALL: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS_SMALL), pairs: Pairs::All, min_blocks: 4 };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_SMALL), pairs: Pairs::All, min_blocks: 3 };
 
 /// Pass 2 of `rejection_sample`. Compute-bound (noise for the candidates): it
 /// walks two quads a batch, not four, to fit 80 registers and 3 blocks per
@@ -217,8 +218,13 @@ pub const LOGPROBS_LSE: Kernel = Kernel { name: kernel_symbol!(@name LOGPROBS_LS
 /// blocks per SM.
 pub const LOGPROBS_TOP: Kernel = Kernel { name: kernel_symbol!(@name LOGPROBS_TOP), pairs: Pairs::Same, min_blocks: 3 };
 
+/// A sharded `gumbel_sample`'s combine of its ranks' messages
+/// (`layout::GumbelCombineParams`), a thread a row. Reads no logits (`Pairs::One`).
+pub const GUMBEL_COMBINE: Kernel =
+    Kernel { name: kernel_symbol!(@name GUMBEL_COMBINE), pairs: Pairs::One, min_blocks: 1 };
+
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 22] = [
+pub const ALL: [Kernel; 23] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -241,6 +247,7 @@ pub const ALL: [Kernel; 22] = [
     REJECTION_BLOCK,
     LOGPROBS_LSE,
     LOGPROBS_TOP,
+    GUMBEL_COMBINE,
 ];
 
 impl Kernel {
@@ -339,22 +346,23 @@ mod tests {
             REJECTION_RESAMPLE REJECTION_RESAMPLE_LEAN REJECTION_RESAMPLE_SMALL GUMBEL_THRESHOLD
             GUMBEL_SAMPLE_FILTERED REJECTION_THRESHOLD REJECTION_STATS_FILTERED REJECTION_RESAMPLE_FILTERED
             GUMBEL_THRESHOLD_SEARCH REJECTION_THRESHOLD_SEARCH REJECTION_STATS_PROCESSED
-            REJECTION_STATS_SMALL_PROCESSED REJECTION_STATS_FILTERED_PROCESSED REJECTION_BLOCK);
+            REJECTION_STATS_SMALL_PROCESSED REJECTION_STATS_FILTERED_PROCESSED REJECTION_BLOCK REJECTION_RATES
+            LOGPROBS_LSE LOGPROBS_TOP GUMBEL_COMBINE);
         assert_eq!(kernel_symbol!(GUMBEL_SAMPLE, Bf16, f32), "gumbel_sample_bf16_f32");
     }
 
     #[test]
     fn the_table() {
         let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
-        assert_eq!(all.len(), 18 * 9 + 3 * 3 + 1);
+        assert_eq!(all.len(), 18 * 9 + 3 * 3 + 2);
         let mut unique = all.clone();
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), all.len(), "{all:?}");
         let lean: Vec<_> = GUMBEL_SAMPLE_LEAN.symbols().map(|s| s.to_string()).collect();
         assert_eq!(lean, ["gumbel_sample_lean_f32_f32", "gumbel_sample_lean_bf16_bf16", "gumbel_sample_lean_f16_f16"]);
-        assert_eq!(REJECTION_STATS.symbol(DType::F32, DType::F32).min_blocks(), 2);
-        assert_eq!(REJECTION_STATS_SMALL.symbol(DType::F32, DType::BF16).min_blocks(), 2);
+        assert_eq!(REJECTION_STATS.symbol(DType::F32, DType::F32).min_blocks(), 3);
+        assert_eq!(REJECTION_STATS_SMALL.symbol(DType::F32, DType::BF16).min_blocks(), 3);
         assert_eq!(GUMBEL_SAMPLE_LEAN.symbol(DType::F32, DType::F32).min_blocks(), 4);
         assert_eq!(GUMBEL_SAMPLE.symbol(DType::F16, DType::F32).min_blocks(), 3);
     }

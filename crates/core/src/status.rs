@@ -27,9 +27,20 @@ pub const INVALID_OFFSETS: u32 = 1 << 5;
 /// the target's filters or, in `rejection_sample`, the drafts'.
 pub const INVALID_FILTER: u32 = 1 << 6;
 
+/// The ranks of a sharded call disagree about the row: a rank's checks
+/// failed, their calls or shards do not fit together, or they read
+/// different slots, temperatures, seeds, positions or draft-logits columns
+/// for it (`crate::shard`).
+pub const INVALID_SHARD: u32 = 1 << 7;
+
 /// Flags that make a row's (or request's) output invalid (tokens `-1`).
-pub const INVALID: u32 =
-    INVALID_SLOT | INVALID_TEMPERATURE | INVALID_COLUMN | INVALID_DRAFT | INVALID_OFFSETS | INVALID_FILTER;
+pub const INVALID: u32 = INVALID_SLOT
+    | INVALID_TEMPERATURE
+    | INVALID_COLUMN
+    | INVALID_DRAFT
+    | INVALID_OFFSETS
+    | INVALID_FILTER
+    | INVALID_SHARD;
 
 /// A temperature is valid when it is `0` (greedy) or a positive, finite,
 /// normal float: subnormal `T` would make the scale `1/T` infinite.

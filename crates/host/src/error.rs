@@ -55,6 +55,11 @@ pub enum Error {
          (usize::MAX means the size itself overflows); use a smaller row limit"
     )]
     OutOfMemory { bytes: usize, max_rows: usize },
+    #[error(
+        "the workspace holds the messages of {capacity} ranks, this exchange has {needed}; \
+         make it with Cuda::sharded_workspace for as many"
+    )]
+    WorkspaceRanks { needed: usize, capacity: usize },
     #[error("the workspace belongs to another CUDA context")]
     WorkspaceContext,
     #[error("the workspace belongs to another stream: make one per stream (Cuda::workspace)")]

@@ -175,7 +175,7 @@ pub(crate) fn filter_words<'a>(f: &'a Filters<'_, Host>) -> impl Iterator<Item =
 }
 
 /// FNV-1a over `words`: the digest of a call's shared arguments.
-fn digest(words: impl IntoIterator<Item = u64>) -> u64 {
+pub(crate) fn digest(words: impl IntoIterator<Item = u64>) -> u64 {
     words.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, w| {
         w.to_le_bytes().iter().fold(h, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
     })

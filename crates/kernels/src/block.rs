@@ -134,6 +134,21 @@ pub unsafe fn warp_exp_sums<const N: usize>(s: [ExpSum; N]) -> [ExpSum; N] {
     core::array::from_fn(|j| ExpSum::from_shares(max[j], top[j], sums[j]))
 }
 
+/// The sum of the warp's 32 `u128`s (which must not overflow), in every
+/// lane: a butterfly of their four 32-bit words, added as `u128`s.
+///
+/// # Safety
+/// All 32 lanes of the warp must be active and call this together.
+#[inline(always)]
+pub unsafe fn warp_sum_u128(mut sum: u128) -> u128 {
+    for lane_mask in [16, 8, 4, 2, 1] {
+        // SAFETY: the caller guarantees a full, converged warp.
+        let word = |i: u32| u128::from(unsafe { gpu::shfl_bfly_u32((sum >> (32 * i)) as u32, lane_mask) }) << (32 * i);
+        sum += word(0) | word(1) | word(2) | word(3);
+    }
+    sum
+}
+
 /// The best of the warp's 32 candidates by [`ArgMax::combine`]'s order, in
 /// every lane: the largest value by one `redux.sync` on its order key
 /// ([`floor_key`]; values are never NaN), then the smallest index among the

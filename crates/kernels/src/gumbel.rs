@@ -12,7 +12,10 @@
 //! block ([`last_block`]) combines them and writes the token (`-1` for an
 //! invalid row), the row's flags, and ORs them into the call's status word.
 //!
-//! The winner is the same for any chunking (total order, noise keyed by id).
+//! The winner is the same for any chunking (total order, noise keyed by id),
+//! and for any sharding: a sharded call (`p.send` set) reads the rank's ids
+//! `p.shard.offset ..` of each row, keys noise by global id, and writes its
+//! rows' results and header to its message instead of outputs (`crate::shard`).
 //! A random row writing draft logits whose dtype rounds the logits samples
 //! them as the draft logits store them (SPEC §3.3), so the verifier's `q` is the law drawn.
 //!
@@ -45,6 +48,7 @@ use specdec_core::layout::GumbelParams;
 use specdec_core::rng::Stream;
 use specdec_core::sample::{NO_LANE, Sampler};
 use specdec_core::scratch::FilterScratch;
+use specdec_core::shard;
 use specdec_core::status::{INVALID, INVALID_COLUMN, INVALID_FILTER, NAN_LOGITS};
 
 /// The row state plus its draft-logits column check.
@@ -108,6 +112,16 @@ unsafe fn gumbel_sample<L: Load, D: Load, const LEAN: bool, const Q: u32, const 
     if tau.is_nan() {
         state.flags |= INVALID_FILTER;
     }
+    // A sharded call's message: its header once, each row's digest.
+    let digest = if p.send != 0 {
+        if row == 0 && chunk_idx == 0 && tid == 0 {
+            // SAFETY: send holds a message of `rows` rows (workspace, host-sized).
+            unsafe { (p.send as *mut shard::Header).write(p.shard) };
+        }
+        shard::row_digest(state.slot, state.temperature, state.seed, pos, column)
+    } else {
+        0
+    };
     let partial = if state.is_valid() {
         // SAFETY: forwarded (valid state and column, block-uniform call).
         unsafe { fold_chunk::<L, D, LEAN, Q, FILTERED>(p, row, chunk_idx, state, pos, column, tau) }
@@ -117,7 +131,7 @@ unsafe fn gumbel_sample<L: Load, D: Load, const LEAN: bool, const Q: u32, const 
     // Warp 0 holds the block's result.
     if tid < WARP {
         // SAFETY: all of warp 0, once per block.
-        unsafe { complete(p, row, chunk_idx, partial) };
+        unsafe { complete(p, row, chunk_idx, partial, digest) };
     }
 }
 
@@ -149,6 +163,9 @@ unsafe fn fold_chunk<L: Load, D: Load, const LEAN: bool, const Q: u32, const FIL
         core::ptr::null_mut()
     };
     let stream = if p.drafting != 0 { Stream::Draft } else { Stream::Target };
+    // Ids are global: noise is keyed by them and the argmax rule compares
+    // them; loads and draft-logits stores take the rank's own (`x`).
+    let base = p.shard.offset;
     let sampler = Sampler::new(state.temperature, state.seed, pos, stream);
 
     // The values a random row samples: the logits as the draft logits store
@@ -193,7 +210,7 @@ unsafe fn fold_chunk<L: Load, D: Load, const LEAN: bool, const Q: u32, const FIL
         unsafe {
             for_each_quad::<true, Q, _, _>(logits, none, start, end, tid, |x, raw, _, n| {
                 store(x, raw, n);
-                best = fold_greedy(&sampler, best, x, widen(raw), n, &mut nan);
+                best = fold_greedy(&sampler, best, base + x, widen(raw), n, &mut nan);
             })
         };
     } else {
@@ -214,7 +231,7 @@ unsafe fn fold_chunk<L: Load, D: Load, const LEAN: bool, const Q: u32, const FIL
                 walk,
                 |x, raw, n| {
                     let c = cell.get();
-                    let (folded, lead) = sampler.fold_quad_lead(c.probe(), x, sampled(as_stored(raw)), n);
+                    let (folded, lead) = sampler.fold_quad_lead(c.probe(), base + x, sampled(as_stored(raw)), n);
                     cell.set(c.settle(folded));
                     led.set(lead);
                 },
@@ -225,7 +242,7 @@ unsafe fn fold_chunk<L: Load, D: Load, const LEAN: bool, const Q: u32, const FIL
                     let vals = sampled(vals);
                     let c = cell.get();
                     let skip = led.replace(NO_LANE);
-                    cell.set(c.settle(sampler.fold_quad_skipping(c.probe(), x, vals, n, skip)));
+                    cell.set(c.settle(sampler.fold_quad_skipping(c.probe(), base + x, vals, n, skip)));
                 },
                 // SAFETY: for_each_quad_shared calls this in all lanes of the
                 // warp together; the walk's shared words are the floor's alone.
@@ -242,12 +259,13 @@ unsafe fn fold_chunk<L: Load, D: Load, const LEAN: bool, const Q: u32, const FIL
 
 /// Warp 0 of block `(row, chunk_idx)` with the block's `partial`: writes the
 /// row's outputs if the row is one chunk, else publishes the partial, and the
-/// row's last block combines them all and writes the outputs.
+/// row's last block combines them all and writes the outputs; in a sharded
+/// call, the row's part of the message (with the row's `digest`) instead.
 ///
 /// # Safety
 /// All 32 lanes of warp 0 call this together, once per block; `row < rows`.
 #[inline(always)]
-unsafe fn complete(p: &GumbelParams, row: u32, chunk_idx: u32, partial: Partial) {
+unsafe fn complete(p: &GumbelParams, row: u32, chunk_idx: u32, partial: Partial, digest: u32) {
     // SAFETY: all of warp 0, once per block; partials holds rows × chunks
     // entries (workspace sized by the host), counters `rows`.
     let Some(acc) = (unsafe {
@@ -262,6 +280,12 @@ unsafe fn complete(p: &GumbelParams, row: u32, chunk_idx: u32, partial: Partial)
         return;
     };
     if gpu::thread_idx_x() != 0 {
+        return;
+    }
+    if p.send != 0 {
+        let mine = shard::Row { best: acc.best, flags: acc.flags, digest };
+        // SAFETY: send holds a header and `rows` rows (workspace, host-sized).
+        unsafe { shard::row_at(p.send, row as usize).write(mine) };
         return;
     }
     let token = if acc.flags & INVALID != 0 { -1 } else { acc.best.index as i64 };

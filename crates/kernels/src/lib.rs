@@ -23,6 +23,7 @@
 //!   scaled log-sum-exp pushes, the block floor of the noise loops).
 //! - [`block`], [`last_block`]: block and warp reductions; a chunked row's
 //!   last block to arrive combines its chunks.
+//! - [`shard`]: the combine of a sharded call's messages, after the exchange.
 //! - [`shared`]: the launch's dynamic shared memory, typed (`Shared`).
 //! - [`row`]: a row as both operations see it: its slot's sampling
 //!   parameters as read and checked on the device, its chunks, its token store.
@@ -82,6 +83,7 @@ pub mod load;
 pub mod logprobs;
 pub mod rejection;
 pub mod row;
+pub mod shard;
 pub mod shared;
 pub mod threshold;
 pub mod walk_sum;

@@ -3,6 +3,7 @@
 //! block's shared memory ([`crate::shared::walk_sums`]), so that the walk
 //! keeps the float sums' registers (and the kernels their blocks per SM).
 
+use crate::block::warp_sum_u128;
 use crate::fold::QuadSum;
 use crate::gpu::{self, WARP};
 use crate::shared;
@@ -116,10 +117,7 @@ pub unsafe fn block_sums(w: [WalkSum; 2]) -> [ExpSum; 2] {
                 sum += row.add(c as usize).read();
                 c += WARP;
             }
-            for m in [16, 8, 4, 2, 1] {
-                let word = |i: u32| u128::from(gpu::shfl_bfly_u32((sum >> (32 * i)) as u32, m)) << (32 * i);
-                sum += word(0) | word(1) | word(2) | word(3);
-            }
+            let sum = warp_sum_u128(sum);
             if lane == 0 {
                 row.write(sum);
             }

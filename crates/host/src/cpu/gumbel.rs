@@ -173,12 +173,10 @@ impl Cpu {
                 }
             });
             let raw_lse = if asked.needs_raw(t == 0.0) { sum(|p| &p.raw) } else { f32::NAN };
-            Some(sharded_logprobs::Emitted {
-                values: Cow::Owned(sampled_row(args, draft, row)),
-                x: owner.map_or(f32::NAN, |o| xs[o][row]),
-                raw_lse,
-                dist,
-            })
+            // The row's values (a copy, widened) only where a top-n reads them.
+            let values =
+                if asked.top.is_some() { Cow::Owned(sampled_row(args, draft, row)) } else { Cow::Borrowed(&[][..]) };
+            Some(sharded_logprobs::Emitted { values, x: owner.map_or(f32::NAN, |o| xs[o][row]), raw_lse, dist })
         })
     }
 }
@@ -205,7 +203,7 @@ fn kept_round(
             Values::BF16(l) => kept_bests(&rows, l.as_core(), draft, taus),
             Values::F16(l) => kept_bests(&rows, l.as_core(), draft, taus),
         };
-        let x = |row: usize| candidate_value(&sampled_row(args, out.draft_logits.as_ref(), row), bests[row], shard);
+        let x = |row: usize| sampled_candidate(args, out.draft_logits.as_ref(), row, bests[row], shard);
         let xs: Vec<f32> = if logprobs { filtered.iter().map(|&row| x(row)).collect() } else { Vec::new() };
         (bests, xs)
     }));
@@ -267,11 +265,12 @@ impl LogprobPart {
         let values = sampled_row(args, out.draft_logits.as_ref(), row);
         let slot = args.slots[row];
         let t = if slot >= 0 { args.params.temperature[slot as usize] } else { 0.0 };
-        let (level, all) = (Level::detect(), f32::NEG_INFINITY);
-        let sum = |t: f32| simd::exp_sum_kept(level, &Sampler::new(t, 0, 0, Stream::Target), &values[..], all);
+        let level = Level::detect();
+        let scaled =
+            || simd::exp_sum_kept(level, &Sampler::new(t, 0, 0, Stream::Target), &values[..], f32::NEG_INFINITY);
         LogprobPart {
-            raw: if asked.needs_raw(t == 0.0) { sum(1.0) } else { ExpSum::EMPTY },
-            scaled: if asked.needs_dist(t == 0.0) && unfiltered { sum(t) } else { ExpSum::EMPTY },
+            raw: if asked.needs_raw(t == 0.0) { simd::raw_exp_sum(level, &values[..]) } else { ExpSum::EMPTY },
+            scaled: if asked.needs_dist(t == 0.0) && unfiltered { scaled() } else { ExpSum::EMPTY },
             x: candidate_value(&values, best, shard),
         }
     }
@@ -302,13 +301,40 @@ fn sampled_row(
     draft: Option<&(DraftLogitsMut<'_, Host>, Column<'_, Host>)>,
     row: usize,
 ) -> Vec<f32> {
+    sampled_ids(args, draft, row, 0..args.logits.vocab)
+}
+
+/// [`sampled_row`]'s value of this rank's candidate `best` of row `row`
+/// (`NaN` for none), read alone.
+fn sampled_candidate(
+    args: &GumbelSample<'_, Host>,
+    draft: Option<&(DraftLogitsMut<'_, Host>, Column<'_, Host>)>,
+    row: usize,
+    best: ArgMax,
+    shard: Shard,
+) -> f32 {
+    let local = best.index.checked_sub(shard.offset as u32).map(|i| i as usize);
+    match local.filter(|&i| i < args.logits.vocab) {
+        Some(i) => sampled_ids(args, draft, row, i..i + 1)[0],
+        None => f32::NAN,
+    }
+}
+
+/// [`sampled_row`]'s values of this rank's ids `ids` of row `row`.
+fn sampled_ids(
+    args: &GumbelSample<'_, Host>,
+    draft: Option<&(DraftLogitsMut<'_, Host>, Column<'_, Host>)>,
+    row: usize,
+    ids: std::ops::Range<usize>,
+) -> Vec<f32> {
     fn widen<V: Logit>(v: &[V]) -> Vec<f32> {
         v.iter().map(|x| x.to_f32()).collect()
     }
     let (l, slot) = (&args.logits, args.slots[row]);
     match draft.filter(|(d, _)| slot >= 0 && l.data.dtype().rounds_into(d.data.dtype())) {
         Some((d, column)) => {
-            let at = stored_row(d, column, row, slot, l.vocab);
+            let stored = stored_row(d, column, row, slot, l.vocab);
+            let at = stored.start + ids.start..stored.start + ids.end;
             match &d.data {
                 ValuesMut::F32(v) => v[at].to_vec(),
                 ValuesMut::BF16(v) => widen(&v.as_core()[at]),
@@ -316,7 +342,7 @@ fn sampled_row(
             }
         }
         None => {
-            let at = row * l.row_stride..row * l.row_stride + l.vocab;
+            let at = row * l.row_stride + ids.start..row * l.row_stride + ids.end;
             match &l.data {
                 Values::F32(v) => v[at].to_vec(),
                 Values::BF16(v) => widen(&v.as_core()[at]),

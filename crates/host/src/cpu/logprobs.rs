@@ -120,8 +120,7 @@ pub(super) fn put(logprobs: &mut Logprobs<'_, Host>, i: usize, f: Option<&Found>
 fn find<L: Logit>(level: Level, asked: Asked, e: &Emitted<'_, L>) -> Found {
     let greedy = e.temperature == 0.0;
     let (need_raw, need_dist) = (asked.needs_raw(greedy), asked.needs_dist(greedy));
-    let unit = Sampler::new(1.0, 0, 0, Stream::Target);
-    let raw_lse = if need_raw { simd::lse(level, &unit, e.values) } else { f32::NAN };
+    let raw_lse = if need_raw { simd::raw_exp_sum(level, e.values).lse() } else { f32::NAN };
     let sampler = Sampler::new(e.temperature, 0, 0, Stream::Target);
     let dist = need_dist.then(|| Dist::of(level, &sampler, e.values, e.filter));
     // A NaN logit is an impossible id, as for the argmax.

@@ -22,7 +22,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 /// An emitted position of a sharded call, as every rank knows it once the
 /// ranks agree on its token.
 pub(super) struct Emitted<'r, L: Clone> {
-    /// This rank's ids of the row the token was drawn from.
+    /// This rank's ids of the row the token was drawn from: read only for
+    /// a top-n (and rank), so a call without one may pass none.
     pub values: Cow<'r, [L]>,
     /// The emitted token's value, from the rank that holds it.
     pub x: f32,

@@ -503,12 +503,7 @@ impl<'a, 'b, T: Logit, C: Logit> View<'a, 'b, T, C> {
                 let d = args.drafts[row];
                 if let Some(asked) = asked {
                     if asked.needs_raw(s.greedy) {
-                        st.raw = simd::exp_sum_kept(
-                            self.level,
-                            &Sampler::new(1.0, 0, 0, Stream::Target),
-                            values,
-                            unfiltered,
-                        );
+                        st.raw = simd::raw_exp_sum(self.level, values);
                     }
                     st.drafted_x = self.local(d).map_or(f32::NAN, |at| values[at].to_f32());
                 }

@@ -6,13 +6,15 @@
 use super::launch::Threshold;
 use super::logprobs::Sources;
 use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Device;
+use crate::shard::{Exchange, Shard};
 use crate::tensor::Column;
 use cudarc::driver::{DevicePtr, DevicePtrMut};
-use specdec_core::layout::{GumbelParams, LogprobsParams, POSITIONS_GUMBEL};
-use specdec_core::names;
+use specdec_core::dtype::DType;
+use specdec_core::layout::{GumbelCombineParams, GumbelParams, LogprobsParams, POSITIONS_GUMBEL};
+use specdec_core::{names, shard};
 
 impl Cuda {
     /// `gumbel_sample` (SPEC §3) on device buffers, enqueued on this backend's
@@ -32,6 +34,127 @@ impl Cuda {
         ws: &mut Workspace,
         args: &GumbelSample<'_, Device>,
         out: &mut GumbelOutput<'_, Device>,
+    ) -> Result<()> {
+        self.enqueue_gumbel_sample(ws, args, out, None)
+    }
+
+    /// `gumbel_sample` as its own rank of a vocab-parallel call
+    /// (`docs/VOCAB_PARALLEL.md`): this rank's logits and draft logits are
+    /// ids `shard.offset ..` of rows of `shard.vocab` ids (`[rows, V_r]`,
+    /// `[slots, k, V_r]`); every rank passes the same slots, positions and
+    /// parameters, and every rank's outputs are the unsharded call's, bit for
+    /// bit (the draft logits: the rank's columns of them). Enqueued on this
+    /// backend's stream, which `exchange` must enqueue on: the sampling
+    /// kernel writes each row's best candidate into the rank's message, one
+    /// all-gather of `32 + 16 · rows` bytes a rank, and a combine kernel
+    /// writes the outputs. No allocation, no synchronisation; with
+    /// [`shard::Nccl`](crate::shard::Nccl), capturable in a CUDA graph.
+    ///
+    /// Where the ranks disagree in device memory (a rank's checks failed,
+    /// their shards do not tile the row, or they read different slots,
+    /// temperatures, seeds, positions or columns for a row), the rows
+    /// concerned get token `-1` and [`status::INVALID_SHARD`](crate::status::INVALID_SHARD).
+    ///
+    /// # Errors
+    /// As [`Cuda::gumbel_sample`], and [`Error::InvalidShard`] for a shard
+    /// that does not fit its row; [`Error::NotSharded`] for filters or
+    /// log-probabilities (sharded on the CPU backend only, so far);
+    /// [`Error::WorkspaceRanks`] for a workspace not made for the exchange's
+    /// ranks ([`Cuda::sharded_workspace`]). A rank whose checks fail still
+    /// takes part in the exchange (its message says it failed), so that no
+    /// rank waits for it; one whose workspace cannot hold the messages sends
+    /// none, and ranks that differ in their number of rows send messages of
+    /// different lengths: that fails the in-process exchange on every rank
+    /// and, under NCCL, is a collective of mismatched sizes (abort the
+    /// communicator).
+    pub fn sharded_gumbel_sample(
+        &self,
+        ws: &mut Workspace,
+        shard: Shard,
+        exchange: &mut dyn Exchange<Device>,
+        args: &GumbelSample<'_, Device>,
+        out: &mut GumbelOutput<'_, Device>,
+    ) -> Result<()> {
+        // The message's length from a real buffer (`pos` has an entry for
+        // every row of a valid call), so that a rank whose row count is
+        // wrong sends as much as the others and fails alike.
+        let (rows, ranks) = (args.pos.len(), exchange.ranks());
+        if ranks == 0 {
+            return Err(Error::InvalidShard { detail: "the exchange has no ranks".into() });
+        }
+        let messages = ws.on(&self.stream).and_then(|_| ws.message_addresses(rows, ranks));
+        let Ok((send, recv)) = messages else {
+            let gathered = ws.exchange_messages((rows, ranks), true, |s, r| exchange.all_gather(s, r));
+            return messages.and(gathered).map(|_| ());
+        };
+        let enqueued = self.check_sharded(shard, args, out).and_then(|header| {
+            let sharded = Sharded { header, send };
+            self.enqueue_gumbel_sample(ws, args, out, Some(sharded))
+        });
+        let gathered = ws.exchange_messages((rows, ranks), enqueued.is_err(), |s, r| exchange.all_gather(s, r));
+        enqueued?;
+        gathered?;
+        let combine = self.kernels.function(names::GUMBEL_COMBINE.symbol(DType::F32, DType::F32))?;
+        let stream = &*self.stream;
+        let (tokens, tokens_i64, _g1) = out.tokens.device_ptr_mut(stream);
+        let mut p = GumbelCombineParams {
+            recv,
+            tokens,
+            tokens_i64: tokens_i64 as u32,
+            ranks: ranks as u32,
+            rows: rows as u32,
+            ..Default::default()
+        };
+        let mut _g2 = None;
+        if let Some(s) = &mut out.row_status {
+            let (ptr, g) = s.device_ptr_mut(stream);
+            _g2 = Some(g);
+            p.row_status = ptr;
+        }
+        p.status = ws.on(stream)?.status;
+        // SAFETY: `recv` holds `ranks` messages of `rows` rows (the workspace
+        // checked both), gathered on this stream; `check` matched the outputs to `rows`.
+        unsafe { launch::gumbel_combine(&combine, stream, p) }
+    }
+
+    /// A sharded call's checks beyond [`Cuda::gumbel_sample`]'s, and its header.
+    fn check_sharded(
+        &self,
+        shard: Shard,
+        args: &GumbelSample<'_, Device>,
+        out: &GumbelOutput<'_, Device>,
+    ) -> Result<shard::Header> {
+        shard.check(args.logits.vocab)?;
+        if !args.params.filters.is_none() {
+            return Err(Error::NotSharded { what: "filters on the CUDA backend" });
+        }
+        if !out.logprobs.is_none() {
+            return Err(Error::NotSharded { what: "log-probabilities on the CUDA backend" });
+        }
+        // What every rank must pass alike and the host can see: the shapes.
+        let draft = out.draft_logits.as_ref().map(|(d, column)| {
+            let per_row = matches!(column, Column::PerRow(_));
+            [d.data.dtype() as u64, d.shape.k as u64, u64::from(per_row)]
+        });
+        let words = [
+            args.pos.len() as u64,
+            args.slots.len() as u64,
+            args.params.temperature.len() as u64,
+            u64::from(args.drafting),
+            args.logits.data.dtype() as u64,
+        ];
+        let call = crate::shard::digest(words.into_iter().chain(draft.into_iter().flatten())) as u32;
+        Ok(shard::Header::new(shard.offset as u32, args.logits.vocab as u32, shard.vocab as u32, call))
+    }
+
+    /// [`Cuda::gumbel_sample`], or with `sharded` its sampling kernel
+    /// writing the rank's message instead of the outputs.
+    fn enqueue_gumbel_sample(
+        &self,
+        ws: &mut Workspace,
+        args: &GumbelSample<'_, Device>,
+        out: &mut GumbelOutput<'_, Device>,
+        sharded: Option<Sharded>,
     ) -> Result<()> {
         let shape = args.check(out)?;
         let filtered = !args.params.filters.is_none();
@@ -124,6 +247,9 @@ impl Cuda {
         p.threshold_search = search.is_some() as u32;
         p.status = workspace.status;
         p.counters = workspace.counters;
+        if let Some(Sharded { header, send }) = sharded {
+            (p.shard, p.send) = (header, send);
+        }
         let threshold = threshold.as_ref().map(|kernel| Threshold { kernel, search: search.as_ref() });
         // Rows drafted into draft logits that round the logits were sampled
         // from the stored values (SPEC §3.3), and report theirs.
@@ -154,10 +280,20 @@ impl Cuda {
         // threshold split is one block a row) and chunk · chunks ≥ vocab (both
         // splits; the threshold's within its summaries).
         unsafe { launch::gumbel_sample(&kernel, threshold, stream, p)? };
+        if sharded.is_some() {
+            return Ok(()); // no log-probabilities (check_sharded)
+        }
         let sources = Sources { values: logits_dtype, rounded };
         // SAFETY: the call's fields of `positions` are its checked views',
         // enqueued above; `check` matched the outputs to its rows, rows <=
         // max_rows (the split above).
         unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs, false) }
     }
+}
+
+/// A sharded call's header and the device address of its message.
+#[derive(Clone, Copy)]
+struct Sharded {
+    header: shard::Header,
+    send: u64,
 }

@@ -12,8 +12,8 @@ use crate::error::Result;
 use cudarc::driver::{CudaStream, result};
 use specdec_core::filter::ROUNDS;
 use specdec_core::layout::{
-    BLOCK_THREADS, GumbelParams, LogprobsParams, RatesParams, RejectionParams, SHARED_BYTES, STATS_SHARED_BYTES,
-    THRESHOLD_SHARED_BYTES, TOP_SHARED_BYTES,
+    BLOCK_THREADS, GumbelCombineParams, GumbelParams, LogprobsParams, RatesParams, RejectionParams, SHARED_BYTES,
+    STATS_SHARED_BYTES, THRESHOLD_SHARED_BYTES, TOP_SHARED_BYTES,
 };
 use std::ffi::c_void;
 
@@ -109,6 +109,22 @@ pub(super) unsafe fn gumbel_sample(
         }
         launch(kernel, stream, (p.rows, p.chunks), &p)
     }
+}
+
+/// Launches `gumbel_combine` over the `p.ranks` messages of a sharded
+/// `gumbel_sample` (a thread a row).
+///
+/// # Safety
+/// `p` must have been built by `cuda::gumbel` after the exchange of a
+/// checked call: `recv` holds `ranks >= 1` messages of `rows` rows on
+/// `stream`, the outputs `rows` entries.
+pub(super) unsafe fn gumbel_combine(kernel: &Kernel, stream: &CudaStream, p: GumbelCombineParams) -> Result<()> {
+    if p.rows == 0 {
+        return Ok(());
+    }
+    stream.context().bind_to_thread()?;
+    // SAFETY: the caller guarantees `p`; a thread a row, no shared memory.
+    unsafe { launch_shared(kernel, stream, (p.rows.div_ceil(BLOCK_THREADS), 1), 0, &p) }
 }
 
 /// Launches the two passes of `rejection_sample`, and between them, for

@@ -210,7 +210,15 @@ impl Cuda {
     /// A workspace for calls of up to `max_rows` rows on this backend's
     /// stream (and its clones'): one per stream.
     pub fn workspace(&self, max_rows: usize) -> Result<Workspace> {
-        Workspace::new(&self.stream, self.sm_count, max_rows)
+        Workspace::new(&self.stream, self.sm_count, max_rows, 0)
+    }
+
+    /// A workspace for sharded calls ([`Cuda::sharded_gumbel_sample`]) of
+    /// up to `max_rows` rows over up to `ranks` ranks, and for unsharded
+    /// calls: [`Cuda::workspace`]'s, plus a rank's message and every rank's
+    /// (`(1 + ranks) · (32 + 16 · max_rows)` bytes).
+    pub fn sharded_workspace(&self, max_rows: usize, ranks: usize) -> Result<Workspace> {
+        Workspace::new(&self.stream, self.sm_count, max_rows, ranks.max(1))
     }
 }
 

@@ -2,11 +2,12 @@
 
 use crate::error::{Error, Result};
 use cudarc::driver::sys::CUresult;
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, DriverError};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtrMut, DriverError};
 use specdec_core::layout::{MAX_SYNTHETIC_DRAFTS, SUMMARY_CHUNKS, THRESHOLD_CHUNK, TILE};
 use specdec_core::scratch::{
     BlockRow, BlockState, FilterScratch, LogprobsLse, LogprobsPartial, PARTIAL_BYTES, ResampleJob, Stats, TopPartial,
 };
+use specdec_core::shard::message_bytes;
 use std::mem::size_of;
 use std::sync::Arc;
 
@@ -40,9 +41,16 @@ const FILTER_ENTRIES: usize = 4096;
 /// word the kernels OR their flags into. Create it once; calls then allocate
 /// nothing. It is used on the stream it was made on only
 /// ([`Error::WorkspaceStream`] otherwise): its calls run in that stream's
-/// order, which is all the ordering its buffers need.
+/// order, which is all the ordering its buffers need. A workspace for
+/// sharded calls ([`Cuda::sharded_workspace`](crate::Cuda::sharded_workspace))
+/// also holds a rank's message and the messages of up to `ranks` ranks.
 pub struct Workspace {
     scratch: CudaSlice<u8>,
+    /// A sharded call's message, then every rank's (`ranks` of them), and
+    /// its device address (taken once, as `addresses`); none for a workspace
+    /// of unsharded calls.
+    messages: Option<(CudaSlice<u8>, u64)>,
+    ranks: usize,
     /// Read through `addresses` only; held for its memory.
     _counters: CudaSlice<u32>,
     status: CudaSlice<u32>,
@@ -90,7 +98,9 @@ impl Split {
 }
 
 impl Workspace {
-    pub(crate) fn new(stream: &Arc<CudaStream>, sm_count: u32, max_rows: usize) -> Result<Self> {
+    /// A workspace for calls of up to `max_rows` rows, sharded over up to
+    /// `ranks` ranks (0: unsharded calls only).
+    pub(crate) fn new(stream: &Arc<CudaStream>, sm_count: u32, max_rows: usize, ranks: usize) -> Result<Self> {
         let too_large = || Error::OutOfMemory { bytes: usize::MAX, max_rows };
         let entries = entries(sm_count, max_rows).ok_or_else(too_large)?;
         let regions = Regions::of(entries, max_rows).ok_or_else(too_large)?;
@@ -102,12 +112,70 @@ impl Workspace {
         let mut scratch = stream.alloc_zeros::<u8>(bytes).map_err(out_of_memory)?;
         let mut counters = stream.alloc_zeros::<u32>(max_rows.max(1)).map_err(out_of_memory)?;
         let mut status = stream.alloc_zeros::<u32>(1).map_err(out_of_memory)?;
+        let messages = match ranks {
+            0 => None,
+            _ => {
+                let bytes = ranks.checked_add(1).and_then(|n| n.checked_mul(message_bytes(max_rows)));
+                let bytes = bytes.ok_or_else(too_large)?;
+                let mut m = stream.alloc_zeros::<u8>(bytes).map_err(out_of_memory)?;
+                let address = m.device_ptr_mut(stream).0;
+                Some((m, address))
+            }
+        };
         let addresses = Addresses {
             scratch: scratch.device_ptr_mut(stream).0,
             counters: counters.device_ptr_mut(stream).0,
             status: status.device_ptr_mut(stream).0,
         };
-        Ok(Workspace { scratch, _counters: counters, status, addresses, sm_count, max_rows, regions })
+        Ok(Workspace { scratch, messages, ranks, _counters: counters, status, addresses, sm_count, max_rows, regions })
+    }
+
+    /// The device addresses of a sharded call's message (`rows` rows) and of
+    /// the `ranks` messages it receives, which follow it: 16-byte aligned.
+    ///
+    /// # Errors
+    /// [`Error::WorkspaceTooSmall`] past `max_rows`, [`Error::WorkspaceRanks`]
+    /// past the ranks the workspace was made for.
+    pub(crate) fn message_addresses(&self, rows: usize, ranks: usize) -> Result<(u64, u64)> {
+        if rows > self.max_rows {
+            return Err(Error::WorkspaceTooSmall { needed: rows, capacity: self.max_rows });
+        }
+        match &self.messages {
+            Some((_, base)) if ranks <= self.ranks => Ok((*base, base + message_bytes(rows) as u64)),
+            _ => Err(Error::WorkspaceRanks { needed: ranks, capacity: self.ranks }),
+        }
+    }
+
+    /// Runs `gather` on a sharded call's message and receive buffers, as
+    /// [`Workspace::message_addresses`] places them, the message zeroed first
+    /// where `failed` (a failed rank's: `shard::Header::ok` is 0); on empty
+    /// buffers where the workspace holds none for `rows` rows and `ranks` ranks,
+    /// so that the exchange still runs (and fails on every rank, as lengths differ).
+    pub(crate) fn exchange_messages(
+        &mut self,
+        (rows, ranks): (usize, usize),
+        failed: bool,
+        gather: impl FnOnce(CudaView<'_, u8>, CudaViewMut<'_, u8>) -> Result<()>,
+    ) -> Result<()> {
+        let fits = self.message_addresses(rows, ranks).is_ok();
+        match &mut self.messages {
+            Some((m, _)) if fits => {
+                let len = message_bytes(rows);
+                let stream = m.stream().clone();
+                let (mut send, mut rest) = m.split_at_mut(len);
+                // Gathered even where the zeroing failed: no rank may wait for this one.
+                let zeroed = if failed { stream.memset_zeros(&mut send) } else { Ok(()) };
+                let (recv, _) = rest.split_at_mut(ranks * len);
+                let gathered = gather(send.as_view(), recv);
+                zeroed?;
+                gathered
+            }
+            _ => {
+                let (send, mut rest) = self.scratch.split_at_mut(0);
+                let (recv, _) = rest.split_at_mut(0);
+                gather(send.as_view(), recv)
+            }
+        }
     }
 
     /// The buffers' device addresses, for a call enqueued on `stream`, which

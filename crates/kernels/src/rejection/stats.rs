@@ -8,7 +8,8 @@
 use super::accept::decide;
 use super::threshold::{entry, filter_scratch};
 use super::{Request, draft_row, target_row};
-use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_exp_sums, warp_fold};
+use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_fold, warp_sum_u128};
+use core::mem::offset_of;
 use crate::fold::{QuadSum, fold_greedy, push_overlap, push_quad_sum, push_run_sum, pushed_max};
 use crate::walk_sum::{WalkSum, block_sums};
 use crate::gpu::{self, WARP};
@@ -19,7 +20,7 @@ use crate::shared;
 use crate::threshold::mask;
 use specdec_core::argmax::{ArgMax, floor_key, floor_value};
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams};
-use specdec_core::exp_sum::{ExpSum, term};
+use specdec_core::exp_sum::{self, ExpSum, GROUPS, term};
 use specdec_core::logspace::{Lse, centre, recentre};
 use specdec_core::sample::Sampler;
 use specdec_core::scratch::{Pooled, Stats};
@@ -42,11 +43,12 @@ pub(super) const GREEDY_LSE_ROW: u32 = 3;
 /// a small batch, where the call waits on each combine: a row kind must not
 /// pay for fields it never reads, such as the overlap's exponentials in a
 /// greedy row (benches/results/2026-12-01-nvidia-h200-overlap-ab.md).
-/// With `SUMS` false (pass 1's block reduction, whose sums come from the
-/// walk sums in shared memory: `walk_sum::block_sums`), the sums' maxima alone.
+/// Of the sums, their maxima alone: pass 1's block reduction takes the sums
+/// from the walk sums in shared memory (`walk_sum::block_sums`), the
+/// decision's gathers a group at a time ([`gather_sum`]).
 #[derive(Clone, Copy)]
 #[repr(transparent)]
-struct Row<const KIND: u32, const SUMS: bool>(Stats);
+struct Row<const KIND: u32>(Stats);
 
 /// The one of `a` and `b` with the larger maximum (its sums unread).
 #[inline(always)]
@@ -54,11 +56,17 @@ fn higher(a: ExpSum, b: ExpSum) -> ExpSum {
     if b.max() > a.max() { b } else { a }
 }
 
-impl<const KIND: u32, const SUMS: bool> Reduce for Row<KIND, SUMS> {
-    const IDENTITY: Row<KIND, SUMS> = Row(Stats::IDENTITY);
+/// A sum of maximum `max` whose group sums nothing reads.
+#[inline(always)]
+fn max_only(max: f32) -> ExpSum {
+    ExpSum::from_shares(max, i32::MIN, [0; GROUPS])
+}
+
+impl<const KIND: u32> Reduce for Row<KIND> {
+    const IDENTITY: Row<KIND> = Row(Stats::IDENTITY);
 
     #[inline(always)]
-    fn combine(self, o: Row<KIND, SUMS>) -> Row<KIND, SUMS> {
+    fn combine(self, o: Row<KIND>) -> Row<KIND> {
         let (a, b) = (self.0, o.0);
         let mut out = Stats { flags: a.flags | b.flags, ..a };
         if KIND == GREEDY_ROW || KIND == GREEDY_LSE_ROW {
@@ -67,12 +75,7 @@ impl<const KIND: u32, const SUMS: bool> Reduce for Row<KIND, SUMS> {
                 return Row(out);
             }
         }
-        if SUMS {
-            out.target.combine(&b.target);
-            out.draft.combine(&b.draft);
-        } else {
-            (out.target, out.draft) = (higher(a.target, b.target), higher(a.draft, b.draft));
-        }
+        (out.target, out.draft) = (higher(a.target, b.target), higher(a.draft, b.draft));
         if KIND == OVERLAP_ROW {
             let to = centre(out.target.max(), out.draft.max());
             let part = |s: Stats| recentre(s.overlap, centre(s.target.max(), s.draft.max()), to, gpu::fast_exp);
@@ -87,7 +90,7 @@ impl<const KIND: u32, const SUMS: bool> Reduce for Row<KIND, SUMS> {
     /// batch a chain the call waits on, where a butterfly of `combine` would
     /// rescale it on every level).
     #[inline(always)]
-    unsafe fn warp_all(self) -> Row<KIND, SUMS> {
+    unsafe fn warp_all(self) -> Row<KIND> {
         if KIND == GREEDY_ROW {
             // SAFETY (both): the caller guarantees a full, converged warp.
             let (best, flags) = unsafe { (warp_best(self.0.best), gpu::warp_or_u32(self.0.flags)) };
@@ -95,13 +98,9 @@ impl<const KIND: u32, const SUMS: bool> Reduce for Row<KIND, SUMS> {
         }
         let s = self.0;
         // SAFETY (all): the caller guarantees a full, converged warp.
-        let [target, draft] = if SUMS {
-            unsafe { warp_exp_sums([s.target, s.draft]) }
-        } else {
-            // Maxima are never NaN (the pushes skip NaN), as `floor_key` needs.
-            let max = |e: ExpSum| floor_value(unsafe { gpu::warp_max_i32(floor_key(e.max())) });
-            [ExpSum::from_shares(max(s.target), i32::MIN, [0; 3]), ExpSum::from_shares(max(s.draft), i32::MIN, [0; 3])]
-        };
+        // Maxima are never NaN (the pushes skip NaN), as `floor_key` needs.
+        let max = |e: ExpSum| floor_value(unsafe { gpu::warp_max_i32(floor_key(e.max())) });
+        let [target, draft] = [max_only(max(s.target)), max_only(max(s.draft))];
         let overlap = if KIND == OVERLAP_ROW {
             let to = centre(target.max(), draft.max());
             let mine = recentre(s.overlap, centre(s.target.max(), s.draft.max()), to, gpu::fast_exp);
@@ -271,7 +270,7 @@ unsafe fn row_chunk_stats<
         // SAFETY (all): every thread of the block is here (caller); `c` is
         // block-uniform; the walk sums are this thread's.
         let [_, draft_sum] = unsafe { block_sums([walk_t, walk_q]) };
-        let mut out = unsafe { block_reduce(Row::<SAMPLED_ROW, false>(acc)).0 };
+        let mut out = unsafe { block_reduce(Row::<SAMPLED_ROW>(acc)).0 };
         out.draft = draft_sum;
         if c == 0 {
             out.target = pooled_sum(unsafe { pooled_lse(p, r, i, 0, tau_t, pooled_t) });
@@ -302,13 +301,9 @@ unsafe fn row_chunk_stats<
                             (t[j], q[j]) = (mask(t[j], tau_t, &sampler), mask(q[j], tau_q, &sampler));
                         }
                     }
-                    let (target, target_nan) = push_run_sum(walk_t, t, n, &sampler);
-                    if !draft.is_null() && !OVERLAP {
-                        // NaN draft logits are skipped, not flagged: the row's flag is the target's.
-                        walk_q = push_run_sum(walk_q, q, n, &sampler).0;
-                    } else if !draft.is_null() {
-                        // The overlap at the maxima the pushes reach (checked
-                        // after them), its terms computed while both runs are live.
+                    if !draft.is_null() && OVERLAP {
+                        // The overlap at the maxima the pushes below reach
+                        // (checked after them), first, while both runs are live.
                         let before = centre(walk_t.max(), walk_q.max());
                         let run_max = |m: f32, v: &[[f32; 4]; 4]| {
                             let mut m = m;
@@ -324,8 +319,17 @@ unsafe fn row_chunk_stats<
                             overlap = push_overlap(overlap, from, after, t[j], q[j], nj(j), &sampler);
                             from = after;
                         }
+                        let (target, target_nan) = push_run_sum(walk_t, t, n, &sampler);
                         walk_q = push_run_sum(walk_q, q, n, &sampler).0;
                         acc.overlap = if centre(target.max(), walk_q.max()) == after { overlap } else { f32::NAN };
+                        walk_t = target;
+                        nan |= target_nan;
+                        return;
+                    }
+                    let (target, target_nan) = push_run_sum(walk_t, t, n, &sampler);
+                    if !draft.is_null() {
+                        // NaN draft logits are skipped, not flagged: the row's flag is the target's.
+                        walk_q = push_run_sum(walk_q, q, n, &sampler).0;
                     }
                     walk_t = target;
                     nan |= target_nan;
@@ -343,13 +347,13 @@ unsafe fn row_chunk_stats<
     unsafe {
         let kind = row_kind::<OVERLAP, PROCESSED>(p, req, i);
         if kind == GREEDY_ROW {
-            return block_reduce(Row::<GREEDY_ROW, false>(acc)).0;
+            return block_reduce(Row::<GREEDY_ROW>(acc)).0;
         }
         let [target, draft] = block_sums([walk_t, walk_q]);
         let mut out = match kind {
-            GREEDY_LSE_ROW => block_reduce(Row::<GREEDY_LSE_ROW, false>(acc)).0,
-            OVERLAP_ROW => block_reduce(Row::<OVERLAP_ROW, false>(acc)).0,
-            _ => block_reduce(Row::<SAMPLED_ROW, false>(acc)).0,
+            GREEDY_LSE_ROW => block_reduce(Row::<GREEDY_LSE_ROW>(acc)).0,
+            OVERLAP_ROW => block_reduce(Row::<OVERLAP_ROW>(acc)).0,
+            _ => block_reduce(Row::<SAMPLED_ROW>(acc)).0,
         };
         (out.target, out.draft) = (target, draft);
         out
@@ -401,18 +405,100 @@ unsafe fn greedy_chunk<T: Load, const PIPELINED: bool, const Q: u32, const SUM: 
 /// call this together.
 #[inline(always)]
 pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32) -> Stats {
-    // SAFETY: the row's `chunks` entries, published by pass 1's blocks before
-    // the request's last block was counted in; a full, converged warp
-    // (caller); `Row` is `Stats`, transparent.
+    // SAFETY (all): the row's `chunks` entries, published by pass 1's blocks
+    // before the request's last block was counted in; a full, converged warp (caller).
     unsafe {
         let entries = row_entries(p, r, i);
-        match kind {
-            GREEDY_ROW => last_block::gather(entries as *const Row<GREEDY_ROW, true>, p.chunks).0,
-            GREEDY_LSE_ROW => last_block::gather(entries as *const Row<GREEDY_LSE_ROW, true>, p.chunks).0,
-            OVERLAP_ROW => last_block::gather(entries as *const Row<OVERLAP_ROW, true>, p.chunks).0,
-            _ => last_block::gather(entries as *const Row<SAMPLED_ROW, true>, p.chunks).0,
-        }
+        let mut st = match kind {
+            GREEDY_ROW => return heads::<GREEDY_ROW>(entries, p.chunks),
+            GREEDY_LSE_ROW => heads::<GREEDY_LSE_ROW>(entries, p.chunks),
+            OVERLAP_ROW => heads::<OVERLAP_ROW>(entries, p.chunks),
+            _ => heads::<SAMPLED_ROW>(entries, p.chunks),
+        };
+        st.target = gather_sum(entries, p.chunks, offset_of!(Stats, target));
+        st.draft = gather_sum(entries, p.chunks, offset_of!(Stats, draft));
+        st
     }
+}
+
+/// The `n` records at `entries` combined as [`Row`]s of `KIND` (their sums'
+/// maxima, best, flags, overlap), each read as its three 16-byte heads, not
+/// its 144 bytes.
+///
+/// # Safety
+/// As for [`row_stats`].
+#[inline(always)]
+unsafe fn heads<const KIND: u32>(entries: *const Stats, n: u32) -> Stats {
+    const { assert!(offset_of!(Stats, best) % 16 == 0 && offset_of!(Stats, overlap) < offset_of!(Stats, best) + 16) };
+    let mut acc = Row::<KIND>::IDENTITY;
+    let mut c = gpu::thread_idx_x() % WARP;
+    while c < n {
+        // SAFETY (all): c < n, an entry (caller); 16-byte aligned pieces inside
+        // it. Relaxed at device scope, as in `last_block::gather`.
+        let at = |offset: usize| unsafe { gpu::load_relaxed((entries.add(c as usize) as *const u8).add(offset) as *const [u32; 4]) };
+        let sum_head = |w: [u32; 4]| max_only(f32::from_bits(w[0]));
+        let (t, d, tail) = (at(offset_of!(Stats, target)), at(offset_of!(Stats, draft)), at(offset_of!(Stats, best)));
+        acc = acc.combine(Row(Stats {
+            target: sum_head(t),
+            draft: sum_head(d),
+            best: ArgMax { value: f32::from_bits(tail[0]), index: tail[1] },
+            flags: tail[2],
+            overlap: f32::from_bits(tail[3]),
+        }));
+        c += WARP;
+    }
+    // SAFETY: a full, converged warp (caller).
+    unsafe { acc.warp_all() }.0
+}
+
+/// The [`ExpSum`] at byte `field` of the `n` records at `entries`, combined
+/// (`ExpSum::combine` of them all), in every lane: the largest maximum and
+/// top group `G` by `redux.sync`, then group by group each lane adds its
+/// records' sums of group `G − g` (a record's `j`-th sum is of group
+/// `top − j`): integers, in any order, one `u128` live at a time.
+///
+/// # Safety
+/// As for [`row_stats`]; `field` is an `ExpSum` field of `Stats`.
+#[inline(always)]
+unsafe fn gather_sum(entries: *const Stats, n: u32, field: usize) -> ExpSum {
+    let lane = gpu::thread_idx_x() % WARP;
+    // SAFETY (all): c < n, an entry (caller); the record's head and its
+    // j-th sum (j < GROUPS), 16-byte aligned pieces of the field.
+    let base = |c: u32| unsafe { (entries.add(c as usize) as *const u8).add(field) };
+    let head = |c: u32| unsafe { gpu::load_relaxed(base(c).add(exp_sum::HEAD_OFFSET) as *const [u32; 4]) };
+    let sum = |c: u32, j: usize| unsafe { gpu::load_relaxed(base(c).add(exp_sum::SUMS_OFFSET + 16 * j) as *const u128) };
+    let (mut key, mut top) = (i32::MIN, i32::MIN);
+    let mut c = lane;
+    while c < n {
+        let h = head(c);
+        // Maxima are never NaN (the pushes skip NaN), as `floor_key` needs.
+        key = key.max(floor_key(f32::from_bits(h[0])));
+        if f32::from_bits(h[0]).is_finite() {
+            top = top.max(h[1] as i32);
+        }
+        c += WARP;
+    }
+    // SAFETY (both): a full, converged warp (caller).
+    let (max, top) = unsafe { (floor_value(gpu::warp_max_i32(key)), gpu::warp_max_i32(top)) };
+    if !max.is_finite() {
+        return ExpSum::from_shares(max, top, [0; GROUPS]);
+    }
+    let sums: [u128; GROUPS] = core::array::from_fn(|g| {
+        let mut s = 0u128;
+        let mut c = lane;
+        while c < n {
+            let h = head(c);
+            // Group `top − g` is this record's `j`-th sum, if it has one.
+            let j = g as i64 - (i64::from(top) - i64::from(h[1] as i32));
+            if f32::from_bits(h[0]).is_finite() && (0..GROUPS as i64).contains(&j) {
+                s += sum(c, j as usize);
+            }
+            c += WARP;
+        }
+        // SAFETY: a full, converged warp (caller).
+        unsafe { warp_sum_u128(s) }
+    });
+    ExpSum::from_shares(max, top, sums)
 }
 
 /// The thresholds of row `i` of request `r`: the target's and the draft's `τ`.

@@ -312,6 +312,12 @@ pub(super) fn exp_sum_kept<L: Logit>(level: Level, s: &Sampler, values: &[L], ta
     exp_sum::ExpSum::from_parts(m, group_sums(level, s, exp_sum::term(m).group(), values, tau))
 }
 
+/// [`exp_sum_kept`] of the raw row (temperature 1, every id kept): the sum
+/// behind raw log-probabilities (REFERENCE §8).
+pub(super) fn raw_exp_sum<L: Logit>(level: Level, values: &[L]) -> exp_sum::ExpSum {
+    exp_sum_kept(level, &Sampler::new(1.0, 0, 0, Stream::Target), values, f32::NEG_INFINITY)
+}
+
 /// Lanes of [`lse`]'s maximum: one AVX-512 vector, two AVX2 ones.
 const LSE_LANES: usize = 16;
 

@@ -1,0 +1,132 @@
+//! The message a rank of a sharded call on the GPU sends
+//! (`docs/VOCAB_PARALLEL.md` §6 step 5), defined once for the kernels that
+//! write and combine it and the host that sizes its buffers. A rank's
+//! message is a [`Header`], then a [`Row`] for each of the call's rows; the
+//! ranks' messages arrive in rank order, each [`message_bytes`] long.
+
+use crate::argmax::ArgMax;
+
+/// What a rank says about its call: whether its checks passed, its shard,
+/// and a word the host derives from the call's shape (rows, slots, draft
+/// logits), which every rank must pass alike.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Header {
+    /// Non-zero where the rank's checks passed (a failed rank's message is zeros).
+    pub ok: u32,
+    /// The global id of the rank's first id.
+    pub offset: u32,
+    /// How many ids the rank holds.
+    pub ids: u32,
+    /// The whole row's ids.
+    pub vocab: u32,
+    pub call: u32,
+    _pad: [u32; 3],
+}
+
+impl Header {
+    /// The header of a rank whose checks passed.
+    pub const fn new(offset: u32, ids: u32, vocab: u32, call: u32) -> Header {
+        Header { ok: 1, offset, ids, vocab, call, _pad: [0; 3] }
+    }
+
+    /// Rank `r`'s part of the check that the `ranks` headers (`header(q)`:
+    /// rank `q`'s) come from ranks whose checks passed, whose calls agree,
+    /// and whose shards tile the row, each id on exactly one rank: every
+    /// rank's part passes exactly when the group's does.
+    #[inline(always)]
+    pub fn fits(ranks: usize, header: impl Fn(usize) -> Header, r: usize) -> bool {
+        let (first, h) = (header(0), header(r));
+        let end = h.offset as u64 + h.ids as u64;
+        if h.ok == 0 || (h.vocab, h.call) != (first.vocab, first.call) || end > h.vocab as u64 {
+            return false;
+        }
+        // Within the row, pairwise disjoint and `vocab` ids in all: a tiling.
+        let overlaps = |q: &Header| q.ids > 0 && q.offset < end as u32 && h.offset < q.offset + q.ids;
+        let disjoint = h.ids == 0 || (0..ranks).all(|q| q == r || !overlaps(&header(q)));
+        let total = r != 0 || (0..ranks).map(|q| header(q).ids as u64).sum::<u64>() == first.vocab as u64;
+        disjoint && total
+    }
+}
+
+/// A rank's result for one row: its best candidate over its ids (global
+/// ids), the row's flags as the rank saw them, and a digest of the row's
+/// inputs ([`row_digest`]), which every rank must read alike.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct Row {
+    pub best: ArgMax,
+    pub flags: u32,
+    pub digest: u32,
+}
+
+/// Bytes of a rank's message for a call of `rows` rows.
+pub const fn message_bytes(rows: usize) -> usize {
+    core::mem::size_of::<Header>() + rows * core::mem::size_of::<Row>()
+}
+
+/// Where row `row`'s [`Row`] lies in the message at device address `message`.
+pub fn row_at(message: u64, row: usize) -> *mut Row {
+    (message as usize + message_bytes(row)) as *mut Row
+}
+
+/// A digest of what a row's sampling reads besides its logits: its slot,
+/// the slot's temperature and seed, its position and its draft-logits
+/// column. Ranks that read different values for a row would draw under
+/// different noise, so the combine flags the row instead.
+pub fn row_digest(slot: i32, temperature: f32, seed: u64, pos: u64, column: u32) -> u32 {
+    let words = [slot as u32, temperature.to_bits(), seed as u32, (seed >> 32) as u32, pos as u32, (pos >> 32) as u32];
+    // FNV-1a over the words, then a final mix, so that one bit moves many.
+    let h = words.iter().chain(&[column]).fold(0x811c_9dc5u32, |h, &w| (h ^ w).wrapping_mul(0x0100_0193));
+    let h = (h ^ (h >> 16)).wrapping_mul(0x7feb_352d);
+    h ^ (h >> 15)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_is_what_the_kernels_gather() {
+        assert_eq!(core::mem::size_of::<Header>(), 32);
+        assert_eq!(core::mem::size_of::<Row>(), 16);
+        assert_eq!(message_bytes(3), 32 + 48);
+    }
+
+    #[test]
+    fn a_group_fits_only_if_every_rank_passed_agreed_and_the_shards_tile_the_row() {
+        let h = |offset, ids| Header::new(offset, ids, 20, 9);
+        let fits = |g: &[Header]| (0..g.len()).all(|r| Header::fits(g.len(), |q| g[q], r));
+        assert!(fits(&[h(8, 12), h(0, 8)]));
+        assert!(fits(&[h(0, 20)]));
+        assert!(fits(&[h(0, 8), h(8, 0), h(8, 12)]));
+        let other = Header { call: 10, ..h(8, 12) };
+        let failed = Header::default();
+        let bad: [&[Header]; 7] = [
+            &[h(0, 8), failed],
+            &[failed, h(0, 20)],
+            &[h(0, 8), other],
+            &[h(0, 8), h(12, 8)],
+            &[h(0, 8), h(4, 16)],
+            &[h(0, 8), h(8, 8)],
+            &[h(0, 12), h(8, 12)],
+        ];
+        for g in bad {
+            assert!(!fits(g), "{g:?}");
+        }
+    }
+
+    #[test]
+    fn every_input_of_a_row_moves_its_digest() {
+        let base = row_digest(3, 0.7, 11, 100, 2);
+        let moved = [
+            row_digest(4, 0.7, 11, 100, 2),
+            row_digest(3, 0.8, 11, 100, 2),
+            row_digest(3, 0.7, 11 | 1 << 40, 100, 2),
+            row_digest(3, 0.7, 11, 101, 2),
+            row_digest(3, 0.7, 11, 100 | 1 << 33, 2),
+            row_digest(3, 0.7, 11, 100, 3),
+        ];
+        assert!(moved.iter().all(|&d| d != base), "{base} {moved:?}");
+    }
+}
