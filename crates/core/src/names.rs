@@ -178,20 +178,20 @@ pub const REJECTION_THRESHOLD_SEARCH: Kernel =
 
 /// Pass 1 of a call that asks for the processed log-probabilities alone
 /// (REFERENCE §8): [`REJECTION_STATS`]'s body writing them as it decides,
-/// greedy rows summing their exponentials too, at 2 blocks per SM as its
+/// greedy rows summing their exponentials too, at 3 blocks per SM as its
 /// plain twin.
 pub const REJECTION_STATS_PROCESSED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_STATS_PROCESSED), pairs: Pairs::All, min_blocks: 3 };
 
-/// The same reading one quad a batch and keeping the overlaps, for chunks of
-/// a few tiles: [`REJECTION_STATS_SMALL`]'s body.
+/// The same keeping the overlaps, for chunks of a few tiles:
+/// [`REJECTION_STATS_SMALL`]'s body.
 pub const REJECTION_STATS_SMALL_PROCESSED: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS_SMALL_PROCESSED), pairs: Pairs::All, min_blocks: 3 };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_SMALL_PROCESSED), pairs: Pairs::All, min_blocks: 2 };
 
 /// The same of a call with filters: [`REJECTION_STATS_FILTERED`]'s body,
 /// at 2 blocks per SM.
 pub const REJECTION_STATS_FILTERED_PROCESSED: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED_PROCESSED), pairs: Pairs::All, min_blocks: 3 };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED_PROCESSED), pairs: Pairs::All, min_blocks: 2 };
 
 /// Writes a synthetic-acceptance call's rates (`layout::RatesParams`) into
 /// the workspace, before pass 1: one launch of one block, its parameter

@@ -292,16 +292,24 @@ unsafe fn row_chunk_stats<
                 |_x, t, q, n| {
                     // The valid lanes of quad `j` of the run.
                     let nj = |j: usize| n.saturating_sub(4 * j as u32).min(4);
-                    let (mut t, mut q): ([[f32; 4]; 4], [[f32; 4]; 4]) =
-                        (core::array::from_fn(|j| widen(t[j])), core::array::from_fn(|j| widen(q[j])));
+                    // Each run widened (and masked) where it is pushed, so that
+                    // the target's is dead before the draft's is formed.
+                    let mut t: [[f32; 4]; 4] = core::array::from_fn(|j| widen(t[j]));
                     if FILTERED {
                         for j in 0..4 {
                             // The mask turns a kept set's NaN into -inf: flagged here.
                             nan |= any_nan(t[j], nj(j));
-                            (t[j], q[j]) = (mask(t[j], tau_t, &sampler), mask(q[j], tau_q, &sampler));
+                            t[j] = mask(t[j], tau_t, &sampler);
                         }
                     }
+                    let draft_run = || -> [[f32; 4]; 4] {
+                        core::array::from_fn(|j| {
+                            let q = widen(q[j]);
+                            if FILTERED { mask(q, tau_q, &sampler) } else { q }
+                        })
+                    };
                     if !draft.is_null() && OVERLAP {
+                        let q = draft_run();
                         // The overlap at the maxima the pushes below reach
                         // (checked after them), first, while both runs are live.
                         let before = centre(walk_t.max(), walk_q.max());
@@ -327,12 +335,12 @@ unsafe fn row_chunk_stats<
                         return;
                     }
                     let (target, target_nan) = push_run_sum(walk_t, t, n, &sampler);
-                    if !draft.is_null() {
-                        // NaN draft logits are skipped, not flagged: the row's flag is the target's.
-                        walk_q = push_run_sum(walk_q, q, n, &sampler).0;
-                    }
                     walk_t = target;
                     nan |= target_nan;
+                    if !draft.is_null() {
+                        // NaN draft logits are skipped, not flagged: the row's flag is the target's.
+                        walk_q = push_run_sum(walk_q, draft_run(), n, &sampler).0;
+                    }
                 },
             )
         };
