@@ -10,7 +10,7 @@ use super::threshold::{entry, filter_scratch};
 use super::{Request, draft_row, target_row};
 use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_fold, warp_sum_u128};
 use core::mem::offset_of;
-use crate::fold::{QuadSum, fold_greedy, push_overlap, push_quad_sum, push_run_sum, pushed_max};
+use crate::fold::{QuadSum, fold_greedy, push_overlap, push_run_sum, pushed_max};
 use crate::walk_sum::{WalkSum, block_sums};
 use crate::gpu::{self, WARP};
 use crate::last_block;
@@ -235,13 +235,12 @@ unsafe fn row_chunk_stats<
     // in flight (pipelined), in the registers the other spends on its sums.
     // SAFETY (both): the rows hold >= vocab >= end elements; start % 4 == 0.
     if greedy && PROCESSED {
-        // Also the row's log-sum-exp at T = 1 (a greedy request's scale is 1),
-        // for the processed log-probabilities the passes write: not
-        // pipelined, so that the plain greedy loop keeps its registers.
-        (acc.best, walk_t) = unsafe { greedy_chunk::<T, false, 1, true, _>(target, &sampler, (start, end), &mut nan, walk_t) };
+        // Also the row's log-sum-exp at T = 1, for the processed
+        // log-probabilities the passes write: by runs, as the sampling rows' sums.
+        (acc.best, walk_t) = unsafe { greedy_sum_chunk::<T>(target, &sampler, (start, end), &mut nan, walk_t) };
         acc.target = walk_t.max_only();
     } else if greedy {
-        acc.best = unsafe { greedy_chunk::<T, true, Q, false, _>(target, &sampler, (start, end), &mut nan, walk_t) }.0;
+        acc.best = unsafe { greedy_chunk::<T, Q>(target, &sampler, (start, end), &mut nan) };
     } else if let Some(pooled_t) = if FILTERED { unsafe { pooled(p, r, i, 0, tau_t) } } else { None } {
         // The target's kept set is in its pool: no read of the target row,
         // and of the draft's only where its own kept set is not pooled;
@@ -369,24 +368,54 @@ unsafe fn row_chunk_stats<
 }
 
 /// A greedy row's chunk `start .. end` walked by this thread, `Q` quads a
-/// batch (pipelined if `PIPELINED`), by its request's `sampler` (`T = 0`):
-/// its argmax and, if `SUM`, its log-sum-exp at `T = 1`; NaN values raise `nan`.
+/// batch, pipelined, by its request's `sampler` (`T = 0`): its argmax; NaN
+/// values raise `nan`.
 ///
 /// # Safety
 /// `target` holds >= vocab >= end elements; start % 4 == 0.
 #[inline(always)]
-unsafe fn greedy_chunk<T: Load, const PIPELINED: bool, const Q: u32, const SUM: bool, S: QuadSum + Copy>(
+unsafe fn greedy_chunk<T: Load, const Q: u32>(
     target: *const T,
     sampler: &Sampler,
     (start, end): (u32, u32),
     nan: &mut bool,
-    mut sum: S,
-) -> (ArgMax, S) {
+) -> ArgMax {
     let mut best = ArgMax::IDENTITY;
     let none: *const T = core::ptr::null();
     // SAFETY: forwarded (caller).
     unsafe {
-        for_each_quad::<PIPELINED, Q, _, _>(
+        for_each_quad::<true, Q, _, _>(
+            target,
+            none,
+            start,
+            end,
+            gpu::thread_idx_x(),
+            #[inline(always)]
+            |x, t, _, n| best = fold_greedy(sampler, best, x, widen(t), n, nan),
+        )
+    };
+    best
+}
+
+/// [`greedy_chunk`] by runs, also pushing each run into `sum`: the row's
+/// log-sum-exp at `T = 1` (a greedy request's scale is 1), for the
+/// processed log-probabilities.
+///
+/// # Safety
+/// `target` holds >= vocab >= end elements; start % RUN == 0.
+#[inline(always)]
+unsafe fn greedy_sum_chunk<T: Load>(
+    target: *const T,
+    sampler: &Sampler,
+    (start, end): (u32, u32),
+    nan: &mut bool,
+    mut sum: WalkSum,
+) -> (ArgMax, WalkSum) {
+    let mut best = ArgMax::IDENTITY;
+    let none: *const T = core::ptr::null();
+    // SAFETY: forwarded (caller).
+    unsafe {
+        for_each_run(
             target,
             none,
             start,
@@ -394,11 +423,15 @@ unsafe fn greedy_chunk<T: Load, const PIPELINED: bool, const Q: u32, const SUM: 
             gpu::thread_idx_x(),
             #[inline(always)]
             |x, t, _, n| {
-                let t = widen(t);
-                best = fold_greedy(sampler, best, x, t, n, nan);
-                if SUM {
-                    sum = push_quad_sum(sum, t, n, sampler).0;
+                let t: [[f32; 4]; 4] = core::array::from_fn(|j| widen(t[j]));
+                for (j, quad) in t.iter().enumerate() {
+                    let nj = n.saturating_sub(4 * j as u32).min(4);
+                    if nj > 0 {
+                        // Increasing ids within the thread, as `fold_greedy` needs.
+                        best = fold_greedy(sampler, best, x + 4 * j as u32, *quad, nj, nan);
+                    }
                 }
+                sum = push_run_sum(sum, t, n, sampler).0;
             },
         )
     };
