@@ -470,7 +470,11 @@ pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32) -
 /// As for [`row_stats`].
 #[inline(always)]
 unsafe fn heads<const KIND: u32>(entries: *const Stats, n: u32) -> Stats {
-    const { assert!(offset_of!(Stats, best) % 16 == 0 && offset_of!(Stats, overlap) < offset_of!(Stats, best) + 16) };
+    // The tail piece: best (value, index), flags, overlap.
+    const {
+        let best = offset_of!(Stats, best);
+        assert!(best % 16 == 0 && offset_of!(Stats, flags) == best + 8 && offset_of!(Stats, overlap) == best + 12)
+    };
     let mut acc = Row::<KIND>::IDENTITY;
     let mut c = gpu::thread_idx_x() % WARP;
     while c < n {
@@ -478,7 +482,8 @@ unsafe fn heads<const KIND: u32>(entries: *const Stats, n: u32) -> Stats {
         // it. Relaxed at device scope, as in `last_block::gather`.
         let at = |offset: usize| unsafe { gpu::load_relaxed((entries.add(c as usize) as *const u8).add(offset) as *const [u32; 4]) };
         let sum_head = |w: [u32; 4]| max_only(f32::from_bits(w[0]));
-        let (t, d, tail) = (at(offset_of!(Stats, target)), at(offset_of!(Stats, draft)), at(offset_of!(Stats, best)));
+        let head = |field: usize| at(field + exp_sum::HEAD_OFFSET);
+        let (t, d, tail) = (head(offset_of!(Stats, target)), head(offset_of!(Stats, draft)), at(offset_of!(Stats, best)));
         acc = acc.combine(Row(Stats {
             target: sum_head(t),
             draft: sum_head(d),
