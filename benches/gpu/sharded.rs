@@ -17,6 +17,7 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, CudaStream};
 use specdec::shard::{InProcessCuda, Shard};
 use specdec::{Cuda, GumbelOutput, GumbelSample, Logits, SamplingParams, Workspace};
+use specdec_core::shard::message_bytes;
 use std::fmt::Write as _;
 use std::sync::{Arc, Barrier};
 
@@ -36,7 +37,7 @@ pub struct ShardedCase {
 impl ShardedCase {
     /// Bytes each rank sends a call (its message).
     pub fn send_bytes(&self) -> usize {
-        32 + 16 * self.rows
+        message_bytes(self.rows)
     }
 }
 
