@@ -251,7 +251,7 @@ impl ExpSum {
 
     /// Adds a term `t` of values whose largest is `max` (finite): one value's
     /// [`term`] ([`ExpSum::push`]), or a term by another rule (the GPU's
-    /// quads, REFERENCE §2.6), whose `k` must not exceed `term(max).k` by
+    /// runs, REFERENCE §2.6), whose `k` must not exceed `term(max).k` by
     /// more than one group.
     #[inline(always)]
     pub fn push_term(&mut self, max: f32, t: Term) {
@@ -438,15 +438,16 @@ mod tests {
         }
     }
 
-    /// The terms of a row's aligned quads by a stand-in for the GPU's quad
-    /// rule (the kernels' `fold::push_quad_sum`): the quad's largest value
+    /// The terms of a row's runs of 16 ids by a stand-in for the GPU's run
+    /// rule (the kernels' `fold::push_run_sum`): the run's largest value
     /// `y`, `(k, r)` its [`split`], the lanes' `2^((x − y)·log2 e + r)`
-    /// summed in a fixed order, `m` that sum times `2^24`; here the lanes'
-    /// exponentials in `f64`, where the GPU has its `ex2`.
-    fn quad_terms(row: &[f32]) -> Vec<(f32, Term)> {
-        row.chunks(4)
-            .filter_map(|quad| {
-                let y = quad.iter().copied().filter(|x| !x.is_nan()).fold(f32::NEG_INFINITY, f32::max);
+    /// summed in a fixed order (each quad's, then the quads'), `m` that sum
+    /// times `2^24`; here the lanes' exponentials in `f64`, where the GPU
+    /// has its `ex2`.
+    fn run_terms(row: &[f32]) -> Vec<(f32, Term)> {
+        row.chunks(16)
+            .filter_map(|run| {
+                let y = run.iter().copied().filter(|x| !x.is_nan()).fold(f32::NEG_INFINITY, f32::max);
                 if !y.is_finite() {
                     return None; // empty, or a point mass: `push(+inf)` in the kernels
                 }
@@ -458,22 +459,23 @@ mod tests {
                         ((f64::from(x) - f64::from(y)) * core::f64::consts::LOG2_E + f64::from(r)).exp2() as f32
                     }
                 };
-                let s = quad.iter().map(|&x| lane(x)).fold(0.0f32, |s, t| s + t);
+                let quad = |q: &[f32]| q.iter().map(|&x| lane(x)).fold(0.0f32, |s, t| s + t);
+                let s = run.chunks(4).map(quad).fold(0.0f32, |s, t| s + t);
                 Some((y, Term { k, m: (s * SCALE) as u64 }))
             })
             .collect()
     }
 
-    /// Sums of quad terms ([`ExpSum::push_term`]) are order-free too: every
-    /// split of a row on quad boundaries into up to 64 parts, combined pair
+    /// Sums of run terms ([`ExpSum::push_term`]) are order-free too: every
+    /// split of a row on run boundaries into up to 64 parts, combined pair
     /// by pair in any order or as a warp combines them (the largest group
     /// first, then the [`ExpSum::aligned`] shares), gives the same bits, and
     /// the log-sum-exp is within a few `f32` roundings of an `f64` one.
     #[test]
-    fn quad_terms_give_the_same_bits() {
+    fn run_terms_give_the_same_bits() {
         let mut next = crate::xorshift(0x9ad5_0b1e);
         for row in rows() {
-            let terms = quad_terms(&row);
+            let terms = run_terms(&row);
             let sum_of_terms = |terms: &[(f32, Term)]| {
                 let mut s = ExpSum::EMPTY;
                 terms.iter().for_each(|&(y, t)| s.push_term(y, t));

@@ -18,13 +18,14 @@ pub const WARPS: u32 = BLOCK_THREADS / 32;
 /// `shared::Shared` (a slot per warp for the block's reductions, then one
 /// record for the whole block), which asserts it.
 pub const SHARED_BYTES: u32 = 1184;
-/// The walk sums of pass 1 of `rejection_sample` (its target's and its
-/// draft's, `[exp_sum::GROUPS][BLOCK_THREADS]` `u128`s each), in bytes.
+/// The walk sums of a kernel that sums by runs (two distributions,
+/// `[exp_sum::GROUPS][BLOCK_THREADS]` `u128`s each), in bytes.
 pub const WALK_SUMS_BYTES: u32 = 2 * crate::exp_sum::GROUPS as u32 * BLOCK_THREADS * 16;
-/// Dynamic shared memory of pass 1 of `rejection_sample`: [`SHARED_BYTES`],
-/// then its walk sums ([`WALK_SUMS_BYTES`]): the kernels'
-/// `shared::StatsShared`, which asserts it.
-pub const STATS_SHARED_BYTES: u32 = SHARED_BYTES + WALK_SUMS_BYTES;
+/// Dynamic shared memory of the kernels that sum by runs (pass 1 of
+/// `rejection_sample`, `logprobs_lse`): [`SHARED_BYTES`], then their walk
+/// sums ([`WALK_SUMS_BYTES`]): the kernels' `shared::WalkShared`, which
+/// asserts it.
+pub const WALK_SHARED_BYTES: u32 = SHARED_BYTES + WALK_SUMS_BYTES;
 /// Dynamic shared memory of the filter threshold kernels, in bytes: the size
 /// of the kernels' `threshold::ThresholdShared` (a chunk's values, its
 /// summary, the histograms of a search), which asserts it. Under the 48 KiB

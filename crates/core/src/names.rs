@@ -211,7 +211,7 @@ pub const REJECTION_BLOCK: Kernel =
 /// either operation (`layout::LogprobsParams`), for the dtype of the values
 /// it reads (both of the pair). Bounded as [`REJECTION_STATS`] (its
 /// order-free sums, REFERENCE §2.6).
-pub const LOGPROBS_LSE: Kernel = Kernel { name: kernel_symbol!(@name LOGPROBS_LSE), pairs: Pairs::Same, min_blocks: 2 };
+pub const LOGPROBS_LSE: Kernel = Kernel { name: kernel_symbol!(@name LOGPROBS_LSE), pairs: Pairs::Same, min_blocks: 4 };
 
 /// The top-n and rank of each emitted position, after [`LOGPROBS_LSE`]:
 /// each block's candidates in a warp's registers (a `u64` key a lane), at 3

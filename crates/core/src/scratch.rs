@@ -14,7 +14,7 @@ pub const PARTIAL_BYTES: usize = core::mem::size_of::<Resampled>();
 
 /// Pass-1 result of one chunk of one row. Which fields a row uses depends on
 /// its kind (the kernels' `Row`), and only those are combined. The target's
-/// and the draft's sums are order-free ([`ExpSum`] of the GPU's quad rule,
+/// and the draft's sums are order-free ([`ExpSum`] of the GPU's run rule,
 /// REFERENCE §2.6): a row's log-sum-exps do not depend on how the call
 /// splits it into chunks.
 #[derive(Clone, Copy)]

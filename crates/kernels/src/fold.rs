@@ -1,16 +1,17 @@
 //! Fast paths in front of the per-quad folds of `specdec_core`, for the
-//! common quad: four finite values. Pass 1 of both kernels reads every element
-//! of every row, and the exact folds spend tens of instructions per element
-//! on cases (NaN, infinities, saturation, masked lanes) that almost never
-//! occur; here a quad is tested for them once and, if present, handed to the
-//! exact fold. And [`block_floor`], which lets the noise folds prune against
-//! their block's best at the cost of one value per lane.
+//! common quad (or run): finite values. Pass 1 of both kernels reads every
+//! element of every row, and the exact folds spend tens of instructions per
+//! element on cases (NaN, infinities, saturation, masked lanes) that almost
+//! never occur; here a quad or run is tested for them once and, if present,
+//! handed to the exact path. And [`block_floor`], which lets the noise folds
+//! prune against their block's best at the cost of one value per lane.
 
 use crate::gpu;
 use crate::load::{RUN, any_nan};
+use crate::walk_sum::WalkSum;
 use specdec_core::argmax::{ArgMax, Floored, floor_key, floor_value};
-use specdec_core::exp_sum::{self, ExpSum, SCALE, Term};
-use specdec_core::logspace::{Lse, recentre};
+use specdec_core::exp_sum::{self, SCALE, Term};
+use specdec_core::logspace::recentre;
 use specdec_core::sample::Sampler;
 
 /// Folds the `n` lanes of `v` (ids `x ..`) into `best` by the argmax rule of
@@ -35,88 +36,6 @@ pub fn fold_greedy(sampler: &Sampler, best: ArgMax, x: u32, v: [f32; 4], n: u32,
     sampler.fold_quad(best, x, v, n)
 }
 
-/// Folds the scaled values `v[i]·(1/T)` of the `n` lanes into `lse` with the
-/// hardware exponential, as `Lse::push_quad` does (NaN lanes skipped);
-/// returns whether a lane was NaN.
-///
-/// The fast path takes a full quad whose largest scaled value is finite and
-/// far from the f32 range's end (so no lane needs `Sampler::scaled`'s
-/// saturation to matter: a lane that overflows to `-inf` adds 0 either way)
-/// onto running statistics without `+inf`: one fused `x·(1/T) − max`, one
-/// multiply, one `ex2` and one add per element. A NaN lane makes the quad's
-/// sum NaN, and the quad is then folded again by the exact path.
-#[inline(always)]
-pub fn push_scaled(lse: Lse, v: [f32; 4], n: u32, sampler: &Sampler) -> (Lse, bool) {
-    // `max` ignores NaN; the scale is positive, so it commutes with scaling.
-    let top = v[0].max(v[1]).max(v[2].max(v[3]));
-    if top == f32::NEG_INFINITY {
-        // Every lane -inf or NaN (a filtered row's masked quads): nothing to add.
-        return (lse, any_nan(v, n));
-    }
-    let m = top * sampler.scale;
-    if n == 4 && m.is_finite() && m > -0.5 * f32::MAX && lse.max != f32::INFINITY {
-        let max = if m > lse.max { m } else { lse.max };
-        let term = |i: usize| gpu::fast_exp(core::intrinsics::fmaf32(v[i], sampler.scale, -max));
-        let quad = (term(0) + term(1)) + (term(2) + term(3));
-        if quad >= 0.0 {
-            // `lse.max = -inf` (empty) gives 0 · e^-inf = 0.
-            let sum = if m > lse.max { lse.sum * gpu::fast_exp(lse.max - m) } else { lse.sum };
-            return (Lse { max, sum: sum + quad }, false);
-        }
-    }
-    let s = |i: usize| sampler.scaled(v[i]);
-    (lse.push_quad([s(0), s(1), s(2), s(3)], n, gpu::fast_exp), any_nan(v, n))
-}
-
-/// Adds the scaled values `v[i]·(1/T)` of the `n` lanes of an aligned quad
-/// of ids to `sum` as one term, by the GPU's quad rule (REFERENCE §2.6):
-/// `y`, the quad's largest scaled value, written `y·log2(e) = k + r` by
-/// [`exp_sum::split`]; the lanes' `ex2((x·(1/T) − y)·log2(e) + r)` added
-/// in a fixed order, `s`; the term `(k, ⌊s·2^24⌋)`, at most `2^26.5`. A
-/// function of the quad's values alone, so that any split of a row on quad
-/// boundaries (chunks, threads, shards) sums to the same bits; NaN lanes
-/// are skipped (returns whether one was), `-inf` ones add 0, a `+inf` one
-/// makes `sum` a point mass.
-///
-/// The fast path takes a full quad whose largest scaled value is finite:
-/// per lane a fused `x·(1/T) − y` (the max lane's is the product's rounding
-/// error), a fused `·log2(e) + r`, an `ex2` and an add. Elsewhere the lanes
-/// are masked (NaN and those past `n` to `-inf`) and scaled with
-/// saturation (`Sampler::scaled`).
-#[inline(always)]
-pub fn push_quad_sum<S: QuadSum>(mut sum: S, v: [f32; 4], n: u32, sampler: &Sampler) -> (S, bool) {
-    // `max` ignores NaN; the scale is positive, so it commutes with scaling.
-    let top = v[0].max(v[1]).max(v[2].max(v[3]));
-    if top == f32::NEG_INFINITY {
-        // Every lane -inf or NaN (a filtered row's masked quads): nothing to add.
-        return (sum, any_nan(v, n));
-    }
-    let y = top * sampler.scale;
-    if n == 4 && y.is_finite() {
-        let (k, s) = quad_term(y, |i| fma(v[i], sampler.scale, -y));
-        // A NaN lane makes `s` NaN.
-        if s >= 0.0 {
-            sum.push_term(y, Term { k, m: (s * SCALE) as u64 });
-            return (sum, false);
-        }
-    }
-    let lane = |i: usize| if (i as u32) < n && !v[i].is_nan() { v[i] } else { f32::NEG_INFINITY };
-    let x = [lane(0), lane(1), lane(2), lane(3)];
-    let top = x[0].max(x[1]).max(x[2].max(x[3]));
-    let nan = any_nan(v, n);
-    if top == f32::NEG_INFINITY {
-        return (sum, nan);
-    }
-    let y = sampler.scaled(top);
-    if y == f32::INFINITY {
-        sum.push_infinity();
-    } else {
-        let (k, s) = quad_term(y, |i| sampler.scaled(x[i]) - y);
-        sum.push_term(y, Term { k, m: (s * SCALE) as u64 });
-    }
-    (sum, nan)
-}
-
 /// Adds the scaled values `v[q][i]·(1/T)` of a run of [`RUN`] consecutive
 /// ids (`n` valid, ids `4q + i`) to `sum` as one term, by the GPU's run rule:
 /// `y`, the run's largest scaled value, written `y·log2(e) = k + r` by
@@ -127,7 +46,7 @@ pub fn push_quad_sum<S: QuadSum>(mut sum: S, v: [f32; 4], n: u32, sampler: &Samp
 /// sums to the same bits; NaN lanes are skipped (returns whether one was),
 /// `-inf` ones add 0, a `+inf` one makes `sum` a point mass.
 #[inline(always)]
-pub fn push_run_sum<S: QuadSum>(mut sum: S, v: [[f32; 4]; 4], n: u32, sampler: &Sampler) -> (S, bool) {
+pub fn push_run_sum(mut sum: WalkSum, v: [[f32; 4]; 4], n: u32, sampler: &Sampler) -> (WalkSum, bool) {
     let quad_max = |q: [f32; 4]| q[0].max(q[1]).max(q[2].max(q[3]));
     // `max` ignores NaN; the scale is positive, so it commutes with scaling.
     let top = quad_max(v[0]).max(quad_max(v[1])).max(quad_max(v[2]).max(quad_max(v[3])));
@@ -176,50 +95,13 @@ fn run_term(y: f32, d: impl Fn(usize, usize) -> f32) -> (i32, f32) {
     (k, (quad(0) + quad(1)) + (quad(2) + quad(3)))
 }
 
-/// What [`push_quad_sum`] adds to: an [`ExpSum`] in registers, or a
-/// walk's (`crate::walk_sum::WalkSum`) in shared memory.
-pub trait QuadSum {
-    /// The largest value pushed (`-inf` for none).
-    fn max(&self) -> f32;
-    /// As [`ExpSum::push_term`].
-    fn push_term(&mut self, max: f32, t: Term);
-    /// Pushes `+inf` ([`ExpSum::push`]).
-    fn push_infinity(&mut self);
-}
-
-impl QuadSum for ExpSum {
-    #[inline(always)]
-    fn max(&self) -> f32 {
-        ExpSum::max(self)
-    }
-
-    #[inline(always)]
-    fn push_term(&mut self, max: f32, t: Term) {
-        ExpSum::push_term(self, max, t)
-    }
-
-    #[inline(always)]
-    fn push_infinity(&mut self) {
-        self.push(f32::INFINITY)
-    }
-}
-
-/// [`push_quad_sum`]'s term of a quad with largest scaled value `y`
-/// (finite) whose lanes lie `d(i)` below it: `k` and the lanes' sum `s`.
-#[inline(always)]
-fn quad_term(y: f32, d: impl Fn(usize) -> f32) -> (i32, f32) {
-    let (k, r) = exp_sum::split(y);
-    let t = |i: usize| gpu::fast_exp2(fma(d(i), core::f32::consts::LOG2_E, r));
-    (k, (t(0) + t(1)) + (t(2) + t(3)))
-}
-
 #[inline(always)]
 fn fma(a: f32, b: f32, c: f32) -> f32 {
     core::intrinsics::fmaf32(a, b, c)
 }
 
-/// The maximum [`push_quad_sum`] gives a sum of maximum `max` with the
-/// first `n` lanes of `v` wherever its fast path runs (elsewhere its
+/// The maximum of a sum of maximum `max` once [`push_run_sum`] has pushed
+/// the first `n` lanes of quad `v` of a run, wherever its fast path runs (elsewhere its
 /// saturation and `+inf` cases may differ: callers that need it to agree
 /// check).
 #[inline(always)]

@@ -4,7 +4,8 @@
 //! again the same way.
 //!
 //! 1. `logprobs_lse_{values}_{values}`: grid `(positions, chunks)`. Block
-//!    `(at, c)` folds chunk `c` of position `at`'s row into the log-sum-exps
+//!    `(at, c)` sums chunk `c` of position `at`'s row by runs (REFERENCE
+//!    §2.6: the same bits however the row is split) into the log-sum-exps
 //!    the call asks for ([`LogprobsPartial`]: the raw values at `T = 1`, the
 //!    processed ones scaled and masked to the kept set); the position's last
 //!    block combines them, writes the emitted token's log-probabilities and
@@ -19,12 +20,13 @@
 //!    lists and writes the top-n, their ids and the rank.
 
 use crate::block::{ExactSum, Reduce, block_reduce, warp_exp_sums};
-use crate::fold::push_quad_sum;
+use crate::fold::push_run_sum;
 use crate::gpu::{self, WARP};
 use crate::last_block;
-use crate::load::{Load, for_each_quad, load_quad, quad_aligned, widen};
+use crate::load::{Load, for_each_run, load_quad, quad_aligned, widen};
 use crate::row::chunk_range;
-use crate::shared::Shared;
+use crate::shared::{self, Shared};
+use crate::walk_sum::{WalkSum, block_sums};
 use crate::threshold::{mask, processed_log_prob, raw_log_prob};
 use specdec_core::dtype::{Bf16, F16};
 use specdec_core::kernel_symbol;
@@ -160,7 +162,8 @@ impl Reduce for Sums {
 /// The first kernel (see module docs).
 ///
 /// # Safety
-/// Launched by the host's checked launcher after the call, on its stream.
+/// Launched by the host's checked launcher after the call, on its stream,
+/// with `layout::WALK_SHARED_BYTES` of dynamic shared memory.
 #[inline(always)]
 unsafe fn lse<V: Load>(p: &LogprobsParams) {
     // SAFETY: forwarded.
@@ -173,11 +176,13 @@ unsafe fn lse<V: Load>(p: &LogprobsParams) {
     let processed = !e.greedy && (p.processed != 0 || (top && p.top_raw == 0));
     let unit = Sampler::new(1.0, 0, 0, Stream::Target);
     let (start, end) = chunk_range(p.vocab, p.chunk, c);
-    let mut acc = LogprobsPartial::IDENTITY;
     let none: *const V = core::ptr::null();
-    // SAFETY: the row holds `vocab >= end` values; start % 4 == 0.
+    // SAFETY: the launch has layout::WALK_SHARED_BYTES; each thread its own columns.
+    let (mut walk_raw, mut walk_processed) =
+        unsafe { (WalkSum::new(shared::walk_sums(0)), WalkSum::new(shared::walk_sums(1))) };
+    // SAFETY: the row holds `vocab >= end` values; start is a multiple of TILE, so of RUN.
     unsafe {
-        for_each_quad::<false, 4, V, V>(
+        for_each_run(
             e.row,
             none,
             start,
@@ -185,18 +190,20 @@ unsafe fn lse<V: Load>(p: &LogprobsParams) {
             tid,
             #[inline(always)]
             |_, v, _, n| {
-                let v = widen(v);
+                let v: [[f32; 4]; 4] = core::array::from_fn(|j| widen(v[j]));
                 if raw {
-                    acc.raw = push_quad_sum(acc.raw, v, n, &unit).0;
+                    walk_raw = push_run_sum(walk_raw, v, n, &unit).0;
                 }
                 if processed {
-                    acc.processed = push_quad_sum(acc.processed, mask(v, e.tau, &e.sampler), n, &e.sampler).0;
+                    let kept = v.map(|q| mask(q, e.tau, &e.sampler));
+                    walk_processed = push_run_sum(walk_processed, kept, n, &e.sampler).0;
                 }
             },
         )
     };
     // SAFETY: every thread of the block is here (the returns above are block-uniform).
-    let sums = unsafe { block_reduce(Sums(acc)) };
+    let [raw_sum, processed_sum] = unsafe { block_sums([walk_raw, walk_processed]) };
+    let sums = Sums(LogprobsPartial { raw: raw_sum, processed: processed_sum });
     if tid >= WARP {
         return;
     }
@@ -562,7 +569,7 @@ macro_rules! logprobs_kernels {
             /// `names::LOGPROBS_LSE`.
             ///
             /// # Safety
-            /// Launched by the host's checked launcher.
+            /// Launched by the host's checked launcher, with `layout::WALK_SHARED_BYTES`.
             #[unsafe(export_name = kernel_symbol!(LOGPROBS_LSE, $v, $v))]
             pub unsafe extern "ptx-kernel" fn logprobs_lse(p: LogprobsParams) {
                 // SAFETY: forwarded.

@@ -9,7 +9,7 @@ use crate::load::Walk;
 use crate::rejection::{Mass, Request, RowDecision};
 use core::mem::{align_of, size_of};
 use specdec_core::exp_sum::GROUPS;
-use specdec_core::layout::{BLOCK_THREADS, SHARED_BYTES, STATS_SHARED_BYTES, WARPS};
+use specdec_core::layout::{BLOCK_THREADS, SHARED_BYTES, WALK_SHARED_BYTES, WARPS};
 use specdec_core::sample::Resampled;
 use specdec_core::scratch::{LogprobsPartial, Stats};
 
@@ -50,15 +50,16 @@ pub union BlockRecord {
 
 const _: () = assert!(size_of::<Shared>() as u32 == SHARED_BYTES);
 
-/// The dynamic shared memory of pass 1 of `rejection_sample`: [`Shared`],
-/// then each thread's walk sums (`crate::walk_sum`), target then draft.
+/// The dynamic shared memory of the kernels that sum by runs (pass 1 of
+/// `rejection_sample`, `logprobs_lse`): [`Shared`], then each thread's
+/// walk sums (`crate::walk_sum`) of two distributions.
 #[repr(C)]
-pub struct StatsShared {
+pub struct WalkShared {
     pub base: Shared,
     pub walk_sums: [[[u128; BLOCK_THREADS as usize]; GROUPS]; 2],
 }
 
-const _: () = assert!(size_of::<StatsShared>() as u32 == STATS_SHARED_BYTES);
+const _: () = assert!(size_of::<WalkShared>() as u32 == WALK_SHARED_BYTES);
 
 /// Group row `g` of walk sums `which`: its `BLOCK_THREADS` columns' entries.
 ///
@@ -68,21 +69,22 @@ const _: () = assert!(size_of::<StatsShared>() as u32 == STATS_SHARED_BYTES);
 pub unsafe fn walk_sum_row(which: usize, g: usize) -> *mut u128 {
     // SAFETY: inside the launch's dynamic shared memory (caller).
     unsafe {
-        let all = &raw mut (*gpu::dynamic_shared::<StatsShared>()).walk_sums;
+        let all = &raw mut (*gpu::dynamic_shared::<WalkShared>()).walk_sums;
         (all as *mut u128).add((which * GROUPS + g) * BLOCK_THREADS as usize)
     }
 }
 
-/// This thread's column of walk sums `which` (0 target, 1 draft): group
+/// This thread's column of walk sums `which` (`0` or `1`: pass 1's target
+/// and draft, `logprobs_lse`'s raw and processed): group
 /// `j`'s at `.add(j · BLOCK_THREADS)`.
 ///
 /// # Safety
-/// The launch requested `layout::STATS_SHARED_BYTES`; `which < 2`.
+/// The launch requested `layout::WALK_SHARED_BYTES`; `which < 2`.
 #[inline(always)]
 pub unsafe fn walk_sums(which: usize) -> *mut u128 {
     // SAFETY: inside the launch's dynamic shared memory (caller).
     unsafe {
-        let all = &raw mut (*gpu::dynamic_shared::<StatsShared>()).walk_sums;
+        let all = &raw mut (*gpu::dynamic_shared::<WalkShared>()).walk_sums;
         (all as *mut u128).add(which * GROUPS * BLOCK_THREADS as usize + gpu::thread_idx_x() as usize)
     }
 }

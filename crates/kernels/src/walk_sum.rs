@@ -4,7 +4,6 @@
 //! keeps the float sums' registers (and the kernels their blocks per SM).
 
 use crate::block::warp_sum_u128;
-use crate::fold::QuadSum;
 use crate::gpu::{self, WARP};
 use crate::shared;
 use specdec_core::argmax::{floor_key, floor_value};
@@ -27,7 +26,7 @@ impl WalkSum {
     ///
     /// # Safety
     /// `sums` is this thread's column of a `[GROUPS][BLOCK_THREADS]` `u128`
-    /// region of shared memory, used by nothing else until [`WalkSum::get`].
+    /// region of shared memory, used by nothing else until [`block_sums`].
     #[inline(always)]
     pub unsafe fn new(sums: *mut u128) -> WalkSum {
         for j in 0..GROUPS {
@@ -41,6 +40,46 @@ impl WalkSum {
     unsafe fn at(sums: *mut u128, j: usize) -> *mut u128 {
         // SAFETY: j < GROUPS: inside the column (caller).
         unsafe { sums.add(j * BLOCK_THREADS as usize) }
+    }
+
+    /// The largest value pushed (`-inf` for none).
+    #[inline(always)]
+    pub fn max(&self) -> f32 {
+        self.max
+    }
+
+    /// As [`ExpSum::push_term`].
+    #[inline(always)]
+    pub fn push_term(&mut self, max: f32, t: Term) {
+        if self.max == f32::INFINITY {
+            return;
+        }
+        let g = t.group();
+        if self.max == f32::NEG_INFINITY {
+            self.top = g;
+        } else if g > self.top {
+            // Rare: the sums move down by the groups' difference.
+            // SAFETY: the column (`new`).
+            unsafe { self.align(g) };
+            self.top = g;
+        }
+        if max > self.max {
+            self.max = max;
+        }
+        let j = i64::from(self.top) - i64::from(g);
+        if j < GROUPS as i64 {
+            // SAFETY: 0 <= j < GROUPS (g <= top): the column.
+            unsafe {
+                let at = Self::at(self.sums, j as usize);
+                at.write(at.read() + u128::from(t.part()));
+            }
+        }
+    }
+
+    /// A `+inf`: the sum becomes a point mass ([`ExpSum::push`]).
+    #[inline(always)]
+    pub fn push_infinity(&mut self) {
+        self.max = f32::INFINITY;
     }
 
     /// An [`ExpSum`] of this sum's maximum alone (its sums unread: for a
@@ -128,57 +167,5 @@ pub unsafe fn block_sums(w: [WalkSum; 2]) -> [ExpSum; 2] {
             ExpSum::from_shares(floor_value(block[2 * d]), block[2 * d + 1], sums)
         };
         [get(0), get(1)]
-    }
-}
-
-impl QuadSum for WalkSum {
-    #[inline(always)]
-    fn max(&self) -> f32 {
-        self.max
-    }
-
-    /// As [`ExpSum::push_term`].
-    #[inline(always)]
-    fn push_term(&mut self, max: f32, t: Term) {
-        if self.max == f32::INFINITY {
-            return;
-        }
-        let g = t.group();
-        if self.max == f32::NEG_INFINITY {
-            self.top = g;
-        } else if g > self.top {
-            // Rare: the sums move down by the groups' difference.
-            let d = i64::from(g) - i64::from(self.top);
-            // SAFETY (all): the column (`new`).
-            unsafe {
-                let (a, b) = (Self::at(self.sums, 0).read(), Self::at(self.sums, 1).read());
-                let (s0, s1, s2) = match d {
-                    1 => (0, a, b),
-                    2 => (0, 0, a),
-                    _ => (0, 0, 0),
-                };
-                Self::at(self.sums, 0).write(s0);
-                Self::at(self.sums, 1).write(s1);
-                Self::at(self.sums, 2).write(s2);
-            }
-            self.top = g;
-        }
-        if max > self.max {
-            self.max = max;
-        }
-        let j = i64::from(self.top) - i64::from(g);
-        if j < GROUPS as i64 {
-            // SAFETY: 0 <= j < GROUPS (g <= top): the column.
-            unsafe {
-                let at = Self::at(self.sums, j as usize);
-                at.write(at.read() + u128::from(t.part()));
-            }
-        }
-    }
-
-    /// A `+inf`: the sum becomes a point mass ([`ExpSum::push`]).
-    #[inline(always)]
-    fn push_infinity(&mut self) {
-        self.max = f32::INFINITY;
     }
 }

@@ -13,7 +13,7 @@ use cudarc::driver::{CudaStream, result};
 use specdec_core::filter::ROUNDS;
 use specdec_core::layout::{
     BLOCK_THREADS, GumbelCombineParams, GumbelParams, LogprobsParams, RatesParams, RejectionParams, SHARED_BYTES,
-    STATS_SHARED_BYTES, THRESHOLD_SHARED_BYTES, TOP_SHARED_BYTES,
+    THRESHOLD_SHARED_BYTES, TOP_SHARED_BYTES, WALK_SHARED_BYTES,
 };
 use std::ffi::c_void;
 
@@ -170,7 +170,7 @@ pub(super) unsafe fn rejection_sample(
         if let Some(threshold) = &threshold {
             launch_thresholds(threshold, stream, (2 * pairs, p.threshold_chunks), &p)?;
         }
-        launch_shared(stats, stream, (pairs, p.chunks), STATS_SHARED_BYTES, &p)?;
+        launch_shared(stats, stream, (pairs, p.chunks), WALK_SHARED_BYTES, &p)?;
         if let Some(block) = block {
             launch(block, stream, (p.requests * (p.max_drafts - 1) * p.block_chunks, 1), &p)?;
         }
@@ -195,10 +195,10 @@ pub(super) unsafe fn logprobs(
 ) -> Result<()> {
     stream.context().bind_to_thread()?;
     // SAFETY: the caller guarantees `p`; both grids are positions × chunks,
-    // in order on one stream; the top-n kernel's shared memory.
+    // in order on one stream; each kernel's shared memory.
     unsafe {
         if let Some(lse) = lse {
-            launch(lse, stream, (p.positions, p.chunks), &p)?;
+            launch_shared(lse, stream, (p.positions, p.chunks), WALK_SHARED_BYTES, &p)?;
         }
         if p.ranks != 0 {
             launch_shared(top, stream, (p.positions, p.chunks), TOP_SHARED_BYTES, &p)?;

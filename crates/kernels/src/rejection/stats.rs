@@ -10,7 +10,7 @@ use super::threshold::{entry, filter_scratch};
 use super::{Request, draft_row, target_row};
 use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_fold, warp_sum_u128};
 use core::mem::offset_of;
-use crate::fold::{QuadSum, fold_greedy, push_overlap, push_run_sum, pushed_max};
+use crate::fold::{fold_greedy, push_overlap, push_run_sum, pushed_max};
 use crate::walk_sum::{WalkSum, block_sums};
 use crate::gpu::{self, WARP};
 use crate::last_block;
@@ -219,7 +219,7 @@ unsafe fn row_chunk_stats<
     let sampler = req.sampler(0);
     let mut acc = Stats::IDENTITY;
     let mut nan = false;
-    // SAFETY: the launch has layout::STATS_SHARED_BYTES; each thread its own
+    // SAFETY: the launch has layout::WALK_SHARED_BYTES; each thread its own
     // columns, read back into `acc` before the block's reduction.
     let (mut walk_t, mut walk_q) = unsafe { (WalkSum::new(shared::walk_sums(0)), WalkSum::new(shared::walk_sums(1))) };
     let (tau_t, tau_q) = if FILTERED {
