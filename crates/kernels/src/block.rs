@@ -99,41 +99,6 @@ impl Reduce for ExactSum {
     }
 }
 
-/// The sums `s` of the warp's 32 lanes ([`ExpSum::combine`]), in every
-/// lane: the largest maxima and groups first (one `redux.sync` each), then
-/// each lane's group sums aligned to them ([`ExpSum::aligned`]) and added
-/// by a butterfly, in a loop the compilers cannot unroll (its bound is
-/// `gpu::opaque`: code run once per block, cold at a small batch, where
-/// each unrolled line would be fetched from memory). The same sums as a
-/// butterfly of `combine`, which would align on every level: they are
-/// integers, added in any order ([`ExpSum::from_shares`]).
-///
-/// # Safety
-/// All 32 lanes of the warp must be active and call this together.
-#[inline(always)]
-pub unsafe fn warp_exp_sums<const N: usize>(s: [ExpSum; N]) -> [ExpSum; N] {
-    // SAFETY (all): the caller guarantees a full, converged warp. Maxima are
-    // never NaN (the pushes skip NaN), as `floor_key` needs.
-    let max: [f32; N] = core::array::from_fn(|j| floor_value(unsafe { gpu::warp_max_i32(floor_key(s[j].max())) }));
-    let top: [i32; N] = core::array::from_fn(|j| unsafe { gpu::warp_max_i32(s[j].top()) });
-    let mut sums: [[u128; GROUPS]; N] = core::array::from_fn(|j| s[j].aligned(top[j]));
-    let mut lane_mask = gpu::opaque(WARP / 2);
-    while lane_mask > 0 {
-        for j in 0..N {
-            for g in 0..GROUPS {
-                let x = sums[j][g];
-                let word = |i: u32| {
-                    // SAFETY: as above.
-                    u128::from(unsafe { gpu::shfl_bfly_u32((x >> (32 * i)) as u32, lane_mask) }) << (32 * i)
-                };
-                sums[j][g] = x + (word(0) | word(1) | word(2) | word(3));
-            }
-        }
-        lane_mask /= 2;
-    }
-    core::array::from_fn(|j| ExpSum::from_shares(max[j], top[j], sums[j]))
-}
-
 /// The sum of the warp's 32 `u128`s (which must not overflow), in every
 /// lane: a butterfly of their four 32-bit words, added as `u128`s.
 ///

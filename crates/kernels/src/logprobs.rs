@@ -19,16 +19,18 @@
 //!    the emitted token's; the position's last block merges the chunks'
 //!    lists and writes the top-n, their ids and the rank.
 
-use crate::block::{ExactSum, Reduce, block_reduce, warp_exp_sums};
+use crate::block::{ExactSum, block_reduce};
+use core::mem::offset_of;
 use crate::fold::push_run_sum;
 use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, for_each_run, load_quad, quad_aligned, widen};
 use crate::row::chunk_range;
 use crate::shared::{self, Shared};
-use crate::walk_sum::{WalkSum, block_sums};
+use crate::walk_sum::{WalkSum, block_sums, gather_sum};
 use crate::threshold::{mask, processed_log_prob, raw_log_prob};
 use specdec_core::dtype::{Bf16, F16};
+use specdec_core::exp_sum::ExpSum;
 use specdec_core::kernel_symbol;
 use specdec_core::layout::{LogprobsParams, MAX_TOP_LOGPROBS, POSITIONS_REJECTION, TILE, TOP_SHARED_BYTES, WARPS};
 use specdec_core::argmax::floor_value;
@@ -135,30 +137,6 @@ impl<V> Emitted<V> {
     }
 }
 
-/// [`LogprobsPartial`] as a reduction value.
-#[derive(Clone, Copy)]
-#[repr(transparent)]
-pub struct Sums(pub LogprobsPartial);
-
-impl Reduce for Sums {
-    const IDENTITY: Sums = Sums(LogprobsPartial::IDENTITY);
-
-    #[inline(always)]
-    fn combine(self, o: Sums) -> Sums {
-        let (mut raw, mut processed) = (self.0.raw, self.0.processed);
-        raw.combine(&o.0.raw);
-        processed.combine(&o.0.processed);
-        Sums(LogprobsPartial { raw, processed })
-    }
-
-    #[inline(always)]
-    unsafe fn warp_all(self) -> Sums {
-        // SAFETY: the caller guarantees a full, converged warp.
-        let [raw, processed] = unsafe { warp_exp_sums([self.0.raw, self.0.processed]) };
-        Sums(LogprobsPartial { raw, processed })
-    }
-}
-
 /// The first kernel (see module docs).
 ///
 /// # Safety
@@ -203,22 +181,31 @@ unsafe fn lse<V: Load>(p: &LogprobsParams) {
     };
     // SAFETY: every thread of the block is here (the returns above are block-uniform).
     let [raw_sum, processed_sum] = unsafe { block_sums([walk_raw, walk_processed]) };
-    let sums = Sums(LogprobsPartial { raw: raw_sum, processed: processed_sum });
     if tid >= WARP {
         return;
     }
-    // SAFETY: all of warp 0, once per block of the position; partials holds
-    // positions·chunks entries, counters `positions`.
-    let Some(Sums(total)) = (unsafe {
-        last_block::combine(
-            (p.partials as *mut Sums).add(at as usize * p.chunks as usize),
-            c,
-            p.chunks,
-            (p.counters as *mut u32).add(at as usize),
-            sums,
-        )
-    }) else {
-        return;
+    let chunks = p.chunks;
+    let total = if chunks == 1 {
+        LogprobsPartial { raw: raw_sum, processed: processed_sum }
+    } else {
+        // SAFETY (all): warp 0, once per block of the position; partials holds
+        // positions·chunks entries, counters `positions`.
+        unsafe {
+            let partials = (p.partials as *mut LogprobsPartial).add(at as usize * chunks as usize);
+            if tid == 0 {
+                partials.add(c as usize).write(LogprobsPartial { raw: raw_sum, processed: processed_sum });
+            }
+            if !last_block::arrive((p.counters as *mut u32).add(at as usize), chunks) {
+                return;
+            }
+            // Every partial was published (arrive); the whole warp is here;
+            // `raw` and `processed` are the position's.
+            let sum = |asked: bool, field: usize| if asked { gather_sum(partials, chunks, field) } else { ExpSum::EMPTY };
+            LogprobsPartial {
+                raw: sum(raw, offset_of!(LogprobsPartial, raw)),
+                processed: sum(processed, offset_of!(LogprobsPartial, processed)),
+            }
+        }
     };
     if tid != 0 {
         return;
@@ -596,5 +583,5 @@ logprobs_kernels! {
 }
 
 // The partials share the verifier's stats region.
-const _: () = assert!(core::mem::size_of::<Sums>() <= core::mem::size_of::<specdec_core::scratch::Stats>());
+const _: () = assert!(core::mem::size_of::<LogprobsPartial>() <= core::mem::size_of::<specdec_core::scratch::Stats>());
 const _: () = assert!(core::mem::size_of::<TopPartial>() == 176);

@@ -11,7 +11,7 @@ use core::mem::{align_of, size_of};
 use specdec_core::exp_sum::GROUPS;
 use specdec_core::layout::{BLOCK_THREADS, SHARED_BYTES, WALK_SHARED_BYTES, WARPS};
 use specdec_core::sample::Resampled;
-use specdec_core::scratch::{LogprobsPartial, Stats};
+use specdec_core::scratch::Stats;
 
 /// The dynamic shared memory of every launch.
 #[repr(C)]
@@ -33,8 +33,6 @@ pub union WarpSlots {
     pub sums: [ExactSum; WARPS as usize],
     /// Block verification's residual masses.
     pub masses: [Mass; WARPS as usize],
-    /// The log-probability kernels' sums (their `Sums` are `LogprobsPartial`).
-    pub logprobs: [LogprobsPartial; WARPS as usize],
     /// The decision's per-warp rows, the largest.
     pub decisions: [RowDecision; WARPS as usize],
 }

@@ -7,7 +7,7 @@ use crate::block::warp_sum_u128;
 use crate::gpu::{self, WARP};
 use crate::shared;
 use specdec_core::argmax::{floor_key, floor_value};
-use specdec_core::exp_sum::{ExpSum, GROUPS, Term};
+use specdec_core::exp_sum::{self, ExpSum, GROUPS, Term};
 use specdec_core::layout::{BLOCK_THREADS, WARPS};
 
 /// The sum of the terms pushed so far; [`block_sums`] gives the block's
@@ -59,8 +59,19 @@ impl WalkSum {
             self.top = g;
         } else if g > self.top {
             // Rare: the sums move down by the groups' difference.
-            // SAFETY: the column (`new`).
-            unsafe { self.align(g) };
+            let d = i64::from(g) - i64::from(self.top);
+            // SAFETY (all): the column (`new`).
+            unsafe {
+                let (a, b) = (Self::at(self.sums, 0).read(), Self::at(self.sums, 1).read());
+                let (s0, s1, s2) = match d {
+                    1 => (0, a, b),
+                    2 => (0, 0, a),
+                    _ => (0, 0, 0),
+                };
+                Self::at(self.sums, 0).write(s0);
+                Self::at(self.sums, 1).write(s1);
+                Self::at(self.sums, 2).write(s2);
+            }
             self.top = g;
         }
         if max > self.max {
@@ -168,4 +179,57 @@ pub unsafe fn block_sums(w: [WalkSum; 2]) -> [ExpSum; 2] {
         };
         [get(0), get(1)]
     }
+}
+
+/// The [`ExpSum`] at byte `field` of the `n` records at `entries`, combined
+/// (`ExpSum::combine` of them all), in every lane: the largest maximum and
+/// top group `G` by `redux.sync`, then group by group each lane adds its
+/// records' sums of group `G − g` (a record's `j`-th sum is of group
+/// `top − j`): integers, in any order, one `u128` live at a time.
+///
+/// # Safety
+/// All 32 lanes of the warp call this together, converged; `entries` holds
+/// `n` records `R`, each published before (fenced, as
+/// `last_block::arrive` does); `field` is the byte offset of an `ExpSum`
+/// field of `R`, 16-byte aligned in it.
+#[inline(always)]
+pub unsafe fn gather_sum<R>(entries: *const R, n: u32, field: usize) -> ExpSum {
+    let lane = gpu::thread_idx_x() % WARP;
+    // SAFETY (all): c < n, an entry (caller); the record's head and its
+    // j-th sum (j < GROUPS), 16-byte aligned pieces of the field.
+    let base = |c: u32| unsafe { (entries.add(c as usize) as *const u8).add(field) };
+    let head = |c: u32| unsafe { gpu::load_relaxed(base(c).add(exp_sum::HEAD_OFFSET) as *const [u32; 4]) };
+    let sum = |c: u32, j: usize| unsafe { gpu::load_relaxed(base(c).add(exp_sum::SUMS_OFFSET + 16 * j) as *const u128) };
+    let (mut key, mut top) = (i32::MIN, i32::MIN);
+    let mut c = lane;
+    while c < n {
+        let h = head(c);
+        // Maxima are never NaN (the pushes skip NaN), as `floor_key` needs.
+        key = key.max(floor_key(f32::from_bits(h[0])));
+        if f32::from_bits(h[0]).is_finite() {
+            top = top.max(h[1] as i32);
+        }
+        c += WARP;
+    }
+    // SAFETY (both): a full, converged warp (caller).
+    let (max, top) = unsafe { (floor_value(gpu::warp_max_i32(key)), gpu::warp_max_i32(top)) };
+    if !max.is_finite() {
+        return ExpSum::from_shares(max, top, [0; GROUPS]);
+    }
+    let sums: [u128; GROUPS] = core::array::from_fn(|g| {
+        let mut s = 0u128;
+        let mut c = lane;
+        while c < n {
+            let h = head(c);
+            // Group `top − g` is this record's `j`-th sum, if it has one.
+            let j = g as i64 - (i64::from(top) - i64::from(h[1] as i32));
+            if f32::from_bits(h[0]).is_finite() && (0..GROUPS as i64).contains(&j) {
+                s += sum(c, j as usize);
+            }
+            c += WARP;
+        }
+        // SAFETY: a full, converged warp (caller).
+        unsafe { warp_sum_u128(s) }
+    });
+    ExpSum::from_shares(max, top, sums)
 }

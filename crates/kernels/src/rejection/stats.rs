@@ -11,7 +11,7 @@ use super::{Request, draft_row, target_row};
 use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_fold, warp_sum_u128};
 use core::mem::offset_of;
 use crate::fold::{fold_greedy, push_overlap, push_run_sum, pushed_max};
-use crate::walk_sum::{WalkSum, block_sums};
+use crate::walk_sum::{WalkSum, block_sums, gather_sum};
 use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, any_nan, for_each_quad, for_each_run, widen};
@@ -84,7 +84,8 @@ impl<const KIND: u32> Reduce for Row<KIND> {
         Row(out)
     }
 
-    /// A sampling row's statistics: the sums by [`warp_exp_sums`], the
+    /// A sampling row's statistics: the sums' maxima alone (the sums are
+    /// reduced apart: `walk_sum::block_sums`, `walk_sum::gather_sum`), the
     /// overlap rescaled to the warp's centre once and added by a butterfly
     /// (pass 1's block reductions and the decision's gathers, at a small
     /// batch a chain the call waits on, where a butterfly of `combine` would
@@ -495,56 +496,6 @@ unsafe fn heads<const KIND: u32>(entries: *const Stats, n: u32) -> Stats {
     }
     // SAFETY: a full, converged warp (caller).
     unsafe { acc.warp_all() }.0
-}
-
-/// The [`ExpSum`] at byte `field` of the `n` records at `entries`, combined
-/// (`ExpSum::combine` of them all), in every lane: the largest maximum and
-/// top group `G` by `redux.sync`, then group by group each lane adds its
-/// records' sums of group `G − g` (a record's `j`-th sum is of group
-/// `top − j`): integers, in any order, one `u128` live at a time.
-///
-/// # Safety
-/// As for [`row_stats`]; `field` is an `ExpSum` field of `Stats`.
-#[inline(always)]
-unsafe fn gather_sum(entries: *const Stats, n: u32, field: usize) -> ExpSum {
-    let lane = gpu::thread_idx_x() % WARP;
-    // SAFETY (all): c < n, an entry (caller); the record's head and its
-    // j-th sum (j < GROUPS), 16-byte aligned pieces of the field.
-    let base = |c: u32| unsafe { (entries.add(c as usize) as *const u8).add(field) };
-    let head = |c: u32| unsafe { gpu::load_relaxed(base(c).add(exp_sum::HEAD_OFFSET) as *const [u32; 4]) };
-    let sum = |c: u32, j: usize| unsafe { gpu::load_relaxed(base(c).add(exp_sum::SUMS_OFFSET + 16 * j) as *const u128) };
-    let (mut key, mut top) = (i32::MIN, i32::MIN);
-    let mut c = lane;
-    while c < n {
-        let h = head(c);
-        // Maxima are never NaN (the pushes skip NaN), as `floor_key` needs.
-        key = key.max(floor_key(f32::from_bits(h[0])));
-        if f32::from_bits(h[0]).is_finite() {
-            top = top.max(h[1] as i32);
-        }
-        c += WARP;
-    }
-    // SAFETY (both): a full, converged warp (caller).
-    let (max, top) = unsafe { (floor_value(gpu::warp_max_i32(key)), gpu::warp_max_i32(top)) };
-    if !max.is_finite() {
-        return ExpSum::from_shares(max, top, [0; GROUPS]);
-    }
-    let sums: [u128; GROUPS] = core::array::from_fn(|g| {
-        let mut s = 0u128;
-        let mut c = lane;
-        while c < n {
-            let h = head(c);
-            // Group `top − g` is this record's `j`-th sum, if it has one.
-            let j = g as i64 - (i64::from(top) - i64::from(h[1] as i32));
-            if f32::from_bits(h[0]).is_finite() && (0..GROUPS as i64).contains(&j) {
-                s += sum(c, j as usize);
-            }
-            c += WARP;
-        }
-        // SAFETY: a full, converged warp (caller).
-        unsafe { warp_sum_u128(s) }
-    });
-    ExpSum::from_shares(max, top, sums)
 }
 
 /// The thresholds of row `i` of request `r`: the target's and the draft's `τ`.
