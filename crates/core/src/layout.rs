@@ -17,7 +17,7 @@ pub const WARPS: u32 = BLOCK_THREADS / 32;
 /// Dynamic shared memory of every launch, in bytes: the size of the kernels'
 /// `shared::Shared` (a slot per warp for the block's reductions, then one
 /// record for the whole block), which asserts it.
-pub const SHARED_BYTES: u32 = 1184;
+pub const SHARED_BYTES: u32 = 352;
 /// The walk sums of a kernel that sums by runs (two distributions,
 /// `[exp_sum::GROUPS][BLOCK_THREADS]` `u128`s each), in bytes.
 pub const WALK_SUMS_BYTES: u32 = 2 * crate::exp_sum::GROUPS as u32 * BLOCK_THREADS * 16;

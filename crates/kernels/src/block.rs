@@ -8,7 +8,7 @@
 use crate::gpu::{self, WARP};
 use crate::shared;
 use specdec_core::argmax::{ArgMax, floor_key, floor_value};
-use specdec_core::exp_sum::{ExpSum, GROUPS};
+
 use specdec_core::layout::WARPS;
 
 /// A value that warps and blocks can reduce.
@@ -106,7 +106,9 @@ impl Reduce for ExactSum {
 /// All 32 lanes of the warp must be active and call this together.
 #[inline(always)]
 pub unsafe fn warp_sum_u128(mut sum: u128) -> u128 {
-    for lane_mask in [16, 8, 4, 2, 1] {
+    // A shift, not an array of masks: an array's iterator stays in local memory.
+    for k in 0..5 {
+        let lane_mask = (WARP / 2) >> k;
         // SAFETY: the caller guarantees a full, converged warp.
         let word = |i: u32| u128::from(unsafe { gpu::shfl_bfly_u32((sum >> (32 * i)) as u32, lane_mask) }) << (32 * i);
         sum += word(0) | word(1) | word(2) | word(3);

@@ -6,12 +6,11 @@
 use crate::block::{ExactSum, Partial};
 use crate::gpu;
 use crate::load::Walk;
-use crate::rejection::{Mass, Request, RowDecision};
+use crate::rejection::{Head, Mass, Request, RowDecision};
 use core::mem::{align_of, size_of};
 use specdec_core::exp_sum::GROUPS;
 use specdec_core::layout::{BLOCK_THREADS, SHARED_BYTES, WALK_SHARED_BYTES, WARPS};
 use specdec_core::sample::Resampled;
-use specdec_core::scratch::Stats;
 
 /// The dynamic shared memory of every launch.
 #[repr(C)]
@@ -25,15 +24,15 @@ pub struct Shared {
 pub union WarpSlots {
     /// `gumbel_sample`'s block reduction ([`crate::block::block_reduce`]).
     pub partials: [Partial; WARPS as usize],
-    /// Pass 1's block reduction (its `Row`s are `Stats`).
-    pub stats: [Stats; WARPS as usize],
+    /// Pass 1's block reduction (its `Row`s are `Head`s).
+    pub heads: [Head; WARPS as usize],
     /// Pass 2's block reduction (its `Candidates` are `Resampled`).
     pub candidates: [Resampled; WARPS as usize],
     /// Pass 1's exact sums (`LSE(S)` of a pooled row).
     pub sums: [ExactSum; WARPS as usize],
     /// Block verification's residual masses.
     pub masses: [Mass; WARPS as usize],
-    /// The decision's per-warp rows, the largest.
+    /// The decision's per-warp rows.
     pub decisions: [RowDecision; WARPS as usize],
 }
 

@@ -117,8 +117,9 @@ impl WalkSum {
             2 => [0, 0, a],
             _ => [0; GROUPS],
         };
-        for (j, v) in moved.into_iter().enumerate() {
-            unsafe { at(j).write(v) };
+        // Indexed, not `into_iter`: an array's iterator stays in local memory.
+        for j in 0..GROUPS {
+            unsafe { at(j).write(moved[j]) };
         }
     }
 }

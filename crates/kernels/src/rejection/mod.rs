@@ -79,6 +79,7 @@ mod threshold;
 
 pub use accept::RowDecision;
 pub use block_verification::Mass;
+pub use stats::Head;
 
 pub use specdec_core::scratch::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, ResampleJob, Stats};
 

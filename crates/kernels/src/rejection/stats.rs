@@ -8,7 +8,7 @@
 use super::accept::decide;
 use super::threshold::{entry, filter_scratch};
 use super::{Request, draft_row, target_row};
-use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_fold, warp_sum_u128};
+use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_fold};
 use core::mem::offset_of;
 use crate::fold::{fold_greedy, push_overlap, push_run_sum, pushed_max};
 use crate::walk_sum::{WalkSum, block_sums, gather_sum};
@@ -20,7 +20,7 @@ use crate::shared;
 use crate::threshold::mask;
 use specdec_core::argmax::{ArgMax, floor_key, floor_value};
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams};
-use specdec_core::exp_sum::{self, ExpSum, GROUPS, term};
+use specdec_core::exp_sum::{self, ExpSum, term};
 use specdec_core::logspace::{Lse, centre, recentre};
 use specdec_core::sample::Sampler;
 use specdec_core::scratch::{Pooled, Stats};
@@ -37,56 +37,72 @@ pub(super) const SAMPLED_ROW: u32 = 1;
 pub(super) const OVERLAP_ROW: u32 = 2;
 pub(super) const GREEDY_LSE_ROW: u32 = 3;
 
-/// [`Stats`] of rows of kind `KIND` as a reduction value: each kind combines
+/// A row's [`Stats`] less its sums' groups: the sums' maxima, the argmax,
+/// the flags and the overlap, what pass 1's block reduction and the
+/// decision's first gather combine. Scalars, which stay in registers, where
+/// a whole `Stats` (two `ExpSum`s) was copied through local memory.
+#[derive(Clone, Copy)]
+pub struct Head {
+    target_max: f32,
+    draft_max: f32,
+    best: ArgMax,
+    flags: u32,
+    overlap: f32,
+}
+
+impl Head {
+    const IDENTITY: Head =
+        Head { target_max: f32::NEG_INFINITY, draft_max: f32::NEG_INFINITY, best: ArgMax::IDENTITY, flags: 0, overlap: 0.0 };
+
+    /// The record these make with the sums `target` and `draft` (of these maxima).
+    #[inline(always)]
+    fn with_sums(self, target: ExpSum, draft: ExpSum) -> Stats {
+        Stats { target, draft, best: self.best, flags: self.flags, overlap: self.overlap }
+    }
+}
+
+/// [`Head`]s of rows of kind `KIND` as a reduction value: each kind combines
 /// and shuffles only its own fields (the others keep the first operand's).
 /// Pass 1's block reductions and the decision's gathers run once, cold, at
 /// a small batch, where the call waits on each combine: a row kind must not
 /// pay for fields it never reads, such as the overlap's exponentials in a
-/// greedy row (benches/results/2026-12-01-nvidia-h200-overlap-ab.md).
-/// Of the sums, their maxima alone: pass 1's block reduction takes the sums
-/// from the walk sums in shared memory (`walk_sum::block_sums`), the
-/// decision's gathers a group at a time ([`gather_sum`]).
+/// greedy row (benches/results/2026-12-01-nvidia-h200-overlap-ab.md). The
+/// sums' groups are reduced apart: pass 1's from the walk sums in shared
+/// memory (`walk_sum::block_sums`), the decision's a group at a time
+/// (`walk_sum::gather_sum`).
 #[derive(Clone, Copy)]
 #[repr(transparent)]
-struct Row<const KIND: u32>(Stats);
+struct Row<const KIND: u32>(Head);
 
-/// The one of `a` and `b` with the larger maximum (its sums unread).
+/// The larger of two maxima (never NaN), the first where they are equal.
 #[inline(always)]
-fn higher(a: ExpSum, b: ExpSum) -> ExpSum {
-    if b.max() > a.max() { b } else { a }
-}
-
-/// A sum of maximum `max` whose group sums nothing reads.
-#[inline(always)]
-fn max_only(max: f32) -> ExpSum {
-    ExpSum::from_shares(max, i32::MIN, [0; GROUPS])
+fn higher(a: f32, b: f32) -> f32 {
+    if b > a { b } else { a }
 }
 
 impl<const KIND: u32> Reduce for Row<KIND> {
-    const IDENTITY: Row<KIND> = Row(Stats::IDENTITY);
+    const IDENTITY: Row<KIND> = Row(Head::IDENTITY);
 
     #[inline(always)]
     fn combine(self, o: Row<KIND>) -> Row<KIND> {
         let (a, b) = (self.0, o.0);
-        let mut out = Stats { flags: a.flags | b.flags, ..a };
+        let mut out = Head { flags: a.flags | b.flags, ..a };
         if KIND == GREEDY_ROW || KIND == GREEDY_LSE_ROW {
             out.best = a.best.combine(b.best);
             if KIND == GREEDY_ROW {
                 return Row(out);
             }
         }
-        (out.target, out.draft) = (higher(a.target, b.target), higher(a.draft, b.draft));
+        (out.target_max, out.draft_max) = (higher(a.target_max, b.target_max), higher(a.draft_max, b.draft_max));
         if KIND == OVERLAP_ROW {
-            let to = centre(out.target.max(), out.draft.max());
-            let part = |s: Stats| recentre(s.overlap, centre(s.target.max(), s.draft.max()), to, gpu::fast_exp);
+            let to = centre(out.target_max, out.draft_max);
+            let part = |s: Head| recentre(s.overlap, centre(s.target_max, s.draft_max), to, gpu::fast_exp);
             out.overlap = part(a) + part(b);
         }
         Row(out)
     }
 
-    /// A sampling row's statistics: the sums' maxima alone (the sums are
-    /// reduced apart: `walk_sum::block_sums`, `walk_sum::gather_sum`), the
-    /// overlap rescaled to the warp's centre once and added by a butterfly
+    /// A sampling row's head: the maxima by `redux.sync`, the overlap rescaled to the warp's centre once and added by a butterfly
     /// (pass 1's block reductions and the decision's gathers, at a small
     /// batch a chain the call waits on, where a butterfly of `combine` would
     /// rescale it on every level).
@@ -95,23 +111,23 @@ impl<const KIND: u32> Reduce for Row<KIND> {
         if KIND == GREEDY_ROW {
             // SAFETY (both): the caller guarantees a full, converged warp.
             let (best, flags) = unsafe { (warp_best(self.0.best), gpu::warp_or_u32(self.0.flags)) };
-            return Row(Stats { best, flags, ..self.0 });
+            return Row(Head { best, flags, ..self.0 });
         }
         let s = self.0;
         // SAFETY (all): the caller guarantees a full, converged warp.
         // Maxima are never NaN (the pushes skip NaN), as `floor_key` needs.
-        let max = |e: ExpSum| floor_value(unsafe { gpu::warp_max_i32(floor_key(e.max())) });
-        let [target, draft] = [max_only(max(s.target)), max_only(max(s.draft))];
+        let max = |m: f32| floor_value(unsafe { gpu::warp_max_i32(floor_key(m)) });
+        let (target_max, draft_max) = (max(s.target_max), max(s.draft_max));
         let overlap = if KIND == OVERLAP_ROW {
-            let to = centre(target.max(), draft.max());
-            let mine = recentre(s.overlap, centre(s.target.max(), s.draft.max()), to, gpu::fast_exp);
+            let to = centre(target_max, draft_max);
+            let mine = recentre(s.overlap, centre(s.target_max, s.draft_max), to, gpu::fast_exp);
             unsafe { warp_fold(mine, gpu::shfl_bfly_f32, |a, b| a + b) }
         } else {
             s.overlap
         };
         let flags = unsafe { gpu::warp_or_u32(s.flags) };
         let best = if KIND == GREEDY_LSE_ROW { unsafe { warp_best(s.best) } } else { s.best };
-        Row(Stats { target, draft, best, flags, overlap })
+        Row(Head { target_max, draft_max, best, flags, overlap })
     }
 }
 
@@ -218,7 +234,7 @@ unsafe fn row_chunk_stats<
         core::ptr::null()
     };
     let sampler = req.sampler(0);
-    let mut acc = Stats::IDENTITY;
+    let mut acc = Head::IDENTITY;
     let mut nan = false;
     // SAFETY: the launch has layout::WALK_SHARED_BYTES; each thread its own
     // columns, read back into `acc` before the block's reduction.
@@ -239,7 +255,7 @@ unsafe fn row_chunk_stats<
         // Also the row's log-sum-exp at T = 1, for the processed
         // log-probabilities the passes write: by runs, as the sampling rows' sums.
         (acc.best, walk_t) = unsafe { greedy_sum_chunk::<T>(target, &sampler, (start, end), &mut nan, walk_t) };
-        acc.target = walk_t.max_only();
+        acc.target_max = walk_t.max();
     } else if greedy {
         acc.best = unsafe { greedy_chunk::<T, Q>(target, &sampler, (start, end), &mut nan) };
     } else if let Some(pooled_t) = if FILTERED { unsafe { pooled(p, r, i, 0, tau_t) } } else { None } {
@@ -265,13 +281,12 @@ unsafe fn row_chunk_stats<
                     },
                 )
             };
-            acc.draft = walk_q.max_only();
+            acc.draft_max = walk_q.max();
         }
         // SAFETY (all): every thread of the block is here (caller); `c` is
         // block-uniform; the walk sums are this thread's.
         let [_, draft_sum] = unsafe { block_sums([walk_t, walk_q]) };
-        let mut out = unsafe { block_reduce(Row::<SAMPLED_ROW>(acc)).0 };
-        out.draft = draft_sum;
+        let mut out = unsafe { block_reduce(Row::<SAMPLED_ROW>(acc)).0 }.with_sums(ExpSum::EMPTY, draft_sum);
         if c == 0 {
             out.target = pooled_sum(unsafe { pooled_lse(p, r, i, 0, tau_t, pooled_t) });
             if let Some(pooled_q) = pooled_q {
@@ -344,7 +359,7 @@ unsafe fn row_chunk_stats<
                 },
             )
         };
-        (acc.target, acc.draft) = (walk_t.max_only(), walk_q.max_only());
+        (acc.target_max, acc.draft_max) = (walk_t.max(), walk_q.max());
     }
     if nan {
         acc.flags |= NAN_LOGITS;
@@ -355,16 +370,15 @@ unsafe fn row_chunk_stats<
     unsafe {
         let kind = row_kind::<OVERLAP, PROCESSED>(p, req, i);
         if kind == GREEDY_ROW {
-            return block_reduce(Row::<GREEDY_ROW>(acc)).0;
+            return block_reduce(Row::<GREEDY_ROW>(acc)).0.with_sums(ExpSum::EMPTY, ExpSum::EMPTY);
         }
         let [target, draft] = block_sums([walk_t, walk_q]);
-        let mut out = match kind {
+        let head = match kind {
             GREEDY_LSE_ROW => block_reduce(Row::<GREEDY_LSE_ROW>(acc)).0,
             OVERLAP_ROW => block_reduce(Row::<OVERLAP_ROW>(acc)).0,
             _ => block_reduce(Row::<SAMPLED_ROW>(acc)).0,
         };
-        (out.target, out.draft) = (target, draft);
-        out
+        head.with_sums(target, draft)
     }
 }
 
@@ -451,15 +465,14 @@ pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32) -
     // before the request's last block was counted in; a full, converged warp (caller).
     unsafe {
         let entries = row_entries(p, r, i);
-        let mut st = match kind {
-            GREEDY_ROW => return heads::<GREEDY_ROW>(entries, p.chunks),
+        let head = match kind {
+            GREEDY_ROW => return heads::<GREEDY_ROW>(entries, p.chunks).with_sums(ExpSum::EMPTY, ExpSum::EMPTY),
             GREEDY_LSE_ROW => heads::<GREEDY_LSE_ROW>(entries, p.chunks),
             OVERLAP_ROW => heads::<OVERLAP_ROW>(entries, p.chunks),
             _ => heads::<SAMPLED_ROW>(entries, p.chunks),
         };
-        st.target = gather_sum(entries, p.chunks, offset_of!(Stats, target));
-        st.draft = gather_sum(entries, p.chunks, offset_of!(Stats, draft));
-        st
+        let sum = |field: usize| gather_sum(entries, p.chunks, field);
+        head.with_sums(sum(offset_of!(Stats, target)), sum(offset_of!(Stats, draft)))
     }
 }
 
@@ -470,7 +483,7 @@ pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32) -
 /// # Safety
 /// As for [`row_stats`].
 #[inline(always)]
-unsafe fn heads<const KIND: u32>(entries: *const Stats, n: u32) -> Stats {
+unsafe fn heads<const KIND: u32>(entries: *const Stats, n: u32) -> Head {
     // The tail piece: best (value, index), flags, overlap.
     const {
         let best = offset_of!(Stats, best);
@@ -482,12 +495,11 @@ unsafe fn heads<const KIND: u32>(entries: *const Stats, n: u32) -> Stats {
         // SAFETY (all): c < n, an entry (caller); 16-byte aligned pieces inside
         // it. Relaxed at device scope, as in `last_block::gather`.
         let at = |offset: usize| unsafe { gpu::load_relaxed((entries.add(c as usize) as *const u8).add(offset) as *const [u32; 4]) };
-        let sum_head = |w: [u32; 4]| max_only(f32::from_bits(w[0]));
         let head = |field: usize| at(field + exp_sum::HEAD_OFFSET);
         let (t, d, tail) = (head(offset_of!(Stats, target)), head(offset_of!(Stats, draft)), at(offset_of!(Stats, best)));
-        acc = acc.combine(Row(Stats {
-            target: sum_head(t),
-            draft: sum_head(d),
+        acc = acc.combine(Row(Head {
+            target_max: f32::from_bits(t[0]),
+            draft_max: f32::from_bits(d[0]),
             best: ArgMax { value: f32::from_bits(tail[0]), index: tail[1] },
             flags: tail[2],
             overlap: f32::from_bits(tail[3]),
