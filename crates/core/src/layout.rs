@@ -175,6 +175,9 @@ pub struct RejectionParams {
     pub partials: u64,
     /// `u32 [requests]` arrival counters, zero between calls (workspace).
     pub counters: u64,
+    /// `u32 [rows]` arrival counters of pass 1's rows, zero between calls
+    /// (workspace: the `max_rows` after `counters`).
+    pub row_counters: u64,
     /// `[requests, max_drafts + 1]`, `i32` or `i64`.
     pub tokens: u64,
     /// `i32 [requests]`; `accepted` may be 0 (not wanted).

@@ -36,6 +36,22 @@ impl WalkSum {
         WalkSum { max: f32::NEG_INFINITY, top: i32::MIN, sums }
     }
 
+    /// A sum holding `e`, its group sums written to this thread's column
+    /// `sums` (for a block's reduction of sums combined in registers).
+    ///
+    /// # Safety
+    /// As for [`WalkSum::new`].
+    #[inline(always)]
+    pub unsafe fn holding(sums: *mut u128, e: ExpSum) -> WalkSum {
+        // Its own sums where its maximum is finite, zeros where it holds nothing or a point mass.
+        let shares = e.aligned(e.top());
+        for j in 0..GROUPS {
+            // SAFETY: inside the column (caller).
+            unsafe { Self::at(sums, j).write(shares[j]) };
+        }
+        WalkSum { max: e.max(), top: e.top(), sums }
+    }
+
     #[inline(always)]
     unsafe fn at(sums: *mut u128, j: usize) -> *mut u128 {
         // SAFETY: j < GROUPS: inside the column (caller).

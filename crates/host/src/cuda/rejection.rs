@@ -211,6 +211,7 @@ impl Cuda {
         }
         p.status = workspace.status;
         p.counters = workspace.counters;
+        p.row_counters = workspace.row_counters;
         let threshold = threshold.as_ref().map(|kernel| Threshold { kernel, search: search.as_ref() });
         let rates = rates_kernel.as_ref().zip(rates).map(|(kernel, rates)| {
             let dst = workspace.scratch + ws.rates_region();

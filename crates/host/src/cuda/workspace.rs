@@ -67,6 +67,8 @@ pub struct Workspace {
 pub(crate) struct Addresses {
     pub scratch: u64,
     pub counters: u64,
+    /// `max_rows` more counters, for pass 1's rows while `counters` counts its requests.
+    pub row_counters: u64,
     pub status: u64,
 }
 
@@ -110,7 +112,8 @@ impl Workspace {
             _ => Error::Driver(e),
         };
         let mut scratch = stream.alloc_zeros::<u8>(bytes).map_err(out_of_memory)?;
-        let mut counters = stream.alloc_zeros::<u32>(max_rows.max(1)).map_err(out_of_memory)?;
+        // Two regions of `max_rows`: a launch's per-row or per-request counters, then pass 1's per-row ones.
+        let mut counters = stream.alloc_zeros::<u32>(2 * max_rows.max(1)).map_err(out_of_memory)?;
         let mut status = stream.alloc_zeros::<u32>(1).map_err(out_of_memory)?;
         let messages = match ranks {
             0 => None,
@@ -125,6 +128,7 @@ impl Workspace {
         let addresses = Addresses {
             scratch: scratch.device_ptr_mut(stream).0,
             counters: counters.device_ptr_mut(stream).0,
+            row_counters: counters.device_ptr_mut(stream).0 + 4 * max_rows.max(1) as u64,
             status: status.device_ptr_mut(stream).0,
         };
         Ok(Workspace { scratch, messages, ranks, _counters: counters, status, addresses, sm_count, max_rows, regions })

@@ -1,9 +1,11 @@
 //! Pass 1 of `rejection_sample` (SPEC §4, the statistics): each block
 //! reduces one chunk of one row to a [`Stats`] (a greedy request's argmax;
 //! a sampling request's log-sum-exps of the scaled target and draft logits,
-//! and their overlap where the kernel keeps it), and the request's last
-//! block to arrive runs the decision (`super::accept::decide`) over the
-//! request's rows, their chunks combined here ([`row_stats`]).
+//! and their overlap where the kernel keeps it); a row's last block to
+//! arrive combines the row's chunks into its first entry with all its
+//! threads ([`combine_chunks`]), and the request's last row to arrive runs
+//! the decision (`super::accept::decide`) over the request's rows, an entry
+//! a row ([`row_stats`]).
 
 use super::accept::decide;
 use super::threshold::{entry, filter_scratch};
@@ -11,7 +13,7 @@ use super::{Request, draft_row, target_row};
 use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_fold};
 use core::mem::offset_of;
 use crate::fold::{fold_greedy, push_overlap, push_run_sum, pushed_max};
-use crate::walk_sum::{WalkSum, block_sums, gather_sum};
+use crate::walk_sum::{WalkSum, block_sums};
 use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, any_nan, for_each_quad, for_each_run, widen};
@@ -165,7 +167,8 @@ pub(super) unsafe fn stats<
         unsafe { shared::request().write(req) };
     }
     // Block-uniform; the decision never reads the entries of other blocks.
-    if req.slot.is_valid() && i <= req.drafts {
+    let valid = req.slot.is_valid() && i <= req.drafts;
+    if valid {
         // SAFETY: every thread of the block is here; i <= n_r of a valid request.
         let acc = unsafe { row_chunk_stats::<T, D, Q, OVERLAP, FILTERED, PROCESSED>(p, &req, r, i, c) };
         if tid == 0 {
@@ -173,17 +176,33 @@ pub(super) unsafe fn stats<
             unsafe { (p.stats as *mut Stats).add(pair as usize * p.chunks as usize + c as usize).write(acc) };
         }
     }
-    // Warp 0 counts the block in; the request's last block decides with all its warps.
+    if p.chunks > 1 {
+        // Warp 0 counts the block into its row; the row's last block goes on.
+        // SAFETY: all of warp 0, after thread 0 published; row_counters holds
+        // rows >= requests·(K+1) entries and the row's chunks each arrive once.
+        let last = tid < WARP && unsafe { last_block::arrive((p.row_counters as *mut u32).add(pair as usize), p.chunks) };
+        // SAFETY: every thread of the block is here (the early return above is block-uniform).
+        if !unsafe { gpu::sync_threads_or(last) } {
+            return;
+        }
+        // Warp 0 fenced after the count; the other warps read the row's entries too.
+        gpu::fence_device();
+        if valid {
+            // SAFETY: the whole block, after every block of the row published.
+            unsafe { combine_chunks::<OVERLAP, PROCESSED>(p, &req, i, pair) };
+        }
+    }
+    // Warp 0 counts the row in; the request's last row decides with all its warps.
     // SAFETY: all of warp 0, after thread 0 published; counters holds
-    // `requests` entries and the request's (K+1)·chunks blocks each arrive once.
-    let last = tid < WARP && unsafe { last_block::arrive((p.counters as *mut u32).add(r as usize), k1 * p.chunks) };
+    // `requests` entries and the request's K+1 rows each arrive once.
+    let last = tid < WARP && unsafe { last_block::arrive((p.counters as *mut u32).add(r as usize), k1) };
     // SAFETY: every thread of the block is here (the early return above is block-uniform).
     if unsafe { gpu::sync_threads_or(last) } {
         // Warp 0 fenced after the count in `arrive`; the other warps read the
         // request's statistics too.
         gpu::fence_device();
-        // SAFETY: the whole block, after every block of request `r` published
-        // and thread 0 wrote the request (before the barrier above).
+        // SAFETY: the whole block, after every row of request `r` published
+        // and thread 0 wrote the request (before the barriers above).
         unsafe { decide::<T, D, OVERLAP, FILTERED, PROCESSED>(p, r) };
     }
 }
@@ -453,61 +472,124 @@ unsafe fn greedy_sum_chunk<T: Load>(
     (best, sum)
 }
 
-/// Row `i` of request `r`, a row of `kind`, its chunks combined by the whole
-/// warp (lane `l` takes chunks `l, l+32, …`); every lane gets the result.
+/// Row `i` of request `r` (a row of `kind`), read from its first entry
+/// (where its chunks were combined), in every lane: a greedy row's argmax
+/// and flags alone, the others' whole record.
 ///
 /// # Safety
-/// Pass 1 wrote these entries (`i <= n_r` of a valid request); all 32 lanes
-/// call this together.
+/// Pass 1 wrote the entry (`i <= n_r` of a valid request) before the
+/// request's last row arrived; all 32 lanes call this together.
 #[inline(always)]
 pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32) -> Stats {
-    // SAFETY (all): the row's `chunks` entries, published by pass 1's blocks
-    // before the request's last block was counted in; a full, converged warp (caller).
+    // SAFETY (all): the row's entry, published before the decision (caller);
+    // 16-byte aligned. Relaxed at device scope, as in `last_block::gather`.
     unsafe {
-        let entries = row_entries(p, r, i);
-        let head = match kind {
-            GREEDY_ROW => return heads::<GREEDY_ROW>(entries, p.chunks).with_sums(ExpSum::EMPTY, ExpSum::EMPTY),
-            GREEDY_LSE_ROW => heads::<GREEDY_LSE_ROW>(entries, p.chunks),
-            OVERLAP_ROW => heads::<OVERLAP_ROW>(entries, p.chunks),
-            _ => heads::<SAMPLED_ROW>(entries, p.chunks),
-        };
-        let sum = |field: usize| gather_sum(entries, p.chunks, field);
-        head.with_sums(sum(offset_of!(Stats, target)), sum(offset_of!(Stats, draft)))
+        let entry = row_entries(p, r, i);
+        if kind == GREEDY_ROW {
+            let head = tail_head(entry, ExpSum::EMPTY, ExpSum::EMPTY);
+            return head.with_sums(ExpSum::EMPTY, ExpSum::EMPTY);
+        }
+        gpu::load_relaxed(entry)
     }
 }
 
-/// The `n` records at `entries` combined as [`Row`]s of `KIND` (their sums'
-/// maxima, best, flags, overlap), each read as its three 16-byte heads, not
-/// its 144 bytes.
+/// The [`Head`] of the entry at `entry` whose sums are `target` and `draft`:
+/// its best, flags and overlap read as one 16-byte piece.
 ///
 /// # Safety
-/// As for [`row_stats`].
+/// `entry` is a published entry (relaxed load, as in `last_block::gather`).
 #[inline(always)]
-unsafe fn heads<const KIND: u32>(entries: *const Stats, n: u32) -> Head {
-    // The tail piece: best (value, index), flags, overlap.
+unsafe fn tail_head(entry: *const Stats, target: ExpSum, draft: ExpSum) -> Head {
     const {
         let best = offset_of!(Stats, best);
         assert!(best % 16 == 0 && offset_of!(Stats, flags) == best + 8 && offset_of!(Stats, overlap) == best + 12)
     };
-    let mut acc = Row::<KIND>::IDENTITY;
-    let mut c = gpu::thread_idx_x() % WARP;
-    while c < n {
-        // SAFETY (all): c < n, an entry (caller); 16-byte aligned pieces inside
-        // it. Relaxed at device scope, as in `last_block::gather`.
-        let at = |offset: usize| unsafe { gpu::load_relaxed((entries.add(c as usize) as *const u8).add(offset) as *const [u32; 4]) };
-        let head = |field: usize| at(field + exp_sum::HEAD_OFFSET);
-        let (t, d, tail) = (head(offset_of!(Stats, target)), head(offset_of!(Stats, draft)), at(offset_of!(Stats, best)));
-        acc = acc.combine(Row(Head {
-            target_max: f32::from_bits(t[0]),
-            draft_max: f32::from_bits(d[0]),
-            best: ArgMax { value: f32::from_bits(tail[0]), index: tail[1] },
-            flags: tail[2],
-            overlap: f32::from_bits(tail[3]),
-        }));
-        c += WARP;
+    // SAFETY: inside the entry, 16-byte aligned (caller).
+    let tail: [u32; 4] = unsafe { gpu::load_relaxed((entry as *const u8).add(offset_of!(Stats, best)) as *const [u32; 4]) };
+    Head {
+        target_max: target.max(),
+        draft_max: draft.max(),
+        best: ArgMax { value: f32::from_bits(tail[0]), index: tail[1] },
+        flags: tail[2],
+        overlap: f32::from_bits(tail[3]),
     }
-    // SAFETY: a full, converged warp (caller).
-    unsafe { acc.warp_all() }.0
+}
+
+/// Row `i` of `req` (pair `pair`), its `p.chunks` entries combined by the
+/// whole block into the first: a thread an entry (one round trip), the
+/// heads by [`block_reduce`], the sums by `walk_sum::block_sums`. The
+/// decision then reads an entry a row, where its warp would loop over the
+/// row's entries, a round trip an iteration (benches/results/2026-12-05-nvidia-h100-run-sums-small-batch.md).
+///
+/// # Safety
+/// Every thread of the block calls this together, launched with
+/// `layout::WALK_SHARED_BYTES`, after every block of the row published its
+/// entry (fenced); `req` is valid and `i <= n_r`.
+#[inline(always)]
+unsafe fn combine_chunks<const OVERLAP: bool, const PROCESSED: bool>(p: &RejectionParams, req: &Request, i: u32, pair: u32) {
+    // SAFETY (all): stats holds requests·(K+1)·chunks entries; forwarded.
+    unsafe {
+        let entries = (p.stats as *mut Stats).add(pair as usize * p.chunks as usize);
+        match row_kind::<OVERLAP, PROCESSED>(p, req, i) {
+            GREEDY_ROW => combine::<GREEDY_ROW>(entries, p.chunks),
+            GREEDY_LSE_ROW => combine::<GREEDY_LSE_ROW>(entries, p.chunks),
+            OVERLAP_ROW => combine::<OVERLAP_ROW>(entries, p.chunks),
+            _ => combine::<SAMPLED_ROW>(entries, p.chunks),
+        }
+    }
+}
+
+/// [`combine_chunks`] for rows of `KIND`: the `n` entries at `entries`
+/// combined into the first.
+///
+/// # Safety
+/// As for [`combine_chunks`]; `KIND` is the row's (block-uniform).
+#[inline(always)]
+unsafe fn combine<const KIND: u32>(entries: *mut Stats, n: u32) {
+    let tid = gpu::thread_idx_x();
+    let sums = KIND != GREEDY_ROW;
+    // SAFETY (both): c < n, a published entry (caller); its pieces 16-byte
+    // aligned. Relaxed at device scope, as in `last_block::gather`.
+    let piece = |c: u32, field: usize| unsafe { (entries.add(c as usize) as *const u8).add(field) };
+    let sum = |c: u32, field: usize| unsafe { gpu::load_relaxed(piece(c, field) as *const ExpSum) };
+    // The heads and the target's sums, then the draft's: one sum in flight
+    // at a time (registers).
+    let (mut head, mut target, mut draft) = (Row::<KIND>::IDENTITY, ExpSum::EMPTY, ExpSum::EMPTY);
+    let mut c = tid;
+    while c < n {
+        let t = if sums { sum(c, offset_of!(Stats, target)) } else { ExpSum::EMPTY };
+        let draft_max = if sums {
+            // SAFETY: as above.
+            f32::from_bits(unsafe { gpu::load_relaxed(piece(c, offset_of!(Stats, draft) + exp_sum::HEAD_OFFSET) as *const [u32; 4]) }[0])
+        } else {
+            f32::NEG_INFINITY
+        };
+        // SAFETY: as above.
+        let h = unsafe { tail_head(entries.add(c as usize), t, ExpSum::EMPTY) };
+        head = head.combine(Row(Head { draft_max, ..h }));
+        target.combine(&t);
+        c += BLOCK_THREADS;
+    }
+    c = tid;
+    while sums && c < n {
+        draft.combine(&sum(c, offset_of!(Stats, draft)));
+        c += BLOCK_THREADS;
+    }
+    // SAFETY (all): every thread of the block is here (caller), the kind
+    // block-uniform; the walk sums' columns are free after the walk's
+    // `block_sums` (its last barrier).
+    unsafe {
+        let head = block_reduce(head).0;
+        let [target, draft] = if KIND == GREEDY_ROW {
+            [ExpSum::EMPTY, ExpSum::EMPTY]
+        } else {
+            block_sums([WalkSum::holding(shared::walk_sums(0), target), WalkSum::holding(shared::walk_sums(1), draft)])
+        };
+        if tid == 0 {
+            // Every thread read its entries before the reductions' barriers.
+            entries.write(head.with_sums(target, draft));
+        }
+    }
 }
 
 /// The thresholds of row `i` of request `r`: the target's and the draft's `τ`.
@@ -594,7 +676,8 @@ fn pooled_sum(lse: Lse) -> ExpSum {
 /// `f32`'s rounding; it stays below `2^52`.
 const POOL_SCALE: f32 = (1u64 << 40) as f32;
 
-/// The first of the `chunks` [`Stats`] entries of row `i` of request `r`.
+/// The first of the `chunks` [`Stats`] entries of row `i` of request `r`,
+/// where its chunks are combined ([`combine_chunks`]).
 ///
 /// # Safety
 /// `r < requests`, `i <= max_drafts`: inside the stats region.
@@ -605,23 +688,12 @@ unsafe fn row_entries(p: &RejectionParams, r: u32, i: u32) -> *const Stats {
     unsafe { (p.stats as *const Stats).add(first) }
 }
 
-/// The flags of row `i` of request `r` alone (see [`row_stats`]): the
-/// decision's code runs in one block of the launch, fetched cold, so a
-/// second full combine of the row would cost it time.
+/// The flags of row `i` of request `r` alone (see [`row_stats`]), in every lane.
 ///
 /// # Safety
 /// As for [`row_stats`].
 #[inline(always)]
 pub(super) unsafe fn row_flags(p: &RejectionParams, r: u32, i: u32) -> u32 {
     // SAFETY: as for `row_stats`.
-    let entries = unsafe { row_entries(p, r, i) };
-    let mut flags = 0;
-    let mut c = gpu::thread_idx_x() % WARP;
-    while c < p.chunks {
-        // SAFETY: c < chunks: the row's entry, published (caller). Volatile: as in `gather`.
-        flags |= unsafe { core::ptr::addr_of!((*entries.add(c as usize)).flags).read_volatile() };
-        c += WARP;
-    }
-    // SAFETY: a full, converged warp (caller).
-    unsafe { warp_fold(flags, gpu::shfl_bfly_u32, |a, b| a | b) }
+    unsafe { tail_head(row_entries(p, r, i), ExpSum::EMPTY, ExpSum::EMPTY) }.flags
 }
