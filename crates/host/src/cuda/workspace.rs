@@ -125,10 +125,11 @@ impl Workspace {
                 Some((m, address))
             }
         };
+        let counters_at = counters.device_ptr_mut(stream).0;
         let addresses = Addresses {
             scratch: scratch.device_ptr_mut(stream).0,
-            counters: counters.device_ptr_mut(stream).0,
-            row_counters: counters.device_ptr_mut(stream).0 + 4 * max_rows.max(1) as u64,
+            counters: counters_at,
+            row_counters: counters_at + 4 * max_rows.max(1) as u64,
             status: status.device_ptr_mut(stream).0,
         };
         Ok(Workspace { scratch, messages, ranks, _counters: counters, status, addresses, sm_count, max_rows, regions })
