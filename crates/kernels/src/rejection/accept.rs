@@ -89,7 +89,7 @@ pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERE
         mine.flags |= st.flags | if bad { INVALID_DRAFT } else { 0 };
         if mine.row == u32::MAX && !bad {
             // What the row's decision needs of its statistics, and nothing more kept live.
-            let (lse_t, lse_q) = (st.target.to_lse(), st.draft.to_lse());
+            let (lse_t, lse_q) = (st.lse_t, st.lse_q);
             let mut row = RowDecision {
                 row: i,
                 draft: d,

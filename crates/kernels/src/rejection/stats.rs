@@ -472,24 +472,45 @@ unsafe fn greedy_sum_chunk<T: Load>(
     (best, sum)
 }
 
+/// What the decision reads of a row: its sums' log-sum-exps, argmax, flags
+/// and overlap.
+pub(super) struct RowStats {
+    pub(super) lse_t: Lse,
+    pub(super) lse_q: Lse,
+    pub(super) best: ArgMax,
+    pub(super) flags: u32,
+    pub(super) overlap: f32,
+}
+
 /// Row `i` of request `r` (a row of `kind`), read from its first entry
 /// (where its chunks were combined), in every lane: a greedy row's argmax
-/// and flags alone, the others' whole record.
+/// and flags alone; each sum turned into its log-sum-exp as it arrives,
+/// so that one `ExpSum` at a time is live.
 ///
 /// # Safety
 /// Pass 1 wrote the entry (`i <= n_r` of a valid request) before the
 /// request's last row arrived; all 32 lanes call this together.
 #[inline(always)]
-pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32) -> Stats {
+pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32) -> RowStats {
     // SAFETY (all): the row's entry, published before the decision (caller);
     // 16-byte aligned. Relaxed at device scope, as in `last_block::gather`.
     unsafe {
         let entry = row_entries(p, r, i);
-        if kind == GREEDY_ROW {
-            let head = tail_head(entry, ExpSum::EMPTY, ExpSum::EMPTY);
-            return head.with_sums(ExpSum::EMPTY, ExpSum::EMPTY);
+        let head = tail_head(entry, ExpSum::EMPTY, ExpSum::EMPTY);
+        let lse = |field: usize| {
+            if kind == GREEDY_ROW {
+                Lse::EMPTY
+            } else {
+                gpu::load_relaxed((entry as *const u8).add(field) as *const ExpSum).to_lse()
+            }
+        };
+        RowStats {
+            lse_t: lse(offset_of!(Stats, target)),
+            lse_q: lse(offset_of!(Stats, draft)),
+            best: head.best,
+            flags: head.flags,
+            overlap: head.overlap,
         }
-        gpu::load_relaxed(entry)
     }
 }
 
