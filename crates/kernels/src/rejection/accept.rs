@@ -141,7 +141,7 @@ pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERE
         let mut i = warp;
         while i <= n {
             // SAFETY: as in the walk above.
-            let flags = unsafe { row_flags(p, r, i) };
+            let flags = unsafe { row_flags(p, r, i, row_kind::<OVERLAP, PROCESSED>(p, req, i)) };
             if lane == 0 {
                 // SAFETY: row0 + i < rows; row_status holds rows elements.
                 unsafe { (p.row_status as *mut u32).add((req.row0 + i) as usize).write(flags) };

@@ -176,7 +176,9 @@ pub(super) unsafe fn stats<
             unsafe { (p.stats as *mut Stats).add(pair as usize * p.chunks as usize + c as usize).write(acc) };
         }
     }
-    if p.chunks > 1 {
+    // The kind's greediness is the request's: every block of it counts alike.
+    let kind = row_kind::<OVERLAP, PROCESSED>(p, &req, i);
+    if entries_left(p, kind) < p.chunks {
         // Warp 0 counts the block into its row; the row's last block goes on.
         // SAFETY: all of warp 0, after thread 0 published; row_counters holds
         // rows >= requests·(K+1) entries and the row's chunks each arrive once.
@@ -189,13 +191,15 @@ pub(super) unsafe fn stats<
         gpu::fence_device();
         if valid {
             // SAFETY: the whole block, after every block of the row published.
-            unsafe { combine_chunks::<OVERLAP, PROCESSED>(p, &req, i, pair) };
+            unsafe { combine_chunks(p, kind, pair) };
         }
     }
-    // Warp 0 counts the row in; the request's last row decides with all its warps.
+    // Warp 0 counts the row (or, for a row whose entries stay, the block) in;
+    // the request's last one decides with all its warps.
     // SAFETY: all of warp 0, after thread 0 published; counters holds
-    // `requests` entries and the request's K+1 rows each arrive once.
-    let last = tid < WARP && unsafe { last_block::arrive((p.counters as *mut u32).add(r as usize), k1) };
+    // `requests` entries and the request's K+1 rows each arrive once an entry left.
+    let arrivals = k1 * entries_left(p, kind);
+    let last = tid < WARP && unsafe { last_block::arrive((p.counters as *mut u32).add(r as usize), arrivals) };
     // SAFETY: every thread of the block is here (the early return above is block-uniform).
     if unsafe { gpu::sync_threads_or(last) } {
         // Warp 0 fenced after the count in `arrive`; the other warps read the
@@ -482,10 +486,11 @@ pub(super) struct RowStats {
     pub(super) overlap: f32,
 }
 
-/// Row `i` of request `r` (a row of `kind`), read from its first entry
-/// (where its chunks were combined), in every lane: a greedy row's argmax
-/// and flags alone; each sum turned into its log-sum-exp as it arrives,
-/// so that one `ExpSum` at a time is live.
+/// Row `i` of request `r` (a row of `kind`), in every lane: a greedy row's
+/// argmax and flags alone, its entries combined by the warp in one pass
+/// over their 16-byte tails; another row's from its first entry (where its
+/// chunks were combined), each sum turned into its log-sum-exp as it
+/// arrives, so that one `ExpSum` at a time is live.
 ///
 /// # Safety
 /// Pass 1 wrote the entry (`i <= n_r` of a valid request) before the
@@ -496,7 +501,7 @@ pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32) -
     // 16-byte aligned. Relaxed at device scope, as in `last_block::gather`.
     unsafe {
         let entry = row_entries(p, r, i);
-        let head = tail_head(entry, ExpSum::EMPTY, ExpSum::EMPTY);
+        let head = if kind == GREEDY_ROW { greedy_head(entry, p.chunks) } else { tail_head(entry, ExpSum::EMPTY, ExpSum::EMPTY) };
         let lse = |field: usize| {
             if kind == GREEDY_ROW {
                 Lse::EMPTY
@@ -536,23 +541,23 @@ unsafe fn tail_head(entry: *const Stats, target: ExpSum, draft: ExpSum) -> Head 
     }
 }
 
-/// Row `i` of `req` (pair `pair`), its `p.chunks` entries combined by the
-/// whole block into the first: a thread an entry (one round trip), the
-/// heads by [`block_reduce`], the sums by `walk_sum::block_sums`. The
-/// decision then reads an entry a row, where its warp would loop over the
-/// row's entries, a round trip an iteration (benches/results/2026-12-05-nvidia-h100-run-sums-small-batch.md).
+/// Pair `pair`'s row, of `kind` (a row with sums), its `p.chunks` entries
+/// combined by the whole block into the first: a thread an entry (one
+/// round trip), the heads by [`block_reduce`], the sums by
+/// `walk_sum::block_sums`. The decision then reads an entry a row, where
+/// its warp would loop over the row's entries, a round trip an iteration
+/// (benches/results/2026-12-05-nvidia-h100-run-sums-small-batch.md).
 ///
 /// # Safety
 /// Every thread of the block calls this together, launched with
 /// `layout::WALK_SHARED_BYTES`, after every block of the row published its
-/// entry (fenced); `req` is valid and `i <= n_r`.
+/// entry (fenced); the row is of a valid request, `i <= n_r`.
 #[inline(always)]
-unsafe fn combine_chunks<const OVERLAP: bool, const PROCESSED: bool>(p: &RejectionParams, req: &Request, i: u32, pair: u32) {
+unsafe fn combine_chunks(p: &RejectionParams, kind: u32, pair: u32) {
     // SAFETY (all): stats holds requests·(K+1)·chunks entries; forwarded.
     unsafe {
         let entries = (p.stats as *mut Stats).add(pair as usize * p.chunks as usize);
-        match row_kind::<OVERLAP, PROCESSED>(p, req, i) {
-            GREEDY_ROW => combine::<GREEDY_ROW>(entries, p.chunks),
+        match kind {
             GREEDY_LSE_ROW => combine::<GREEDY_LSE_ROW>(entries, p.chunks),
             OVERLAP_ROW => combine::<OVERLAP_ROW>(entries, p.chunks),
             _ => combine::<SAMPLED_ROW>(entries, p.chunks),
@@ -568,7 +573,6 @@ unsafe fn combine_chunks<const OVERLAP: bool, const PROCESSED: bool>(p: &Rejecti
 #[inline(always)]
 unsafe fn combine<const KIND: u32>(entries: *mut Stats, n: u32) {
     let tid = gpu::thread_idx_x();
-    let sums = KIND != GREEDY_ROW;
     // SAFETY (both): c < n, a published entry (caller); its pieces 16-byte
     // aligned. Relaxed at device scope, as in `last_block::gather`.
     let piece = |c: u32, field: usize| unsafe { (entries.add(c as usize) as *const u8).add(field) };
@@ -578,13 +582,9 @@ unsafe fn combine<const KIND: u32>(entries: *mut Stats, n: u32) {
     let (mut head, mut target, mut draft) = (Row::<KIND>::IDENTITY, ExpSum::EMPTY, ExpSum::EMPTY);
     let mut c = tid;
     while c < n {
-        let t = if sums { sum(c, offset_of!(Stats, target)) } else { ExpSum::EMPTY };
-        let draft_max = if sums {
-            // SAFETY: as above.
-            f32::from_bits(unsafe { gpu::load_relaxed(piece(c, offset_of!(Stats, draft) + exp_sum::HEAD_OFFSET) as *const [u32; 4]) }[0])
-        } else {
-            f32::NEG_INFINITY
-        };
+        let t = sum(c, offset_of!(Stats, target));
+        // SAFETY: as above.
+        let draft_max = f32::from_bits(unsafe { gpu::load_relaxed(piece(c, offset_of!(Stats, draft) + exp_sum::HEAD_OFFSET) as *const [u32; 4]) }[0]);
         // SAFETY: as above.
         let h = unsafe { tail_head(entries.add(c as usize), t, ExpSum::EMPTY) };
         head = head.combine(Row(Head { draft_max, ..h }));
@@ -592,7 +592,7 @@ unsafe fn combine<const KIND: u32>(entries: *mut Stats, n: u32) {
         c += BLOCK_THREADS;
     }
     c = tid;
-    while sums && c < n {
+    while c < n {
         draft.combine(&sum(c, offset_of!(Stats, draft)));
         c += BLOCK_THREADS;
     }
@@ -601,11 +601,7 @@ unsafe fn combine<const KIND: u32>(entries: *mut Stats, n: u32) {
     // `block_sums` (its last barrier).
     unsafe {
         let head = block_reduce(head).0;
-        let [target, draft] = if KIND == GREEDY_ROW {
-            [ExpSum::EMPTY, ExpSum::EMPTY]
-        } else {
-            block_sums([WalkSum::holding(shared::walk_sums(0), target), WalkSum::holding(shared::walk_sums(1), draft)])
-        };
+        let [target, draft] = block_sums([WalkSum::holding(shared::walk_sums(0), target), WalkSum::holding(shared::walk_sums(1), draft)]);
         if tid == 0 {
             // Every thread read its entries before the reductions' barriers.
             entries.write(head.with_sums(target, draft));
@@ -714,7 +710,43 @@ unsafe fn row_entries(p: &RejectionParams, r: u32, i: u32) -> *const Stats {
 /// # Safety
 /// As for [`row_stats`].
 #[inline(always)]
-pub(super) unsafe fn row_flags(p: &RejectionParams, r: u32, i: u32) -> u32 {
-    // SAFETY: as for `row_stats`.
-    unsafe { tail_head(row_entries(p, r, i), ExpSum::EMPTY, ExpSum::EMPTY) }.flags
+pub(super) unsafe fn row_flags(p: &RejectionParams, r: u32, i: u32, kind: u32) -> u32 {
+    let entries = unsafe { row_entries(p, r, i) };
+    let mut flags = 0;
+    let mut c = gpu::thread_idx_x() % WARP;
+    while c < entries_left(p, kind) {
+        // SAFETY: c < the row's entries left, each published (caller).
+        flags |= unsafe { tail_head(entries.add(c as usize), ExpSum::EMPTY, ExpSum::EMPTY) }.flags;
+        c += WARP;
+    }
+    // SAFETY: a full, converged warp (caller).
+    unsafe { warp_fold(flags, gpu::shfl_bfly_u32, |a, b| a | b) }
+}
+
+/// The entries a row of `kind` leaves for the decision: one where its last
+/// block combined its chunks ([`combine_chunks`]), its `chunks` for a greedy
+/// row, whose decision reads only their 16-byte tails, in one pass, where a
+/// second level of arrival would cost it more
+/// (benches/results/2026-12-05-nvidia-h100-run-sums-small-batch.md §5).
+#[inline(always)]
+fn entries_left(p: &RejectionParams, kind: u32) -> u32 {
+    if kind == GREEDY_ROW { p.chunks } else { 1 }
+}
+
+/// The argmax and flags of a greedy row's `n` entries at `entries`, combined
+/// by the warp, in every lane.
+///
+/// # Safety
+/// As for [`row_stats`].
+#[inline(always)]
+unsafe fn greedy_head(entries: *const Stats, n: u32) -> Head {
+    let mut acc = Row::<GREEDY_ROW>::IDENTITY;
+    let mut c = gpu::thread_idx_x() % WARP;
+    while c < n {
+        // SAFETY: c < n, a published entry (caller).
+        acc = acc.combine(Row(unsafe { tail_head(entries.add(c as usize), ExpSum::EMPTY, ExpSum::EMPTY) }));
+        c += WARP;
+    }
+    // SAFETY: a full, converged warp (caller).
+    unsafe { acc.warp_all() }.0
 }
