@@ -12,6 +12,12 @@ pub const BLOCK_THREADS: u32 = 256;
 pub const ELEMS_PER_THREAD: u32 = 4;
 /// Elements one block covers per step.
 pub const TILE: u32 = BLOCK_THREADS * ELEMS_PER_THREAD;
+
+/// Ids of a run: the segment of consecutive ids the GPU's order-free sum
+/// takes as one term (REFERENCE §2.6); runs start at multiples of it, in a
+/// row and, for the sums of a sharded call to be the unsharded call's, in
+/// each rank's shard.
+pub const RUN: u32 = 16;
 /// Warps per block.
 pub const WARPS: u32 = BLOCK_THREADS / 32;
 /// Dynamic shared memory of every launch, in bytes: the size of the kernels'
@@ -244,6 +250,16 @@ pub struct RejectionParams {
     pub block_chunks: u32,
     /// Non-zero where the call has filters (the threshold kernel wrote `thresholds`).
     pub filtered: u32,
+    /// A sharded call (REFERENCE §9; all zero for an unsharded one): its
+    /// header (`offset`, the global id of the logits' first id; `vocab`,
+    /// the whole row's ids), the rank's message (`send`) and every rank's
+    /// after each exchange (`recv`, `shard_ranks` of them), each
+    /// `shard::pairs_message_bytes(requests·(K+1))` long in round 1 and
+    /// `shard::candidates_message_bytes(requests)` in round 2.
+    pub shard: Header,
+    pub send: u64,
+    pub recv: u64,
+    pub shard_ranks: u32,
 }
 
 /// The most drafts a synthetic-acceptance call of the CUDA backend takes:

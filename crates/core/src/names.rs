@@ -51,6 +51,8 @@ macro_rules! kernel_symbol {
     (@name LOGPROBS_LSE) => { "logprobs_lse" };
     (@name LOGPROBS_TOP) => { "logprobs_top" };
     (@name GUMBEL_COMBINE) => { "gumbel_combine" };
+    (@name REJECTION_DECIDE_SHARDED) => { "rejection_decide_sharded" };
+    (@name REJECTION_COMBINE_SHARDED) => { "rejection_combine_sharded" };
     // `DType::name` of each element type.
     (@dtype f32) => { "f32" };
     (@dtype Bf16) => { "bf16" };
@@ -223,8 +225,20 @@ pub const LOGPROBS_TOP: Kernel = Kernel { name: kernel_symbol!(@name LOGPROBS_TO
 pub const GUMBEL_COMBINE: Kernel =
     Kernel { name: kernel_symbol!(@name GUMBEL_COMBINE), pairs: Pairs::One, min_blocks: 1 };
 
+/// A sharded `rejection_sample`'s decision after its first exchange
+/// (`layout::RejectionParams`, `shard_ranks` given), a block a request: the
+/// ranks' records combined, then the decision pass 1 makes in an unsharded
+/// call. Reads no logits (`Pairs::One`).
+pub const REJECTION_DECIDE_SHARDED: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_DECIDE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
+
+/// A sharded `rejection_sample`'s tokens after its second exchange, a
+/// thread a request. Reads no logits (`Pairs::One`).
+pub const REJECTION_COMBINE_SHARDED: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_COMBINE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
+
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 23] = [
+pub const ALL: [Kernel; 25] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -248,6 +262,8 @@ pub const ALL: [Kernel; 23] = [
     LOGPROBS_LSE,
     LOGPROBS_TOP,
     GUMBEL_COMBINE,
+    REJECTION_DECIDE_SHARDED,
+    REJECTION_COMBINE_SHARDED,
 ];
 
 impl Kernel {

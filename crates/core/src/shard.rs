@@ -1,10 +1,18 @@
-//! The message a rank of a sharded call on the GPU sends
+//! The messages a rank of a sharded call on the GPU sends
 //! (`docs/VOCAB_PARALLEL.md` §6 step 5), defined once for the kernels that
-//! write and combine it and the host that sizes its buffers. A rank's
-//! message is a [`Header`], then a [`Row`] for each of the call's rows; the
-//! ranks' messages arrive in rank order, each [`message_bytes`] long.
+//! write and combine them and the host that sizes their buffers; the ranks'
+//! messages arrive in rank order, each as long as the rank's.
+//!
+//! - `gumbel_sample`: a [`Header`], then a [`Row`] for each of the call's
+//!   rows ([`message_bytes`]).
+//! - `rejection_sample`, round 1: a [`Header`], then a [`PairRecord`] for
+//!   each (request, row) pair, `requests · (max_drafts + 1)` of them
+//!   ([`pairs_message_bytes`]); round 2: a word saying whether the rank got
+//!   there, then a [`Resampled`] for each request ([`candidates_message_bytes`]).
 
 use crate::argmax::ArgMax;
+use crate::sample::Resampled;
+use crate::scratch::Stats;
 
 /// What a rank says about its call: whether its checks passed, its shard,
 /// and a word the host derives from the call's shape (rows, slots, draft
@@ -70,14 +78,72 @@ pub fn row_at(message: u64, row: usize) -> *mut Row {
     (message as usize + message_bytes(row)) as *mut Row
 }
 
+/// A rank's result for one (request, row) pair of a sharded
+/// `rejection_sample` (round 1): the row's statistics over the rank's ids
+/// (`stats`: the order-free sums, the argmax by global id, the flags), the
+/// raw target and draft logits of the row's draft token where the rank
+/// holds it (unread elsewhere), and a digest of what the row reads besides
+/// its logits ([`pair_digest`]), which every rank must read alike.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct PairRecord {
+    pub stats: Stats,
+    pub drafted: [f32; 2],
+    pub digest: u32,
+    _pad: u32,
+}
+
+impl PairRecord {
+    pub const fn new(stats: Stats, drafted: [f32; 2], digest: u32) -> PairRecord {
+        PairRecord { stats, drafted, digest, _pad: 0 }
+    }
+}
+
+/// Bytes of a rank's round-1 message for `pairs` (request, row) pairs.
+pub const fn pairs_message_bytes(pairs: usize) -> usize {
+    core::mem::size_of::<Header>() + pairs * core::mem::size_of::<PairRecord>()
+}
+
+/// Where pair `pair`'s [`PairRecord`] lies in the round-1 message at `message`.
+pub fn pair_at(message: u64, pair: usize) -> *mut PairRecord {
+    (message as usize + pairs_message_bytes(pair)) as *mut PairRecord
+}
+
+/// Bytes of a rank's round-2 message for `requests` requests: a 16-byte
+/// word (non-zero where the rank got there), then a [`Resampled`] a request.
+pub const fn candidates_message_bytes(requests: usize) -> usize {
+    (1 + requests) * core::mem::size_of::<Resampled>()
+}
+
+/// Where request `request`'s candidates lie in the round-2 message at `message`.
+pub fn candidates_at(message: u64, request: usize) -> *mut Resampled {
+    (message as usize + candidates_message_bytes(request)) as *mut Resampled
+}
+
 /// A digest of what a row's sampling reads besides its logits: its slot,
 /// the slot's temperature and seed, its position and its draft-logits
 /// column. Ranks that read different values for a row would draw under
 /// different noise, so the combine flags the row instead.
 pub fn row_digest(slot: i32, temperature: f32, seed: u64, pos: u64, column: u32) -> u32 {
-    let words = [slot as u32, temperature.to_bits(), seed as u32, (seed >> 32) as u32, pos as u32, (pos >> 32) as u32];
-    // FNV-1a over the words, then a final mix, so that one bit moves many.
-    let h = words.iter().chain(&[column]).fold(0x811c_9dc5u32, |h, &w| (h ^ w).wrapping_mul(0x0100_0193));
+    fnv(&[slot as u32, temperature.to_bits(), seed as u32, (seed >> 32) as u32, pos as u32, (pos >> 32) as u32, column])
+}
+
+/// A digest of what a `rejection_sample` pair reads besides its logits: its
+/// request's slot and the slot's temperature and seed, the row's position
+/// and draft id, the request's first row and draft count.
+pub fn pair_digest(slot: i32, temperature: f32, seed: u64, pos: u64, draft: i32, row0: u32, drafts: u32) -> u32 {
+    let seed_pos = [seed as u32, (seed >> 32) as u32, pos as u32, (pos >> 32) as u32];
+    fnv(&[slot as u32, temperature.to_bits(), seed_pos[0], seed_pos[1], seed_pos[2], seed_pos[3], draft as u32, row0, drafts])
+}
+
+/// FNV-1a over `words`, then a final mix, so that one bit moves many.
+fn fnv(words: &[u32]) -> u32 {
+    let mut h = 0x811c_9dc5u32;
+    let mut i = 0;
+    while i < words.len() {
+        h = (h ^ words[i]).wrapping_mul(0x0100_0193);
+        i += 1;
+    }
     let h = (h ^ (h >> 16)).wrapping_mul(0x7feb_352d);
     h ^ (h >> 15)
 }
@@ -91,6 +157,9 @@ mod tests {
         assert_eq!(core::mem::size_of::<Header>(), 32);
         assert_eq!(core::mem::size_of::<Row>(), 16);
         assert_eq!(message_bytes(3), 32 + 48);
+        assert_eq!(core::mem::size_of::<PairRecord>(), 160);
+        assert_eq!(pairs_message_bytes(2), 32 + 320);
+        assert_eq!(candidates_message_bytes(2), 48);
     }
 
     #[test]
@@ -126,6 +195,17 @@ mod tests {
             row_digest(3, 0.7, 11, 101, 2),
             row_digest(3, 0.7, 11, 100 | 1 << 33, 2),
             row_digest(3, 0.7, 11, 100, 3),
+        ];
+        assert!(moved.iter().all(|&d| d != base), "{base} {moved:?}");
+        let base = pair_digest(3, 0.7, 11, 100, 5, 8, 2);
+        let moved = [
+            pair_digest(4, 0.7, 11, 100, 5, 8, 2),
+            pair_digest(3, 0.8, 11, 100, 5, 8, 2),
+            pair_digest(3, 0.7, 11 | 1 << 40, 100, 5, 8, 2),
+            pair_digest(3, 0.7, 11, 100 | 1 << 33, 5, 8, 2),
+            pair_digest(3, 0.7, 11, 100, -1, 8, 2),
+            pair_digest(3, 0.7, 11, 100, 5, 9, 2),
+            pair_digest(3, 0.7, 11, 100, 5, 8, 1),
         ];
         assert!(moved.iter().all(|&d| d != base), "{base} {moved:?}");
     }

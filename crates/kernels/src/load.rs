@@ -406,9 +406,7 @@ pub fn any_nan(v: [f32; 4], n: u32) -> bool {
     lane(0) | lane(1) | lane(2) | lane(3)
 }
 
-/// Ids of a run: the segment of consecutive ids an order-free sum takes as
-/// one term ([`crate::fold::push_run_sum`]); runs start at multiples of it.
-pub const RUN: u32 = 16;
+pub use specdec_core::layout::RUN;
 
 /// Walks this thread's runs of [`RUN`] consecutive ids of `start .. end`
 /// (ids `start + RUN·tid + k·RUN·BLOCK_THREADS`) in increasing order,

@@ -200,7 +200,8 @@ unsafe fn lse<V: Load>(p: &LogprobsParams) {
             }
             // Every partial was published (arrive); the whole warp is here;
             // `raw` and `processed` are the position's.
-            let sum = |asked: bool, field: usize| if asked { gather_sum(partials, chunks, field) } else { ExpSum::EMPTY };
+            let (first, stride) = (partials as *const u8, core::mem::size_of::<LogprobsPartial>());
+            let sum = |asked: bool, field: usize| if asked { gather_sum(first, stride, chunks, field) } else { ExpSum::EMPTY };
             LogprobsPartial {
                 raw: sum(raw, offset_of!(LogprobsPartial, raw)),
                 processed: sum(processed, offset_of!(LogprobsPartial, processed)),

@@ -198,23 +198,24 @@ pub unsafe fn block_sums(w: [WalkSum; 2]) -> [ExpSum; 2] {
     }
 }
 
-/// The [`ExpSum`] at byte `field` of the `n` records at `entries`, combined
-/// (`ExpSum::combine` of them all), in every lane: the largest maximum and
-/// top group `G` by `redux.sync`, then group by group each lane adds its
-/// records' sums of group `G − g` (a record's `j`-th sum is of group
-/// `top − j`): integers, in any order, one `u128` live at a time.
+/// The [`ExpSum`] at byte `field` of `n` records, the first at `first` and
+/// each `stride` bytes after the last, combined (`ExpSum::combine` of them
+/// all), in every lane: the largest maximum and top group `G` by
+/// `redux.sync`, then group by group each lane adds its records' sums of
+/// group `G − g` (a record's `j`-th sum is of group `top − j`): integers, in
+/// any order, one `u128` live at a time.
 ///
 /// # Safety
-/// All 32 lanes of the warp call this together, converged; `entries` holds
-/// `n` records `R`, each published before (fenced, as
-/// `last_block::arrive` does); `field` is the byte offset of an `ExpSum`
-/// field of `R`, 16-byte aligned in it.
+/// All 32 lanes of the warp call this together, converged; the `n` records
+/// are each published before (fenced, as `last_block::arrive` does, or by
+/// an earlier launch); `field` is the byte offset of an `ExpSum` field of
+/// a record, and `first`, `stride` and `field` multiples of 16.
 #[inline(always)]
-pub unsafe fn gather_sum<R>(entries: *const R, n: u32, field: usize) -> ExpSum {
+pub unsafe fn gather_sum(first: *const u8, stride: usize, n: u32, field: usize) -> ExpSum {
     let lane = gpu::thread_idx_x() % WARP;
-    // SAFETY (all): c < n, an entry (caller); the record's head and its
+    // SAFETY (all): c < n, a record (caller); the record's head and its
     // j-th sum (j < GROUPS), 16-byte aligned pieces of the field.
-    let base = |c: u32| unsafe { (entries.add(c as usize) as *const u8).add(field) };
+    let base = |c: u32| unsafe { first.add(c as usize * stride + field) };
     let head = |c: u32| unsafe { gpu::load_relaxed(base(c).add(exp_sum::HEAD_OFFSET) as *const [u32; 4]) };
     let sum = |c: u32, j: usize| unsafe { gpu::load_relaxed(base(c).add(exp_sum::SUMS_OFFSET + 16 * j) as *const u128) };
     let (mut key, mut top) = (i32::MIN, i32::MIN);

@@ -5,7 +5,7 @@
 
 use super::launch::Threshold;
 use super::logprobs::Sources;
-use super::{Cuda, Launch, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
+use super::{Cuda, Launch, Messages, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
 use crate::error::{Error, Result};
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Device;
@@ -82,16 +82,17 @@ impl Cuda {
         if ranks == 0 {
             return Err(Error::InvalidShard { detail: "the exchange has no ranks".into() });
         }
-        let messages = ws.on(&self.stream).and_then(|_| ws.message_addresses(rows, ranks));
+        let m = Messages { units: rows, slot: shard::message_bytes(rows), ranks };
+        let messages = ws.on(&self.stream).and_then(|_| ws.message_addresses(m));
         let Ok((send, recv)) = messages else {
-            let gathered = ws.exchange_messages((rows, ranks), true, |s, r| exchange.all_gather(s, r));
+            let gathered = ws.exchange_messages(m, m.slot, true, |s, r| exchange.all_gather(s, r));
             return messages.and(gathered).map(|_| ());
         };
         let enqueued = self.check_sharded(shard, args, out).and_then(|header| {
             let sharded = Sharded { header, send };
             self.enqueue_gumbel_sample(ws, args, out, Some(sharded))
         });
-        let gathered = ws.exchange_messages((rows, ranks), enqueued.is_err(), |s, r| exchange.all_gather(s, r));
+        let gathered = ws.exchange_messages(m, m.slot, enqueued.is_err(), |s, r| exchange.all_gather(s, r));
         enqueued?;
         gathered?;
         let combine = self.kernels.function(names::GUMBEL_COMBINE.symbol(DType::F32, DType::F32))?;

@@ -178,6 +178,48 @@ pub(super) unsafe fn rejection_sample(
     }
 }
 
+/// Launches a rank's part of a sharded `rejection_sample`
+/// (`kernels::rejection::sharded`): pass 1, `exchange` (round 1), the
+/// decision, pass 2, `exchange` (round 2), the combine; both exchanges run
+/// whatever the call's size, so that no rank waits for this one.
+///
+/// # Safety
+/// As for [`rejection_sample`] without filters or block verification; and
+/// `p.send`, `p.recv` the rank's message and every rank's (`p.shard_ranks`
+/// of them) of both rounds for `requests·(K+1)` pairs, which `exchange`
+/// gathers on `stream` (its first call round 1's, its second round 2's).
+pub(super) unsafe fn sharded_rejection_sample(
+    (rates, stats, decide, resample, combine): (Option<(&Kernel, RatesParams)>, &Kernel, &Kernel, &Kernel, &Kernel),
+    stream: &CudaStream,
+    p: RejectionParams,
+    mut exchange: impl FnMut() -> Result<()>,
+) -> Result<()> {
+    let (requests, pairs) = (p.requests, p.requests * (p.max_drafts + 1));
+    // SAFETY (all): the caller guarantees `p`; each grid matches its kernel
+    // (`kernels::rejection::sharded`'s module docs), in order on one stream.
+    unsafe {
+        stream.context().bind_to_thread()?;
+        if requests > 0 {
+            if let Some((kernel, params)) = &rates {
+                launch_shared(kernel, stream, (1, 1), 0, params)?;
+            }
+            launch_shared(stats, stream, (pairs, p.chunks), WALK_SHARED_BYTES, &p)?;
+        }
+        exchange()?;
+        stream.context().bind_to_thread()?;
+        if requests > 0 {
+            launch(decide, stream, (requests, 1), &p)?;
+            launch(resample, stream, (requests, p.resample_chunks), &p)?;
+        }
+        exchange()?;
+        stream.context().bind_to_thread()?;
+        if requests > 0 {
+            launch_shared(combine, stream, (requests.div_ceil(BLOCK_THREADS), 1), 0, &p)?;
+        }
+    }
+    Ok(())
+}
+
 /// Launches the log-probability kernels of a call (`cuda::logprobs`): the
 /// log-sum-exps (unless the call's passes wrote them: `lse` none), then,
 /// where a top-n or rank is asked (`p.ranks`), the top-n.

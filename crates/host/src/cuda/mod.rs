@@ -14,7 +14,7 @@ mod workspace;
 
 pub use workspace::Workspace;
 
-use workspace::{MOST_CHUNKS, Split, Spread, threshold_split};
+use workspace::{MOST_CHUNKS, Messages, Split, Spread, threshold_split};
 
 use crate::error::{Error, Result};
 use crate::memory::Device;
@@ -213,10 +213,11 @@ impl Cuda {
         Workspace::new(&self.stream, self.sm_count, max_rows, 0)
     }
 
-    /// A workspace for sharded calls ([`Cuda::sharded_gumbel_sample`]) of
-    /// up to `max_rows` rows over up to `ranks` ranks, and for unsharded
+    /// A workspace for sharded calls ([`Cuda::sharded_gumbel_sample`],
+    /// [`Cuda::sharded_rejection_sample`]) of up to `max_rows` rows (and
+    /// (request, row) pairs) over up to `ranks` ranks, and for unsharded
     /// calls: [`Cuda::workspace`]'s, plus a rank's message and every rank's
-    /// (`(1 + ranks) · (32 + 16 · max_rows)` bytes).
+    /// (`(1 + ranks) · (32 + 160 · max_rows)` bytes).
     pub fn sharded_workspace(&self, max_rows: usize, ranks: usize) -> Result<Workspace> {
         Workspace::new(&self.stream, self.sm_count, max_rows, ranks.max(1))
     }

@@ -5,15 +5,19 @@
 
 use super::launch::Threshold;
 use super::logprobs::Sources;
-use super::{Cuda, Launch, MOST_CHUNKS, Split, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
+use super::{
+    Cuda, KernelName, Launch, MOST_CHUNKS, Messages, Split, Spread, Variants, Workspace, filter_tables, launch,
+    threshold_split,
+};
 use crate::error::{Error, Result};
 use crate::logprobs::Distribution;
 use crate::memory::Device;
 use crate::rejection::{RejectionOutput, RejectionSample, Verification};
+use crate::shard::{Exchange, Shard};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
 use specdec_core::dtype::DType;
-use specdec_core::layout::{LogprobsParams, MAX_SYNTHETIC_DRAFTS, POSITIONS_REJECTION, RatesParams, RejectionParams};
-use specdec_core::names;
+use specdec_core::layout::{LogprobsParams, MAX_SYNTHETIC_DRAFTS, POSITIONS_REJECTION, RUN, RatesParams, RejectionParams};
+use specdec_core::{names, shard};
 
 impl Cuda {
     /// `rejection_sample` (SPEC §4) on device buffers, enqueued on this
@@ -33,6 +37,127 @@ impl Cuda {
         ws: &mut Workspace,
         args: &RejectionSample<'_, Device>,
         out: &mut RejectionOutput<'_, Device>,
+    ) -> Result<()> {
+        self.enqueue_rejection_sample(ws, args, out, None)
+    }
+
+    /// `rejection_sample` as its own rank of a vocab-parallel call
+    /// (REFERENCE §9): this rank's target logits and draft logits hold ids
+    /// `shard.offset ..` of rows of `shard.vocab` ids (`[rows, V_r]`,
+    /// `[slots, k, >= V_r]`); every rank passes the same offsets, drafts,
+    /// slots, positions and parameters, and every rank's tokens, counts and
+    /// row statuses are the unsharded call's, bit for bit. Enqueued on this
+    /// backend's stream, which `exchange` must enqueue on: pass 1 over the
+    /// rank's ids, one all-gather of `32 + 160 · requests · (K + 1)` bytes a
+    /// rank (each row's order-free sums, argmax and draft logits), the
+    /// decision, pass 2 over the rank's ids, one all-gather of `16 + 16 ·
+    /// requests` bytes a rank (each request's candidates), and a combine
+    /// (`kernels::rejection::sharded`). No allocation, no synchronisation;
+    /// with [`shard::Nccl`](crate::shard::Nccl), capturable in a CUDA graph.
+    ///
+    /// Where the ranks disagree in device memory (a rank's checks failed,
+    /// their shards do not tile the row, or they read different slots,
+    /// temperatures, seeds, positions, drafts or offsets for a request),
+    /// the requests concerned are invalid on every rank, flagged
+    /// [`status::INVALID_SHARD`](crate::status::INVALID_SHARD).
+    ///
+    /// # Errors
+    /// As [`Cuda::rejection_sample`], and [`Error::InvalidShard`] for a shard
+    /// that does not fit its row or whose ids do not start and end on runs
+    /// of [`RUN`] ids (the row's end excepted: the sums' terms, REFERENCE
+    /// §2.6); [`Error::NotSharded`] for filters, log-probabilities and
+    /// block verification (sharded on the CPU backend only, so far);
+    /// [`Error::WorkspaceRanks`] for a workspace not made for the
+    /// exchange's ranks ([`Cuda::sharded_workspace`]). A rank whose checks
+    /// fail still takes part in both exchanges (its messages say it failed),
+    /// so that no rank waits for it; ranks that differ in their number of
+    /// requests or drafts send messages of different lengths: that fails the
+    /// in-process exchange on every rank and, under NCCL, is a collective of
+    /// mismatched sizes (abort the communicator).
+    pub fn sharded_rejection_sample(
+        &self,
+        ws: &mut Workspace,
+        shard: Shard,
+        exchange: &mut dyn Exchange<Device>,
+        args: &RejectionSample<'_, Device>,
+        out: &mut RejectionOutput<'_, Device>,
+    ) -> Result<()> {
+        let ranks = exchange.ranks();
+        if ranks == 0 {
+            return Err(Error::InvalidShard { detail: "the exchange has no ranks".into() });
+        }
+        // The messages' lengths from real buffers (`slots` has an entry for
+        // every request of a valid call), so that a rank whose shapes are
+        // wrong sends as much as the others and fails alike.
+        let requests = args.slots.len();
+        let pairs = requests.saturating_mul(args.max_drafts.saturating_add(1));
+        let fits = pairs <= ws.max_rows();
+        let lens = if fits {
+            [shard::pairs_message_bytes(pairs), shard::candidates_message_bytes(requests)]
+        } else {
+            [0, 0]
+        };
+        let messages = Messages { units: pairs, slot: lens[0].max(lens[1]), ranks };
+        let mut rounds = Rounds { exchange, messages, lens, done: 0, header: shard::Header::default(), at: (0, 0) };
+        let enqueued = ws.on(&self.stream).and_then(|_| ws.message_addresses(messages)).and_then(|at| {
+            rounds.at = at;
+            rounds.header = self.check_sharded_rejection(shard, args, out)?;
+            self.enqueue_rejection_sample(ws, args, out, Some(&mut rounds))
+        });
+        let finished = rounds.finish(ws);
+        enqueued?;
+        finished
+    }
+
+    /// A sharded call's checks beyond [`Cuda::rejection_sample`]'s, and its header.
+    fn check_sharded_rejection(
+        &self,
+        shard: Shard,
+        args: &RejectionSample<'_, Device>,
+        out: &RejectionOutput<'_, Device>,
+    ) -> Result<shard::Header> {
+        let ids = args.target.vocab;
+        shard.check(ids)?;
+        let (run, end) = (RUN as usize, shard.offset + ids);
+        if !shard.offset.is_multiple_of(run) || (end != shard.vocab && !end.is_multiple_of(run)) {
+            let detail = format!("ids {} .. {end} do not start and end on runs of {run} ids", shard.offset);
+            return Err(Error::InvalidShard { detail });
+        }
+        if !args.params.filters.is_none() || args.draft_logits.as_ref().is_some_and(|d| !d.filters.is_none()) {
+            return Err(Error::NotSharded { what: "filters on the CUDA backend" });
+        }
+        if !out.logprobs.is_none() {
+            return Err(Error::NotSharded { what: "log-probabilities on the CUDA backend" });
+        }
+        let rates = match args.verification {
+            Verification::Token => &[][..],
+            Verification::Synthetic(rates) => rates,
+            Verification::Block => return Err(Error::NotSharded { what: "block verification on the CUDA backend" }),
+        };
+        // What every rank must pass alike and the host can see: the shapes
+        // and the rates (the kernels compare what lives in device memory).
+        let draft = args.draft_logits.as_ref().map(|d| [d.data.dtype() as u64, d.shape.k as u64]);
+        let words = [
+            args.target.rows as u64,
+            args.slots.len() as u64,
+            args.max_drafts as u64,
+            args.params.temperature.len() as u64,
+            args.target.data.dtype() as u64,
+            rates.len() as u64,
+        ];
+        let rates = rates.iter().map(|r| u64::from(r.to_bits()));
+        let call = crate::shard::digest(words.into_iter().chain(draft.into_iter().flatten()).chain(rates)) as u32;
+        Ok(shard::Header::new(shard.offset as u32, ids as u32, shard.vocab as u32, call))
+    }
+
+    /// [`Cuda::rejection_sample`], or with `sharded` its rank's part of a
+    /// sharded call, the exchanges between its launches.
+    fn enqueue_rejection_sample(
+        &self,
+        ws: &mut Workspace,
+        args: &RejectionSample<'_, Device>,
+        out: &mut RejectionOutput<'_, Device>,
+        sharded: Option<&mut Rounds<'_>>,
     ) -> Result<()> {
         let shape = args.check(out)?;
         let rates = match args.verification {
@@ -251,6 +376,25 @@ impl Cuda {
         // partials and requests·(K−1) <= max_rows counters, its notes and
         // states hold max_rows entries each.
         let block = block.as_ref().map(|(kernel, _)| kernel);
+        if let Some(rounds) = sharded {
+            let kernel = |k: KernelName| self.kernels.function(k.symbol(DType::F32, DType::F32));
+            let (decide, combine) = (kernel(names::REJECTION_DECIDE_SHARDED)?, kernel(names::REJECTION_COMBINE_SHARDED)?);
+            (p.shard, p.shard_ranks) = (rounds.header, rounds.messages.ranks as u32);
+            (p.send, p.recv) = rounds.at;
+            // SAFETY: as below (no filters, no block verification:
+            // `check_sharded_rejection`); the workspace's messages hold the
+            // rank's and every rank's of both rounds for `requests·(K+1)`
+            // pairs (`message_addresses`), each round's gathered on this
+            // stream before the launch that reads it.
+            return unsafe {
+                launch::sharded_rejection_sample(
+                    (rates, &stats, &decide, &resample, &combine),
+                    stream,
+                    p,
+                    || rounds.next(ws, false),
+                )
+            };
+        }
         unsafe { launch::rejection_sample((rates, threshold, &stats, block, &resample), stream, p)? };
         drop(_g15);
         let sources = Sources { values: target_dtype, rounded: None };
@@ -259,5 +403,38 @@ impl Cuda {
         // requests · (K + 1) <= max_rows (the split above); with `processed`,
         // the passes wrote the log-sum-exps of the emitted positions (p.lse).
         unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs, processed) }
+    }
+}
+
+/// The two exchanges of a sharded call (`kernels::rejection::sharded`):
+/// the rank's header, its messages' place in the workspace (`at`: its
+/// own, every rank's) and lengths, and the rounds run so far.
+struct Rounds<'e> {
+    exchange: &'e mut dyn Exchange<Device>,
+    messages: Messages,
+    lens: [usize; 2],
+    done: usize,
+    header: shard::Header,
+    at: (u64, u64),
+}
+
+impl Rounds<'_> {
+    /// The next round: the rank's message (zeroed first where `failed`)
+    /// into every rank's receive buffer.
+    fn next(&mut self, ws: &mut Workspace, failed: bool) -> Result<()> {
+        let len = self.lens[self.done.min(1)];
+        self.done += 1;
+        let exchange = &mut *self.exchange;
+        ws.exchange_messages(self.messages, len, failed, |s, r| exchange.all_gather(s, r))
+    }
+
+    /// The rounds not run yet, each with a failed message, so that no rank
+    /// waits for this one.
+    fn finish(&mut self, ws: &mut Workspace) -> Result<()> {
+        let mut result = Ok(());
+        while self.done < 2 {
+            result = result.and(self.next(ws, true));
+        }
+        result
     }
 }

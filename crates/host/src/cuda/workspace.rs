@@ -7,7 +7,7 @@ use specdec_core::layout::{MAX_SYNTHETIC_DRAFTS, SUMMARY_CHUNKS, THRESHOLD_CHUNK
 use specdec_core::scratch::{
     BlockRow, BlockState, FilterScratch, LogprobsLse, LogprobsPartial, PARTIAL_BYTES, ResampleJob, Stats, TopPartial,
 };
-use specdec_core::shard::message_bytes;
+use specdec_core::shard;
 use std::mem::size_of;
 use std::sync::Arc;
 
@@ -99,6 +99,25 @@ impl Split {
     }
 }
 
+/// A sharded call's messages in a workspace: for `units` rows
+/// (`gumbel_sample`) or (request, row) pairs (`rejection_sample`), at most
+/// its `max_rows`; `slot` bytes for the rank's own, its longest round's
+/// message; then every rank's, `ranks` of them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Messages {
+    pub units: usize,
+    pub slot: usize,
+    pub ranks: usize,
+}
+
+/// The bytes of a rank's own message in a workspace of `max_rows`: its
+/// longest, a `rejection_sample`'s first round at `max_rows` pairs (none:
+/// too large for memory).
+fn message_slot(max_rows: usize) -> Option<usize> {
+    let record = core::mem::size_of::<shard::PairRecord>();
+    max_rows.checked_mul(record)?.checked_add(core::mem::size_of::<shard::Header>())
+}
+
 impl Workspace {
     /// A workspace for calls of up to `max_rows` rows, sharded over up to
     /// `ranks` ranks (0: unsharded calls only).
@@ -118,7 +137,8 @@ impl Workspace {
         let messages = match ranks {
             0 => None,
             _ => {
-                let bytes = ranks.checked_add(1).and_then(|n| n.checked_mul(message_bytes(max_rows)));
+                let slot = message_slot(max_rows).ok_or_else(too_large)?;
+                let bytes = ranks.checked_add(1).and_then(|n| n.checked_mul(slot));
                 let bytes = bytes.ok_or_else(too_large)?;
                 let mut m = stream.alloc_zeros::<u8>(bytes).map_err(out_of_memory)?;
                 let address = m.device_ptr_mut(stream).0;
@@ -135,42 +155,45 @@ impl Workspace {
         Ok(Workspace { scratch, messages, ranks, _counters: counters, status, addresses, sm_count, max_rows, regions })
     }
 
-    /// The device addresses of a sharded call's message (`rows` rows) and of
-    /// the `ranks` messages it receives, which follow it: 16-byte aligned.
+    /// The device addresses of a sharded call's messages (`m`): the rank's
+    /// own at the buffer's start, every rank's `m.slot` bytes on: 16-byte
+    /// aligned.
     ///
     /// # Errors
-    /// [`Error::WorkspaceTooSmall`] past `max_rows`, [`Error::WorkspaceRanks`]
-    /// past the ranks the workspace was made for.
-    pub(crate) fn message_addresses(&self, rows: usize, ranks: usize) -> Result<(u64, u64)> {
-        if rows > self.max_rows {
-            return Err(Error::WorkspaceTooSmall { needed: rows, capacity: self.max_rows });
+    /// [`Error::WorkspaceTooSmall`] past `max_rows` rows (or pairs),
+    /// [`Error::WorkspaceRanks`] past the ranks the workspace was made for.
+    pub(crate) fn message_addresses(&self, m: Messages) -> Result<(u64, u64)> {
+        if m.units > self.max_rows {
+            return Err(Error::WorkspaceTooSmall { needed: m.units, capacity: self.max_rows });
         }
         match &self.messages {
-            Some((_, base)) if ranks <= self.ranks => Ok((*base, base + message_bytes(rows) as u64)),
-            _ => Err(Error::WorkspaceRanks { needed: ranks, capacity: self.ranks }),
+            Some((_, base)) if m.ranks <= self.ranks => Ok((*base, base + m.slot as u64)),
+            _ => Err(Error::WorkspaceRanks { needed: m.ranks, capacity: self.ranks }),
         }
     }
 
-    /// Runs `gather` on a sharded call's message and receive buffers, as
-    /// [`Workspace::message_addresses`] places them, the message zeroed first
-    /// where `failed` (a failed rank's: `shard::Header::ok` is 0); on empty
-    /// buffers where the workspace holds none for `rows` rows and `ranks` ranks,
-    /// so that the exchange still runs (and fails on every rank, as lengths differ).
+    /// Runs `gather` on a round's buffers of a sharded call's messages `m`,
+    /// as [`Workspace::message_addresses`] places them: the rank's message
+    /// of `len <= m.slot` bytes, zeroed first where `failed` (a failed
+    /// rank's: its header's `ok`, or the round's word, is 0), and every
+    /// rank's; on empty buffers where the workspace holds none for `m`, so
+    /// that the exchange still runs (and fails on every rank, as lengths differ).
     pub(crate) fn exchange_messages(
         &mut self,
-        (rows, ranks): (usize, usize),
+        m: Messages,
+        len: usize,
         failed: bool,
         gather: impl FnOnce(CudaView<'_, u8>, CudaViewMut<'_, u8>) -> Result<()>,
     ) -> Result<()> {
-        let fits = self.message_addresses(rows, ranks).is_ok();
+        let fits = self.message_addresses(m).is_ok() && len <= m.slot;
         match &mut self.messages {
-            Some((m, _)) if fits => {
-                let len = message_bytes(rows);
-                let stream = m.stream().clone();
-                let (mut send, mut rest) = m.split_at_mut(len);
+            Some((buffer, _)) if fits => {
+                let stream = buffer.stream().clone();
+                let (mut own, mut rest) = buffer.split_at_mut(m.slot);
+                let (mut send, _) = own.split_at_mut(len);
                 // Gathered even where the zeroing failed: no rank may wait for this one.
                 let zeroed = if failed { stream.memset_zeros(&mut send) } else { Ok(()) };
-                let (recv, _) = rest.split_at_mut(ranks * len);
+                let (recv, _) = rest.split_at_mut(m.ranks * len);
                 let gathered = gather(send.as_view(), recv);
                 zeroed?;
                 gathered
@@ -502,10 +525,23 @@ fn balance_waves(rows: usize, wanted: usize, tiles: usize, slots: usize) -> usiz
 
 #[cfg(test)]
 mod tests {
-    use super::{Split, Spread, balance_waves, entries, small, split, threshold_split};
+    use super::{Split, Spread, balance_waves, entries, message_slot, small, split, threshold_split};
+    use specdec_core::shard;
     use crate::tensor::MAX_VOCAB;
     use specdec_core::layout::TILE;
     use specdec_core::layout::{SUMMARY_CHUNKS, THRESHOLD_CHUNK};
+
+    /// A rank's own message fits every message a call of `max_rows` rows
+    /// (or pairs, or requests) sends.
+    #[test]
+    fn the_message_slot_holds_every_round() {
+        for rows in [0, 1, 7, 2048, 1 << 20] {
+            let slot = message_slot(rows).unwrap();
+            assert_eq!(slot, shard::pairs_message_bytes(rows));
+            assert!(slot >= shard::message_bytes(rows) && slot >= shard::candidates_message_bytes(rows), "{rows}");
+        }
+        assert_eq!(message_slot(usize::MAX / 2), None);
+    }
 
     /// Every split covers the row in chunks of whole tiles, none of them
     /// empty, and stays within the scratch the workspace sized for its rows

@@ -6,7 +6,7 @@
 //! [`ResampleJob`] for token `j` with the floors its candidates start from.
 
 use super::stats::{OVERLAP_ROW, row_flags, row_kind, row_stats, thresholds};
-use super::{JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, Request, ResampleJob, draft_row, target_row, write_request_token};
+use super::{JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, Request, ResampleJob, draft_row, sharded, target_row, write_request_token};
 use crate::block::warp_fold;
 use crate::gpu::{self, WARP};
 use crate::load::Load;
@@ -73,6 +73,10 @@ pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERE
     let k1 = p.max_drafts + 1;
     let n = req.drafts;
     let greedy = req.slot.greedy();
+    // Sharded calls have neither filters nor log-probabilities (`super::sharded`).
+    let sharded = !FILTERED && !PROCESSED && sharded(p);
+    // Draft ids are checked against the whole row's ids.
+    let vocab = if sharded { p.shard.vocab } else { p.vocab };
 
     // This warp's rows, in order: their flags (NaN logits, bad draft ids) and the first that stops.
     let mut mine = RowDecision::NONE;
@@ -84,8 +88,8 @@ pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERE
             unsafe { (if i < n { *(p.drafts as *const i32).add(at) } else { -1 }, *(p.pos as *const u64).add(at)) };
         let kind = row_kind::<OVERLAP, PROCESSED>(p, req, i);
         // SAFETY: i <= n_r of a valid request; the warp is converged (uniform loop).
-        let st = unsafe { row_stats(p, r, i, kind) };
-        let bad = d < -1 || (d >= 0 && d as u32 >= p.vocab);
+        let st = unsafe { row_stats(p, r, i, kind, sharded) };
+        let bad = d < -1 || (d >= 0 && d as u32 >= vocab);
         mine.flags |= st.flags | if bad { INVALID_DRAFT } else { 0 };
         if mine.row == u32::MAX && !bad {
             // What the row's decision needs of its statistics, and nothing more kept live.
@@ -141,7 +145,7 @@ pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERE
         let mut i = warp;
         while i <= n {
             // SAFETY: as in the walk above.
-            let flags = unsafe { row_flags(p, r, i, row_kind::<OVERLAP, PROCESSED>(p, req, i)) };
+            let flags = unsafe { row_flags(p, r, i, row_kind::<OVERLAP, PROCESSED>(p, req, i), sharded) };
             if lane == 0 {
                 // SAFETY: row0 + i < rows; row_status holds rows elements.
                 unsafe { (p.row_status as *mut u32).add((req.row0 + i) as usize).write(flags) };
@@ -335,16 +339,10 @@ impl Request {
         } else {
             (f32::NEG_INFINITY, f32::NEG_INFINITY)
         };
-        // SAFETY: row0 + row < rows, 0 <= d < vocab.
-        let t = unsafe { (*target_row::<T>(p, self.row0 + row.row).add(d as usize)).as_f32() };
+        // SAFETY: row.row < n_r of a valid request, 0 <= d < V (caller).
+        let [t, q] = unsafe { self.drafted::<T, D>(p, r, row.row, d, !FILTERED && !PROCESSED && sharded(p)) };
         let log_p = log_prob(sampler.scaled(t), tau_t, row.lse_t);
-        let log_q = if p.draft_logits != 0 {
-            // SAFETY: valid slot, row.row < n_r <= max_drafts, d < vocab.
-            let q = unsafe { (*draft_row::<D>(p, self.slot.slot, row.row).add(d as usize)).as_f32() };
-            log_prob(sampler.scaled(q), tau_q, row.lse_q)
-        } else {
-            0.0
-        };
+        let log_q = if p.draft_logits != 0 { log_prob(sampler.scaled(q), tau_q, row.lse_q) } else { 0.0 };
         // Block verification (REFERENCE §4.11): every draft passes here,
         // its row noted for the block kernel, which decides the block.
         let block = p.block_rows != 0;
@@ -368,6 +366,32 @@ impl Request {
         let excess = gpu::fast_exp(log_q) - gpu::fast_exp(log_p);
         row.log_excess = gpu::fast_ln(if p.draft_logits != 0 { excess.max(mass) } else { excess });
         false
+    }
+}
+
+impl Request {
+    /// The raw target and draft logits of draft `d` at draft row `i` of
+    /// request `r` (the draft's NaN without draft logits): from the rows, or
+    /// in a `sharded` call from the round-1 record of the rank that holds `d`.
+    ///
+    /// # Safety
+    /// `i < n_r` of valid request `r`, `0 <= d < V` (the whole row's).
+    #[inline(always)]
+    unsafe fn drafted<T: Load, D: Load>(&self, p: &RejectionParams, r: u32, i: u32, d: i32, sharded: bool) -> [f32; 2] {
+        if sharded {
+            // SAFETY: in the sharded decision, a pair of the call.
+            return unsafe { super::sharded::drafted(p, r * (p.max_drafts + 1) + i, d) };
+        }
+        // SAFETY: row0 + i < rows, d < vocab; a valid slot and i < n_r <= max_drafts for the draft row.
+        unsafe {
+            let t = (*target_row::<T>(p, self.row0 + i).add(d as usize)).as_f32();
+            let q = if p.draft_logits != 0 {
+                (*draft_row::<D>(p, self.slot.slot, i).add(d as usize)).as_f32()
+            } else {
+                f32::NAN
+            };
+            [t, q]
+        }
     }
 }
 

@@ -74,6 +74,7 @@
 mod accept;
 mod block_verification;
 mod resample;
+mod sharded;
 mod stats;
 mod threshold;
 
@@ -124,6 +125,12 @@ impl Request {
     fn sampler(&self, pos: u64) -> Sampler {
         Sampler::new(self.slot.temperature, self.slot.seed, pos, Stream::Target)
     }
+}
+
+/// Whether `p` is a rank's part of a sharded call (`sharded.rs`).
+#[inline(always)]
+fn sharded(p: &RejectionParams) -> bool {
+    p.send != 0
 }
 
 /// Row `row` of the target logits.

@@ -8,7 +8,7 @@
 
 use super::accept::write_processed;
 use super::stats::thresholds;
-use super::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, ResampleJob, draft_row, target_row, write_request_token};
+use super::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, ResampleJob, draft_row, sharded, target_row, write_request_token};
 use crate::block::{Reduce, block_reduce, warp_best};
 use crate::fold::block_floor;
 use crate::gpu::{self, WARP};
@@ -23,6 +23,7 @@ use specdec_core::layout::RejectionParams;
 use specdec_core::logspace::ln_residual;
 use specdec_core::rng::Stream;
 use specdec_core::sample::{Resampled, Sampler};
+use specdec_core::shard;
 
 /// Pass 2 (see module docs), its walks taking up to `Q` quads a batch; with
 /// `FILTERED`, over the job's rows masked to their kept sets.
@@ -41,8 +42,11 @@ pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32, const FILTERED: bo
         return; // block-uniform
     }
     let (start, end) = chunk_range(p.vocab, p.resample_chunk, c);
+    // A rank of a sharded call draws over its ids alone, which bound nothing of the row's mass.
+    let ninf = f32::NEG_INFINITY;
+    let floors = if sharded(p) { (ninf, ninf) } else { job.floors };
     // SAFETY: every thread of the block is here; start % 4 == 0, end <= vocab.
-    let best = unsafe { resample_range::<T, D, Q, FILTERED>(p, r, &job, start, end, job.floors) };
+    let best = unsafe { resample_range::<T, D, Q, FILTERED>(p, r, &job, start, end, floors) };
     // SAFETY: all threads of the block reach this reduction.
     let reduced = unsafe { block_reduce(Candidates(best)) };
     // SAFETY: all of warp 0, once per block of an active request.
@@ -56,7 +60,6 @@ pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32, const FILTERED: bo
     // rounds kept more registers live through both and spilled).
     // SAFETY: pass 1's decision wrote jobs[r].
     let job = unsafe { (p.jobs as *const ResampleJob).add(r as usize).read_volatile() };
-    let ninf = f32::NEG_INFINITY;
     // SAFETY: as above.
     let best = unsafe { resample_range::<T, D, Q, FILTERED>(p, r, &job, 0, p.vocab, (ninf, ninf)) };
     // SAFETY: as above.
@@ -134,6 +137,8 @@ unsafe fn resample_range<T: Load, D: Load, const Q: u32, const FILTERED: bool>(
     } else {
         core::ptr::null()
     };
+    // Noise and candidates are keyed by global id (the shard's, in a sharded call).
+    let offset = p.shard.offset;
     // The target's shift in the residual: `log(w·p) = t − (lse_t − ln w)`,
     // `w = 1` but in a block-verified residual (REFERENCE §4.11).
     let shift = job.lse_t - job.ln_weight;
@@ -168,13 +173,15 @@ unsafe fn resample_range<T: Load, D: Load, const Q: u32, const FILTERED: bool>(
                             let q = if FILTERED { kept(q, tau_q) } else { q };
                             ln_residual(tgt - shift, q - job.lse_q)
                         };
-                        sampler.fold_resample_logits(b, x, t, shift, res, n)
+                        sampler.fold_resample_logits(b, x + offset, t, shift, res, n)
                     }
                     JOB_ONE_HOT => {
-                        let res = |i: usize, tgt: f32| if x + i as u32 == job.draft { f32::NEG_INFINITY } else { tgt };
-                        sampler.fold_resample_logits(b, x, t, 0.0, res, n)
+                        let res = |i: usize, tgt: f32| {
+                            if x + offset + i as u32 == job.draft { f32::NEG_INFINITY } else { tgt }
+                        };
+                        sampler.fold_resample_logits(b, x + offset, t, 0.0, res, n)
                     }
-                    _ => sampler.fold_resample_logits(b, x, t, 0.0, |_, tgt| tgt, n),
+                    _ => sampler.fold_resample_logits(b, x + offset, t, 0.0, |_, tgt| tgt, n),
                 };
                 cell.set((res_floor.settle(folded.residual), tgt_floor.settle(folded.target)));
             },
@@ -221,6 +228,14 @@ unsafe fn complete_resample<T: Load, const FILTERED: bool>(
     }) else {
         return false;
     };
+    if sharded(p) {
+        // The rank's candidates go into its round-2 message (`sharded.rs`).
+        if gpu::thread_idx_x() == 0 {
+            // SAFETY: the message holds its word and `requests` candidates (workspace, host-sized).
+            unsafe { shard::candidates_at(p.send, r as usize).write(acc.0) };
+        }
+        return false;
+    }
     // Read again rather than kept in registers through the loop. Volatile: as in `gather`.
     // SAFETY: pass 1's decision wrote jobs[r].
     let job = unsafe { (p.jobs as *const ResampleJob).add(r as usize).read_volatile() };

@@ -9,7 +9,8 @@
 
 use super::accept::decide;
 use super::threshold::{entry, filter_scratch};
-use super::{Request, draft_row, target_row};
+use super::sharded::send_record;
+use super::{Request, draft_row, sharded, target_row};
 use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_fold};
 use core::mem::offset_of;
 use crate::fold::{fold_greedy, push_overlap, push_run_sum, pushed_max};
@@ -47,18 +48,18 @@ pub(super) const GREEDY_LSE_ROW: u32 = 3;
 pub struct Head {
     target_max: f32,
     draft_max: f32,
-    best: ArgMax,
-    flags: u32,
-    overlap: f32,
+    pub(super) best: ArgMax,
+    pub(super) flags: u32,
+    pub(super) overlap: f32,
 }
 
 impl Head {
-    const IDENTITY: Head =
+    pub(super) const IDENTITY: Head =
         Head { target_max: f32::NEG_INFINITY, draft_max: f32::NEG_INFINITY, best: ArgMax::IDENTITY, flags: 0, overlap: 0.0 };
 
     /// The record these make with the sums `target` and `draft` (of these maxima).
     #[inline(always)]
-    fn with_sums(self, target: ExpSum, draft: ExpSum) -> Stats {
+    pub(super) fn with_sums(self, target: ExpSum, draft: ExpSum) -> Stats {
         Stats { target, draft, best: self.best, flags: self.flags, overlap: self.overlap }
     }
 }
@@ -74,7 +75,7 @@ impl Head {
 /// (`walk_sum::gather_sum`).
 #[derive(Clone, Copy)]
 #[repr(transparent)]
-struct Row<const KIND: u32>(Head);
+pub(super) struct Row<const KIND: u32>(pub(super) Head);
 
 /// The larger of two maxima (never NaN), the first where they are equal.
 #[inline(always)]
@@ -178,7 +179,9 @@ pub(super) unsafe fn stats<
     }
     // The kind's greediness is the request's: every block of it counts alike.
     let kind = row_kind::<OVERLAP, PROCESSED>(p, &req, i);
-    if entries_left(p, kind) < p.chunks {
+    // Sharded calls have neither filters nor log-probabilities: the other kernels need not test.
+    let sharded = !FILTERED && !PROCESSED && sharded(p);
+    if entries_left(p, kind, sharded) < p.chunks {
         // Warp 0 counts the block into its row; the row's last block goes on.
         // SAFETY: all of warp 0, after thread 0 published; row_counters holds
         // rows >= requests·(K+1) entries and the row's chunks each arrive once.
@@ -189,16 +192,40 @@ pub(super) unsafe fn stats<
         }
         // Warp 0 fenced after the count; the other warps read the row's entries too.
         gpu::fence_device();
-        if valid {
+        if valid && kind == GREEDY_ROW {
+            // A sharded call's greedy row: its argmax and flags, by warp 0.
+            if tid < WARP {
+                // SAFETY: the row's entries, all published; warp 0 whole and converged.
+                unsafe {
+                    let entries = (p.stats as *mut Stats).add(pair as usize * p.chunks as usize);
+                    let head = greedy_head(entries, p.chunks);
+                    if tid == 0 {
+                        (&raw mut (*entries).best).write(head.best);
+                        (&raw mut (*entries).flags).write(head.flags);
+                    }
+                }
+            }
+        } else if valid {
             // SAFETY: the whole block, after every block of the row published.
             unsafe { combine_chunks(p, kind, pair) };
         }
+    }
+    if sharded {
+        // The decision is the decide kernel's, after the exchange: this
+        // rank's record of the row goes into its message.
+        if tid == 0 {
+            // SAFETY: thread 0 wrote or combined the row's first entry above
+            // (where `valid`) and wrote the request before the block's
+            // barriers; pair < requests·(K+1).
+            unsafe { send_record::<T, D>(p, pair, valid) };
+        }
+        return;
     }
     // Warp 0 counts the row (or, for a row whose entries stay, the block) in;
     // the request's last one decides with all its warps.
     // SAFETY: all of warp 0, after thread 0 published; counters holds
     // `requests` entries and the request's K+1 rows each arrive once an entry left.
-    let arrivals = k1 * entries_left(p, kind);
+    let arrivals = k1 * entries_left(p, kind, false);
     let last = tid < WARP && unsafe { last_block::arrive((p.counters as *mut u32).add(r as usize), arrivals) };
     // SAFETY: every thread of the block is here (the early return above is block-uniform).
     if unsafe { gpu::sync_threads_or(last) } {
@@ -496,12 +523,12 @@ pub(super) struct RowStats {
 /// Pass 1 wrote the entry (`i <= n_r` of a valid request) before the
 /// request's last row arrived; all 32 lanes call this together.
 #[inline(always)]
-pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32) -> RowStats {
+pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32, sharded: bool) -> RowStats {
     // SAFETY (all): the row's entry, published before the decision (caller);
     // 16-byte aligned. Relaxed at device scope, as in `last_block::gather`.
     unsafe {
         let entry = row_entries(p, r, i);
-        let head = if kind == GREEDY_ROW { greedy_head(entry, p.chunks) } else { tail_head(entry, ExpSum::EMPTY, ExpSum::EMPTY) };
+        let head = if kind == GREEDY_ROW { greedy_head(entry, entries_left(p, kind, sharded)) } else { tail_head(entry, ExpSum::EMPTY, ExpSum::EMPTY) };
         let lse = |field: usize| {
             if kind == GREEDY_ROW {
                 Lse::EMPTY
@@ -525,7 +552,7 @@ pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32) -
 /// # Safety
 /// `entry` is a published entry (relaxed load, as in `last_block::gather`).
 #[inline(always)]
-unsafe fn tail_head(entry: *const Stats, target: ExpSum, draft: ExpSum) -> Head {
+pub(super) unsafe fn tail_head(entry: *const Stats, target: ExpSum, draft: ExpSum) -> Head {
     const {
         let best = offset_of!(Stats, best);
         assert!(best % 16 == 0 && offset_of!(Stats, flags) == best + 8 && offset_of!(Stats, overlap) == best + 12)
@@ -710,11 +737,11 @@ unsafe fn row_entries(p: &RejectionParams, r: u32, i: u32) -> *const Stats {
 /// # Safety
 /// As for [`row_stats`].
 #[inline(always)]
-pub(super) unsafe fn row_flags(p: &RejectionParams, r: u32, i: u32, kind: u32) -> u32 {
+pub(super) unsafe fn row_flags(p: &RejectionParams, r: u32, i: u32, kind: u32, sharded: bool) -> u32 {
     let entries = unsafe { row_entries(p, r, i) };
     let mut flags = 0;
     let mut c = gpu::thread_idx_x() % WARP;
-    while c < entries_left(p, kind) {
+    while c < entries_left(p, kind, sharded) {
         // SAFETY: c < the row's entries left, each published (caller).
         flags |= unsafe { tail_head(entries.add(c as usize), ExpSum::EMPTY, ExpSum::EMPTY) }.flags;
         c += WARP;
@@ -725,12 +752,13 @@ pub(super) unsafe fn row_flags(p: &RejectionParams, r: u32, i: u32, kind: u32) -
 
 /// The entries a row of `kind` leaves for the decision: one where its last
 /// block combined its chunks ([`combine_chunks`]), its `chunks` for a greedy
-/// row, whose decision reads only their 16-byte tails, in one pass, where a
-/// second level of arrival would cost it more
-/// (benches/results/2026-12-05-nvidia-h100-run-sums-small-batch.md §5).
+/// row of an unsharded call, whose decision reads only their 16-byte tails,
+/// in one pass, where a second level of arrival would cost it more
+/// (benches/results/2026-12-05-nvidia-h100-run-sums-small-batch.md §5);
+/// one a row in a `sharded` call, the ranks' records combined.
 #[inline(always)]
-fn entries_left(p: &RejectionParams, kind: u32) -> u32 {
-    if kind == GREEDY_ROW { p.chunks } else { 1 }
+fn entries_left(p: &RejectionParams, kind: u32, sharded: bool) -> u32 {
+    if kind == GREEDY_ROW && !sharded { p.chunks } else { 1 }
 }
 
 /// The argmax and flags of a greedy row's `n` entries at `entries`, combined

@@ -1,0 +1,294 @@
+//! A sharded `rejection_sample` (REFERENCE §9, `docs/VOCAB_PARALLEL.md` §6
+//! step 5): each of `P` ranks holds ids `p.shard.offset ..` of every row
+//! and runs both passes over them; two exchanges (the host's) carry what
+//! the decision and the token need of the other ranks' ids.
+//!
+//! 1. Pass 1 (`super::stats`) reduces each (request, row) pair over the
+//!    rank's ids as the unsharded call reduces it over its chunks, and the
+//!    pair's last block writes the pair's [`PairRecord`] into the rank's
+//!    round-1 message ([`send_record`]).
+//! 2. `rejection_decide_sharded` ([`decide_sharded`]), a block a request,
+//!    combines each pair's `P` records into the pair's first workspace
+//!    entry, as pass 1 combines a row's chunks (the sums are order-free, so
+//!    these are the unsharded call's bits), and runs the decision
+//!    (`super::accept::decide`), which reads the draft token's logits from
+//!    the record of the rank that holds it ([`drafted`]).
+//! 3. Pass 2 (`super::resample`) draws the job's candidates over the rank's
+//!    ids, noise keyed by global id, from floors at `-inf` (one rank's
+//!    candidates bound nothing of the row's), and the request's last block
+//!    writes them into the rank's round-2 message.
+//! 4. `rejection_combine_sharded` ([`combine_sharded`]), a thread a
+//!    request, combines the `P` candidates by the argmax rule (a total
+//!    order) and writes token `j`.
+//!
+//! Ranks that disagree (a failed rank, shards that do not tile the row, a
+//! pair whose slot, position, draft or rows differ between ranks) flag the
+//! requests concerned `status::INVALID_SHARD`, which makes them invalid on
+//! every rank alike.
+
+use super::accept::decide;
+use super::stats::{GREEDY_ROW, Head, Row, SAMPLED_ROW, row_kind, tail_head};
+use super::{JOB_NONE, Request, ResampleJob, draft_row, target_row, write_request_token};
+use crate::block::Reduce;
+use crate::gpu::{self, WARP};
+use crate::load::Load;
+use crate::shared;
+use crate::walk_sum::gather_sum;
+use core::mem::offset_of;
+use specdec_core::argmax::ArgMax;
+use specdec_core::exp_sum::ExpSum;
+use specdec_core::kernel_symbol;
+use specdec_core::layout::{BLOCK_THREADS, RejectionParams, WARPS};
+use specdec_core::sample::Resampled;
+use specdec_core::scratch::Stats;
+use specdec_core::shard::{self, Header, PairRecord};
+use specdec_core::status::INVALID_SHARD;
+
+/// Writes pair `pair`'s record into the rank's round-1 message (from the
+/// call's first pair, the rank's header too): where `valid`, the pair's
+/// first entry, its argmax moved to global ids, and the raw target and
+/// draft logits of the row's draft where the rank holds it; an empty
+/// record elsewhere (which no decision reads).
+///
+/// # Safety
+/// One thread of pair `pair < requests·(K+1)`'s last block in a sharded
+/// call, after the pair's first entry was written or combined (where
+/// `valid`: a row `i <= n_r` of a valid request) and the pair's request
+/// written to [`shared::request`] before a barrier (read from there, not
+/// kept in registers through pass 1's walk).
+#[inline(always)]
+pub(super) unsafe fn send_record<T: Load, D: Load>(p: &RejectionParams, pair: u32, valid: bool) {
+    // SAFETY (all): the request as the caller wrote it; the message holds a
+    // header and requests·(K+1) records (workspace, host-sized); stats
+    // requests·(K+1)·chunks entries; row = row0 + i < rows, where drafts
+    // and pos hold an element each.
+    unsafe {
+        let req = &shared::request().read();
+        if pair == 0 {
+            (p.send as *mut Header).write(p.shard);
+        }
+        let record = shard::pair_at(p.send, pair as usize);
+        // The entry's 16-byte pieces, copied as they are (a whole `Stats`
+        // in registers would go through local memory), its tail's argmax
+        // then moved to global ids.
+        let (to, from) = (record as *mut [u32; 4], (p.stats as *const Stats).add(pair as usize * p.chunks as usize));
+        if valid {
+            for k in 0..core::mem::size_of::<Stats>() / 16 {
+                to.add(k).write((from as *const [u32; 4]).add(k).read());
+            }
+        } else {
+            (&raw mut (*record).stats).write(Stats::IDENTITY);
+        }
+        let tail = to.add(offset_of!(Stats, best) / 16);
+        let mut best = tail.read();
+        if best[1] != ArgMax::IDENTITY.index {
+            best[1] += p.shard.offset;
+            tail.write(best);
+        }
+        let i = pair % (p.max_drafts + 1).max(1); // max_drafts < u32::MAX (host-checked); keeps the panic path out
+        let (mut drafted, mut draft, mut pos) = ([f32::NAN; 2], -1, 0);
+        if valid {
+            let row = req.row0 + i;
+            pos = *(p.pos as *const u64).add(row as usize);
+            if i < req.drafts {
+                draft = *(p.drafts as *const i32).add(row as usize);
+            }
+            // The draft's logits, for a sampling row's accept test, where this rank holds the draft.
+            let local = (draft as u32).wrapping_sub(p.shard.offset);
+            if draft >= 0 && local < p.vocab && !req.slot.greedy() {
+                drafted[0] = (*target_row::<T>(p, row).add(local as usize)).as_f32();
+                if p.draft_logits != 0 {
+                    drafted[1] = (*draft_row::<D>(p, req.slot.slot, i).add(local as usize)).as_f32();
+                }
+            }
+        }
+        let s = &req.slot;
+        let digest = shard::pair_digest(s.slot, s.temperature, s.seed, pos, draft, req.row0, req.drafts);
+        (&raw mut (*record).drafted).write(drafted);
+        (&raw mut (*record).digest).write(digest);
+    }
+}
+
+/// The decision of a sharded call (`names::REJECTION_DECIDE_SHARDED`; see
+/// module docs): block `r` combines the ranks' records of request `r`'s
+/// pairs, a warp a pair, then decides the request as pass 1's last block
+/// does in an unsharded call.
+///
+/// # Safety
+/// Launched by the host's checked launcher after round 1, with the call's
+/// parameters: `recv` holds `shard_ranks >= 1` round-1 messages; grid
+/// `(requests)`, `layout::SHARED_BYTES`.
+#[unsafe(export_name = kernel_symbol!(REJECTION_DECIDE_SHARDED, f32, f32))]
+pub unsafe extern "ptx-kernel" fn decide_sharded(p: RejectionParams) {
+    let (r, tid) = (gpu::block_idx_x(), gpu::thread_idx_x());
+    if r >= p.requests {
+        return;
+    }
+    // SAFETY: r < requests.
+    let req = unsafe { Request::load(&p, r) };
+    if tid == 0 {
+        // SAFETY: the launch has layout::SHARED_BYTES; the round-2 message
+        // (in the rank's message buffer, free after round 1) holds its word
+        // and `requests` candidates: none for a request without a job, which
+        // pass 2 leaves alone.
+        unsafe {
+            shared::request().write(req);
+            shard::candidates_at(p.send, r as usize).write(Resampled::IDENTITY);
+            if r == 0 {
+                (p.send as *mut [u32; 4]).write([1, 0, 0, 0]);
+            }
+        }
+    }
+    // Whether the ranks' headers fit together: every block checks them all (a few).
+    let (ranks, len) = (p.shard_ranks, shard::pairs_message_bytes(pairs(&p) as usize));
+    // SAFETY: rank q < ranks: its message is inside `recv` (caller).
+    let header = |q: usize| unsafe { *((p.recv + (q * len) as u64) as *const Header) };
+    let mut unfit = false;
+    let mut q = tid;
+    while q < ranks {
+        unfit |= !Header::fits(ranks as usize, header, q as usize);
+        q += BLOCK_THREADS;
+    }
+    // SAFETY: every thread of the block is here (the return above is block-uniform).
+    let unfit = unsafe { gpu::sync_threads_or(unfit) };
+    let k1 = p.max_drafts + 1;
+    let mut i = tid / WARP;
+    while i < k1 {
+        let kind = row_kind::<false, false>(&p, &req, i);
+        // SAFETY: the whole warp (a uniform loop); r·(K+1) + i is a pair of the call.
+        unsafe { combine_ranks(&p, r * k1 + i, kind, unfit) };
+        i += WARPS;
+    }
+    // SAFETY (both): every thread of the block is here; the barrier orders
+    // the warps' entries and thread 0's request before the decision's reads.
+    unsafe {
+        gpu::sync_threads();
+        decide::<f32, f32, false, false, false>(&p, r);
+    }
+}
+
+/// The call's (request, row) pairs, `requests·(K+1)`.
+#[inline(always)]
+fn pairs(p: &RejectionParams) -> u32 {
+    p.requests * (p.max_drafts + 1)
+}
+
+/// Pair `pair`'s `P` records combined by the warp into its first workspace
+/// entry (`pair · chunks`): the sums by `walk_sum::gather_sum`, the heads
+/// as a row of `kind`'s; `INVALID_SHARD` where the headers do not fit
+/// (`unfit`) or the ranks' digests of the pair differ.
+///
+/// # Safety
+/// All 32 lanes of the warp call this together, converged; `recv` holds the
+/// ranks' round-1 messages; `pair < requests·(K+1)`.
+#[inline(always)]
+unsafe fn combine_ranks(p: &RejectionParams, pair: u32, kind: u32, unfit: bool) {
+    let (ranks, len) = (p.shard_ranks, shard::pairs_message_bytes(pairs(p) as usize));
+    let first = shard::pair_at(p.recv, pair as usize) as *const u8;
+    // SAFETY (all): q < ranks: rank q's record of the pair, inside `recv`
+    // (caller), 16-byte aligned (messages of multiples of 16 bytes).
+    let record = |q: u32| unsafe { first.add(q as usize * len) as *const PairRecord };
+    let sum = |field: usize| unsafe { gather_sum(first, len, ranks, offset_of!(PairRecord, stats) + field) };
+    let (target, draft) = (sum(offset_of!(Stats, target)), sum(offset_of!(Stats, draft)));
+    let digest = |q: u32| unsafe { (*record(q)).digest };
+    let (mine, ours) = (gpu::thread_idx_x() % WARP, digest(0));
+    let (mut head, mut differ) = (Head::IDENTITY, false);
+    let mut q = mine;
+    while q < ranks {
+        let theirs = unsafe { tail_head(&raw const (*record(q)).stats, ExpSum::EMPTY, ExpSum::EMPTY) };
+        head = if kind == GREEDY_ROW { greedy(head, theirs) } else { sampled(head, theirs) };
+        differ |= digest(q) != ours;
+        q += WARP;
+    }
+    // SAFETY (all): a full, converged warp (caller).
+    let (head, differ) = unsafe {
+        let head = if kind == GREEDY_ROW { Row::<GREEDY_ROW>(head).warp_all().0 } else { Row::<SAMPLED_ROW>(head).warp_all().0 };
+        (head, gpu::warp_or_u32(differ as u32) != 0)
+    };
+    let flags = head.flags | if unfit || differ { INVALID_SHARD } else { 0 };
+    if mine == 0 {
+        // SAFETY: stats holds requests·(K+1)·chunks entries (workspace); a
+        // field at a time, where a whole `Stats` would go through local memory.
+        unsafe {
+            let entry = (p.stats as *mut Stats).add(pair as usize * p.chunks as usize);
+            (&raw mut (*entry).target).write(target);
+            (&raw mut (*entry).draft).write(draft);
+            (&raw mut (*entry).best).write(head.best);
+            (&raw mut (*entry).flags).write(flags);
+            (&raw mut (*entry).overlap).write(head.overlap);
+        }
+    }
+}
+
+/// Two heads of a greedy row combined: argmax and flags.
+#[inline(always)]
+fn greedy(a: Head, b: Head) -> Head {
+    Row::<GREEDY_ROW>(a).combine(Row(b)).0
+}
+
+/// Two heads of a sampling row combined: flags (its sums are apart).
+#[inline(always)]
+fn sampled(a: Head, b: Head) -> Head {
+    Row::<SAMPLED_ROW>(a).combine(Row(b)).0
+}
+
+/// The raw target and draft logits of draft id `d` at pair `pair`, from
+/// the round-1 record of the rank that holds `d` (NaN where none does: the
+/// headers then do not fit, and the request is invalid).
+///
+/// # Safety
+/// In `decide_sharded`: `recv` holds the ranks' round-1 messages; `pair <
+/// requests·(K+1)`.
+#[inline(always)]
+pub(super) unsafe fn drafted(p: &RejectionParams, pair: u32, d: i32) -> [f32; 2] {
+    let len = shard::pairs_message_bytes(pairs(p) as usize) as u64;
+    for q in 0..p.shard_ranks as u64 {
+        let message = p.recv + q * len;
+        // SAFETY (both): rank q's message, inside `recv` (caller).
+        let h = unsafe { *(message as *const Header) };
+        if (d as u32).wrapping_sub(h.offset) < h.ids {
+            return unsafe { (*shard::pair_at(message, pair as usize)).drafted };
+        }
+    }
+    [f32::NAN; 2]
+}
+
+/// The tokens of a sharded call's jobs (`names::REJECTION_COMBINE_SHARDED`;
+/// see module docs): thread `t` of block `b` combines request `b·BLOCK_THREADS
+/// + t`'s candidates from the ranks' round-2 messages and writes its token
+/// `j`; `-1` and `INVALID_SHARD` where a rank did not get there.
+///
+/// # Safety
+/// Launched by the host's checked launcher after round 2, with the call's
+/// parameters: `recv` holds `shard_ranks` round-2 messages; grid
+/// `(⌈requests / BLOCK_THREADS⌉)`, no shared memory.
+#[unsafe(export_name = kernel_symbol!(REJECTION_COMBINE_SHARDED, f32, f32))]
+pub unsafe extern "ptx-kernel" fn combine_sharded(p: RejectionParams) {
+    let r = gpu::block_idx_x() * BLOCK_THREADS + gpu::thread_idx_x();
+    if r >= p.requests {
+        return;
+    }
+    // SAFETY: the decision wrote jobs[r] (an earlier launch).
+    let job = unsafe { *(p.jobs as *const ResampleJob).add(r as usize) };
+    if job.mode == JOB_NONE {
+        return;
+    }
+    let len = shard::candidates_message_bytes(p.requests as usize) as u64;
+    let (mut best, mut arrived) = (Resampled::IDENTITY, true);
+    for q in 0..p.shard_ranks as u64 {
+        let message = p.recv + q * len;
+        // SAFETY (both): rank q's message, inside `recv` (caller).
+        unsafe {
+            arrived &= *(message as *const u32) != 0;
+            best = best.combine(*shard::candidates_at(message, r as usize));
+        }
+    }
+    let token = if arrived { best.token() as i64 } else { -1 };
+    // SAFETY: r < requests, the job's column <= K; status one u32.
+    unsafe {
+        write_request_token(&p, r, job.column, token);
+        if !arrived {
+            gpu::atomic_or(p.status as *mut u32, INVALID_SHARD);
+        }
+    }
+}
