@@ -7,12 +7,12 @@
 #![cfg(feature = "gpu")]
 
 use specdec::filter::Filter;
-use specdec::shard::{InProcessCuda, Shard};
+use specdec::shard::Shard;
 use specdec::status::{INVALID_SHARD, NAN_LOGITS};
 use specdec::{Cuda, DType, Error};
 use specdec_suite::batch::{DraftLogitsSpec, Sampled};
 use specdec_suite::inputs::{Rng, histogram, mixed_logits};
-use specdec_suite::sharding::{columns, drafting_into, gumbel_rows, ids, rank_batch, shards};
+use specdec_suite::sharding::{columns, drafting_into, gumbel_rows, ids, in_device_ranks, rank_batch, shards};
 use specdec_suite::stats::softmax;
 use specdec_suite::{Batch, FilterTable, chi_square};
 
@@ -30,26 +30,12 @@ fn run_ranks(
     rank_of: impl Fn(usize, &Batch) -> Batch + Sync,
     workspace_ranks: impl Fn(usize) -> usize + Sync,
 ) -> Vec<RankOut> {
-    let ctx = cuda.stream().context().clone();
-    let streams: Vec<_> = (0..shards.len()).map(|_| ctx.new_stream().expect("a stream")).collect();
-    let (rank_of, workspace_ranks) = (&rank_of, &workspace_ranks);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = InProcessCuda::group(streams)
-            .into_iter()
-            .enumerate()
-            .map(|(r, mut exchange)| {
-                s.spawn(move || {
-                    let rank = Cuda::new(exchange.stream().clone()).expect("a backend on the rank's stream");
-                    let mut ws = rank.sharded_workspace(batch.rows, workspace_ranks(r)).expect("a workspace");
-                    let mut mine = rank_batch(&rank_of(r, batch), ranges[r].clone());
-                    let result = mine.run_device_with(&rank, |call, out| {
-                        rank.sharded_gumbel_sample(&mut ws, shards[r], &mut exchange, call, out)
-                    });
-                    (result, mine.draft_logits)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("a rank panicked")).collect()
+    in_device_ranks(cuda, shards.len(), |r, rank, exchange| {
+        let mut ws = rank.sharded_workspace(batch.rows, workspace_ranks(r)).expect("a workspace");
+        let mut mine = rank_batch(&rank_of(r, batch), ranges[r].clone());
+        let result =
+            mine.run_device_with(rank, |call, out| rank.sharded_gumbel_sample(&mut ws, shards[r], exchange, call, out));
+        (result, mine.draft_logits)
     })
 }
 

@@ -15,7 +15,9 @@ use specdec_suite::drafting::{
 };
 use specdec_suite::filters::filtered_probs;
 use specdec_suite::inputs::{Rng, histogram};
-use specdec_suite::sharding::{run_sharded_logprobs, run_sharded_verify, shards};
+use specdec_suite::sharding::{
+    Coverage, add_empty_rows, add_specials, run_sharded_logprobs, run_sharded_verify, shards,
+};
 use specdec_suite::verify::Asked;
 use specdec_suite::{FilterTable, Verified, Verify, chi_square};
 
@@ -27,46 +29,6 @@ fn check_equal(v: &Verify, shards: &[Shard], ctx: &str) -> Verified {
         assert_eq!(got, want, "{ctx} rank {r}");
     }
     want
-}
-
-/// A NaN (or, more rarely, a `+inf`) at a random id of some target rows and
-/// some draft rows.
-fn add_specials(v: &mut Verify, rng: &mut Rng) {
-    let special = |rng: &mut Rng| match rng.below(10) {
-        0..=2 => Some(f32::NAN),
-        3 => Some(f32::INFINITY),
-        _ => None,
-    };
-    for row in 0..v.rows {
-        if let Some(x) = special(rng) {
-            v.target.set_f32(row * v.row_stride + rng.below(v.vocab), x);
-        }
-    }
-    if let Some((values, shape)) = &mut v.draft {
-        for slot in 0..shape.slots {
-            for i in 0..shape.k {
-                if let Some(x) = special(rng) {
-                    values.set_f32(slot * shape.stride0 + i * shape.stride1 + rng.below(v.vocab), x);
-                }
-            }
-        }
-    }
-}
-
-/// How often requests stopped short of their bonus row, and ran to it.
-#[derive(Default)]
-struct Coverage {
-    stopped: usize,
-    bonus: usize,
-}
-
-impl Coverage {
-    fn add(&mut self, v: &Verify, out: &Verified) {
-        for r in 0..v.requests() {
-            let n = v.offsets[r + 1] - v.offsets[r] - 1;
-            if out.accepted[r] < n { self.stopped += 1 } else { self.bonus += 1 }
-        }
-    }
 }
 
 /// Random ragged batches (greedy, sampling and padding requests, placeholders,
@@ -335,21 +297,6 @@ fn sharded_tokens_follow_the_target() {
         for wrong in wrongs {
             let fit = chi_square(&counts, &wrong);
             assert!(fit.p_value < 1e-6, "{ctx}: position 1 fits a wrong distribution, p = {}", fit.p_value);
-        }
-    }
-}
-
-/// Sets about one target row in 8 to `-inf` throughout, half of them with a
-/// NaN at id 0: rows with nothing above `-inf`, whose argmax is id 0 and
-/// whose log-sum-exp is `-inf` (the token's value decides its log-probability).
-fn add_empty_rows(v: &mut Verify, rng: &mut Rng) {
-    for row in 0..v.rows {
-        if rng.below(8) == 0 {
-            let start = row * v.row_stride;
-            (start..start + v.vocab).for_each(|i| v.target.set_f32(i, f32::NEG_INFINITY));
-            if rng.below(2) == 0 {
-                v.target.set_f32(start, f32::NAN);
-            }
         }
     }
 }

@@ -1,26 +1,42 @@
 //! Vocab-parallel calls in the tests (REFERENCE §9): uneven shards of a
 //! row, each rank's columns of a buffer, rows of every kind for
-//! `gumbel_sample` and each rank's call of it, and a `rejection_sample` call
-//! run over `P` ranks, one thread each with an in-process exchange.
+//! `gumbel_sample` and each rank's call of it, special values for
+//! `rejection_sample` batches, and a `rejection_sample` call run over `P`
+//! ranks, one thread each with an in-process exchange, on the CPU backend
+//! or on a GPU.
 
 use crate::Batch;
 use crate::batch::{ColumnSpec, DraftLogitsSpec, Values};
 use crate::inputs::Rng;
 use crate::verify::{Asked, LogprobBits, Verified, Verify};
-use specdec::shard::{Exchange, InProcess, Shard};
-use specdec::{DType, DraftLogitsShape};
+use specdec::shard::{Exchange, InProcess, InProcessCuda, Shard};
+use specdec::{Cuda, DType, DraftLogitsShape};
 use std::ops::Range;
 
 /// `P` shards of a row of `vocab` ids, uneven, each starting at a multiple of 4.
 pub fn shards(vocab: usize, ranks: usize, rng: &mut Rng) -> Vec<Shard> {
-    let words = vocab.div_ceil(4);
+    cut_row(vocab, ranks, Shard::ALIGN, rng)
+}
+
+/// The ids the CUDA `rejection_sample` sums as one run: a shard of its
+/// sharded call starts at a multiple of this and ends at one or at the row's end.
+pub const RUN: usize = specdec_core::layout::RUN as usize;
+
+/// [`shards`] for the CUDA `rejection_sample`: every cut at a multiple of [`RUN`].
+pub fn run_shards(vocab: usize, ranks: usize, rng: &mut Rng) -> Vec<Shard> {
+    cut_row(vocab, ranks, RUN, rng)
+}
+
+/// `P` shards of a row of `vocab` ids, uneven, each starting at a multiple of `align`.
+fn cut_row(vocab: usize, ranks: usize, align: usize, rng: &mut Rng) -> Vec<Shard> {
+    let words = vocab.div_ceil(align);
     assert!(words >= ranks, "every rank needs an id");
     // Distinct cut points in words 1..words, sorted: shard r is words cut[r-1]..cut[r].
     let mut cuts: Vec<usize> = (1..words).collect();
     rng.shuffle(&mut cuts);
     let mut cuts: Vec<usize> = cuts.into_iter().take(ranks - 1).collect();
     cuts.sort_unstable();
-    let starts = std::iter::once(0).chain(cuts.iter().map(|w| w * 4));
+    let starts = std::iter::once(0).chain(cuts.iter().map(|w| w * align));
     starts.map(|offset| Shard { offset, vocab }).collect()
 }
 
@@ -129,6 +145,62 @@ pub fn rank_batch(batch: &Batch, range: Range<usize>) -> Batch {
 /// What a rank's padding columns hold: a logit no id of the row comes near.
 const PAST_ROW: f32 = 1e30;
 
+/// A NaN (or, more rarely, a `+inf`) at a random id of some target rows and
+/// some draft rows.
+pub fn add_specials(v: &mut Verify, rng: &mut Rng) {
+    let special = |rng: &mut Rng| match rng.below(10) {
+        0..=2 => Some(f32::NAN),
+        3 => Some(f32::INFINITY),
+        _ => None,
+    };
+    for row in 0..v.rows {
+        if let Some(x) = special(rng) {
+            v.target.set_f32(row * v.row_stride + rng.below(v.vocab), x);
+        }
+    }
+    if let Some((values, shape)) = &mut v.draft {
+        for slot in 0..shape.slots {
+            for i in 0..shape.k {
+                if let Some(x) = special(rng) {
+                    values.set_f32(slot * shape.stride0 + i * shape.stride1 + rng.below(v.vocab), x);
+                }
+            }
+        }
+    }
+}
+
+/// Sets about one target row in 8 to `-inf` throughout, half of them with a
+/// NaN at id 0: rows with nothing above `-inf`, whose argmax is id 0 and
+/// whose log-sum-exp is `-inf` (the token's value decides its log-probability).
+pub fn add_empty_rows(v: &mut Verify, rng: &mut Rng) {
+    for row in 0..v.rows {
+        if rng.below(8) == 0 {
+            let start = row * v.row_stride;
+            (start..start + v.vocab).for_each(|i| v.target.set_f32(i, f32::NEG_INFINITY));
+            if rng.below(2) == 0 {
+                v.target.set_f32(start, f32::NAN);
+            }
+        }
+    }
+}
+
+/// How often requests stopped short of their bonus row, and ran to it.
+#[derive(Default)]
+pub struct Coverage {
+    pub stopped: usize,
+    pub bonus: usize,
+}
+
+impl Coverage {
+    /// Counts `v`'s requests by whether `out` accepted all their drafts.
+    pub fn add(&mut self, v: &Verify, out: &Verified) {
+        for r in 0..v.requests() {
+            let n = v.offsets[r + 1] - v.offsets[r] - 1;
+            if out.accepted[r] < n { self.stopped += 1 } else { self.bonus += 1 }
+        }
+    }
+}
+
 /// Runs `v` over `shards`, one thread a rank, rank `r` calling
 /// `rank_call(r, &its Verify)`'s outputs (to make ranks disagree); each
 /// rank's outputs, in rank order.
@@ -149,6 +221,48 @@ pub fn run_sharded_logprobs(
 ) -> Vec<specdec::Result<(Verified, LogprobBits)>> {
     in_ranks(shards.len(), |r, exchange| {
         rank_verify(v, ids(shards, r)).run_sharded_logprobs(shards[r], exchange, rank_asked(r))
+    })
+}
+
+/// [`run_sharded_verify`] through [`Cuda::sharded_rejection_sample`]: the
+/// ranks on `cuda`'s device ([`in_device_ranks`]), each with a workspace for
+/// `shards.len()` ranks and `v`'s positions.
+pub fn run_sharded_verify_device(
+    cuda: &Cuda,
+    v: &Verify,
+    shards: &[Shard],
+    rank_call: impl Fn(usize, Verify) -> Verify + Sync,
+) -> Vec<specdec::Result<Verified>> {
+    let rows = v.requests() * (v.max_drafts + 1);
+    in_device_ranks(cuda, shards.len(), |r, rank, exchange| {
+        let mut ws = rank.sharded_workspace(rows, shards.len()).expect("a workspace");
+        rank_call(r, rank_verify(v, ids(shards, r))).run_device_sharded(rank, &mut ws, shards[r], exchange)
+    })
+}
+
+/// `rank(r, backend, exchange)` for each of `ranks` ranks on `cuda`'s
+/// device, each with a new stream, a backend on it and a scoped thread,
+/// meeting through one `InProcessCuda` group; the results in rank order.
+pub fn in_device_ranks<R: Send>(
+    cuda: &Cuda,
+    ranks: usize,
+    rank: impl Fn(usize, &Cuda, &mut InProcessCuda) -> R + Sync,
+) -> Vec<R> {
+    let ctx = cuda.stream().context().clone();
+    let streams: Vec<_> = (0..ranks).map(|_| ctx.new_stream().expect("a stream")).collect();
+    let rank = &rank;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = InProcessCuda::group(streams)
+            .into_iter()
+            .enumerate()
+            .map(|(r, mut exchange)| {
+                s.spawn(move || {
+                    let backend = Cuda::new(exchange.stream().clone()).expect("a backend on the rank's stream");
+                    rank(r, &backend, &mut exchange)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a rank panicked")).collect()
     })
 }
 

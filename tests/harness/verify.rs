@@ -264,6 +264,29 @@ impl Verify {
     /// temperatures and filter values reach the kernels as they are. The
     /// workspace's status word is the caller's.
     pub fn run_device(&self, cuda: &Cuda, ws: &mut Workspace) -> specdec::Result<Verified> {
+        self.run_device_with(cuda, |call, out| cuda.rejection_sample(ws, call, out))
+    }
+
+    /// [`Verify::run_device`] as rank `exchange.rank()` of a vocab-parallel
+    /// group through [`Cuda::sharded_rejection_sample`], holding `shard` of
+    /// every row (this `Verify`'s logits are the shard's ids:
+    /// `sharding::rank_verify`); `ws` from [`Cuda::sharded_workspace`].
+    pub fn run_device_sharded(
+        &self,
+        cuda: &Cuda,
+        ws: &mut Workspace,
+        shard: Shard,
+        exchange: &mut dyn Exchange<Device>,
+    ) -> specdec::Result<Verified> {
+        self.run_device_with(cuda, |call, out| cuda.sharded_rejection_sample(ws, shard, exchange, call, out))
+    }
+
+    /// [`Verify::run_device`], the call made by `call_fn` on `cuda`'s stream.
+    fn run_device_with(
+        &self,
+        cuda: &Cuda,
+        call_fn: impl FnOnce(&RejectionSample<'_, Device>, &mut RejectionOutput<'_, Device>) -> specdec::Result<()>,
+    ) -> specdec::Result<Verified> {
         let s = cuda.stream();
         let (requests, k1) = (self.requests(), self.max_drafts + 1);
         let target = DeviceValues::upload(s, &self.target)?;
@@ -303,7 +326,7 @@ impl Verify {
                 RejectionOutput::new(&mut t32, &mut num_emitted)
             };
             let mut out = out.with_accepted(&mut accepted).with_row_status(&mut row_status);
-            cuda.rejection_sample(ws, &call, &mut out)?;
+            call_fn(&call, &mut out)?;
         }
         let tokens = if self.tokens_i64 {
             s.clone_dtoh(&t64)?

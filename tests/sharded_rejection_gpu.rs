@@ -1,0 +1,224 @@
+//! Vocab-parallel `rejection_sample` on the GPU (`docs/VOCAB_PARALLEL.md` §6
+//! step 5), with the `gpu` feature: `P` ranks on device 0, a stream and a
+//! thread each, meeting through `shard::InProcessCuda`, each holding a shard
+//! of every target row's ids and of every draft row's (cut at multiples of
+//! 16 ids, the kernels' runs), return exactly the unsharded GPU call's
+//! tokens, counts and row statuses; a call the sharded CUDA call refuses
+//! fails on its rank and flags every request on the others; and a sharded
+//! call's emitted tokens follow the target, by chi-square at every position.
+#![cfg(feature = "gpu")]
+
+use specdec::filter::Filter;
+use specdec::shard::Shard;
+use specdec::status::INVALID_SHARD;
+use specdec::{Cuda, DType, Error, Verification};
+use specdec_suite::drafting::{
+    Drafted, FixedPositions, RandomSpec, check_positions, emitted_at, perturbed, probs, random_verify, zipf_logits,
+};
+use specdec_suite::inputs::{Rng, histogram};
+use specdec_suite::sharding::{
+    Coverage, RUN, add_empty_rows, add_specials, rank_verify, run_sharded_verify_device, run_shards,
+};
+use specdec_suite::{FilterTable, Verified, Verify, chi_square, gpu_sized};
+
+/// The unsharded GPU call's outputs.
+fn unsharded(cuda: &Cuda, v: &Verify, ctx: &str) -> Verified {
+    let mut ws = cuda.workspace(v.requests() * (v.max_drafts + 1)).expect("a workspace");
+    v.run_device(cuda, &mut ws).unwrap_or_else(|e| panic!("{ctx}: unsharded: {e}"))
+}
+
+/// Every rank's outputs equal the unsharded GPU call's; returns those.
+fn check_equal(cuda: &Cuda, v: &Verify, shards: &[Shard], ctx: &str) -> Verified {
+    let want = unsharded(cuda, v, ctx);
+    for (r, got) in run_sharded_verify_device(cuda, v, shards, |_, mine| mine).into_iter().enumerate() {
+        let got = got.unwrap_or_else(|e| panic!("{ctx} rank {r}: {e}"));
+        assert_eq!(got, want, "{ctx} rank {r}");
+    }
+    want
+}
+
+/// Random ragged batches (greedy, sampling and padding requests, placeholders,
+/// `-inf`, `+inf` and NaN logits, rows with nothing above `-inf`, drafts that
+/// are accepted and rejected) over 1, 2, 3 and 8 uneven shards (as many as
+/// the row has runs), for every target dtype, one-hot and draft-logits
+/// verification of every dtype, `i32` and `i64` tokens, `V` up to 151,936.
+#[test]
+fn sharded_verification_is_the_unsharded_one() {
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(0x6A_5A);
+    let mut coverage = Coverage::default();
+    let kinds = [
+        (DType::F32, None),
+        (DType::F32, Some(DType::F32)),
+        (DType::BF16, Some(DType::BF16)),
+        (DType::F16, Some(DType::F32)),
+        (DType::F32, Some(DType::F16)),
+        (DType::BF16, None),
+        (DType::F16, None),
+    ];
+    for (c, (target, draft)) in kinds.into_iter().enumerate() {
+        for (vocab, requests) in [(37usize, 24), (1000, 16), (4097, 8), (151_936, 3)] {
+            for ranks in [1, 2, 3, 8].into_iter().filter(|&p| vocab.div_ceil(RUN) >= p) {
+                let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft));
+                v.tokens_i64 = (c + ranks) % 2 == 1;
+                add_specials(&mut v, &mut rng);
+                add_empty_rows(&mut v, &mut rng);
+                let shards = run_shards(vocab, ranks, &mut rng);
+                let ctx = format!("{target:?} target, {draft:?} draft, V {vocab}, P {ranks}, i64 {}", v.tokens_i64);
+                coverage.add(&v, &check_equal(&cuda, &v, &shards, &ctx));
+            }
+        }
+    }
+    assert!(coverage.stopped >= 50 && coverage.bonus >= 50, "stopped {}, bonus {}", coverage.stopped, coverage.bonus);
+}
+
+/// Batches large enough that pass 1 runs one chunk a row and pass 2 its lean
+/// kernel (`B = 256, K = 7`, ragged or not, at `V = 32,000`), and rows of
+/// many chunks at `V = 151,936`, with requests of every kind, at `P = 2`.
+#[test]
+fn sharded_large_batches_are_the_unsharded_ones() {
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(0x6A_5B);
+    for (vocab, requests, ragged, draft) in
+        [(32_000, 256, false, Some(DType::BF16)), (32_000, 256, true, None), (151_936, 64, true, Some(DType::BF16))]
+    {
+        let mut spec = RandomSpec::new(vocab, requests, 7, DType::BF16, draft);
+        if !ragged {
+            spec.drafts_of = Some(|_| 7);
+        }
+        let mut v = random_verify(&mut rng, spec);
+        add_specials(&mut v, &mut rng);
+        let shards = run_shards(vocab, 2, &mut rng);
+        check_equal(&cuda, &v, &shards, &format!("V {vocab}, {requests} requests, ragged {ragged}, {draft:?} draft"));
+    }
+}
+
+/// Synthetic acceptance decides from the acceptance words alone; the token
+/// after it still needs the rows (the residual at a rejection).
+#[test]
+fn sharded_synthetic_acceptance_is_the_unsharded_one() {
+    static RATES: [f32; 4] = [0.9, 0.6, 0.3, 1.0];
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(0x6A_5C);
+    for draft in [None, Some(DType::BF16)] {
+        for ranks in [2, 3] {
+            let mut v = random_verify(&mut rng, RandomSpec::new(999, 20, 4, DType::F32, draft));
+            v.verification = Verification::Synthetic(&RATES);
+            let shards = run_shards(999, ranks, &mut rng);
+            check_equal(&cuda, &v, &shards, &format!("synthetic, {draft:?} draft, P {ranks}"));
+        }
+    }
+}
+
+/// Request `r`'s outputs: its tokens, emitted and accepted counts, and its rows' statuses.
+fn request(v: &Verify, got: &Verified, r: usize) -> (Vec<i64>, i32, i32, Vec<u32>) {
+    let rows = v.offsets[r] as usize..v.offsets[r + 1] as usize;
+    (got.request(r).to_vec(), got.num_emitted[r], got.accepted[r], got.row_status[rows].to_vec())
+}
+
+/// Whether request `r` is flagged: tokens `-1`, nothing emitted or accepted, its rows `INVALID_SHARD`.
+fn flagged(v: &Verify, got: &Verified, r: usize) -> bool {
+    let (tokens, emitted, accepted, status) = request(v, got, r);
+    tokens.iter().all(|&t| t == -1) && (emitted, accepted) == (0, 0) && status.iter().all(|s| s & INVALID_SHARD != 0)
+}
+
+/// What the sharded CUDA call refuses (a shard off the runs, filters, block
+/// verification) is a typed error on the rank that sees it; a rank whose own
+/// checks pass takes part in the exchange all the same and flags every
+/// request, so that none waits. Ranks that disagree on a seed flag the
+/// requests that read it on every rank.
+#[test]
+fn sharded_calls_that_cannot_run_fail_on_every_rank() {
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(0x6A_5D);
+    let v = random_verify(&mut rng, RandomSpec::new(64, 6, 3, DType::F32, Some(DType::F32)));
+    let halves = [Shard { offset: 0, vocab: 64 }, Shard { offset: 32, vocab: 64 }];
+    let flagged_all =
+        |got: &specdec::Result<Verified>| got.as_ref().is_ok_and(|got| (0..v.requests()).all(|r| flagged(&v, got, r)));
+    let every = |v: &Verify, f: fn(&Error) -> bool| {
+        for (r, got) in run_sharded_verify_device(&cuda, v, &halves, |_, mine| mine).into_iter().enumerate() {
+            assert!(got.as_ref().is_err_and(f), "rank {r}: {got:?}");
+        }
+    };
+
+    // Rank 1 starts at 36, a multiple of 4 but not of 16 (rank 0 holds 0..32):
+    // its error, rank 0's flags.
+    let off_run = [Shard { offset: 0, vocab: 64 }, Shard { offset: 36, vocab: 64 }];
+    let got =
+        run_sharded_verify_device(&cuda, &v, &off_run, |r, mine| if r == 0 { rank_verify(&v, 0..32) } else { mine });
+    assert!(matches!(&got[1], Err(Error::InvalidShard { .. })), "{:?}", got[1]);
+    assert!(flagged_all(&got[0]), "{:?}", got[0]);
+    // Rank 0's ids end at 20, neither a multiple of 16 nor the row's end: its error, rank 1's flags.
+    let got =
+        run_sharded_verify_device(&cuda, &v, &halves, |r, mine| if r == 0 { rank_verify(&v, 0..20) } else { mine });
+    assert!(matches!(&got[0], Err(Error::InvalidShard { .. })), "{:?}", got[0]);
+    assert!(flagged_all(&got[1]), "{:?}", got[1]);
+
+    // Filters on rank 0's target: its error, rank 1's flags.
+    let got = run_sharded_verify_device(&cuda, &v, &halves, |r, mut mine| {
+        if r == 0 {
+            mine.filters = FilterTable::uniform(Filter { top_k: 5, ..Filter::OFF }, v.temperature.len());
+        }
+        mine
+    });
+    assert!(matches!(&got[0], Err(Error::NotSharded { .. })), "{:?}", got[0]);
+    assert!(flagged_all(&got[1]), "{:?}", got[1]);
+    // Draft filters on every rank, even arrays that keep every id: every rank's error.
+    let mut filtered = v.clone();
+    filtered.draft_filters = FilterTable::uniform(Filter::OFF, v.temperature.len());
+    every(&filtered, |e| matches!(e, Error::NotSharded { .. }));
+    // Block verification on every rank: every rank's error.
+    let mut block = v.clone();
+    block.verification = Verification::Block;
+    every(&block, |e| matches!(e, Error::NotSharded { .. }));
+
+    // Rank 1 disagrees on a sampling request's seed: that slot's requests
+    // flagged on every rank, the others flagged too or the unsharded call's.
+    let r = (0..v.requests()).find(|&r| !v.is_greedy(r)).expect("a sampling request");
+    let slot = v.slots[r];
+    let want = unsharded(&cuda, &v, "seeds");
+    let got = run_sharded_verify_device(&cuda, &v, &halves, |rank, mut mine| {
+        mine.seed[slot as usize] += rank as u64;
+        mine
+    });
+    for (rank, got) in got.into_iter().enumerate() {
+        let got = got.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        for q in 0..v.requests() {
+            let (mine, theirs) = (request(&v, &got, q), request(&v, &want, q));
+            let ok = flagged(&v, &got, q) || (v.slots[q] != slot && mine == theirs);
+            assert!(ok, "rank {rank} request {q} on slot {} (seeds differ on {slot}): {mine:?}", v.slots[q]);
+        }
+    }
+}
+
+/// The chi-square suite's rule at `P = 2` (uneven shards): requests verify
+/// drafts sampled by the draft model at the verification's keys, and the
+/// tokens emitted at every position fit the target's softmax and not its
+/// neighbours'; the sharded outputs are also the unsharded ones.
+#[test]
+fn sharded_tokens_follow_the_target() {
+    const VOCAB: usize = 64;
+    let (cuda, backend) = (specdec_suite::cuda_device(), specdec_suite::cuda());
+    let requests = gpu_sized(64_000);
+    let base = zipf_logits(VOCAB, 1.0, 16, 0x6A5);
+    let halves = [Shard { offset: 0, vocab: VOCAB }, Shard { offset: 16, vocab: VOCAB }];
+    for (c, (one_hot, sharpen)) in [(false, 1.0f32), (true, 3.0)].into_iter().enumerate() {
+        let case = FixedPositions {
+            one_hot,
+            pos0: 0x6A5 << 40 | (c as u64) << 32,
+            ..FixedPositions::new(VOCAB, 3, 1.0, requests)
+        };
+        let draft = |i: usize, target: &[f32]| perturbed(i, target, 1.5).into_iter().map(|x| x * sharpen).collect();
+        let Drafted { verify, targets } = case.build(&backend, &base, draft);
+        let ctx = format!("{case:?}");
+        let out = check_equal(&cuda, &verify, &halves, &ctx);
+        let draws = check_positions(&out, &targets, case.t, &format!("{ctx} at P = 2"));
+        assert!(draws[0] == requests && draws[1] >= requests / 8, "{ctx}: draws per position {draws:?}");
+        // The fit can fail: position 1's tokens are not position 0's target, nor its draft's.
+        let counts = histogram(&emitted_at(&out, 1), VOCAB);
+        for wrong in [probs(&targets[0], case.t), probs(&draft(1, &targets[1]), case.t)] {
+            let fit = chi_square(&counts, &wrong);
+            assert!(fit.p_value < 1e-6, "{ctx}: position 1 fits a wrong distribution, p = {}", fit.p_value);
+        }
+    }
+}
