@@ -363,14 +363,14 @@ mod tests {
             GUMBEL_SAMPLE_FILTERED REJECTION_THRESHOLD REJECTION_STATS_FILTERED REJECTION_RESAMPLE_FILTERED
             GUMBEL_THRESHOLD_SEARCH REJECTION_THRESHOLD_SEARCH REJECTION_STATS_PROCESSED
             REJECTION_STATS_SMALL_PROCESSED REJECTION_STATS_FILTERED_PROCESSED REJECTION_BLOCK REJECTION_RATES
-            LOGPROBS_LSE LOGPROBS_TOP GUMBEL_COMBINE);
+            LOGPROBS_LSE LOGPROBS_TOP GUMBEL_COMBINE REJECTION_DECIDE_SHARDED REJECTION_COMBINE_SHARDED);
         assert_eq!(kernel_symbol!(GUMBEL_SAMPLE, Bf16, f32), "gumbel_sample_bf16_f32");
     }
 
     #[test]
     fn the_table() {
         let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
-        assert_eq!(all.len(), 18 * 9 + 3 * 3 + 2);
+        assert_eq!(all.len(), 18 * 9 + 3 * 3 + 4);
         let mut unique = all.clone();
         unique.sort();
         unique.dedup();

@@ -133,7 +133,17 @@ pub fn row_digest(slot: i32, temperature: f32, seed: u64, pos: u64, column: u32)
 /// and draft id, the request's first row and draft count.
 pub fn pair_digest(slot: i32, temperature: f32, seed: u64, pos: u64, draft: i32, row0: u32, drafts: u32) -> u32 {
     let seed_pos = [seed as u32, (seed >> 32) as u32, pos as u32, (pos >> 32) as u32];
-    fnv(&[slot as u32, temperature.to_bits(), seed_pos[0], seed_pos[1], seed_pos[2], seed_pos[3], draft as u32, row0, drafts])
+    fnv(&[
+        slot as u32,
+        temperature.to_bits(),
+        seed_pos[0],
+        seed_pos[1],
+        seed_pos[2],
+        seed_pos[3],
+        draft as u32,
+        row0,
+        drafts,
+    ])
 }
 
 /// FNV-1a over `words`, then a final mix, so that one bit moves many.

@@ -16,7 +16,9 @@ use crate::rejection::{RejectionOutput, RejectionSample, Verification};
 use crate::shard::{Exchange, Shard};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
 use specdec_core::dtype::DType;
-use specdec_core::layout::{LogprobsParams, MAX_SYNTHETIC_DRAFTS, POSITIONS_REJECTION, RUN, RatesParams, RejectionParams};
+use specdec_core::layout::{
+    LogprobsParams, MAX_SYNTHETIC_DRAFTS, POSITIONS_REJECTION, RUN, RatesParams, RejectionParams,
+};
 use specdec_core::{names, shard};
 
 impl Cuda {
@@ -92,11 +94,8 @@ impl Cuda {
         let requests = args.slots.len();
         let pairs = requests.saturating_mul(args.max_drafts.saturating_add(1));
         let fits = pairs <= ws.max_rows();
-        let lens = if fits {
-            [shard::pairs_message_bytes(pairs), shard::candidates_message_bytes(requests)]
-        } else {
-            [0, 0]
-        };
+        let lens =
+            if fits { [shard::pairs_message_bytes(pairs), shard::candidates_message_bytes(requests)] } else { [0, 0] };
         let messages = Messages { units: pairs, slot: lens[0].max(lens[1]), ranks };
         let mut rounds = Rounds { exchange, messages, lens, done: 0, header: shard::Header::default(), at: (0, 0) };
         let enqueued = ws.on(&self.stream).and_then(|_| ws.message_addresses(messages)).and_then(|at| {
@@ -378,7 +377,8 @@ impl Cuda {
         let block = block.as_ref().map(|(kernel, _)| kernel);
         if let Some(rounds) = sharded {
             let kernel = |k: KernelName| self.kernels.function(k.symbol(DType::F32, DType::F32));
-            let (decide, combine) = (kernel(names::REJECTION_DECIDE_SHARDED)?, kernel(names::REJECTION_COMBINE_SHARDED)?);
+            let (decide, combine) =
+                (kernel(names::REJECTION_DECIDE_SHARDED)?, kernel(names::REJECTION_COMBINE_SHARDED)?);
             (p.shard, p.shard_ranks) = (rounds.header, rounds.messages.ranks as u32);
             (p.send, p.recv) = rounds.at;
             // SAFETY: as below (no filters, no block verification:
@@ -387,12 +387,9 @@ impl Cuda {
             // pairs (`message_addresses`), each round's gathered on this
             // stream before the launch that reads it.
             return unsafe {
-                launch::sharded_rejection_sample(
-                    (rates, &stats, &decide, &resample, &combine),
-                    stream,
-                    p,
-                    || rounds.next(ws, false),
-                )
+                launch::sharded_rejection_sample((rates, &stats, &decide, &resample, &combine), stream, p, || {
+                    rounds.next(ws, false)
+                })
             };
         }
         unsafe { launch::rejection_sample((rates, threshold, &stats, block, &resample), stream, p)? };

@@ -526,10 +526,10 @@ fn balance_waves(rows: usize, wanted: usize, tiles: usize, slots: usize) -> usiz
 #[cfg(test)]
 mod tests {
     use super::{Split, Spread, balance_waves, entries, message_slot, small, split, threshold_split};
-    use specdec_core::shard;
     use crate::tensor::MAX_VOCAB;
     use specdec_core::layout::TILE;
     use specdec_core::layout::{SUMMARY_CHUNKS, THRESHOLD_CHUNK};
+    use specdec_core::shard;
 
     /// A rank's own message fits every message a call of `max_rows` rows
     /// (or pairs, or requests) sends.
