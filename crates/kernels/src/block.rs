@@ -8,7 +8,6 @@
 use crate::gpu::{self, WARP};
 use crate::shared;
 use specdec_core::argmax::{ArgMax, floor_key, floor_value};
-
 use specdec_core::layout::WARPS;
 
 /// A value that warps and blocks can reduce.

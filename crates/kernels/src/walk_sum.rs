@@ -109,13 +109,6 @@ impl WalkSum {
         self.max = f32::INFINITY;
     }
 
-    /// An [`ExpSum`] of this sum's maximum alone (its sums unread: for a
-    /// reduction of maxima beside [`block_sums`]).
-    #[inline(always)]
-    pub fn max_only(&self) -> ExpSum {
-        ExpSum::from_shares(self.max, i32::MIN, [0; GROUPS])
-    }
-
     /// Moves the sums down to a largest group `top >= self.top` in place
     /// (`ExpSum::aligned`): this thread's share of the block's sum.
     ///

@@ -105,10 +105,11 @@ impl<const KIND: u32> Reduce for Row<KIND> {
         Row(out)
     }
 
-    /// A sampling row's head: the maxima by `redux.sync`, the overlap rescaled to the warp's centre once and added by a butterfly
-    /// (pass 1's block reductions and the decision's gathers, at a small
-    /// batch a chain the call waits on, where a butterfly of `combine` would
-    /// rescale it on every level).
+    /// A sampling row's head: the maxima by `redux.sync`, the overlap
+    /// rescaled to the warp's centre once and added by a butterfly (pass 1's
+    /// block reductions and the decision's gathers, at a small batch a chain
+    /// the call waits on, where a butterfly of `combine` would rescale it on
+    /// every level).
     #[inline(always)]
     unsafe fn warp_all(self) -> Row<KIND> {
         if KIND == GREEDY_ROW {
