@@ -55,9 +55,9 @@
 //! its target row.
 //!
 //! Sharded cases (`sharded` in their names; `--only sharded` alone): the
-//! vocab-parallel `gumbel_sample` at `P = 2` on this one GPU beside the
-//! unsharded call, no graph, and the bytes each rank exchanges, printed and
-//! written to `$OUT/sharded.md` (see `gpu/sharded.rs`).
+//! vocab-parallel `gumbel_sample` and `rejection_sample` at `P = 2` on this
+//! one GPU beside the unsharded calls, no graph, and the bytes each rank
+//! exchanges, printed and written to `$OUT/sharded.md` (see `gpu/sharded.rs`).
 //!
 //! Host time per call (`host time` cases, last; `--only host` alone): the
 //! CPU time of one `Cuda::gumbel_sample` (random, one row of V = 151936) and
@@ -1381,7 +1381,8 @@ fn main() {
     if sharded::wanted(&options) {
         // Its ranks read the buffers on streams of their own.
         s.synchronize().unwrap_or_else(setup);
-        let md = sharded::markdown(&sharded::run(&bench.cuda, &bench.buf, &options));
+        let (drafts, _) = bench.draft_tokens(V_MAIN);
+        let md = sharded::markdown(&sharded::run(&bench.cuda, &bench.buf, &drafts, &options));
         println!("{md}");
         if let Ok(dir) = std::env::var("OUT") {
             std::fs::create_dir_all(&dir)

@@ -1,86 +1,189 @@
-//! The sharded cases (`sharded` in their names; `--only sharded` alone):
+//! The sharded cases (`sharded` in their names; `--only sharded` alone),
+//! `P = 2` ranks on this one GPU (a stream and a thread each,
+//! `shard::InProcessCuda`), each against the unsharded call, side by side:
 //! vocab-parallel `gumbel_sample` (REFERENCE §9) random at `T`, f32 logits
-//! of `V_MAIN`, `P = 2` ranks on this one GPU (a stream and a thread each,
-//! `shard::InProcessCuda`), against the unsharded call, side by side.
+//! of `V_MAIN`; and `rejection_sample` of `B` requests of `SHARDED_K` drafts,
+//! f32 target and bf16 draft logits of `V_MAIN` at `T` (the main grid's
+//! bf16-draft verification, drafts sampled from the draft logits).
 //!
 //! Neither runs in a CUDA graph (the in-process exchange meets on the host),
 //! so both are timed alike: CUDA events on rank 0's stream (the unsharded
 //! call's own) around `SHARDED_CALLS` calls back to back, L2 not flushed,
 //! the median of `SHARDED_ROUNDS` rounds per call. Rank `r` reads its ids
-//! of the shared logits buffer in place (`Logits` of `V_r` ids at row stride
-//! `V`). Each rank sends `32 + 16·rows` bytes a call and receives `P` times
-//! as much; an all-gather of the logits rows instead moves `(P − 1)/P` of
-//! `4·rows·V` bytes into each rank.
+//! of the shared logits buffers in place (`Logits` of `V_r` ids at row
+//! stride `V`, draft logits of width `V_r`). Each rank sends `32 + 16·rows`
+//! bytes a `gumbel_sample` call, `32 + 160·B·(K+1)` then `16 + 16·B` a
+//! verification, and receives `P` times as much; an all-gather of the
+//! target logits rows instead moves `(P − 1)/P` of `4·rows·V` bytes into
+//! each rank.
 
-use super::{Buffers, MAX_ROWS, Options, V_MAIN, fail, setup};
+use super::{Buffers, MAX_ROWS, Options, T, V_MAIN, VERIFY_SLOTS, fail, setup};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, CudaStream};
 use specdec::shard::{InProcessCuda, Shard};
-use specdec::{Cuda, GumbelOutput, GumbelSample, Logits, SamplingParams, Workspace};
-use specdec_core::shard::message_bytes;
+use specdec::{
+    Cuda, DraftLogits, DraftLogitsShape, GumbelOutput, GumbelSample, Logits, RejectionOutput, RejectionSample,
+    SamplingParams, Verification, Workspace,
+};
+use specdec_core::shard::{candidates_message_bytes, message_bytes, pairs_message_bytes};
 use std::fmt::Write as _;
 use std::sync::{Arc, Barrier};
 
 const SHARDED_ROWS: [usize; 4] = [1, 64, 256, 1024];
+const SHARDED_REQUESTS: [usize; 3] = [1, 64, 256];
+const SHARDED_K: usize = 7;
 const SHARDED_RANKS: usize = 2;
 const SHARDED_CALLS: usize = 20;
 const SHARDED_ROUNDS: usize = 9;
 
+/// A sharded case's call: `gumbel_sample` of `rows` rows, or verification
+/// of `requests` requests of `SHARDED_K` drafts.
+#[derive(Clone, Copy)]
+pub enum Call {
+    Sample { rows: usize },
+    Verify { requests: usize },
+}
+
+impl Call {
+    fn name(self) -> String {
+        match self {
+            Call::Sample { rows } => {
+                format!("sharded gumbel_sample random f32 V={V_MAIN} rows={rows} P={SHARDED_RANKS}")
+            }
+            Call::Verify { requests } => format!(
+                "sharded rejection_sample bf16-draft f32 B={requests} K={SHARDED_K} V={V_MAIN} T={T} P={SHARDED_RANKS}"
+            ),
+        }
+    }
+
+    /// Rows of target logits the call reads.
+    fn rows(self) -> usize {
+        match self {
+            Call::Sample { rows } => rows,
+            Call::Verify { requests } => requests * (SHARDED_K + 1),
+        }
+    }
+
+    /// Bytes each rank sends a call, all its exchanges together.
+    pub fn send_bytes(self) -> usize {
+        match self {
+            Call::Sample { rows } => message_bytes(rows),
+            Call::Verify { requests } => pairs_message_bytes(self.rows()) + candidates_message_bytes(requests),
+        }
+    }
+
+    fn all() -> impl Iterator<Item = Call> {
+        let sample = SHARDED_ROWS.into_iter().map(|rows| Call::Sample { rows });
+        sample.chain(SHARDED_REQUESTS.into_iter().map(|requests| Call::Verify { requests }))
+    }
+}
+
 /// One sharded case and the unsharded call beside it.
 pub struct ShardedCase {
-    pub name: String,
-    pub rows: usize,
+    pub call: Call,
     pub unsharded_us: f64,
     pub sharded_us: f64,
 }
 
-impl ShardedCase {
-    /// Bytes each rank sends a call (its message).
-    pub fn send_bytes(&self) -> usize {
-        message_bytes(self.rows)
-    }
-}
-
-/// The name of the case of `rows` rows.
-fn name(rows: usize) -> String {
-    format!("sharded gumbel_sample random f32 V={V_MAIN} rows={rows} P={SHARDED_RANKS}")
-}
-
 /// Whether `--only` keeps any sharded case.
 pub fn wanted(options: &Options) -> bool {
-    SHARDED_ROWS.iter().any(|&rows| options.wants(&name(rows)))
+    Call::all().any(|call| options.wants(&call.name()))
 }
 
-/// Rank `rank`'s ids of a row: halves, the first a multiple of 4 ids long.
+/// Rank `rank`'s ids of a row: halves, the first a multiple of 16 ids long
+/// (verification's shards start on its runs of 16 ids, `layout::RUN`).
 fn shard(rank: usize) -> (Shard, usize) {
-    let half = V_MAIN / SHARDED_RANKS / 4 * 4;
+    let half = V_MAIN / SHARDED_RANKS / 16 * 16;
     let offset = rank * half;
     let ids = if rank + 1 == SHARDED_RANKS { V_MAIN - offset } else { half };
     (Shard { offset, vocab: V_MAIN }, ids)
 }
 
-/// One call over `rows` rows of `ids` ids from `offset` of the shared logits,
+/// A call's outputs copied back: tokens, then (verification) `num_emitted`.
+type Outputs = (Vec<i32>, Vec<i32>);
+
+/// A call's device inputs beyond `Buffers` and its outputs.
+struct Io {
+    /// Verification: request offsets and draft ids (empty for sampling).
+    offsets: CudaSlice<i32>,
+    drafts: CudaSlice<i32>,
+    tokens: CudaSlice<i32>,
+    num_emitted: CudaSlice<i32>,
+}
+
+impl Io {
+    fn new(stream: &Arc<CudaStream>, call: Call, drafts: &[i32]) -> Io {
+        let (requests, rows) = match call {
+            Call::Sample { rows } => (0, rows),
+            Call::Verify { requests } => (requests, call.rows()),
+        };
+        let offsets: Vec<i32> = (0..=requests as i32).map(|r| r * (SHARDED_K as i32 + 1)).collect();
+        let verify = matches!(call, Call::Verify { .. });
+        Io {
+            offsets: stream.clone_htod(&offsets).unwrap_or_else(setup),
+            drafts: stream.clone_htod(if verify { &drafts[..rows] } else { &[0] }).unwrap_or_else(setup),
+            tokens: stream.alloc_zeros::<i32>(rows).unwrap_or_else(setup),
+            num_emitted: stream.alloc_zeros::<i32>(requests.max(1)).unwrap_or_else(setup),
+        }
+    }
+
+    fn outputs(&self, stream: &Arc<CudaStream>) -> Outputs {
+        (
+            stream.clone_dtoh(&self.tokens).unwrap_or_else(setup),
+            stream.clone_dtoh(&self.num_emitted).unwrap_or_else(setup),
+        )
+    }
+}
+
+/// One `call` over ids `ids` from `shard.offset` of the shared buffers,
 /// on `cuda`'s stream: sharded through `exchange` where given.
 fn call(
     (cuda, ws, buf): (&Cuda, &mut Workspace, &Buffers),
-    rows: usize,
+    call: Call,
     (shard, ids): (Shard, usize),
     exchange: Option<&mut InProcessCuda>,
-    tokens: &mut CudaSlice<i32>,
+    io: &mut Io,
 ) {
+    let rows = call.rows();
     let logits = Logits { row_stride: V_MAIN, ..Logits::new(buf.logits.slice(shard.offset..), rows, ids) };
-    let args = GumbelSample::new(
-        logits,
-        buf.slots.slice(..rows),
-        buf.pos.slice(..rows),
-        SamplingParams::new(&buf.random, &buf.seeds),
-    );
-    let mut out = GumbelOutput::new(&mut *tokens);
-    let result = match exchange {
-        Some(x) => cuda.sharded_gumbel_sample(ws, shard, x, &args, &mut out),
-        None => cuda.gumbel_sample(ws, &args, &mut out),
+    let result = match call {
+        Call::Sample { .. } => {
+            let args = GumbelSample::new(
+                logits,
+                buf.slots.slice(..rows),
+                buf.pos.slice(..rows),
+                SamplingParams::new(&buf.random, &buf.seeds),
+            );
+            let mut out = GumbelOutput::new(&mut io.tokens);
+            match exchange {
+                Some(x) => cuda.sharded_gumbel_sample(ws, shard, x, &args, &mut out),
+                None => cuda.gumbel_sample(ws, &args, &mut out),
+            }
+        }
+        Call::Verify { requests } => {
+            // Draft `i` of request `r` is row `r·(K+1) + i` of the draft buffer, beside its target row.
+            let k = SHARDED_K;
+            let shape =
+                DraftLogitsShape { slots: VERIFY_SLOTS, k, width: ids, stride0: (k + 1) * V_MAIN, stride1: V_MAIN };
+            let args = RejectionSample {
+                target: logits,
+                offsets: io.offsets.as_view(),
+                drafts: io.drafts.as_view(),
+                slots: buf.slots.slice(..requests),
+                pos: buf.pos.slice(..rows),
+                params: SamplingParams::new(buf.random.slice(..VERIFY_SLOTS), buf.seeds.slice(..VERIFY_SLOTS)),
+                max_drafts: k,
+                verification: Verification::Token,
+                draft_logits: Some(DraftLogits::new(buf.draft.slice(shard.offset..), shape)),
+            };
+            let mut out = RejectionOutput::new(&mut io.tokens, &mut io.num_emitted);
+            match exchange {
+                Some(x) => cuda.sharded_rejection_sample(ws, shard, x, &args, &mut out),
+                None => cuda.rejection_sample(ws, &args, &mut out),
+            }
+        }
     };
-    result.unwrap_or_else(|e| fail(&name(rows), e));
+    result.unwrap_or_else(|e| fail(&call.name(), e));
 }
 
 /// Median µs of one of `SHARDED_CALLS` calls back to back, `enqueue`
@@ -105,23 +208,24 @@ fn median_us(stream: &Arc<CudaStream>, meet: impl Fn(), mut enqueue: impl FnMut(
 }
 
 /// Every sharded case `options` keeps, on `cuda`'s device, reading `buf`
-/// (whose buffers no other stream writes meanwhile), and its check: every
-/// rank's tokens are the unsharded call's.
-pub fn run(cuda: &Cuda, buf: &Buffers, options: &Options) -> Vec<ShardedCase> {
+/// (whose buffers no other stream writes meanwhile) and, for verification,
+/// draft ids `drafts` (a row's each), and its check: every rank's outputs
+/// are the unsharded call's.
+pub fn run(cuda: &Cuda, buf: &Buffers, drafts: &[i32], options: &Options) -> Vec<ShardedCase> {
     let ctx = cuda.stream().context().clone();
     let streams: Vec<Arc<CudaStream>> = (0..SHARDED_RANKS).map(|_| ctx.new_stream().unwrap_or_else(setup)).collect();
     let ranks: Vec<Cuda> = streams.iter().map(|s| Cuda::new(s.clone()).unwrap_or_else(setup)).collect();
     let mut cases = Vec::new();
-    for rows in SHARDED_ROWS.into_iter().filter(|&rows| options.wants(&name(rows))) {
+    for c in Call::all().filter(|c| options.wants(&c.name())) {
+        let rows = c.rows();
         assert!(rows <= MAX_ROWS);
         let whole = (Shard { offset: 0, vocab: V_MAIN }, V_MAIN);
         let mut ws = ranks[0].workspace(rows).unwrap_or_else(setup);
-        let mut want = streams[0].alloc_zeros::<i32>(rows).unwrap_or_else(setup);
-        let unsharded_us =
-            median_us(&streams[0], || {}, || call((&ranks[0], &mut ws, buf), rows, whole, None, &mut want));
-        let want = streams[0].clone_dtoh(&want).unwrap_or_else(setup);
+        let mut io = Io::new(&streams[0], c, drafts);
+        let unsharded_us = median_us(&streams[0], || {}, || call((&ranks[0], &mut ws, buf), c, whole, None, &mut io));
+        let want = io.outputs(&streams[0]);
         let barrier = Barrier::new(SHARDED_RANKS);
-        let results: Vec<(f64, Vec<i32>)> = std::thread::scope(|s| {
+        let results: Vec<(f64, Outputs)> = std::thread::scope(|s| {
             let handles: Vec<_> = InProcessCuda::group(streams.clone())
                 .into_iter()
                 .zip(&ranks)
@@ -131,26 +235,26 @@ pub fn run(cuda: &Cuda, buf: &Buffers, options: &Options) -> Vec<ShardedCase> {
                     s.spawn(move || {
                         let stream = exchange.stream().clone();
                         let mut ws = rank.sharded_workspace(rows, SHARDED_RANKS).unwrap_or_else(setup);
-                        let mut tokens = stream.alloc_zeros::<i32>(rows).unwrap_or_else(setup);
+                        let mut io = Io::new(&stream, c, drafts);
                         let us = median_us(
                             &stream,
                             || {
                                 barrier.wait();
                             },
-                            || call((rank, &mut ws, buf), rows, shard(r), Some(&mut exchange), &mut tokens),
+                            || call((rank, &mut ws, buf), c, shard(r), Some(&mut exchange), &mut io),
                         );
-                        (us, stream.clone_dtoh(&tokens).unwrap_or_else(setup))
+                        (us, io.outputs(&stream))
                     })
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().expect("a rank")).collect()
         });
-        for (r, (_, tokens)) in results.iter().enumerate() {
-            if *tokens != want {
-                fail(&name(rows), format!("rank {r}'s tokens are not the unsharded call's"));
+        for (r, (_, outputs)) in results.iter().enumerate() {
+            if *outputs != want {
+                fail(&c.name(), format!("rank {r}'s outputs are not the unsharded call's"));
             }
         }
-        cases.push(ShardedCase { name: name(rows), rows, unsharded_us, sharded_us: results[0].0 });
+        cases.push(ShardedCase { call: c, unsharded_us, sharded_us: results[0].0 });
     }
     cases
 }
@@ -160,15 +264,15 @@ pub fn markdown(cases: &[ShardedCase]) -> String {
     let mut md = format!(
         "\n## Sharded cases (P = {SHARDED_RANKS} on one GPU, no graph, L2 warm, median of {SHARDED_ROUNDS} rounds of \
          {SHARDED_CALLS} calls)\n\n| case | unsharded µs | sharded µs | ratio | sent / received a rank (B) | \
-         all-gather of f32 logits a rank (B) |\n| --- | ---: | ---: | ---: | ---: | ---: |\n"
+         all-gather of f32 target logits a rank (B) |\n| --- | ---: | ---: | ---: | ---: | ---: |\n"
     );
     for c in cases {
-        let gather = (SHARDED_RANKS - 1) * 4 * c.rows * V_MAIN / SHARDED_RANKS;
-        let (sent, received) = (c.send_bytes(), SHARDED_RANKS * c.send_bytes());
+        let gather = (SHARDED_RANKS - 1) * 4 * c.call.rows() * V_MAIN / SHARDED_RANKS;
+        let (sent, received) = (c.call.send_bytes(), SHARDED_RANKS * c.call.send_bytes());
         let _ = writeln!(
             md,
             "| {} | {:.1} | {:.1} | {:.2} | {sent} / {received} | {gather} |",
-            c.name,
+            c.call.name(),
             c.unsharded_us,
             c.sharded_us,
             c.sharded_us / c.unsharded_us
