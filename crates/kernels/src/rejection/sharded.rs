@@ -188,10 +188,22 @@ unsafe fn combine_ranks(p: &RejectionParams, pair: u32, kind: u32, unfit: bool) 
     // SAFETY (all): q < ranks: rank q's record of the pair, inside `recv`
     // (caller), 16-byte aligned (messages of multiples of 16 bytes).
     let record = |q: u32| unsafe { first.add(q as usize * len) as *const PairRecord };
-    let sum = |field: usize| unsafe { gather_sum(first, len, ranks, offset_of!(PairRecord, stats) + field) };
-    let (target, draft) = (sum(offset_of!(Stats, target)), sum(offset_of!(Stats, draft)));
+    let mine = gpu::thread_idx_x() % WARP;
+    // SAFETY: stats holds requests·(K+1)·chunks entries (workspace).
+    let entry = unsafe { (p.stats as *mut Stats).add(pair as usize * p.chunks as usize) };
+    // Each sum written as soon as it is gathered (one `ExpSum` live at a
+    // time; a whole `Stats` would go through local memory).
+    // SAFETY (all): the whole warp (caller); `field` an `ExpSum` field of `Stats`.
+    let sum_into = |field: usize| unsafe {
+        let sum = gather_sum(first, len, ranks, offset_of!(PairRecord, stats) + field);
+        if mine == 0 {
+            ((entry as *mut u8).add(field) as *mut ExpSum).write(sum);
+        }
+    };
+    sum_into(offset_of!(Stats, target));
+    sum_into(offset_of!(Stats, draft));
     let digest = |q: u32| unsafe { (*record(q)).digest };
-    let (mine, ours) = (gpu::thread_idx_x() % WARP, digest(0));
+    let ours = digest(0);
     let (mut head, mut differ) = (Head::IDENTITY, false);
     let mut q = mine;
     while q < ranks {
@@ -207,12 +219,8 @@ unsafe fn combine_ranks(p: &RejectionParams, pair: u32, kind: u32, unfit: bool) 
     };
     let flags = head.flags | if unfit || differ { INVALID_SHARD } else { 0 };
     if mine == 0 {
-        // SAFETY: stats holds requests·(K+1)·chunks entries (workspace); a
-        // field at a time, where a whole `Stats` would go through local memory.
+        // SAFETY: the pair's entry, a field at a time (as above).
         unsafe {
-            let entry = (p.stats as *mut Stats).add(pair as usize * p.chunks as usize);
-            (&raw mut (*entry).target).write(target);
-            (&raw mut (*entry).draft).write(draft);
             (&raw mut (*entry).best).write(head.best);
             (&raw mut (*entry).flags).write(flags);
             (&raw mut (*entry).overlap).write(head.overlap);
