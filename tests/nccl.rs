@@ -2,10 +2,10 @@
 //! `docs/VOCAB_PARALLEL.md` §5), with the `gpu` feature (candle links the CUDA
 //! libraries, NCCL among them, so this binary needs the GPU machine's:
 //! `cuda-libs.sh` finds PyTorch's): one rank of a communicator gathers its
-//! own bytes, and a sharded `gumbel_sample` over it, eager and captured in a
-//! CUDA graph, is the unsharded call; two ranks on two GPUs (ignored: run
-//! with `--ignored` where there are two). (Without a library, `Nccl` is a
-//! typed error: `tests/sharded.rs`.)
+//! own bytes, and a sharded `gumbel_sample` and `rejection_sample` over it,
+//! eager and captured in a CUDA graph, are the unsharded calls; two ranks on
+//! two GPUs (ignored: run with `--ignored` where there are two). (Without a
+//! library, `Nccl` is a typed error: `tests/sharded.rs`.)
 #![cfg(feature = "gpu")]
 
 #[test]
@@ -115,6 +115,89 @@ fn two_nccl_ranks_on_two_gpus_are_the_unsharded_call() {
         });
         for (r, result) in got.into_iter().enumerate() {
             assert_eq!(result.unwrap_or_else(|e| panic!("V {vocab} rank {r}: {e}")), want, "V {vocab} rank {r}");
+        }
+    }
+}
+
+/// A sharded `rejection_sample` of one NCCL rank (the whole row) is the
+/// unsharded call, eagerly and as a CUDA graph captured once and replayed:
+/// pass 1, both all-gathers, the decision, pass 2 and the combine capture
+/// together (no host synchronisation inside the call).
+#[test]
+fn a_one_rank_nccl_verify_is_the_unsharded_call_eager_and_captured() {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    use specdec::DType;
+    use specdec::shard::{Nccl, Shard};
+    use specdec_suite::drafting::{RandomSpec, random_verify};
+    use specdec_suite::inputs::Rng;
+    use specdec_suite::sharding::add_specials;
+
+    let cuda = specdec_suite::cuda_device();
+    // SAFETY: as in the `gumbel_sample` test above.
+    unsafe { cuda.stream().context().disable_event_tracking() };
+    let mut rng = Rng::new(53);
+    let mut v = random_verify(&mut rng, RandomSpec::new(4097, 12, 4, DType::F32, Some(DType::BF16)));
+    add_specials(&mut v, &mut rng);
+    let rows = v.requests() * (v.max_drafts + 1);
+    let want = v.run_device(&cuda, &mut cuda.workspace(rows).expect("a workspace")).expect("unsharded");
+    let s = cuda.stream().clone();
+    let mut nccl = Nccl::join(s.clone(), 0, 1, Nccl::unique_id().expect("an id")).expect("a communicator");
+    let mut ws = cuda.sharded_workspace(rows, 1).expect("a workspace");
+    let shard = Shard { offset: 0, vocab: v.vocab };
+    assert_eq!(v.run_device_sharded(&cuda, &mut ws, shard, &mut nccl).expect("the eager call"), want, "eager");
+    let captured = v.run_device_with(&cuda, |call, out| {
+        s.synchronize()?;
+        s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        let launched = cuda.sharded_rejection_sample(&mut ws, shard, &mut nccl, call, out);
+        let graph = s.end_capture(CUgraphInstantiate_flags(0));
+        launched?;
+        let graph = graph?.expect("end_capture gives a graph (a synchronising call inside invalidates it)");
+        for _ in 0..3 {
+            graph.launch()?;
+        }
+        Ok(())
+    });
+    assert_eq!(captured.expect("the captured call"), want, "captured and replayed");
+}
+
+/// `P = 2` NCCL ranks, a GPU and a thread each, verify exactly as the
+/// unsharded call on GPU 0 (VOCAB_PARALLEL §6 step 6).
+#[test]
+#[ignore = "needs two GPUs: run with --ignored on a machine of several"]
+fn two_nccl_ranks_on_two_gpus_verify_as_the_unsharded_call() {
+    use specdec::shard::Nccl;
+    use specdec::{Cuda, DType};
+    use specdec_suite::drafting::{RandomSpec, random_verify};
+    use specdec_suite::inputs::Rng;
+    use specdec_suite::sharding::{add_specials, ids, rank_verify, run_shards};
+
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(54);
+    for (vocab, requests, draft) in
+        [(151_936, 16, Some(DType::BF16)), (151_936, 16, None), (4097, 24, Some(DType::F32))]
+    {
+        let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, 7, DType::BF16, draft));
+        add_specials(&mut v, &mut rng);
+        let rows = v.requests() * (v.max_drafts + 1);
+        let want = v.run_device(&cuda, &mut cuda.workspace(rows).expect("a workspace")).expect("unsharded");
+        let (shards, id) = (run_shards(vocab, 2, &mut rng), Nccl::unique_id().expect("an id"));
+        let got: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..2)
+                .map(|r| {
+                    let (v, shards) = (&v, &shards);
+                    s.spawn(move || {
+                        let rank = Cuda::on_device(r).unwrap_or_else(|e| panic!("GPU {r}: {e}"));
+                        let mut nccl = Nccl::join(rank.stream().clone(), r, 2, id).expect("a communicator");
+                        let mut ws = rank.sharded_workspace(rows, 2).expect("a workspace");
+                        rank_verify(v, ids(shards, r)).run_device_sharded(&rank, &mut ws, shards[r], &mut nccl)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a rank")).collect()
+        });
+        for (r, result) in got.into_iter().enumerate() {
+            let ctx = format!("V {vocab}, draft {draft:?}, rank {r}");
+            assert_eq!(result.unwrap_or_else(|e| panic!("{ctx}: {e}")), want, "{ctx}");
         }
     }
 }

@@ -16,7 +16,7 @@ use specdec_suite::drafting::{
 use specdec_suite::filters::filtered_probs;
 use specdec_suite::inputs::{Rng, histogram};
 use specdec_suite::sharding::{
-    Coverage, add_empty_rows, add_specials, run_sharded_logprobs, run_sharded_verify, shards,
+    Coverage, VERIFY_DTYPES, add_empty_rows, add_specials, run_sharded_logprobs, run_sharded_verify, shards,
 };
 use specdec_suite::verify::Asked;
 use specdec_suite::{FilterTable, Verified, Verify, chi_square};
@@ -39,15 +39,7 @@ fn check_equal(v: &Verify, shards: &[Shard], ctx: &str) -> Verified {
 fn sharded_verification_is_the_unsharded_one() {
     let mut rng = Rng::new(0x31_5A);
     let mut coverage = Coverage::default();
-    let kinds = [
-        (DType::F32, None),
-        (DType::F32, Some(DType::F32)),
-        (DType::BF16, Some(DType::BF16)),
-        (DType::F16, Some(DType::F32)),
-        (DType::F32, Some(DType::F16)),
-        (DType::BF16, None),
-    ];
-    for (target, draft) in kinds {
+    for (target, draft) in VERIFY_DTYPES {
         for (vocab, requests) in [(37, 24), (1000, 16), (4097, 8), (151_936, 3)] {
             for ranks in [1, 2, 3, 8] {
                 for verification in [Verification::Token, Verification::Block] {

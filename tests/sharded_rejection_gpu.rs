@@ -17,7 +17,7 @@ use specdec_suite::drafting::{
 };
 use specdec_suite::inputs::{Rng, histogram};
 use specdec_suite::sharding::{
-    Coverage, RUN, add_empty_rows, add_specials, rank_verify, run_sharded_verify_device, run_shards,
+    Coverage, RUN, VERIFY_DTYPES, add_empty_rows, add_specials, rank_verify, run_sharded_verify_device, run_shards,
 };
 use specdec_suite::{FilterTable, Verified, Verify, chi_square, gpu_sized};
 
@@ -47,16 +47,7 @@ fn sharded_verification_is_the_unsharded_one() {
     let cuda = specdec_suite::cuda_device();
     let mut rng = Rng::new(0x6A_5A);
     let mut coverage = Coverage::default();
-    let kinds = [
-        (DType::F32, None),
-        (DType::F32, Some(DType::F32)),
-        (DType::BF16, Some(DType::BF16)),
-        (DType::F16, Some(DType::F32)),
-        (DType::F32, Some(DType::F16)),
-        (DType::BF16, None),
-        (DType::F16, None),
-    ];
-    for (c, (target, draft)) in kinds.into_iter().enumerate() {
+    for (c, (target, draft)) in VERIFY_DTYPES.into_iter().enumerate() {
         for (vocab, requests) in [(37usize, 24), (1000, 16), (4097, 8), (151_936, 3)] {
             for ranks in [1, 2, 3, 8].into_iter().filter(|&p| vocab.div_ceil(RUN) >= p) {
                 let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft));

@@ -145,6 +145,19 @@ pub fn rank_batch(batch: &Batch, range: Range<usize>) -> Batch {
 /// What a rank's padding columns hold: a logit no id of the row comes near.
 const PAST_ROW: f32 = 1e30;
 
+/// The (target, draft logits) dtypes sharded verification is checked with:
+/// every target dtype one-hot, and draft logits of every dtype, equal to
+/// the target's or not.
+pub const VERIFY_DTYPES: [(DType, Option<DType>); 7] = [
+    (DType::F32, None),
+    (DType::F32, Some(DType::F32)),
+    (DType::BF16, Some(DType::BF16)),
+    (DType::F16, Some(DType::F32)),
+    (DType::F32, Some(DType::F16)),
+    (DType::BF16, None),
+    (DType::F16, None),
+];
+
 /// A NaN (or, more rarely, a `+inf`) at a random id of some target rows and
 /// some draft rows.
 pub fn add_specials(v: &mut Verify, rng: &mut Rng) {

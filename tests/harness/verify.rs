@@ -281,8 +281,9 @@ impl Verify {
         self.run_device_with(cuda, |call, out| cuda.sharded_rejection_sample(ws, shard, exchange, call, out))
     }
 
-    /// [`Verify::run_device`], the call made by `call_fn` on `cuda`'s stream.
-    fn run_device_with(
+    /// [`Verify::run_device`], the call made by `call_fn` on `cuda`'s stream
+    /// (which may capture it in a CUDA graph and replay that).
+    pub fn run_device_with(
         &self,
         cuda: &Cuda,
         call_fn: impl FnOnce(&RejectionSample<'_, Device>, &mut RejectionOutput<'_, Device>) -> specdec::Result<()>,
