@@ -58,6 +58,9 @@
 //! vocab-parallel `gumbel_sample` and `rejection_sample` at `P = 2` on this
 //! one GPU beside the unsharded calls, no graph, and the bytes each rank
 //! exchanges, printed and written to `$OUT/sharded.md` (see `gpu/sharded.rs`).
+//! The NCCL case (`--only nccl`): verification sharded across every GPU of
+//! the machine over NCCL against gathering the logits, then verifying, and
+//! against one GPU, written to `$OUT/nccl.md` (see `gpu/nccl.rs`).
 //!
 //! Host time per call (`host time` cases, last; `--only host` alone): the
 //! CPU time of one `Cuda::gumbel_sample` (random, one row of V = 151936) and
@@ -91,6 +94,8 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
 
+#[path = "gpu/nccl.rs"]
+mod nccl;
 #[path = "gpu/sharded.rs"]
 mod sharded;
 
@@ -1281,7 +1286,7 @@ impl Options {
             .collect();
         let grid: Vec<Spec> =
             all.into_iter().filter(|spec| self.wants(&spec.name()) || partners.contains(&spec.name())).collect();
-        if grid.is_empty() && self.host_specs().is_empty() && !sharded::wanted(self) {
+        if grid.is_empty() && self.host_specs().is_empty() && !sharded::wanted(self) && !nccl::wanted(self) {
             fail("arguments", format!("no case name contains any of {:?}", self.only));
         }
         grid
@@ -1387,6 +1392,17 @@ fn main() {
         if let Ok(dir) = std::env::var("OUT") {
             std::fs::create_dir_all(&dir)
                 .and_then(|()| std::fs::write(format!("{dir}/sharded.md"), &md))
+                .unwrap_or_else(setup);
+        }
+    }
+    if nccl::wanted(&options) {
+        s.synchronize().unwrap_or_else(setup);
+        let (drafts, _) = bench.draft_tokens(V_MAIN);
+        let md = nccl::markdown(&nccl::run(&bench.cuda, &bench.buf, &drafts));
+        println!("{md}");
+        if let Ok(dir) = std::env::var("OUT") {
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::write(format!("{dir}/nccl.md"), &md))
                 .unwrap_or_else(setup);
         }
     }

@@ -189,7 +189,7 @@ fn call(
 /// Median µs of one of `SHARDED_CALLS` calls back to back, `enqueue`
 /// enqueueing them on `stream` (rank 0's), over `SHARDED_ROUNDS` rounds
 /// after an untimed one; `meet` runs before each round's first event.
-fn median_us(stream: &Arc<CudaStream>, meet: impl Fn(), mut enqueue: impl FnMut()) -> f64 {
+pub(super) fn median_us(stream: &Arc<CudaStream>, meet: impl Fn(), mut enqueue: impl FnMut()) -> f64 {
     let mut times: Vec<f64> = (0..=SHARDED_ROUNDS)
         .map(|_| {
             meet();
