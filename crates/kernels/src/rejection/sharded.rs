@@ -207,7 +207,7 @@ unsafe fn combine_ranks(p: &RejectionParams, pair: u32, kind: u32, unfit: bool) 
     let (mut head, mut differ) = (Head::IDENTITY, false);
     let mut q = mine;
     while q < ranks {
-        let theirs = unsafe { tail_head(&raw const (*record(q)).stats, ExpSum::EMPTY, ExpSum::EMPTY) };
+        let theirs = unsafe { tail_head(&raw const (*record(q)).stats) };
         head = if kind == GREEDY_ROW { greedy(head, theirs) } else { sampled(head, theirs) };
         differ |= digest(q) != ours;
         q += WARP;

@@ -529,7 +529,7 @@ pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32, s
     // 16-byte aligned. Relaxed at device scope, as in `last_block::gather`.
     unsafe {
         let entry = row_entries(p, r, i);
-        let head = if kind == GREEDY_ROW { greedy_head(entry, entries_left(p, kind, sharded)) } else { tail_head(entry, ExpSum::EMPTY, ExpSum::EMPTY) };
+        let head = if kind == GREEDY_ROW { greedy_head(entry, entries_left(p, kind, sharded)) } else { tail_head(entry) };
         let lse = |field: usize| {
             if kind == GREEDY_ROW {
                 Lse::EMPTY
@@ -547,13 +547,14 @@ pub(super) unsafe fn row_stats(p: &RejectionParams, r: u32, i: u32, kind: u32, s
     }
 }
 
-/// The [`Head`] of the entry at `entry` whose sums are `target` and `draft`:
-/// its best, flags and overlap read as one 16-byte piece.
+/// The [`Head`] of the entry at `entry` without its sums' maxima (`-inf`,
+/// for a caller that needs none or sets them): its best, flags and overlap
+/// read as one 16-byte piece.
 ///
 /// # Safety
 /// `entry` is a published entry (relaxed load, as in `last_block::gather`).
 #[inline(always)]
-pub(super) unsafe fn tail_head(entry: *const Stats, target: ExpSum, draft: ExpSum) -> Head {
+pub(super) unsafe fn tail_head(entry: *const Stats) -> Head {
     const {
         let best = offset_of!(Stats, best);
         assert!(best % 16 == 0 && offset_of!(Stats, flags) == best + 8 && offset_of!(Stats, overlap) == best + 12)
@@ -561,8 +562,8 @@ pub(super) unsafe fn tail_head(entry: *const Stats, target: ExpSum, draft: ExpSu
     // SAFETY: inside the entry, 16-byte aligned (caller).
     let tail: [u32; 4] = unsafe { gpu::load_relaxed((entry as *const u8).add(offset_of!(Stats, best)) as *const [u32; 4]) };
     Head {
-        target_max: target.max(),
-        draft_max: draft.max(),
+        target_max: f32::NEG_INFINITY,
+        draft_max: f32::NEG_INFINITY,
         best: ArgMax { value: f32::from_bits(tail[0]), index: tail[1] },
         flags: tail[2],
         overlap: f32::from_bits(tail[3]),
@@ -614,8 +615,8 @@ unsafe fn combine<const KIND: u32>(entries: *mut Stats, n: u32) {
         // SAFETY: as above.
         let draft_max = f32::from_bits(unsafe { gpu::load_relaxed(piece(c, offset_of!(Stats, draft) + exp_sum::HEAD_OFFSET) as *const [u32; 4]) }[0]);
         // SAFETY: as above.
-        let h = unsafe { tail_head(entries.add(c as usize), t, ExpSum::EMPTY) };
-        head = head.combine(Row(Head { draft_max, ..h }));
+        let h = unsafe { tail_head(entries.add(c as usize)) };
+        head = head.combine(Row(Head { target_max: t.max(), draft_max, ..h }));
         target.combine(&t);
         c += BLOCK_THREADS;
     }
@@ -744,7 +745,7 @@ pub(super) unsafe fn row_flags(p: &RejectionParams, r: u32, i: u32, kind: u32, s
     let mut c = gpu::thread_idx_x() % WARP;
     while c < entries_left(p, kind, sharded) {
         // SAFETY: c < the row's entries left, each published (caller).
-        flags |= unsafe { tail_head(entries.add(c as usize), ExpSum::EMPTY, ExpSum::EMPTY) }.flags;
+        flags |= unsafe { tail_head(entries.add(c as usize)) }.flags;
         c += WARP;
     }
     // SAFETY: a full, converged warp (caller).
@@ -773,7 +774,7 @@ unsafe fn greedy_head(entries: *const Stats, n: u32) -> Head {
     let mut c = gpu::thread_idx_x() % WARP;
     while c < n {
         // SAFETY: c < n, a published entry (caller).
-        acc = acc.combine(Row(unsafe { tail_head(entries.add(c as usize), ExpSum::EMPTY, ExpSum::EMPTY) }));
+        acc = acc.combine(Row(unsafe { tail_head(entries.add(c as usize)) }));
         c += WARP;
     }
     // SAFETY: a full, converged warp (caller).
