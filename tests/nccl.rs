@@ -3,9 +3,10 @@
 //! libraries, NCCL among them, so this binary needs the GPU machine's:
 //! `cuda-libs.sh` finds PyTorch's): one rank of a communicator gathers its
 //! own bytes, and a sharded `gumbel_sample` and `rejection_sample` over it,
-//! eager and captured in a CUDA graph, are the unsharded calls; two ranks on
-//! two GPUs (ignored: run with `--ignored` where there are two). (Without a
-//! library, `Nccl` is a typed error: `tests/sharded.rs`.)
+//! eager and captured in a CUDA graph, are the unsharded calls; a rank on
+//! every GPU of the machine (ignored: run with `--ignored` where there are
+//! two or more). (Without a library, `Nccl` is a typed error:
+//! `tests/sharded.rs`.)
 #![cfg(feature = "gpu")]
 
 #[test]
@@ -80,30 +81,37 @@ fn a_one_rank_nccl_call_is_the_unsharded_call_eager_and_captured() {
     }
 }
 
-/// `P = 2` NCCL ranks, a GPU and a thread each, sample exactly as the
-/// unsharded call on GPU 0 (VOCAB_PARALLEL §6 step 6).
+/// The ranks of the multi-GPU tests: every GPU of the machine, two at least.
+fn gpu_ranks() -> usize {
+    let gpus = cudarc::driver::CudaContext::device_count().expect("the GPU count") as usize;
+    assert!(gpus >= 2, "this test needs two GPUs or more, and the machine has {gpus}");
+    gpus
+}
+
+/// `P` NCCL ranks (every GPU of the machine), a GPU and a thread each,
+/// sample exactly as the unsharded call on GPU 0 (VOCAB_PARALLEL §6 step 6).
 #[test]
-#[ignore = "needs two GPUs: run with --ignored on a machine of several"]
-fn two_nccl_ranks_on_two_gpus_are_the_unsharded_call() {
+#[ignore = "needs two GPUs or more: run with --ignored on a machine of several"]
+fn nccl_ranks_on_every_gpu_are_the_unsharded_call() {
     use specdec::shard::Nccl;
     use specdec::{Cuda, DType};
     use specdec_suite::inputs::Rng;
     use specdec_suite::sharding::{gumbel_rows, ids, rank_batch, shards};
 
-    let cuda = specdec_suite::cuda_device();
+    let (cuda, ranks) = (specdec_suite::cuda_device(), gpu_ranks());
     let mut rng = Rng::new(52);
     for (vocab, rows) in [(151_936, 64), (4097, 21)] {
         let b = gumbel_rows(vocab, rows, DType::BF16, &mut rng);
         let want = b.clone().run_device(&cuda, &mut cuda.workspace(rows).expect("a workspace")).expect("unsharded");
-        let (shards, id) = (shards(vocab, 2, &mut rng), Nccl::unique_id().expect("an id"));
+        let (shards, id) = (shards(vocab, ranks, &mut rng), Nccl::unique_id().expect("an id"));
         let got: Vec<_> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..2)
+            let handles: Vec<_> = (0..ranks)
                 .map(|r| {
                     let (b, shards) = (&b, &shards);
                     s.spawn(move || {
                         let rank = Cuda::on_device(r).unwrap_or_else(|e| panic!("GPU {r}: {e}"));
-                        let mut nccl = Nccl::join(rank.stream().clone(), r, 2, id).expect("a communicator");
-                        let mut ws = rank.sharded_workspace(rows, 2).expect("a workspace");
+                        let mut nccl = Nccl::join(rank.stream().clone(), r, ranks, id).expect("a communicator");
+                        let mut ws = rank.sharded_workspace(rows, ranks).expect("a workspace");
                         let mut mine = rank_batch(b, ids(shards, r));
                         mine.run_device_with(&rank, |call, out| {
                             rank.sharded_gumbel_sample(&mut ws, shards[r], &mut nccl, call, out)
@@ -160,18 +168,18 @@ fn a_one_rank_nccl_verify_is_the_unsharded_call_eager_and_captured() {
     assert_eq!(captured.expect("the captured call"), want, "captured and replayed");
 }
 
-/// `P = 2` NCCL ranks, a GPU and a thread each, verify exactly as the
-/// unsharded call on GPU 0 (VOCAB_PARALLEL §6 step 6).
+/// `P` NCCL ranks (every GPU of the machine), a GPU and a thread each,
+/// verify exactly as the unsharded call on GPU 0 (VOCAB_PARALLEL §6 step 6).
 #[test]
-#[ignore = "needs two GPUs: run with --ignored on a machine of several"]
-fn two_nccl_ranks_on_two_gpus_verify_as_the_unsharded_call() {
+#[ignore = "needs two GPUs or more: run with --ignored on a machine of several"]
+fn nccl_ranks_on_every_gpu_verify_as_the_unsharded_call() {
     use specdec::shard::Nccl;
     use specdec::{Cuda, DType};
     use specdec_suite::drafting::{RandomSpec, random_verify};
     use specdec_suite::inputs::Rng;
     use specdec_suite::sharding::{add_specials, ids, rank_verify, run_shards};
 
-    let cuda = specdec_suite::cuda_device();
+    let (cuda, ranks) = (specdec_suite::cuda_device(), gpu_ranks());
     let mut rng = Rng::new(54);
     for (vocab, requests, draft) in
         [(151_936, 16, Some(DType::BF16)), (151_936, 16, None), (4097, 24, Some(DType::F32))]
@@ -180,15 +188,15 @@ fn two_nccl_ranks_on_two_gpus_verify_as_the_unsharded_call() {
         add_specials(&mut v, &mut rng);
         let rows = v.requests() * (v.max_drafts + 1);
         let want = v.run_device(&cuda, &mut cuda.workspace(rows).expect("a workspace")).expect("unsharded");
-        let (shards, id) = (run_shards(vocab, 2, &mut rng), Nccl::unique_id().expect("an id"));
+        let (shards, id) = (run_shards(vocab, ranks, &mut rng), Nccl::unique_id().expect("an id"));
         let got: Vec<_> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..2)
+            let handles: Vec<_> = (0..ranks)
                 .map(|r| {
                     let (v, shards) = (&v, &shards);
                     s.spawn(move || {
                         let rank = Cuda::on_device(r).unwrap_or_else(|e| panic!("GPU {r}: {e}"));
-                        let mut nccl = Nccl::join(rank.stream().clone(), r, 2, id).expect("a communicator");
-                        let mut ws = rank.sharded_workspace(rows, 2).expect("a workspace");
+                        let mut nccl = Nccl::join(rank.stream().clone(), r, ranks, id).expect("a communicator");
+                        let mut ws = rank.sharded_workspace(rows, ranks).expect("a workspace");
                         rank_verify(v, ids(shards, r)).run_device_sharded(&rank, &mut ws, shards[r], &mut nccl)
                     })
                 })
@@ -196,7 +204,7 @@ fn two_nccl_ranks_on_two_gpus_verify_as_the_unsharded_call() {
             handles.into_iter().map(|h| h.join().expect("a rank")).collect()
         });
         for (r, result) in got.into_iter().enumerate() {
-            let ctx = format!("V {vocab}, draft {draft:?}, rank {r}");
+            let ctx = format!("V {vocab}, draft {draft:?}, rank {r} of {ranks}");
             assert_eq!(result.unwrap_or_else(|e| panic!("{ctx}: {e}")), want, "{ctx}");
         }
     }
