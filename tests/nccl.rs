@@ -88,13 +88,35 @@ fn gpu_ranks() -> usize {
     gpus
 }
 
+/// `rank(r, backend, nccl)` for ranks `0 .. ranks`, rank `r` on GPU `r` and
+/// a thread of its own, all joined in one NCCL communicator; the results in
+/// rank order.
+fn on_gpus<R: Send>(
+    ranks: usize,
+    rank: impl Fn(usize, &specdec::Cuda, &mut specdec::shard::Nccl) -> R + Sync,
+) -> Vec<R> {
+    use specdec::shard::Nccl;
+    let (id, rank) = (Nccl::unique_id().expect("an id"), &rank);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..ranks)
+            .map(|r| {
+                s.spawn(move || {
+                    let backend = specdec::Cuda::on_device(r).unwrap_or_else(|e| panic!("GPU {r}: {e}"));
+                    let mut nccl = Nccl::join(backend.stream().clone(), r, ranks, id).expect("a communicator");
+                    rank(r, &backend, &mut nccl)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a rank")).collect()
+    })
+}
+
 /// `P` NCCL ranks (every GPU of the machine), a GPU and a thread each,
 /// sample exactly as the unsharded call on GPU 0 (VOCAB_PARALLEL §6 step 6).
 #[test]
 #[ignore = "needs two GPUs or more: run with --ignored on a machine of several"]
 fn nccl_ranks_on_every_gpu_are_the_unsharded_call() {
-    use specdec::shard::Nccl;
-    use specdec::{Cuda, DType};
+    use specdec::DType;
     use specdec_suite::inputs::Rng;
     use specdec_suite::sharding::{gumbel_rows, ids, rank_batch, shards};
 
@@ -103,23 +125,11 @@ fn nccl_ranks_on_every_gpu_are_the_unsharded_call() {
     for (vocab, rows) in [(151_936, 64), (4097, 21)] {
         let b = gumbel_rows(vocab, rows, DType::BF16, &mut rng);
         let want = b.clone().run_device(&cuda, &mut cuda.workspace(rows).expect("a workspace")).expect("unsharded");
-        let (shards, id) = (shards(vocab, ranks, &mut rng), Nccl::unique_id().expect("an id"));
-        let got: Vec<_> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..ranks)
-                .map(|r| {
-                    let (b, shards) = (&b, &shards);
-                    s.spawn(move || {
-                        let rank = Cuda::on_device(r).unwrap_or_else(|e| panic!("GPU {r}: {e}"));
-                        let mut nccl = Nccl::join(rank.stream().clone(), r, ranks, id).expect("a communicator");
-                        let mut ws = rank.sharded_workspace(rows, ranks).expect("a workspace");
-                        let mut mine = rank_batch(b, ids(shards, r));
-                        mine.run_device_with(&rank, |call, out| {
-                            rank.sharded_gumbel_sample(&mut ws, shards[r], &mut nccl, call, out)
-                        })
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("a rank")).collect()
+        let shards = shards(vocab, ranks, &mut rng);
+        let got = on_gpus(ranks, |r, rank, nccl| {
+            let mut ws = rank.sharded_workspace(rows, ranks).expect("a workspace");
+            let mut mine = rank_batch(&b, ids(&shards, r));
+            mine.run_device_with(rank, |call, out| rank.sharded_gumbel_sample(&mut ws, shards[r], nccl, call, out))
         });
         for (r, result) in got.into_iter().enumerate() {
             assert_eq!(result.unwrap_or_else(|e| panic!("V {vocab} rank {r}: {e}")), want, "V {vocab} rank {r}");
@@ -173,8 +183,7 @@ fn a_one_rank_nccl_verify_is_the_unsharded_call_eager_and_captured() {
 #[test]
 #[ignore = "needs two GPUs or more: run with --ignored on a machine of several"]
 fn nccl_ranks_on_every_gpu_verify_as_the_unsharded_call() {
-    use specdec::shard::Nccl;
-    use specdec::{Cuda, DType};
+    use specdec::DType;
     use specdec_suite::drafting::{RandomSpec, random_verify};
     use specdec_suite::inputs::Rng;
     use specdec_suite::sharding::{add_specials, ids, rank_verify, run_shards};
@@ -188,20 +197,10 @@ fn nccl_ranks_on_every_gpu_verify_as_the_unsharded_call() {
         add_specials(&mut v, &mut rng);
         let rows = v.requests() * (v.max_drafts + 1);
         let want = v.run_device(&cuda, &mut cuda.workspace(rows).expect("a workspace")).expect("unsharded");
-        let (shards, id) = (run_shards(vocab, ranks, &mut rng), Nccl::unique_id().expect("an id"));
-        let got: Vec<_> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..ranks)
-                .map(|r| {
-                    let (v, shards) = (&v, &shards);
-                    s.spawn(move || {
-                        let rank = Cuda::on_device(r).unwrap_or_else(|e| panic!("GPU {r}: {e}"));
-                        let mut nccl = Nccl::join(rank.stream().clone(), r, ranks, id).expect("a communicator");
-                        let mut ws = rank.sharded_workspace(rows, ranks).expect("a workspace");
-                        rank_verify(v, ids(shards, r)).run_device_sharded(&rank, &mut ws, shards[r], &mut nccl)
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("a rank")).collect()
+        let shards = run_shards(vocab, ranks, &mut rng);
+        let got = on_gpus(ranks, |r, rank, nccl| {
+            let mut ws = rank.sharded_workspace(rows, ranks).expect("a workspace");
+            rank_verify(&v, ids(&shards, r)).run_device_sharded(rank, &mut ws, shards[r], nccl)
         });
         for (r, result) in got.into_iter().enumerate() {
             let ctx = format!("V {vocab}, draft {draft:?}, rank {r} of {ranks}");
