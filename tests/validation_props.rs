@@ -2,8 +2,9 @@
 //!
 //! Random calls of `gumbel_sample` and `rejection_sample` with shapes,
 //! strides (0, overlapping, overflowing), dtypes, lengths, slots, draft-logits
-//! columns, offsets, draft ids, temperatures, filter values and K that are
-//! often wrong: every call returns `Ok` or a typed error exactly as the rules
+//! columns, offsets, draft ids, temperatures, filter values, K and
+//! log-probability outputs (their lengths and top-n) that are often wrong:
+//! every call returns `Ok` or a typed error exactly as the rules
 //! say (a bad filter value: its own `InvalidTopK` / `InvalidTopP` /
 //! `InvalidMinP`), never panics,
 //! writes nothing outside the buffers it was given (canaries around every
@@ -22,7 +23,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 use specdec::{Backend, DType, DraftLogitsShape};
 use specdec_suite::batch::{ColumnSpec, Values};
-use specdec_suite::robust::{ChoiceList, GumbelCall, Outcome, RejectionCall};
+use specdec_suite::robust::{ChoiceList, GumbelCall, LogprobLens, Outcome, RejectionCall};
 use specdec_suite::{Batch, DraftLogitsSpec, Verify};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -155,8 +156,14 @@ fn a_bonus_row_reads_no_draft_column() {
     // q = p, so the draft is accepted (u < p/q = 1); one slot, one column.
     let shape = DraftLogitsShape::dense(1, 1, 4);
     verify.draft = Some((Values::from_f32(DType::F32, &row), shape));
-    let call =
-        RejectionCall { verify, tokens_len: 2, num_emitted_len: 1, accepted_len: Some(1), row_status_len: Some(2) };
+    let call = RejectionCall {
+        verify,
+        tokens_len: 2,
+        num_emitted_len: 1,
+        accepted_len: Some(1),
+        row_status_len: Some(2),
+        logprobs: LogprobLens::default(),
+    };
     assert_eq!(call.check(), Ok(()));
     assert_eq!(call.run(&Backend::cpu(), false).num_emitted, [2], "the draft is accepted, then a bonus token");
 }
@@ -174,7 +181,7 @@ fn interleaved_draft_rows_are_not_an_overlap() {
     batch.temperature = vec![0.0, 0.5];
     batch.seed = vec![1, 2];
     batch.draft_logits = Some(DraftLogitsSpec::strided(DType::F32, 2, 3, 1, 3, 2, ColumnSpec::All(1)));
-    let call = GumbelCall { batch, tokens_len: 2, row_status_len: Some(2) };
+    let call = GumbelCall { batch, tokens_len: 2, row_status_len: Some(2), logprobs: LogprobLens::default() };
     let run = call.run(&Backend::cpu(), false);
     assert_eq!(run.result, Ok(()), "an interleaved but disjoint draft-logits layout");
     assert_eq!(call.check(), Ok(()));

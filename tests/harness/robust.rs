@@ -34,8 +34,9 @@ use specdec::filter::Filter;
 use specdec::shard::{InProcess, Shard};
 use specdec::status::{NAN_LOGITS, temperature_is_valid};
 use specdec::{
-    Backend, Column, DType, DraftLogits, DraftLogitsMut, DraftLogitsShape, Error, Filters, GumbelOutput, GumbelSample,
-    Host, Logits, MAX_DRAFTS, MAX_VOCAB, RejectionOutput, RejectionSample, SamplingParams, Verification,
+    Backend, Column, DType, Distribution, DraftLogits, DraftLogitsMut, DraftLogitsShape, Error, Filters, GumbelOutput,
+    GumbelSample, Host, Logits, Logprobs, MAX_DRAFTS, MAX_TOP_LOGPROBS, MAX_VOCAB, RejectionOutput, RejectionSample,
+    SamplingParams, Verification,
 };
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -757,6 +758,7 @@ pub struct GumbelCall {
     pub tokens_len: usize,
     /// `None`: no row-status output.
     pub row_status_len: Option<usize>,
+    pub logprobs: LogprobLens,
 }
 
 /// What one run of a [`GumbelCall`] left in its outputs.
@@ -770,6 +772,7 @@ pub struct GumbelRun {
     pub tokens: Vec<i64>,
     pub row_status: Option<Vec<u32>>,
     pub draft_logits: Option<Values>,
+    pub logprobs: LogprobsRun,
 }
 
 impl GumbelCall {
@@ -804,6 +807,7 @@ impl GumbelCall {
         let tokens_i64 = c.below(2) == 1;
         let tokens_len = c.len_near(rows);
         let row_status_len = if c.one_in(4) { None } else { Some(c.len_near(rows)) };
+        let logprobs = LogprobLens::generate(c, rows);
         let batch = Batch {
             logits,
             rows,
@@ -818,7 +822,7 @@ impl GumbelCall {
             draft_logits,
             tokens_i64,
         };
-        GumbelCall { batch, tokens_len, row_status_len }
+        GumbelCall { batch, tokens_len, row_status_len, logprobs }
     }
 
     /// Whether SPEC §3, §5 and §7.1 make this call valid (worked out here, not by the crate).
@@ -838,6 +842,7 @@ impl GumbelCall {
             && b.pos.len() == rows
             && self.tokens_len == rows
             && self.row_status_len.is_none_or(|n| n == rows)
+            && self.logprobs.valid(rows)
             && b.draft_logits.as_ref().is_none_or(|c| {
                 draft_layout_ok(&c.shape(), c.data.len(), b.vocab, num_slots)
                     && match &c.column {
@@ -883,6 +888,7 @@ impl GumbelCall {
         };
         let mut tokens = GuardedTokens::new(self.tokens_len, tokens_i64);
         let mut row_status = guarded_out(self.row_status_len, u32::MAX);
+        let mut logprobs = GuardedLogprobs::new(&self.logprobs);
         let result = {
             let call = GumbelSample {
                 logits: Logits { data: logits.view(), rows: b.rows, vocab: b.vocab, row_stride: b.row_stride },
@@ -895,6 +901,7 @@ impl GumbelCall {
             if let Some(s) = &mut row_status {
                 out = out.with_row_status(s.region_mut());
             }
+            out = out.with_logprobs(logprobs.view());
             if let (Some(data), Some(c)) = (draft_logits.as_mut(), &b.draft_logits) {
                 let column = match (&c.column, &columns) {
                     (ColumnSpec::PerRow(_), Some(cols)) => Column::per_row(cols.region()),
@@ -924,6 +931,7 @@ impl GumbelCall {
             tokens: tokens.tokens("tokens"),
             row_status: read_out(&row_status, "row status"),
             draft_logits: draft_logits.map(|c| c.values()),
+            logprobs: logprobs.read(),
         }
     }
 
@@ -958,6 +966,7 @@ impl GumbelCall {
             assert!(first.tokens.iter().all(|&t| t == i64::MIN), "a failed call ({e}) wrote tokens: {ctx}");
             let untouched = first.row_status.iter().flatten().all(|&s| s == u32::MAX);
             assert!(untouched, "a failed call ({e}) wrote row status: {ctx}");
+            assert!(first.logprobs.untouched(), "a failed call ({e}) wrote log-probabilities: {ctx}");
             if let (Some(got), Some(c)) = (&first.draft_logits, &b.draft_logits) {
                 assert_same_values(got, &c.data, false, &format!("a failed call ({e}) wrote the draft logits"));
             }
@@ -983,6 +992,7 @@ impl GumbelCall {
             if let Some(s) = &first.row_status {
                 assert_eq!(s[r], nan_status(&row), "row {r}: status: {ctx}");
             }
+            first.logprobs.assert_position(r, true, b.vocab, &what);
         }
         if let (Some(got), Some(want)) = (&first.draft_logits, self.expected_draft_logits()) {
             let loose = b.draft_logits.as_ref().is_some_and(|c| c.data.dtype() != b.logits.dtype());
@@ -993,6 +1003,7 @@ impl GumbelCall {
         assert!(again.result.is_ok(), "the second run failed: {:?}: {ctx}", again.result);
         assert_eq!(again.tokens, first.tokens, "second run: tokens: {ctx}");
         assert_eq!(again.row_status, first.row_status, "second run: row status: {ctx}");
+        assert_eq!(again.logprobs, first.logprobs, "second run: log-probabilities: {ctx}");
         if let (Some(x), Some(y)) = (&again.draft_logits, &first.draft_logits) {
             assert_same_values(x, y, false, &format!("second run: draft logits: {ctx}"));
         }
@@ -1021,6 +1032,158 @@ pub struct RejectionCall {
     /// `None`: no such output.
     pub accepted_len: Option<usize>,
     pub row_status_len: Option<usize>,
+    pub logprobs: LogprobLens,
+}
+
+/// The log-probability outputs a call asks for (REFERENCE §8): each
+/// buffer's length, `None` where the call has no such output.
+#[derive(Clone, Debug, Default)]
+pub struct LogprobLens {
+    pub processed: Option<usize>,
+    pub raw: Option<usize>,
+    pub top: Option<TopLens>,
+}
+
+/// A top-n output: `n` and its three buffers' lengths.
+#[derive(Clone, Debug)]
+pub struct TopLens {
+    pub n: usize,
+    pub raw: bool,
+    pub logprobs: usize,
+    pub ids: usize,
+    pub ranks: usize,
+}
+
+impl LogprobLens {
+    /// Outputs for `positions` positions, often none, their lengths and `n` sometimes wrong.
+    fn generate(c: &mut impl Choices, positions: usize) -> Self {
+        if c.below(2) == 0 {
+            return LogprobLens::default();
+        }
+        let processed = (c.below(2) == 1).then(|| c.len_near(positions));
+        let raw = (c.below(2) == 1).then(|| c.len_near(positions));
+        let top = (c.below(2) == 1).then(|| {
+            let n = if c.one_in(8) { MAX_TOP_LOGPROBS + 1 } else { c.upto(MAX_TOP_LOGPROBS.min(8)) };
+            let (logprobs, ids) = (c.len_near(positions * n), c.len_near(positions * n));
+            TopLens { n, raw: c.below(2) == 1, logprobs, ids, ranks: c.len_near(positions) }
+        });
+        LogprobLens { processed, raw, top }
+    }
+
+    /// Whether these outputs fit `positions` positions (`Logprobs::check`'s rules).
+    fn valid(&self, positions: usize) -> bool {
+        self.processed.is_none_or(|n| n == positions)
+            && self.raw.is_none_or(|n| n == positions)
+            && self.top.as_ref().is_none_or(|t| {
+                t.n <= MAX_TOP_LOGPROBS
+                    && t.logprobs == positions * t.n
+                    && t.ids == positions * t.n
+                    && t.ranks == positions
+            })
+    }
+}
+
+/// A call's log-probability outputs, guarded, filled with `NaN` and `i32::MIN`.
+struct GuardedLogprobs {
+    processed: Option<Guarded<f32>>,
+    raw: Option<Guarded<f32>>,
+    top: Option<(usize, Distribution, Guarded<f32>, Guarded<i32>, Guarded<i32>)>,
+}
+
+impl GuardedLogprobs {
+    fn new(lens: &LogprobLens) -> Self {
+        GuardedLogprobs {
+            processed: guarded_out(lens.processed, f32::NAN),
+            raw: guarded_out(lens.raw, f32::NAN),
+            top: lens.top.as_ref().map(|t| {
+                let distribution = if t.raw { Distribution::Raw } else { Distribution::Processed };
+                let (logprobs, ids) = (Guarded::filled(t.logprobs, f32::NAN), Guarded::filled(t.ids, i32::MIN));
+                (t.n, distribution, logprobs, ids, Guarded::filled(t.ranks, i32::MIN))
+            }),
+        }
+    }
+
+    fn view(&mut self) -> Logprobs<'_, Host> {
+        let mut out = Logprobs::none();
+        if let Some(p) = &mut self.processed {
+            out = out.with_processed(p.region_mut());
+        }
+        if let Some(r) = &mut self.raw {
+            out = out.with_raw(r.region_mut());
+        }
+        if let Some((n, distribution, logprobs, ids, ranks)) = &mut self.top {
+            out = out.with_top(*n, *distribution, logprobs.region_mut(), ids.region_mut(), ranks.region_mut());
+        }
+        out
+    }
+
+    /// What the call left, canaries checked; log-probabilities as bits (NaN compares).
+    fn read(&self) -> LogprobsRun {
+        let bits = |g: &Option<Guarded<f32>>, what| read_out(g, what).map(|v| v.iter().map(|x| x.to_bits()).collect());
+        LogprobsRun {
+            processed: bits(&self.processed, "processed logprobs"),
+            raw: bits(&self.raw, "raw logprobs"),
+            top: self.top.as_ref().map(|(n, _, logprobs, ids, ranks)| {
+                logprobs.assert_intact("top logprobs");
+                ids.assert_intact("top ids");
+                ranks.assert_intact("ranks");
+                let values = logprobs.region().iter().map(|x| x.to_bits()).collect();
+                (*n, values, ids.region().to_vec(), ranks.region().to_vec())
+            }),
+        }
+    }
+}
+
+/// The log-probability outputs of a run: `f32` as bits, the top-n as `(n,
+/// logprobs, ids, ranks)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogprobsRun {
+    pub processed: Option<Vec<u32>>,
+    pub raw: Option<Vec<u32>>,
+    pub top: Option<(usize, Vec<u32>, Vec<i32>, Vec<i32>)>,
+}
+
+impl LogprobsRun {
+    /// Whether nothing was written (every buffer as it was filled).
+    fn untouched(&self) -> bool {
+        let nan = |v: &Option<Vec<u32>>| v.iter().flatten().all(|&b| b == f32::NAN.to_bits());
+        nan(&self.processed)
+            && nan(&self.raw)
+            && self.top.iter().all(|(_, l, i, r)| {
+                l.iter().all(|&b| b == f32::NAN.to_bits()) && i.iter().chain(r).all(|&x| x == i32::MIN)
+            })
+    }
+
+    /// Panics unless position `at` holds an emitted token's outputs (`emitted`;
+    /// log-probabilities never above 0, ids of the row or `-1`, a rank from 1)
+    /// or a position past the emitted ones' (NaN, ids and rank `-1`).
+    fn assert_position(&self, at: usize, emitted: bool, vocab: usize, what: &str) {
+        for (name, values) in [("processed", &self.processed), ("raw", &self.raw)] {
+            if let Some(v) = values {
+                let x = f32::from_bits(v[at]);
+                if emitted {
+                    assert!(!(x > 0.0), "{what}: {name} log-probability {x} above 0");
+                } else {
+                    assert!(x.is_nan(), "{what}: {name} log-probability {x} past the emitted tokens");
+                }
+            }
+        }
+        if let Some((n, logprobs, ids, ranks)) = &self.top {
+            let (listed, ids) = (&logprobs[at * n..(at + 1) * n], &ids[at * n..(at + 1) * n]);
+            if emitted {
+                assert!(ranks[at] >= 1, "{what}: rank {}", ranks[at]);
+                assert!(ids.iter().all(|&id| (-1..vocab as i64).contains(&(id as i64))), "{what}: top ids {ids:?}");
+                assert!(listed.iter().all(|&b| !(f32::from_bits(b) > 0.0)), "{what}: a top log-probability above 0");
+            } else {
+                assert_eq!(ranks[at], -1, "{what}: rank past the emitted tokens");
+                assert!(ids.iter().all(|&id| id == -1), "{what}: top ids past the emitted tokens: {ids:?}");
+                assert!(
+                    listed.iter().all(|&b| f32::from_bits(b).is_nan()),
+                    "{what}: top log-probabilities past the emitted tokens"
+                );
+            }
+        }
+    }
 }
 
 /// What one run of a [`RejectionCall`] left in its outputs.
@@ -1035,6 +1198,7 @@ pub struct RejectionRun {
     pub num_emitted: Vec<i32>,
     pub accepted: Option<Vec<i32>>,
     pub row_status: Option<Vec<u32>>,
+    pub logprobs: LogprobsRun,
 }
 
 /// A draft id: the row's argmax (so greedy requests accept), any id,
@@ -1098,6 +1262,7 @@ impl RejectionCall {
         let num_emitted_len = c.len_near(requests);
         let accepted_len = if c.one_in(4) { None } else { Some(c.len_near(requests)) };
         let row_status_len = if c.one_in(4) { None } else { Some(c.len_near(rows)) };
+        let logprobs = LogprobLens::generate(c, requests * (max_drafts + 1));
         let mut verify = Verify {
             target,
             rows,
@@ -1126,7 +1291,7 @@ impl RejectionCall {
                 DraftChoice::Id(id) => *id,
             })
             .collect();
-        RejectionCall { verify, tokens_len, num_emitted_len, accepted_len, row_status_len }
+        RejectionCall { verify, tokens_len, num_emitted_len, accepted_len, row_status_len, logprobs }
     }
 
     /// Whether SPEC §4, §5 and §7.1 make this call valid (worked out here, not by the crate).
@@ -1151,6 +1316,7 @@ impl RejectionCall {
             && self.num_emitted_len == requests
             && self.accepted_len.is_none_or(|n| n == requests)
             && self.row_status_len.is_none_or(|n| n == rows)
+            && self.logprobs.valid(requests * k1)
             && v.draft
                 .as_ref()
                 .is_none_or(|(d, s)| draft_layout_ok(s, d.len(), v.vocab, num_slots) && s.k >= v.max_drafts);
@@ -1239,7 +1405,10 @@ impl RejectionCall {
         if let Some(s) = &mut row_status {
             out = out.with_row_status(s.region_mut());
         }
+        let mut logprobs = GuardedLogprobs::new(&self.logprobs);
+        out = out.with_logprobs(logprobs.view());
         let result = no_panic("rejection_sample", self, || call_fn(&call, &mut out));
+        drop(out);
         target.assert_intact("target logits");
         assert_same_values(&target.values(), &v.target, false, "target logits (an input)");
         if let (Some(g), Some((d, _))) = (&draft, &v.draft) {
@@ -1262,6 +1431,7 @@ impl RejectionCall {
             num_emitted: num_emitted.region().to_vec(),
             accepted: read_out(&accepted, "accepted"),
             row_status: read_out(&row_status, "row status"),
+            logprobs: logprobs.read(),
         }
     }
 
@@ -1276,7 +1446,8 @@ impl RejectionCall {
             }
             let untouched = first.tokens.iter().all(|&t| t == i64::MIN)
                 && first.num_emitted.iter().chain(first.accepted.iter().flatten()).all(|&n| n == i32::MIN)
-                && first.row_status.iter().flatten().all(|&s| s == u32::MAX);
+                && first.row_status.iter().flatten().all(|&s| s == u32::MAX)
+                && first.logprobs.untouched();
             assert!(untouched, "a failed call ({e}) wrote its outputs: {first:?}: {ctx}");
             return Err(variant(e));
         }
@@ -1293,6 +1464,9 @@ impl RejectionCall {
             }
             let tokens = &first.tokens[r * k1..(r + 1) * k1];
             assert!(tokens[j + 1..].iter().all(|&t| t == -1), "{what}: tokens past the emitted ones: {tokens:?}");
+            for i in 0..k1 {
+                first.logprobs.assert_position(r * k1 + i, i <= j, v.vocab, &format!("{what}: position {i}"));
+            }
             let slot = v.slots[r];
             let greedy = slot == -1 || v.temperature[slot as usize] == 0.0;
             for (i, &token) in tokens[..j].iter().enumerate() {
