@@ -1087,7 +1087,16 @@ impl LogprobLens {
 struct GuardedLogprobs {
     processed: Option<Guarded<f32>>,
     raw: Option<Guarded<f32>>,
-    top: Option<(usize, Distribution, Guarded<f32>, Guarded<i32>, Guarded<i32>)>,
+    top: Option<GuardedTop>,
+}
+
+/// A top-n output, guarded.
+struct GuardedTop {
+    n: usize,
+    distribution: Distribution,
+    logprobs: Guarded<f32>,
+    ids: Guarded<i32>,
+    ranks: Guarded<i32>,
 }
 
 impl GuardedLogprobs {
@@ -1095,10 +1104,12 @@ impl GuardedLogprobs {
         GuardedLogprobs {
             processed: guarded_out(lens.processed, f32::NAN),
             raw: guarded_out(lens.raw, f32::NAN),
-            top: lens.top.as_ref().map(|t| {
-                let distribution = if t.raw { Distribution::Raw } else { Distribution::Processed };
-                let (logprobs, ids) = (Guarded::filled(t.logprobs, f32::NAN), Guarded::filled(t.ids, i32::MIN));
-                (t.n, distribution, logprobs, ids, Guarded::filled(t.ranks, i32::MIN))
+            top: lens.top.as_ref().map(|t| GuardedTop {
+                n: t.n,
+                distribution: if t.raw { Distribution::Raw } else { Distribution::Processed },
+                logprobs: Guarded::filled(t.logprobs, f32::NAN),
+                ids: Guarded::filled(t.ids, i32::MIN),
+                ranks: Guarded::filled(t.ranks, i32::MIN),
             }),
         }
     }
@@ -1111,8 +1122,8 @@ impl GuardedLogprobs {
         if let Some(r) = &mut self.raw {
             out = out.with_raw(r.region_mut());
         }
-        if let Some((n, distribution, logprobs, ids, ranks)) = &mut self.top {
-            out = out.with_top(*n, *distribution, logprobs.region_mut(), ids.region_mut(), ranks.region_mut());
+        if let Some(t) = &mut self.top {
+            out = out.with_top(t.n, t.distribution, t.logprobs.region_mut(), t.ids.region_mut(), t.ranks.region_mut());
         }
         out
     }
@@ -1123,24 +1134,36 @@ impl GuardedLogprobs {
         LogprobsRun {
             processed: bits(&self.processed, "processed logprobs"),
             raw: bits(&self.raw, "raw logprobs"),
-            top: self.top.as_ref().map(|(n, _, logprobs, ids, ranks)| {
-                logprobs.assert_intact("top logprobs");
-                ids.assert_intact("top ids");
-                ranks.assert_intact("ranks");
-                let values = logprobs.region().iter().map(|x| x.to_bits()).collect();
-                (*n, values, ids.region().to_vec(), ranks.region().to_vec())
+            top: self.top.as_ref().map(|t| {
+                t.logprobs.assert_intact("top logprobs");
+                t.ids.assert_intact("top ids");
+                t.ranks.assert_intact("ranks");
+                TopRun {
+                    n: t.n,
+                    logprobs: t.logprobs.region().iter().map(|x| x.to_bits()).collect(),
+                    ids: t.ids.region().to_vec(),
+                    ranks: t.ranks.region().to_vec(),
+                }
             }),
         }
     }
 }
 
-/// The log-probability outputs of a run: `f32` as bits, the top-n as `(n,
-/// logprobs, ids, ranks)`.
+/// The log-probability outputs of a run, `f32` as bits (so NaN compares).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LogprobsRun {
     pub processed: Option<Vec<u32>>,
     pub raw: Option<Vec<u32>>,
-    pub top: Option<(usize, Vec<u32>, Vec<i32>, Vec<i32>)>,
+    pub top: Option<TopRun>,
+}
+
+/// A top-n output of a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TopRun {
+    pub n: usize,
+    pub logprobs: Vec<u32>,
+    pub ids: Vec<i32>,
+    pub ranks: Vec<i32>,
 }
 
 impl LogprobsRun {
@@ -1149,8 +1172,9 @@ impl LogprobsRun {
         let nan = |v: &Option<Vec<u32>>| v.iter().flatten().all(|&b| b == f32::NAN.to_bits());
         nan(&self.processed)
             && nan(&self.raw)
-            && self.top.iter().all(|(_, l, i, r)| {
-                l.iter().all(|&b| b == f32::NAN.to_bits()) && i.iter().chain(r).all(|&x| x == i32::MIN)
+            && self.top.iter().all(|t| {
+                t.logprobs.iter().all(|&b| b == f32::NAN.to_bits())
+                    && t.ids.iter().chain(&t.ranks).all(|&x| x == i32::MIN)
             })
     }
 
@@ -1162,18 +1186,19 @@ impl LogprobsRun {
             if let Some(v) = values {
                 let x = f32::from_bits(v[at]);
                 if emitted {
-                    assert!(!(x > 0.0), "{what}: {name} log-probability {x} above 0");
+                    assert!(x.is_nan() || x <= 0.0, "{what}: {name} log-probability {x} above 0");
                 } else {
                     assert!(x.is_nan(), "{what}: {name} log-probability {x} past the emitted tokens");
                 }
             }
         }
-        if let Some((n, logprobs, ids, ranks)) = &self.top {
+        if let Some(TopRun { n, logprobs, ids, ranks }) = &self.top {
             let (listed, ids) = (&logprobs[at * n..(at + 1) * n], &ids[at * n..(at + 1) * n]);
             if emitted {
                 assert!(ranks[at] >= 1, "{what}: rank {}", ranks[at]);
                 assert!(ids.iter().all(|&id| (-1..vocab as i64).contains(&(id as i64))), "{what}: top ids {ids:?}");
-                assert!(listed.iter().all(|&b| !(f32::from_bits(b) > 0.0)), "{what}: a top log-probability above 0");
+                let at_most_0 = |&b: &u32| f32::from_bits(b).is_nan() || f32::from_bits(b) <= 0.0;
+                assert!(listed.iter().all(at_most_0), "{what}: a top log-probability above 0");
             } else {
                 assert_eq!(ranks[at], -1, "{what}: rank past the emitted tokens");
                 assert!(ids.iter().all(|&id| id == -1), "{what}: top ids past the emitted tokens: {ids:?}");
@@ -1408,7 +1433,6 @@ impl RejectionCall {
         let mut logprobs = GuardedLogprobs::new(&self.logprobs);
         out = out.with_logprobs(logprobs.view());
         let result = no_panic("rejection_sample", self, || call_fn(&call, &mut out));
-        drop(out);
         target.assert_intact("target logits");
         assert_same_values(&target.values(), &v.target, false, "target logits (an input)");
         if let (Some(g), Some((d, _))) = (&draft, &v.draft) {
