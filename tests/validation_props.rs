@@ -117,6 +117,14 @@ fn rejection_sample_validates_every_call() {
     property("rejection_sample", |c| RejectionCall::generate(c).check());
 }
 
+/// `Cpu::sharded_gumbel_sample` on one rank holding every id, on the same
+/// calls: the unsharded call's outputs and errors, never a panic or a write
+/// outside its buffers (`GumbelCall::check_sharded`).
+#[test]
+fn sharded_gumbel_sample_validates_every_call() {
+    property("sharded gumbel_sample", |c| GumbelCall::generate(c).check_sharded());
+}
+
 /// `Cpu::sharded_rejection_sample` on one rank holding every id, on the same
 /// calls: the unsharded call's outputs and errors, never a panic or a write
 /// outside its buffers (`RejectionCall::check_sharded`).

@@ -874,6 +874,23 @@ impl GumbelCall {
     /// Runs the call on `backend` with every buffer guarded; panics if it
     /// panics, writes outside a region or changes an input.
     pub fn run(&self, backend: &Backend, tokens_i64: bool) -> GumbelRun {
+        self.run_with(tokens_i64, |call, out| backend.gumbel_sample(call, out))
+    }
+
+    /// [`GumbelCall::run`] as the one rank of a vocab-parallel group
+    /// (`Cpu::sharded_gumbel_sample`, the whole row its shard).
+    pub fn run_sharded(&self, tokens_i64: bool) -> GumbelRun {
+        let shard = Shard { offset: 0, vocab: self.batch.vocab };
+        let mut exchange = InProcess::group(1).pop().expect("a group of one");
+        self.run_with(tokens_i64, |call, out| specdec::Cpu.sharded_gumbel_sample(shard, &mut exchange, call, out))
+    }
+
+    /// [`GumbelCall::run`] through `call_fn`.
+    fn run_with(
+        &self,
+        tokens_i64: bool,
+        call_fn: impl FnOnce(&GumbelSample<'_, Host>, &mut GumbelOutput<'_, Host>) -> specdec::Result<()>,
+    ) -> GumbelRun {
         let b = &self.batch;
         let logits = GuardedValues::new(&b.logits);
         let slots = Guarded::new(&b.slots);
@@ -910,7 +927,7 @@ impl GumbelCall {
                 };
                 out = out.with_draft_logits(DraftLogitsMut { data: data.view_mut(), shape: c.shape() }, column);
             }
-            no_panic("gumbel_sample", self, || backend.gumbel_sample(&call, &mut out))
+            no_panic("gumbel_sample", self, || call_fn(&call, &mut out))
         };
         logits.assert_intact("logits");
         assert_same_values(&logits.values(), &b.logits, false, "logits (an input)");
@@ -1010,6 +1027,43 @@ impl GumbelCall {
         let other = self.run(&Backend::cpu(), !b.tokens_i64);
         assert_eq!(other.tokens, first.tokens, "the other token width: {ctx}");
         Ok(())
+    }
+}
+
+impl GumbelCall {
+    /// The sharded call of one rank holding every id (REFERENCE §9) gives the
+    /// unsharded call's outputs and errors, but for a valid call whose random
+    /// rows filter by top-p or min-p without a top-k: `NotSharded`, nothing
+    /// written. Returns the outcome.
+    pub fn check_sharded(&self) -> Outcome {
+        let b = &self.batch;
+        let (want, got) = (self.run(&Backend::cpu(), b.tokens_i64), self.run_sharded(b.tokens_i64));
+        let ctx = format!("{self:#?}");
+        let refused = self.valid()
+            && b.slots.iter().any(|&s| {
+                let unbounded = |f: Filter| !f.is_off(b.vocab) && !f.has_top_k(b.vocab);
+                s >= 0 && b.temperature[s as usize] != 0.0 && unbounded(b.filters.slot(s as usize))
+            });
+        if refused {
+            assert!(got.result.as_ref().is_err_and(|e| e.starts_with("NotSharded")), "{:?}: {ctx}", got.result);
+            let untouched = got.tokens.iter().all(|&t| t == i64::MIN)
+                && got.row_status.iter().flatten().all(|&s| s == u32::MAX)
+                && got.logprobs.untouched();
+            assert!(untouched, "a refused sharded call wrote its outputs: {got:?}: {ctx}");
+            if let (Some(g), Some(c)) = (&got.draft_logits, &b.draft_logits) {
+                assert_same_values(g, &c.data, false, &format!("a refused sharded call wrote the draft logits: {ctx}"));
+            }
+            return Err("NotSharded".into());
+        }
+        let what = |part: &str| format!("sharded (one rank) against unsharded: {part}: {ctx}");
+        assert_eq!(got.result, want.result, "{}", what("result"));
+        assert_eq!(got.tokens, want.tokens, "{}", what("tokens"));
+        assert_eq!(got.row_status, want.row_status, "{}", what("row status"));
+        assert_eq!(got.logprobs, want.logprobs, "{}", what("log-probabilities"));
+        if let (Some(g), Some(w)) = (&got.draft_logits, &want.draft_logits) {
+            assert_same_values(g, w, false, &what("draft logits"));
+        }
+        want.result.map_err(|e| variant(&e))
     }
 }
 
