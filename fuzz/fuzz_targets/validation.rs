@@ -1,10 +1,11 @@
 //! Fuzzes the host validation layer: input bytes → a `gumbel_sample` or
 //! `rejection_sample` call description (`arbitrary::Unstructured` answering the
-//! generators' choices) → the CPU backend, every buffer guarded by canaries,
-//! checked by `specdec_suite::robust` (the same generators, model of the rules
-//! and checks as `tests/validation_props.rs`). Any panic is a bug: the crate
-//! panicked, wrote outside a buffer, accepted an invalid call or rejected a
-//! valid one, or broke an output property.
+//! generators' choices) → the CPU backend, unsharded or sharded on one rank,
+//! every buffer guarded by canaries, checked by `specdec_suite::robust` (the
+//! same generators, model of the rules and checks as
+//! `tests/validation_props.rs`). Any panic is a bug: the crate panicked, wrote
+//! outside a buffer, accepted an invalid call or rejected a valid one, or broke
+//! an output property.
 //!
 //! ```text
 //! cargo fuzz run validation                  # from the repository root
@@ -27,9 +28,11 @@ impl Choices for Bytes<'_> {
 
 fuzz_target!(|data: &[u8]| {
     let mut choices = Bytes(Unstructured::new(data));
-    let _outcome = if choices.below(2) == 0 {
-        GumbelCall::generate(&mut choices).check()
-    } else {
-        RejectionCall::generate(&mut choices).check()
+    // Each call unsharded, or sharded on one rank against the unsharded call.
+    let _outcome = match choices.below(4) {
+        0 => GumbelCall::generate(&mut choices).check(),
+        1 => RejectionCall::generate(&mut choices).check(),
+        2 => GumbelCall::generate(&mut choices).check_sharded(),
+        _ => RejectionCall::generate(&mut choices).check_sharded(),
     };
 });
