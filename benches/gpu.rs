@@ -613,6 +613,18 @@ fn grid() -> Vec<Spec> {
     grid
 }
 
+/// The row offsets of `b` requests of `k` drafts each (`k + 1` rows a request).
+fn verify_offsets(b: usize, k: usize) -> Vec<i32> {
+    (0..=b as i32).map(|r| r * (k as i32 + 1)).collect()
+}
+
+/// The draft-logits layout of verification with `k` drafts over rows of
+/// `row_len` ids, `width` of them read a row: draft `i` of request `r` is
+/// row `r·(K+1) + i` of the draft buffer, beside its target row.
+fn verify_draft_shape(k: usize, width: usize, row_len: usize) -> DraftLogitsShape {
+    DraftLogitsShape { slots: VERIFY_SLOTS, k, width, stride0: (k + 1) * row_len, stride1: row_len }
+}
+
 /// Whether verification of `b` requests of `k` drafts at `vocab` fits the
 /// buffers: its rows (workspace, positions, f32 logits; the bf16 target
 /// logits, of `V_MAIN` only), its slots, and the `[VERIFY_SLOTS, k, vocab]`
@@ -1159,8 +1171,7 @@ impl Bench {
         let name = spec.name();
         let rows = b * (k + 1);
         let s = self.stream.clone();
-        let offsets: Vec<i32> = (0..=b as i32).map(|r| r * (k as i32 + 1)).collect();
-        let doffsets = s.clone_htod(&offsets).unwrap_or_else(|e| fail(&name, e));
+        let doffsets = s.clone_htod(&verify_offsets(b, k)).unwrap_or_else(|e| fail(&name, e));
         let ddrafts = s.clone_htod(&drafts[..rows]).unwrap_or_else(|e| fail(&name, e));
         let mut num_emitted = s.alloc_zeros::<i32>(b).unwrap_or_else(|e| fail(&name, e));
         let mut accepted = s.alloc_zeros::<i32>(b).unwrap_or_else(|e| fail(&name, e));
@@ -1169,9 +1180,7 @@ impl Bench {
         let mut logprobs = OutputArrays::alloc(&s, outputs, rows, &name);
         let Bench { cuda, timer, ws, buf, .. } = self;
         let temps = buf.temps(mode == VerifyMode::Greedy, filter);
-        // Draft `i` of request `r` is row `r·(K+1) + i` of the draft buffer, beside its target row.
-        let draft_shape =
-            DraftLogitsShape { slots: VERIFY_SLOTS, k, width: vocab, stride0: (k + 1) * vocab, stride1: vocab };
+        let draft_shape = verify_draft_shape(k, vocab, vocab);
         let call = |_: &Arc<CudaStream>| {
             let args = RejectionSample {
                 target: buf.target(bf16_target, rows, vocab),

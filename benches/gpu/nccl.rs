@@ -24,15 +24,12 @@
 //! be the single-GPU call's. With one GPU, `P = 1` checks the path (an
 //! all-gather of one rank is a copy).
 
-use super::sharded::median_us;
-use super::{Buffers, Options, T, V_MAIN, VERIFY_SLOTS, fail, setup};
+use super::sharded::{Outputs, median_us};
+use super::{Buffers, Options, T, V_MAIN, VERIFY_SLOTS, fail, setup, verify_draft_shape, verify_offsets};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use half::bf16;
 use specdec::shard::{Exchange, Nccl, Shard};
-use specdec::{
-    Cuda, DraftLogits, DraftLogitsShape, Logits, RejectionOutput, RejectionSample, SamplingParams, Verification,
-    Workspace,
-};
+use specdec::{Cuda, DraftLogits, Logits, RejectionOutput, RejectionSample, SamplingParams, Verification, Workspace};
 use specdec_core::shard::{candidates_message_bytes, pairs_message_bytes};
 use std::fmt::Write as _;
 use std::sync::{Arc, Barrier};
@@ -102,12 +99,11 @@ impl RankInputs {
         for row in host.target.chunks_exact(V_MAIN) {
             mine.extend_from_slice(&row[shard.offset..shard.offset + ids]);
         }
-        let offsets: Vec<i32> = (0..=NCCL_REQUESTS as i32).map(|r| r * (NCCL_K as i32 + 1)).collect();
         RankInputs {
             full: s.clone_htod(&host.target).unwrap_or_else(setup),
             shard: s.clone_htod(&mine).unwrap_or_else(setup),
             draft: s.clone_htod(&host.draft).unwrap_or_else(setup),
-            offsets: s.clone_htod(&offsets).unwrap_or_else(setup),
+            offsets: s.clone_htod(&verify_offsets(NCCL_REQUESTS, NCCL_K)).unwrap_or_else(setup),
             drafts: s.clone_htod(&host.drafts).unwrap_or_else(setup),
             slots: s.clone_htod(&(0..NCCL_REQUESTS as i32).collect::<Vec<_>>()).unwrap_or_else(setup),
             pos: s.clone_htod(&(0..ROWS as u64).collect::<Vec<_>>()).unwrap_or_else(setup),
@@ -123,9 +119,8 @@ impl RankInputs {
         target: Logits<'a, specdec::Device>,
         (offset, ids): (usize, usize),
     ) -> RejectionSample<'a, specdec::Device> {
-        // Draft `i` of request `r` is row `r·(K+1) + i` of the draft buffer, beside its target row.
         let k = NCCL_K;
-        let shape = DraftLogitsShape { slots: VERIFY_SLOTS, k, width: ids, stride0: (k + 1) * V_MAIN, stride1: V_MAIN };
+        let shape = verify_draft_shape(k, ids, V_MAIN);
         RejectionSample {
             target,
             offsets: self.offsets.as_view(),
@@ -214,9 +209,6 @@ pub fn run(cuda: &Cuda, buf: &Buffers, drafts: &[i32]) -> NcclCase {
     }
     NcclCase { ranks, single_us, gather_us: results[0].gather_us, sharded_us: results[0].sharded_us }
 }
-
-/// A call's outputs copied back: tokens, `num_emitted`.
-type Outputs = (Vec<i32>, Vec<i32>);
 
 /// What a rank measured, and its outputs: the single-GPU call (rank 0's
 /// only), gather then verify, sharded.

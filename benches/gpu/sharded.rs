@@ -17,13 +17,13 @@
 //! target logits rows instead moves `(P − 1)/P` of `4·rows·V` bytes into
 //! each rank.
 
-use super::{Buffers, MAX_ROWS, Options, T, V_MAIN, VERIFY_SLOTS, fail, setup};
+use super::{Buffers, MAX_ROWS, Options, T, V_MAIN, VERIFY_SLOTS, fail, setup, verify_draft_shape, verify_offsets};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, CudaStream};
 use specdec::shard::{InProcessCuda, Shard};
 use specdec::{
-    Cuda, DraftLogits, DraftLogitsShape, GumbelOutput, GumbelSample, Logits, RejectionOutput, RejectionSample,
-    SamplingParams, Verification, Workspace,
+    Cuda, DraftLogits, GumbelOutput, GumbelSample, Logits, RejectionOutput, RejectionSample, SamplingParams,
+    Verification, Workspace,
 };
 use specdec_core::shard::{candidates_message_bytes, message_bytes, pairs_message_bytes};
 use std::fmt::Write as _;
@@ -100,7 +100,7 @@ fn shard(rank: usize) -> (Shard, usize) {
 }
 
 /// A call's outputs copied back: tokens, then (verification) `num_emitted`.
-type Outputs = (Vec<i32>, Vec<i32>);
+pub(super) type Outputs = (Vec<i32>, Vec<i32>);
 
 /// A call's device inputs beyond `Buffers` and its outputs.
 struct Io {
@@ -117,10 +117,9 @@ impl Io {
             Call::Sample { rows } => (0, rows),
             Call::Verify { requests } => (requests, call.rows()),
         };
-        let offsets: Vec<i32> = (0..=requests as i32).map(|r| r * (SHARDED_K as i32 + 1)).collect();
         let verify = matches!(call, Call::Verify { .. });
         Io {
-            offsets: stream.clone_htod(&offsets).unwrap_or_else(setup),
+            offsets: stream.clone_htod(&verify_offsets(requests, SHARDED_K)).unwrap_or_else(setup),
             drafts: stream.clone_htod(if verify { &drafts[..rows] } else { &[0] }).unwrap_or_else(setup),
             tokens: stream.alloc_zeros::<i32>(rows).unwrap_or_else(setup),
             num_emitted: stream.alloc_zeros::<i32>(requests.max(1)).unwrap_or_else(setup),
@@ -161,10 +160,8 @@ fn call(
             }
         }
         Call::Verify { requests } => {
-            // Draft `i` of request `r` is row `r·(K+1) + i` of the draft buffer, beside its target row.
             let k = SHARDED_K;
-            let shape =
-                DraftLogitsShape { slots: VERIFY_SLOTS, k, width: ids, stride0: (k + 1) * V_MAIN, stride1: V_MAIN };
+            let shape = verify_draft_shape(k, ids, V_MAIN);
             let args = RejectionSample {
                 target: logits,
                 offsets: io.offsets.as_view(),
