@@ -775,6 +775,17 @@ pub struct GumbelRun {
     pub logprobs: LogprobsRun,
 }
 
+impl GumbelRun {
+    /// Whether the call wrote none of its tokens, row statuses and
+    /// log-probabilities (each as it was filled; the draft logits, an input
+    /// too, are the caller's to compare).
+    fn untouched(&self) -> bool {
+        self.tokens.iter().all(|&t| t == i64::MIN)
+            && self.row_status.iter().flatten().all(|&s| s == u32::MAX)
+            && self.logprobs.untouched()
+    }
+}
+
 impl GumbelCall {
     pub fn generate(c: &mut impl Choices) -> Self {
         let dtype = c.pick(&DType::ALL);
@@ -880,8 +891,7 @@ impl GumbelCall {
     /// [`GumbelCall::run`] as the one rank of a vocab-parallel group
     /// (`Cpu::sharded_gumbel_sample`, the whole row its shard).
     pub fn run_sharded(&self, tokens_i64: bool) -> GumbelRun {
-        let shard = Shard { offset: 0, vocab: self.batch.vocab };
-        let mut exchange = InProcess::group(1).pop().expect("a group of one");
+        let (shard, mut exchange) = lone_rank(self.batch.vocab);
         self.run_with(tokens_i64, |call, out| specdec::Cpu.sharded_gumbel_sample(shard, &mut exchange, call, out))
     }
 
@@ -980,10 +990,7 @@ impl GumbelCall {
             if self.valid_but_filters() {
                 assert_filter_error(first.filter_error, &self.filter_errors(), e, &ctx);
             }
-            assert!(first.tokens.iter().all(|&t| t == i64::MIN), "a failed call ({e}) wrote tokens: {ctx}");
-            let untouched = first.row_status.iter().flatten().all(|&s| s == u32::MAX);
-            assert!(untouched, "a failed call ({e}) wrote row status: {ctx}");
-            assert!(first.logprobs.untouched(), "a failed call ({e}) wrote log-probabilities: {ctx}");
+            assert!(first.untouched(), "a failed call ({e}) wrote its outputs: {first:?}: {ctx}");
             if let (Some(got), Some(c)) = (&first.draft_logits, &b.draft_logits) {
                 assert_same_values(got, &c.data, false, &format!("a failed call ({e}) wrote the draft logits"));
             }
@@ -1040,16 +1047,12 @@ impl GumbelCall {
         let (want, got) = (self.run(&Backend::cpu(), b.tokens_i64), self.run_sharded(b.tokens_i64));
         let ctx = format!("{self:#?}");
         let refused = self.valid()
-            && b.slots.iter().any(|&s| {
-                let unbounded = |f: Filter| !f.is_off(b.vocab) && !f.has_top_k(b.vocab);
-                s >= 0 && b.temperature[s as usize] != 0.0 && unbounded(b.filters.slot(s as usize))
-            });
+            && b.slots
+                .iter()
+                .any(|&s| s >= 0 && b.temperature[s as usize] != 0.0 && unbounded(b.filters.slot(s as usize), b.vocab));
         if refused {
             assert!(got.result.as_ref().is_err_and(|e| e.starts_with("NotSharded")), "{:?}: {ctx}", got.result);
-            let untouched = got.tokens.iter().all(|&t| t == i64::MIN)
-                && got.row_status.iter().flatten().all(|&s| s == u32::MAX)
-                && got.logprobs.untouched();
-            assert!(untouched, "a refused sharded call wrote its outputs: {got:?}: {ctx}");
+            assert!(got.untouched(), "a refused sharded call wrote its outputs: {got:?}: {ctx}");
             if let (Some(g), Some(c)) = (&got.draft_logits, &b.draft_logits) {
                 assert_same_values(g, &c.data, false, &format!("a refused sharded call wrote the draft logits: {ctx}"));
             }
@@ -1280,6 +1283,16 @@ pub struct RejectionRun {
     pub logprobs: LogprobsRun,
 }
 
+impl RejectionRun {
+    /// Whether the call wrote none of its outputs (each as it was filled).
+    fn untouched(&self) -> bool {
+        self.tokens.iter().all(|&t| t == i64::MIN)
+            && self.num_emitted.iter().chain(self.accepted.iter().flatten()).all(|&n| n == i32::MIN)
+            && self.row_status.iter().flatten().all(|&s| s == u32::MAX)
+            && self.logprobs.untouched()
+    }
+}
+
 /// A draft id: the row's argmax (so greedy requests accept), any id,
 /// a placeholder, or an invalid id.
 #[derive(Clone, Copy, Debug)]
@@ -1436,8 +1449,7 @@ impl RejectionCall {
     /// [`RejectionCall::run`] as the one rank of a vocab-parallel group
     /// (`Cpu::sharded_rejection_sample`, the whole row its shard).
     pub fn run_sharded(&self, tokens_i64: bool) -> RejectionRun {
-        let shard = Shard { offset: 0, vocab: self.verify.vocab };
-        let mut exchange = InProcess::group(1).pop().expect("a group of one");
+        let (shard, mut exchange) = lone_rank(self.verify.vocab);
         self.run_with(tokens_i64, |call, out| specdec::Cpu.sharded_rejection_sample(shard, &mut exchange, call, out))
     }
 
@@ -1522,11 +1534,7 @@ impl RejectionCall {
             if self.valid_but_filters() {
                 assert_filter_error(first.filter_error, &self.filter_errors(), e, &ctx);
             }
-            let untouched = first.tokens.iter().all(|&t| t == i64::MIN)
-                && first.num_emitted.iter().chain(first.accepted.iter().flatten()).all(|&n| n == i32::MIN)
-                && first.row_status.iter().flatten().all(|&s| s == u32::MAX)
-                && first.logprobs.untouched();
-            assert!(untouched, "a failed call ({e}) wrote its outputs: {first:?}: {ctx}");
+            assert!(first.untouched(), "a failed call ({e}) wrote its outputs: {first:?}: {ctx}");
             return Err(variant(e));
         }
         let k1 = v.max_drafts + 1;
@@ -1598,25 +1606,31 @@ impl RejectionCall {
         // random request is refused; greedy requests ignore filters.
         let refused = self.valid()
             && v.slots.iter().any(|&s| {
-                let unbounded = |t: &FilterTable| {
-                    let f = t.slot(s as usize);
-                    !f.is_off(v.vocab) && !f.has_top_k(v.vocab)
-                };
+                let unbounded = |t: &FilterTable| unbounded(t.slot(s as usize), v.vocab);
                 s >= 0
                     && v.temperature[s as usize] != 0.0
                     && (unbounded(&v.filters) || (v.draft.is_some() && unbounded(&v.draft_filters)))
             });
         if refused {
             assert!(got.result.as_ref().is_err_and(|e| e.starts_with("NotSharded")), "{:?}: {ctx}", got.result);
-            let untouched = got.tokens.iter().all(|&t| t == i64::MIN)
-                && got.num_emitted.iter().chain(got.accepted.iter().flatten()).all(|&n| n == i32::MIN)
-                && got.row_status.iter().flatten().all(|&s| s == u32::MAX);
-            assert!(untouched, "a refused sharded call wrote its outputs: {got:?}: {ctx}");
+            assert!(got.untouched(), "a refused sharded call wrote its outputs: {got:?}: {ctx}");
             return Err("NotSharded".into());
         }
         assert_eq!(got, want, "sharded (one rank) against unsharded: {ctx}");
         want.result.map_err(|e| variant(&e))
     }
+}
+
+/// One rank holding every id of rows of `vocab` ids, and its exchange (a group of one).
+fn lone_rank(vocab: usize) -> (Shard, InProcess) {
+    (Shard { offset: 0, vocab }, InProcess::group(1).pop().expect("a group of one"))
+}
+
+/// Whether the sharded calls refuse filter `f` on a random row of `vocab`
+/// ids: on, without a top-k (top-p or min-p alone keep sets of no bounded
+/// size, REFERENCE §9).
+fn unbounded(f: Filter, vocab: usize) -> bool {
+    !f.is_off(vocab) && !f.has_top_k(vocab)
 }
 
 /// Target row `row`, ids `0..V`, widened to f32.
