@@ -132,14 +132,13 @@ pub fn row_digest(slot: i32, temperature: f32, seed: u64, pos: u64, column: u32)
 /// request's slot and the slot's temperature and seed, the row's position
 /// and draft id, the request's first row and draft count.
 pub fn pair_digest(slot: i32, temperature: f32, seed: u64, pos: u64, draft: i32, row0: u32, drafts: u32) -> u32 {
-    let seed_pos = [seed as u32, (seed >> 32) as u32, pos as u32, (pos >> 32) as u32];
     fnv(&[
         slot as u32,
         temperature.to_bits(),
-        seed_pos[0],
-        seed_pos[1],
-        seed_pos[2],
-        seed_pos[3],
+        seed as u32,
+        (seed >> 32) as u32,
+        pos as u32,
+        (pos >> 32) as u32,
         draft as u32,
         row0,
         drafts,

@@ -59,7 +59,7 @@ impl Head {
 
     /// The record these make with the sums `target` and `draft` (of these maxima).
     #[inline(always)]
-    pub(super) fn with_sums(self, target: ExpSum, draft: ExpSum) -> Stats {
+    fn with_sums(self, target: ExpSum, draft: ExpSum) -> Stats {
         Stats { target, draft, best: self.best, flags: self.flags, overlap: self.overlap }
     }
 }
