@@ -5,9 +5,11 @@
 //! holds only because the row sums (pass 1's log-sum-exps, the
 //! log-probability kernels') are order-free.
 
+use specdec::filter::Filter;
 use specdec::{DType, GumbelOutput, Logprobs, RejectionOutput};
 use specdec_suite::batch::{Batch, Values};
 use specdec_suite::drafting::{RandomSpec, random_verify, slice_requests};
+use specdec_suite::filters::FilterTable;
 use specdec_suite::inputs::{Rng, mixed_logits};
 use specdec_suite::test_device;
 use specdec_suite::verify::Verify;
@@ -24,10 +26,21 @@ struct Outputs {
 
 impl Outputs {
     fn of(backend: &specdec::Backend, v: &Verify) -> Outputs {
+        Outputs::asking(backend, v, true)
+    }
+
+    /// With the processed log-probabilities alone, which the passes write
+    /// from pass 1's log-sum-exps (no log-probability kernel).
+    fn processed(backend: &specdec::Backend, v: &Verify) -> Outputs {
+        Outputs::asking(backend, v, false)
+    }
+
+    fn asking(backend: &specdec::Backend, v: &Verify, with_raw: bool) -> Outputs {
         let positions = v.requests() * (v.max_drafts + 1);
         let (mut tokens, mut emitted) = (vec![0i32; positions], vec![0i32; v.requests()]);
-        let (mut processed, mut raw) = (vec![0f32; positions], vec![0f32; positions]);
-        let logprobs = Logprobs::none().with_processed(&mut processed).with_raw(&mut raw);
+        let (mut processed, mut raw) = (vec![0f32; positions], vec![0f32; if with_raw { positions } else { 0 }]);
+        let logprobs = Logprobs::none().with_processed(&mut processed);
+        let logprobs = if with_raw { logprobs.with_raw(&mut raw) } else { logprobs };
         let mut out = RejectionOutput::new(&mut tokens, &mut emitted).with_logprobs(logprobs);
         backend.rejection_sample(&v.call(), &mut out).expect("a valid call");
         let bits = |x: Vec<f32>| x.into_iter().map(f32::to_bits).collect();
@@ -42,7 +55,7 @@ impl Outputs {
             tokens: self.tokens[at.clone()].to_vec(),
             emitted: vec![self.emitted[r]],
             processed: self.processed[at.clone()].to_vec(),
-            raw: self.raw[at].to_vec(),
+            raw: self.raw.get(at).map_or_else(Vec::new, <[u32]>::to_vec),
         }
     }
 }
@@ -67,6 +80,50 @@ test_device!(a_request_gets_the_same_bits_alone_and_in_a_batch, |backend, scale|
                         "V {vocab}, {requests} requests, target {target:?}, draft {draft:?}: request {r}"
                     );
                 }
+            }
+        }
+    }
+});
+
+// Filtered requests (top-k alone or with top-p or min-p, on the target and
+// the draft): a kept set's `LSE(S)` is a sum of a term a kept value
+// (REFERENCE §7.4), so a request gets the same processed log-probabilities
+// (written from pass 1's sums) whether the GPU's threshold kernel pools its
+// kept sets (the request alone, two threshold blocks a row) or pass 1 reads
+// its rows (in a batch of more filtered rows than a workspace pools: one
+// threshold block a row); and the CPU's bits, whose rule it is, for every
+// sampling request.
+test_device!(a_filtered_request_gets_the_same_bits_pooled_or_read, |backend, _scale| {
+    let mut rng = Rng::new(0xF117);
+    // 520 requests of 4 rows: 4,160 threshold entries, past the 4,096 a workspace pools.
+    let (vocab, requests, k) = (8_200, 520, 3);
+    for draft in [None, Some(DType::BF16)] {
+        let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, k, DType::F32, draft));
+        let mut filter = |_| {
+            let top_k = 1 + rng.below(64) as u32;
+            match rng.below(3) {
+                0 => Filter { top_k, ..Filter::OFF },
+                1 => Filter { top_k, top_p: 0.8, ..Filter::OFF },
+                _ => Filter { top_k, min_p: 0.05, ..Filter::OFF },
+            }
+        };
+        let filters: Vec<Filter> = (0..v.temperature.len()).map(&mut filter).collect();
+        v.filters = FilterTable::per_slot(&filters);
+        if draft.is_some() {
+            let filters: Vec<Filter> = (0..v.temperature.len()).map(&mut filter).collect();
+            v.draft_filters = FilterTable::per_slot(&filters);
+        }
+        let batch = Outputs::processed(&backend, &v);
+        let cpu = Outputs::processed(&specdec::Backend::cpu(), &v);
+        let ctx = |r| format!("draft {draft:?}: request {r}");
+        for r in 0..requests {
+            let sampling = v.slots[r] >= 0 && v.temperature[v.slots[r] as usize] > 0.0;
+            if sampling {
+                assert_eq!(batch.request(r), cpu.request(r), "{} against the CPU", ctx(r));
+            }
+            if r % 13 == 0 {
+                let alone = Outputs::processed(&backend, &slice_requests(&v, r..r + 1));
+                assert_eq!(batch.request(r), alone, "{} alone", ctx(r));
             }
         }
     }

@@ -85,6 +85,44 @@ pub fn push_run_sum(mut sum: WalkSum, v: [[f32; 4]; 4], n: u32, sampler: &Sample
     (sum, nan)
 }
 
+/// Adds the values of a run of a filtered row (as for [`push_run_sum`])
+/// that its kept set `{scaled >= tau}` holds (`tau > -inf`) to `sum`, a
+/// term each, by the CPU's rule ([`WalkSum::with`]): `LSE(S)` is then a
+/// function of `S`'s values alone, whether pass 1 reads them from the row
+/// or from the threshold kernel's pool, and a sharded call's ranks form it
+/// from their lists of the row's largest values (REFERENCE §7.4). A run
+/// below `tau` (most of a filtered row's) costs one test.
+#[inline(always)]
+pub fn push_kept(mut sum: WalkSum, v: [[f32; 4]; 4], n: u32, sampler: &Sampler, tau: f32) -> WalkSum {
+    let quad_max = |q: [f32; 4]| q[0].max(q[1]).max(q[2].max(q[3]));
+    // `max` ignores NaN, which no kept set holds.
+    let top = quad_max(v[0]).max(quad_max(v[1])).max(quad_max(v[2]).max(quad_max(v[3])));
+    if sampler.scaled_bound(top) < tau {
+        return sum;
+    }
+    // The kept lanes as bits, then one push a kept lane (few), its value
+    // picked by selects: a loop over the lanes with the push inside stays
+    // rolled and puts the run in local memory.
+    let mut kept = 0u32;
+    for l in 0..RUN as usize {
+        if (l as u32) < n && sampler.scaled(v[l / 4][l % 4]) >= tau {
+            kept |= 1 << l;
+        }
+    }
+    while kept != 0 {
+        let at = kept.trailing_zeros() as usize;
+        kept &= kept - 1;
+        let mut x = v[0][0];
+        for l in 1..RUN as usize {
+            if at == l {
+                x = v[l / 4][l % 4];
+            }
+        }
+        sum = sum.with(sampler.scaled(x));
+    }
+    sum
+}
+
 /// [`push_run_sum`]'s term of a run with largest scaled value `y` (finite)
 /// whose lanes lie `d(q, i)` below it: `k` and the lanes' sum `s`.
 #[inline(always)]

@@ -109,6 +109,20 @@ impl WalkSum {
         self.max = f32::INFINITY;
     }
 
+    /// This sum and one value by the CPU's rule ([`ExpSum::push`]: its own
+    /// [`exp_sum::term`]): NaN and `-inf` add nothing, `+inf` makes the sum
+    /// a point mass. Not inlined: its callers push few values, and inlined
+    /// in a walk its registers made the walk spill.
+    #[inline(never)]
+    pub fn with(mut self, y: f32) -> WalkSum {
+        if y == f32::INFINITY {
+            self.push_infinity();
+        } else if y > f32::NEG_INFINITY {
+            self.push_term(y, exp_sum::term(y));
+        }
+        self
+    }
+
     /// Moves the sums down to a largest group `top >= self.top` in place
     /// (`ExpSum::aligned`): this thread's share of the block's sum.
     ///

@@ -11,19 +11,18 @@ use super::accept::decide;
 use super::threshold::{entry, filter_scratch};
 use super::sharded::send_record;
 use super::{Request, draft_row, sharded, target_row};
-use crate::block::{ExactSum, Reduce, block_reduce, warp_best, warp_fold};
+use crate::block::{Reduce, block_reduce, warp_best, warp_fold};
 use core::mem::offset_of;
-use crate::fold::{fold_greedy, push_overlap, push_run_sum, pushed_max};
+use crate::fold::{fold_greedy, push_kept, push_overlap, push_run_sum, pushed_max};
 use crate::walk_sum::{WalkSum, block_sums};
 use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, any_nan, for_each_quad, for_each_run, widen};
 use crate::row::chunk_range;
 use crate::shared;
-use crate::threshold::mask;
 use specdec_core::argmax::{ArgMax, floor_key, floor_value};
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams};
-use specdec_core::exp_sum::{self, ExpSum, term};
+use specdec_core::exp_sum::{self, ExpSum};
 use specdec_core::logspace::{Lse, centre, recentre};
 use specdec_core::sample::Sampler;
 use specdec_core::scratch::{Pooled, Stats};
@@ -254,8 +253,9 @@ pub(super) fn row_kind<const OVERLAP: bool, const PROCESSED: bool>(p: &Rejection
 
 /// Chunk `c` of row `i` of `req` (request `r`), reduced over the block
 /// (valid in thread 0), `Q` quads a batch; with `FILTERED`, a sampling
-/// row's target and draft values masked to their kept sets
-/// (`crate::threshold::mask`) and a row of bad filter values flagged.
+/// row's sums over its kept sets (the target's and the draft's, a term a
+/// kept value: [`walk_filtered`], [`push_pool`]) and a row of bad filter
+/// values flagged.
 ///
 /// # Safety
 /// Called by every thread of the block; `req` is valid and `i <= n_r`.
@@ -312,39 +312,35 @@ unsafe fn row_chunk_stats<
     } else if let Some(pooled_t) = if FILTERED { unsafe { pooled(p, r, i, 0, tau_t) } } else { None } {
         // The target's kept set is in its pool: no read of the target row,
         // and of the draft's only where its own kept set is not pooled;
-        // chunk 0 takes the pooled `LSE(S)`s.
+        // chunk 0 sums the pooled values.
         let pooled_q = if draft.is_null() { None } else { unsafe { pooled(p, r, i, 1, tau_q) } };
         if !draft.is_null() && pooled_q.is_none() {
-            let none: *const D = core::ptr::null();
             // SAFETY: the draft row holds >= vocab >= end elements; start % 4 == 0.
-            unsafe {
-                for_each_run(
-                    draft,
-                    none,
-                    start,
-                    end,
-                    gpu::thread_idx_x(),
-                    #[inline(always)]
-                    |_x, q, _, n| {
-                        let q = core::array::from_fn(|j| mask(widen(q[j]), tau_q, &sampler));
-                        // NaN draft logits are skipped, not flagged: the row's flag is the target's.
-                        walk_q = push_run_sum(walk_q, q, n, &sampler).0;
-                    },
-                )
-            };
-            acc.draft_max = walk_q.max();
+            // NaN draft logits are skipped, not flagged: the row's flag is the target's.
+            walk_q = unsafe { walk_filtered(draft, (start, end), &sampler, tau_q, walk_q) }.0;
         }
-        // SAFETY (all): every thread of the block is here (caller); `c` is
-        // block-uniform; the walk sums are this thread's.
-        let [_, draft_sum] = unsafe { block_sums([walk_t, walk_q]) };
-        let mut out = unsafe { block_reduce(Row::<SAMPLED_ROW>(acc)).0 }.with_sums(ExpSum::EMPTY, draft_sum);
         if c == 0 {
-            out.target = pooled_sum(unsafe { pooled_lse(p, r, i, 0, tau_t, pooled_t) });
+            // SAFETY (both): the pools' records as `pooled` returned them.
+            walk_t = unsafe { push_pool(p, r, i, 0, (tau_t, pooled_t), walk_t) };
             if let Some(pooled_q) = pooled_q {
-                out.draft = pooled_sum(unsafe { pooled_lse(p, r, i, 1, tau_q, pooled_q) });
+                walk_q = unsafe { push_pool(p, r, i, 1, (tau_q, pooled_q), walk_q) };
             }
         }
-        return out;
+        (acc.target_max, acc.draft_max) = (walk_t.max(), walk_q.max());
+        // SAFETY (both): every thread of the block is here (caller); the
+        // walk sums are this thread's.
+        let [target, draft] = unsafe { block_sums([walk_t, walk_q]) };
+        return unsafe { block_reduce(Row::<SAMPLED_ROW>(acc)).0 }.with_sums(target, draft);
+    } else if FILTERED {
+        // The rows one after the other: a run of each live at once made the kernel spill.
+        // SAFETY (both): the rows hold >= vocab >= end elements; start is a multiple of TILE, so of RUN.
+        let (target, target_nan) = unsafe { walk_filtered(target, (start, end), &sampler, tau_t, walk_t) };
+        (walk_t, nan) = (target, target_nan);
+        if !draft.is_null() {
+            // NaN draft logits are skipped, not flagged: the row's flag is the target's.
+            walk_q = unsafe { walk_filtered(draft, (start, end), &sampler, tau_q, walk_q) }.0;
+        }
+        (acc.target_max, acc.draft_max) = (walk_t.max(), walk_q.max());
     } else {
         // SAFETY: the rows hold >= vocab >= end elements; start is a multiple of TILE, so of RUN.
         unsafe {
@@ -358,22 +354,10 @@ unsafe fn row_chunk_stats<
                 |_x, t, q, n| {
                     // The valid lanes of quad `j` of the run.
                     let nj = |j: usize| n.saturating_sub(4 * j as u32).min(4);
-                    // Each run widened (and masked) where it is pushed, so that
-                    // the target's is dead before the draft's is formed.
-                    let mut t: [[f32; 4]; 4] = core::array::from_fn(|j| widen(t[j]));
-                    if FILTERED {
-                        for j in 0..4 {
-                            // The mask turns a kept set's NaN into -inf: flagged here.
-                            nan |= any_nan(t[j], nj(j));
-                            t[j] = mask(t[j], tau_t, &sampler);
-                        }
-                    }
-                    let draft_run = || -> [[f32; 4]; 4] {
-                        core::array::from_fn(|j| {
-                            let q = widen(q[j]);
-                            if FILTERED { mask(q, tau_q, &sampler) } else { q }
-                        })
-                    };
+                    // Each run widened where it is pushed, so that the
+                    // target's is dead before the draft's is formed.
+                    let t: [[f32; 4]; 4] = core::array::from_fn(|j| widen(t[j]));
+                    let draft_run = || -> [[f32; 4]; 4] { core::array::from_fn(|j| widen(q[j])) };
                     if !draft.is_null() && OVERLAP {
                         let q = draft_run();
                         // The overlap at the maxima the pushes below reach
@@ -670,57 +654,62 @@ unsafe fn pooled(p: &RejectionParams, r: u32, i: u32, which: u32, tau: f32) -> O
     (pooled.count != Pooled::NONE.count).then_some(pooled)
 }
 
-/// `LSE(S)` of row `i` of request `r` (`which`, as for [`pooled`]) from its
-/// pool (`pooled`, the row's `S` the pool's values `>= tau`), valid in
-/// thread 0: `Σ e^(x − max)` with each term in fixed point
-/// ([`POOL_SCALE`], truncated) added as integers, so that the pool's order
-/// (the threshold blocks' arrival order) does not change a bit of it.
+/// `sum` with the values of row `i` of request `r` (`which`, as for
+/// [`pooled`]) in its kept set `{y >= tau}`, from its pool (`pooled`, which
+/// holds all of them), this thread's share, a term a value
+/// ([`WalkSum::with`], as [`walk_filtered`] sums a kept set it reads).
 ///
 /// # Safety
-/// Every thread of the block calls this together; `pooled` is the row's,
-/// as [`pooled`] returned it.
+/// `pooled` is the row's, as [`pooled`] returned it.
 #[inline(always)]
-unsafe fn pooled_lse(p: &RejectionParams, r: u32, i: u32, which: u32, tau: f32, pooled: Pooled) -> Lse {
+unsafe fn push_pool(p: &RejectionParams, r: u32, i: u32, which: u32, (tau, pooled): (f32, Pooled), mut sum: WalkSum) -> WalkSum {
     // SAFETY: as in `pooled`; `pooled.count <= POOL` values were written by
     // the threshold kernel, an earlier launch.
     let pool = unsafe { &raw const (*filter_scratch(p, r, i, which)).pool } as *const f32;
-    let mut sum = 0u64;
     let mut j = gpu::thread_idx_x();
     while j < pooled.count {
         // SAFETY: j < count <= POOL.
         let y = unsafe { *pool.add(j as usize) };
         if y >= tau {
-            // An exact product (a power of two), truncated: at most POOL_SCALE.
-            sum += (gpu::fast_exp(y - pooled.max) * POOL_SCALE) as u64;
+            sum = sum.with(y);
         }
         j += BLOCK_THREADS;
-    }
-    // SAFETY: every thread of the block is here (caller).
-    let total = unsafe { block_reduce(ExactSum::new(sum)) }.get();
-    Lse { max: pooled.max, sum: total as f32 / POOL_SCALE }
-}
-
-/// A pooled row's `LSE(S)` as a sum of one term, at `L` itself, whose
-/// maximum is the pool's: its log-sum-exp is `L` within rounding. (The
-/// pool's order-free sum is relative to the pool's maximum, not the quad
-/// rule's: REFERENCE §2.6.)
-#[inline(always)]
-fn pooled_sum(lse: Lse) -> ExpSum {
-    let mut sum = ExpSum::EMPTY;
-    let l = lse.value();
-    if lse.max.is_finite() && l.is_finite() {
-        sum.push_term(lse.max, term(l));
-    } else {
-        sum.push(lse.max);
     }
     sum
 }
 
-/// The fixed point of [`pooled_lse`]'s terms, `2^40`: each term is
-/// truncated by less than `2^-40`, so a sum of at most `POOL` of them, at
-/// least 1 (the maximum's), is off by under `2^-28` of itself, below an
-/// `f32`'s rounding; it stays below `2^52`.
-const POOL_SCALE: f32 = (1u64 << 40) as f32;
+/// `sum` with ids `start .. end` of a row of kept set `{scaled >= tau}`
+/// walked by this thread, a run at a time: by [`push_kept`] where the row
+/// is filtered (`tau > -inf`), by the run rule where it is kept whole, as
+/// in the unfiltered kernels; and whether the ids hold a NaN.
+///
+/// # Safety
+/// `row` holds >= `end` elements; `start` is a multiple of RUN.
+#[inline(always)]
+unsafe fn walk_filtered<L: Load>(row: *const L, (start, end): (u32, u32), sampler: &Sampler, tau: f32, mut sum: WalkSum) -> (WalkSum, bool) {
+    let mut nan = false;
+    let none: *const L = core::ptr::null();
+    // SAFETY: forwarded (caller).
+    unsafe {
+        for_each_run(
+            row,
+            none,
+            start,
+            end,
+            gpu::thread_idx_x(),
+            #[inline(always)]
+            |_x, v, _, n| {
+                let v: [[f32; 4]; 4] = core::array::from_fn(|j| widen(v[j]));
+                // A kept set holds no NaN: flagged here.
+                for j in 0..4 {
+                    nan |= any_nan(v[j], n.saturating_sub(4 * j as u32).min(4));
+                }
+                sum = if tau > f32::NEG_INFINITY { push_kept(sum, v, n, sampler, tau) } else { push_run_sum(sum, v, n, sampler).0 };
+            },
+        )
+    };
+    (sum, nan)
+}
 
 /// The first of the `chunks` [`Stats`] entries of row `i` of request `r`,
 /// where its chunks are combined ([`combine_chunks`]).
