@@ -16,7 +16,8 @@ use specdec_suite::drafting::{
 use specdec_suite::filters::filtered_probs;
 use specdec_suite::inputs::{Rng, histogram};
 use specdec_suite::sharding::{
-    Coverage, VERIFY_DTYPES, add_empty_rows, add_specials, run_sharded_logprobs, run_sharded_verify, shards,
+    Coverage, VERIFY_DTYPES, add_empty_rows, add_specials, random_filter, run_sharded_logprobs, run_sharded_verify,
+    shards, tied_verify,
 };
 use specdec_suite::verify::Asked;
 use specdec_suite::{FilterTable, Verified, Verify, chi_square};
@@ -57,53 +58,6 @@ fn sharded_verification_is_the_unsharded_one() {
     assert!(coverage.stopped >= 50 && coverage.bonus >= 50, "stopped {}, bonus {}", coverage.stopped, coverage.bonus);
 }
 
-/// A random filter with a top-k below `vocab` (alone, or with top-p, min-p
-/// or both on top of it), or none.
-fn random_filter(rng: &mut Rng, vocab: usize) -> Filter {
-    let ks: Vec<u32> =
-        [1, 2, 3, 7, 50, 300, vocab as u32 - 1].into_iter().filter(|&k| k >= 1 && k < vocab as u32).collect();
-    let top_k = rng.pick(&ks);
-    match rng.below(6) {
-        0 => Filter::OFF,
-        1 | 2 => Filter { top_k, ..Filter::OFF },
-        3 => Filter { top_k, top_p: rng.pick(&[0.3, 0.9, 0.999]), ..Filter::OFF },
-        4 => Filter { top_k, min_p: rng.pick(&[0.05, 0.5, 1.0]), ..Filter::OFF },
-        _ => Filter { top_k, top_p: 0.8, min_p: 0.1 },
-    }
-}
-
-/// Rounds half of the target rows' and draft rows' values to multiples of
-/// 1/2: tie groups that straddle a top-k's `k`-th value, within and across shards.
-fn add_ties(v: &mut Verify, rng: &mut Rng) {
-    let round = |x: f32| (x * 2.0).round() / 2.0;
-    for row in 0..v.rows {
-        if rng.below(2) == 0 {
-            for i in row * v.row_stride..row * v.row_stride + v.vocab {
-                v.target.set_f32(i, round(v.target.get(i)));
-            }
-        }
-    }
-    if let Some((values, shape)) = &mut v.draft {
-        for slot in 0..shape.slots {
-            for i in 0..shape.k {
-                if rng.below(2) == 0 {
-                    let start = slot * shape.stride0 + i * shape.stride1;
-                    (start..start + v.vocab).for_each(|e| values.set_f32(e, round(values.get(e))));
-                }
-            }
-        }
-    }
-}
-
-/// A random ragged batch verified by `verification`, with ties ([`add_ties`]), NaN and `±inf`.
-fn tied_verify(rng: &mut Rng, spec: RandomSpec, verification: Verification<'static>) -> Verify {
-    let mut v = random_verify(rng, spec);
-    v.verification = verification;
-    add_ties(&mut v, rng);
-    add_specials(&mut v, rng);
-    v
-}
-
 /// Filters with a top-k (top-p and min-p on top of it too), on the target
 /// and on the draft logits, each slot its own: random ragged batches with
 /// ties at the `k`-th value, `-inf`, `+inf` and NaN, over 1, 2, 3 and 8
@@ -121,13 +75,13 @@ fn sharded_filtered_verification_is_the_unsharded_one() {
                 for verification in [Verification::Token, Verification::Block] {
                     let mut v = tied_verify(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft), verification);
                     let filters: Vec<Filter> =
-                        (0..v.temperature.len()).map(|_| random_filter(&mut rng, vocab)).collect();
+                        (0..v.temperature.len()).map(|_| random_filter(&mut rng, vocab, u32::MAX)).collect();
                     v.filters = FilterTable::per_slot(&filters);
                     if draft.is_some() {
                         // The drafter's filters: the target's, or others.
                         let drafted: Vec<Filter> = filters
                             .iter()
-                            .map(|&f| if rng.below(2) == 0 { f } else { random_filter(&mut rng, vocab) })
+                            .map(|&f| if rng.below(2) == 0 { f } else { random_filter(&mut rng, vocab, u32::MAX) })
                             .collect();
                         v.draft_filters = FilterTable::per_slot(&drafted);
                     }
@@ -325,7 +279,7 @@ fn sharded_logprobs_are_the_unsharded_ones() {
                     let filtered = rng.below(2) == 0;
                     if filtered {
                         let filters: Vec<Filter> =
-                            (0..v.temperature.len()).map(|_| random_filter(&mut rng, vocab)).collect();
+                            (0..v.temperature.len()).map(|_| random_filter(&mut rng, vocab, u32::MAX)).collect();
                         v.filters = FilterTable::per_slot(&filters);
                         if draft.is_some() {
                             v.draft_filters = FilterTable::per_slot(&filters);

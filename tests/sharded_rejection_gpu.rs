@@ -10,14 +10,16 @@
 
 use specdec::filter::Filter;
 use specdec::shard::Shard;
-use specdec::status::INVALID_SHARD;
+use specdec::status::{INVALID_FILTER, INVALID_SHARD};
 use specdec::{Cuda, DType, Error, Verification};
+use specdec_core::shard::MAX_TOP_K;
 use specdec_suite::drafting::{
     Drafted, FixedPositions, RandomSpec, check_positions, emitted_at, perturbed, probs, random_verify, zipf_logits,
 };
 use specdec_suite::inputs::{Rng, histogram};
 use specdec_suite::sharding::{
-    Coverage, RUN, VERIFY_DTYPES, add_empty_rows, add_specials, rank_verify, run_sharded_verify_device, run_shards,
+    Coverage, RUN, VERIFY_DTYPES, add_empty_rows, add_specials, random_filter, rank_verify, run_sharded_verify_device,
+    run_shards, tied_verify,
 };
 use specdec_suite::{FilterTable, Verified, Verify, chi_square, gpu_sized};
 
@@ -101,6 +103,41 @@ fn sharded_synthetic_acceptance_is_the_unsharded_one() {
     }
 }
 
+/// Filters with a top-k of at most `shard::MAX_TOP_K` (top-p and min-p on
+/// top of it too), on the target and on the draft logits, each slot its
+/// own: random ragged batches with ties at the `k`-th value, `-inf`, `+inf`
+/// and NaN, rows with nothing above `-inf`, over 1, 2, 3 and 8 uneven shards,
+/// give the unsharded GPU call's outputs (the ranks' lists decide each
+/// row's `τ` and `LSE(S)`: `kernels::rejection::sharded`).
+#[test]
+fn sharded_filtered_verification_is_the_unsharded_one() {
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(0x6A_5F);
+    let mut coverage = Coverage::default();
+    let kinds =
+        [(DType::F32, None), (DType::F32, Some(DType::F32)), (DType::BF16, Some(DType::BF16)), (DType::F16, None)];
+    for (target, draft) in kinds {
+        for (vocab, requests) in [(37usize, 24), (1000, 16), (4097, 8), (20_000, 6), (151_936, 3)] {
+            for ranks in [1, 2, 3, 8].into_iter().filter(|&p| vocab.div_ceil(RUN) >= p) {
+                let spec = RandomSpec::new(vocab, requests, 4, target, draft);
+                let mut v = tied_verify(&mut rng, spec, Verification::Token);
+                add_empty_rows(&mut v, &mut rng);
+                let mut filter = |_| random_filter(&mut rng, vocab, MAX_TOP_K);
+                let filters: Vec<Filter> = (0..v.temperature.len()).map(&mut filter).collect();
+                v.filters = FilterTable::per_slot(&filters);
+                if draft.is_some() {
+                    let drafted: Vec<Filter> = (0..v.temperature.len()).map(&mut filter).collect();
+                    v.draft_filters = FilterTable::per_slot(&drafted);
+                }
+                let shards = run_shards(vocab, ranks, &mut rng);
+                let ctx = format!("filtered, {target:?} target, {draft:?} draft, V {vocab}, P {ranks}");
+                coverage.add(&v, &check_equal(&cuda, &v, &shards, &ctx));
+            }
+        }
+    }
+    assert!(coverage.stopped >= 30 && coverage.bonus >= 30, "stopped {}, bonus {}", coverage.stopped, coverage.bonus);
+}
+
 /// Request `r`'s outputs: its tokens, emitted and accepted counts, and its rows' statuses.
 fn request(v: &Verify, got: &Verified, r: usize) -> (Vec<i64>, i32, i32, Vec<u32>) {
     let rows = v.offsets[r] as usize..v.offsets[r + 1] as usize;
@@ -113,7 +150,7 @@ fn flagged(v: &Verify, got: &Verified, r: usize) -> bool {
     tokens.iter().all(|&t| t == -1) && (emitted, accepted) == (0, 0) && status.iter().all(|s| s & INVALID_SHARD != 0)
 }
 
-/// What the sharded CUDA call refuses (a shard off the runs, filters, block
+/// What the sharded CUDA call refuses (a shard off the runs, block
 /// verification) is a typed error on the rank that sees it; a rank whose own
 /// checks pass takes part in the exchange all the same and flags every
 /// request, so that none waits. Ranks that disagree on a seed flag the
@@ -145,19 +182,15 @@ fn sharded_calls_that_cannot_run_fail_on_every_rank() {
     assert!(matches!(&got[0], Err(Error::InvalidShard { .. })), "{:?}", got[0]);
     assert!(flagged_all(&got[1]), "{:?}", got[1]);
 
-    // Filters on rank 0's target: its error, rank 1's flags.
+    // Filters on rank 0's target alone: its round-1 message carries lists,
+    // so the ranks' messages differ in length: every rank's error.
     let got = run_sharded_verify_device(&cuda, &v, &halves, |r, mut mine| {
         if r == 0 {
             mine.filters = FilterTable::uniform(Filter { top_k: 5, ..Filter::OFF }, v.temperature.len());
         }
         mine
     });
-    assert!(matches!(&got[0], Err(Error::NotSharded { .. })), "{:?}", got[0]);
-    assert!(flagged_all(&got[1]), "{:?}", got[1]);
-    // Draft filters on every rank, even arrays that keep every id: every rank's error.
-    let mut filtered = v.clone();
-    filtered.draft_filters = FilterTable::uniform(Filter::OFF, v.temperature.len());
-    every(&filtered, |e| matches!(e, Error::NotSharded { .. }));
+    assert!(got.iter().all(|g| matches!(g, Err(Error::Exchange(_)))), "{got:?}");
     // Block verification on every rank: every rank's error.
     let mut block = v.clone();
     block.verification = Verification::Block;
@@ -178,6 +211,59 @@ fn sharded_calls_that_cannot_run_fail_on_every_rank() {
             let (mine, theirs) = (request(&v, &got, q), request(&v, &want, q));
             let ok = flagged(&v, &got, q) || (v.slots[q] != slot && mine == theirs);
             assert!(ok, "rank {rank} request {q} on slot {} (seeds differ on {slot}): {mine:?}", v.slots[q]);
+        }
+    }
+}
+
+/// A filter the ranks cannot send in their lists (top-p or min-p without a
+/// top-k, or a top-k over `shard::MAX_TOP_K`), on the target or on the
+/// draft logits, lives in device memory: the requests of its slots are
+/// flagged `INVALID_FILTER` on every rank (tokens `-1`, nothing emitted),
+/// greedy ones aside (they ignore filters); every other request gets the
+/// unsharded call's outputs.
+#[test]
+fn sharded_filters_without_lists_are_flagged() {
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(0x6A_60);
+    let vocab = 1000;
+    for draft_side in [false, true] {
+        let mut v = random_verify(&mut rng, RandomSpec::new(vocab, 24, 3, DType::F32, Some(DType::BF16)));
+        let unsendable = [
+            Filter { top_p: 0.9, ..Filter::OFF },
+            Filter { min_p: 0.1, ..Filter::OFF },
+            Filter { top_k: MAX_TOP_K + 1, ..Filter::OFF },
+        ];
+        let filters: Vec<Filter> = (0..v.temperature.len())
+            .map(|s| if s % 3 == 0 { unsendable[s / 3 % 3] } else { Filter { top_k: 20, ..Filter::OFF } })
+            .collect();
+        let sendable = FilterTable::uniform(Filter { top_k: 20, ..Filter::OFF }, v.temperature.len());
+        if draft_side {
+            (v.filters, v.draft_filters) = (sendable.clone(), FilterTable::per_slot(&filters));
+        } else {
+            (v.filters, v.draft_filters) = (FilterTable::per_slot(&filters), sendable.clone());
+        }
+        // The unsharded call on the same rows with every slot sendable.
+        let mut plain = v.clone();
+        (plain.filters, plain.draft_filters) = (sendable.clone(), sendable);
+        let want = unsharded(&cuda, &plain, "sendable");
+        let shards = run_shards(vocab, 2, &mut rng);
+        for (rank, got) in run_sharded_verify_device(&cuda, &v, &shards, |_, mine| mine).into_iter().enumerate() {
+            let got = got.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+            for r in 0..v.requests() {
+                let ctx = format!("draft side {draft_side}, rank {rank}, request {r} on slot {}", v.slots[r]);
+                let unsent = v.slots[r] >= 0 && v.slots[r] % 3 == 0 && !v.is_greedy(r);
+                if unsent {
+                    let rows = v.offsets[r] as usize..v.offsets[r + 1] as usize;
+                    assert_eq!(got.num_emitted[r], 0, "{ctx}");
+                    assert!(
+                        rows.clone().all(|j| got.row_status[j] & INVALID_FILTER != 0),
+                        "{ctx}: {:?}",
+                        &got.row_status[rows]
+                    );
+                } else {
+                    assert_eq!(request(&v, &got, r), request(&v, &want, r), "{ctx}");
+                }
+            }
         }
     }
 }

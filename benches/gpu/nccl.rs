@@ -254,7 +254,7 @@ fn rank(r: usize, ranks: usize, id: cudarc::nccl::Id, host: &HostInputs, barrier
 /// The case as a markdown table, with the bytes each rank exchanges.
 pub fn markdown(c: &NcclCase) -> String {
     let (_, last) = rank_ids(c.ranks - 1, c.ranks);
-    let sharded_bytes = pairs_message_bytes(ROWS) + candidates_message_bytes(NCCL_REQUESTS);
+    let sharded_bytes = pairs_message_bytes(ROWS, false) + candidates_message_bytes(NCCL_REQUESTS);
     let gather_bytes = ROWS * last * 4;
     let mut md = String::from(
         "\n## NCCL case (a GPU and a thread a rank, no graph, L2 warm)\n\n| case | P | single GPU µs | gather, then \

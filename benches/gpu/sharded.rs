@@ -68,7 +68,7 @@ impl Call {
     pub fn send_bytes(self) -> usize {
         match self {
             Call::Sample { rows } => message_bytes(rows),
-            Call::Verify { requests } => pairs_message_bytes(self.rows()) + candidates_message_bytes(requests),
+            Call::Verify { requests } => pairs_message_bytes(self.rows(), false) + candidates_message_bytes(requests),
         }
     }
 

@@ -7,10 +7,12 @@
 
 use crate::Batch;
 use crate::batch::{ColumnSpec, DraftLogitsSpec, Values};
+use crate::drafting::{RandomSpec, random_verify};
 use crate::inputs::Rng;
 use crate::verify::{Asked, LogprobBits, Verified, Verify};
+use specdec::filter::Filter;
 use specdec::shard::{Exchange, InProcess, InProcessCuda, Shard};
-use specdec::{Cuda, DType, DraftLogitsShape};
+use specdec::{Cuda, DType, DraftLogitsShape, Verification};
 use std::ops::Range;
 
 /// `P` shards of a row of `vocab` ids, uneven, each starting at a multiple of 4.
@@ -321,4 +323,53 @@ pub fn gather_rounds(
         got.push(result.map(|()| stream.clone_dtoh(&recv).expect("the receive buffer read")));
     }
     got
+}
+
+/// A random filter with a top-k below `vocab`, at most `most` (alone, or
+/// with top-p, min-p or both on top of it), or none.
+pub fn random_filter(rng: &mut Rng, vocab: usize, most: u32) -> Filter {
+    let ks: Vec<u32> = [1, 2, 3, 7, 50, 256, 300, vocab as u32 - 1]
+        .into_iter()
+        .filter(|&k| k >= 1 && k < vocab as u32 && k <= most)
+        .collect();
+    let top_k = rng.pick(&ks);
+    match rng.below(6) {
+        0 => Filter::OFF,
+        1 | 2 => Filter { top_k, ..Filter::OFF },
+        3 => Filter { top_k, top_p: rng.pick(&[0.3, 0.9, 0.999]), ..Filter::OFF },
+        4 => Filter { top_k, min_p: rng.pick(&[0.05, 0.5, 1.0]), ..Filter::OFF },
+        _ => Filter { top_k, top_p: 0.8, min_p: 0.1 },
+    }
+}
+
+/// Rounds half of the target rows' and draft rows' values to multiples of
+/// 1/2: tie groups that straddle a top-k's `k`-th value, within and across shards.
+pub fn add_ties(v: &mut Verify, rng: &mut Rng) {
+    let round = |x: f32| (x * 2.0).round() / 2.0;
+    for row in 0..v.rows {
+        if rng.below(2) == 0 {
+            for i in row * v.row_stride..row * v.row_stride + v.vocab {
+                v.target.set_f32(i, round(v.target.get(i)));
+            }
+        }
+    }
+    if let Some((values, shape)) = &mut v.draft {
+        for slot in 0..shape.slots {
+            for i in 0..shape.k {
+                if rng.below(2) == 0 {
+                    let start = slot * shape.stride0 + i * shape.stride1;
+                    (start..start + v.vocab).for_each(|e| values.set_f32(e, round(values.get(e))));
+                }
+            }
+        }
+    }
+}
+
+/// A random ragged batch verified by `verification`, with ties ([`add_ties`]), NaN and `±inf`.
+pub fn tied_verify(rng: &mut Rng, spec: RandomSpec, verification: Verification<'static>) -> Verify {
+    let mut v = random_verify(rng, spec);
+    v.verification = verification;
+    add_ties(&mut v, rng);
+    add_specials(&mut v, rng);
+    v
 }

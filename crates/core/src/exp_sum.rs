@@ -249,6 +249,31 @@ impl ExpSum {
         self.push_term(y, term(y));
     }
 
+    /// Adds `n` values `y` ([`ExpSum::push`] `n` times, as one product:
+    /// the same bits).
+    #[inline(always)]
+    pub fn push_count(&mut self, y: f32, n: u32) {
+        if n == 0 || y.is_nan() || y == f32::NEG_INFINITY || self.max == f32::INFINITY {
+            return;
+        }
+        if y == f32::INFINITY {
+            *self = ExpSum { max: y, top: i32::MIN, sums: [0; GROUPS] };
+            return;
+        }
+        let t = term(y);
+        self.raise(t.group());
+        if y > self.max {
+            self.max = y;
+        }
+        let part = u128::from(t.part()) * u128::from(n);
+        match i64::from(self.top) - i64::from(t.group()) {
+            0 => self.sums[0] += part,
+            1 => self.sums[1] += part,
+            2 => self.sums[2] += part,
+            _ => {}
+        }
+    }
+
     /// Adds a term `t` of values whose largest is `max` (finite): one value's
     /// [`term`] ([`ExpSum::push`]), or a term by another rule (the GPU's
     /// runs, REFERENCE §2.6), whose `k` must not exceed `term(max).k` by
@@ -589,5 +614,25 @@ mod tests {
         // Huge values tie, and their count rounds away.
         assert_eq!(sum_of([2e9, 1e9, 1.5e9]).lse(), 2e9);
         assert_eq!(sum_of([-2e9, -1e9]).lse(), -1e9);
+    }
+    #[test]
+    fn a_count_of_one_value_is_that_many_pushes() {
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..2_000 {
+            let (mut one, mut many) = (ExpSum::EMPTY, ExpSum::EMPTY);
+            for _ in 0..1 + (rng % 5) {
+                rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                let y = match rng >> 60 {
+                    0 => f32::INFINITY,
+                    1 => f32::NEG_INFINITY,
+                    2 => f32::NAN,
+                    _ => ((rng >> 32) as u32 as f32 / u32::MAX as f32 - 0.5) * 200.0,
+                };
+                let n = (rng >> 8) as u32 % 40;
+                (0..n).for_each(|_| one.push(y));
+                many.push_count(y, n);
+            }
+            assert_eq!((one.max().to_bits(), one.top(), one.sums()), (many.max().to_bits(), many.top(), many.sums()));
+        }
     }
 }

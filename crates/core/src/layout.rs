@@ -254,7 +254,7 @@ pub struct RejectionParams {
     /// header (`offset`, the global id of the logits' first id; `vocab`,
     /// the whole row's ids), the rank's message (`send`) and every rank's
     /// after each exchange (`recv`, `shard_ranks` of them), each
-    /// `shard::pairs_message_bytes(requests·(K+1))` long in round 1 and
+    /// `shard::pairs_message_bytes(requests·(K+1), filtered)` long in round 1 and
     /// `shard::candidates_message_bytes(requests)` in round 2.
     pub shard: Header,
     pub send: u64,

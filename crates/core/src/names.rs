@@ -53,6 +53,7 @@ macro_rules! kernel_symbol {
     (@name GUMBEL_COMBINE) => { "gumbel_combine" };
     (@name REJECTION_DECIDE_SHARDED) => { "rejection_decide_sharded" };
     (@name REJECTION_COMBINE_SHARDED) => { "rejection_combine_sharded" };
+    (@name REJECTION_MERGE_SHARDED) => { "rejection_merge_sharded" };
     // `DType::name` of each element type.
     (@dtype f32) => { "f32" };
     (@dtype Bf16) => { "bf16" };
@@ -232,13 +233,19 @@ pub const GUMBEL_COMBINE: Kernel =
 pub const REJECTION_DECIDE_SHARDED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_DECIDE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
 
+/// A sharded `rejection_sample`'s filtered rows after its first exchange
+/// (`layout::RejectionParams`), a block a threshold entry: each row's `τ`
+/// and `LSE(S)` from the ranks' top-k lists. Reads no logits (`Pairs::One`).
+pub const REJECTION_MERGE_SHARDED: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_MERGE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
+
 /// A sharded `rejection_sample`'s tokens after its second exchange, a
 /// thread a request. Reads no logits (`Pairs::One`).
 pub const REJECTION_COMBINE_SHARDED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_COMBINE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
 
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 25] = [
+pub const ALL: [Kernel; 26] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -264,6 +271,7 @@ pub const ALL: [Kernel; 25] = [
     GUMBEL_COMBINE,
     REJECTION_DECIDE_SHARDED,
     REJECTION_COMBINE_SHARDED,
+    REJECTION_MERGE_SHARDED,
 ];
 
 impl Kernel {
@@ -363,14 +371,15 @@ mod tests {
             GUMBEL_SAMPLE_FILTERED REJECTION_THRESHOLD REJECTION_STATS_FILTERED REJECTION_RESAMPLE_FILTERED
             GUMBEL_THRESHOLD_SEARCH REJECTION_THRESHOLD_SEARCH REJECTION_STATS_PROCESSED
             REJECTION_STATS_SMALL_PROCESSED REJECTION_STATS_FILTERED_PROCESSED REJECTION_BLOCK REJECTION_RATES
-            LOGPROBS_LSE LOGPROBS_TOP GUMBEL_COMBINE REJECTION_DECIDE_SHARDED REJECTION_COMBINE_SHARDED);
+            LOGPROBS_LSE LOGPROBS_TOP GUMBEL_COMBINE REJECTION_DECIDE_SHARDED REJECTION_COMBINE_SHARDED
+            REJECTION_MERGE_SHARDED);
         assert_eq!(kernel_symbol!(GUMBEL_SAMPLE, Bf16, f32), "gumbel_sample_bf16_f32");
     }
 
     #[test]
     fn the_table() {
         let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
-        assert_eq!(all.len(), 18 * 9 + 3 * 3 + 4);
+        assert_eq!(all.len(), 18 * 9 + 3 * 3 + 5);
         let mut unique = all.clone();
         unique.sort();
         unique.dedup();

@@ -7,7 +7,8 @@
 //!   rows ([`message_bytes`]).
 //! - `rejection_sample`, round 1: a [`Header`], then a [`PairRecord`] for
 //!   each (request, row) pair, `requests · (max_drafts + 1)` of them
-//!   ([`pairs_message_bytes`]); round 2: a word saying whether the rank got
+//!   ([`pairs_message_bytes`]), and in a call with filters a target and a
+//!   draft [`TopList`] for each pair after them; round 2: a word saying whether the rank got
 //!   there, then a [`Resampled`] for each request ([`candidates_message_bytes`]).
 
 use crate::argmax::ArgMax;
@@ -99,14 +100,60 @@ impl PairRecord {
     }
 }
 
-/// Bytes of a rank's round-1 message for `pairs` (request, row) pairs.
-pub const fn pairs_message_bytes(pairs: usize) -> usize {
-    core::mem::size_of::<Header>() + pairs * core::mem::size_of::<PairRecord>()
+/// Bytes of a rank's round-1 message for `pairs` (request, row) pairs,
+/// with a target and a draft [`TopList`] a pair after the records in a call
+/// with filters (`lists`).
+pub const fn pairs_message_bytes(pairs: usize, lists: bool) -> usize {
+    let lists = if lists { 2 * pairs * core::mem::size_of::<TopList>() } else { 0 };
+    core::mem::size_of::<Header>() + pairs * core::mem::size_of::<PairRecord>() + lists
+}
+
+/// The largest top-k a sharded `rejection_sample` on the GPU filters by: a
+/// rank's list of a row holds at most `MAX_TOP_K − 1` values (REFERENCE §9).
+pub const MAX_TOP_K: u32 = 256;
+
+/// The most ranks of a sharded `rejection_sample` with filters on the GPU:
+/// its merge kernel sorts a row's lists from every rank in a block's
+/// shared memory ([`merge_entries`] of `filter::Group`, 32 KiB at 8 ranks).
+pub const MAX_FILTERED_RANKS: usize = 8;
+
+/// The merge kernel's entries for `ranks` ranks: a list's slots a rank,
+/// padded to a power of two for its sort.
+pub const fn merge_entries(ranks: usize) -> usize {
+    (ranks * MAX_TOP_K as usize).next_power_of_two()
+}
+
+/// A rank's part of a filtered row of a sharded `rejection_sample` on the
+/// GPU (round 1, after the pair records): its largest scaled values of the
+/// row, as its own top-k filter by the slot's `top_k` keeps them: `tie`, its
+/// `top_k`-th largest value that counts (not NaN, above `-inf`; its smallest
+/// where it has fewer), `ties` of its ids valued `tie` (at least one where
+/// `tie` is `+inf`), and the `above` values above it (`values[..above]`, in
+/// no order). Every value of the row at or above the row's `top_k`-th
+/// largest is then in some rank's list, with its full count: the ranks'
+/// lists decide the row's `τ` and `LSE(S)` under any filter whose top-k is
+/// `top_k` (`filter::threshold` over their tie groups).
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct TopList {
+    pub values: [f32; MAX_TOP_K as usize - 1],
+    pub tie: f32,
+    pub ties: u32,
+    pub above: u32,
+    _pad: [u32; 2],
+}
+
+/// Where the [`TopList`] of pair `pair` (`which`: 0 the target row, 1 the
+/// draft row) lies in the round-1 message at `message` of a call of `pairs`
+/// pairs with filters.
+pub fn list_at(message: u64, pairs: usize, which: usize, pair: usize) -> *mut TopList {
+    let lists = message as usize + pairs_message_bytes(pairs, false);
+    (lists + (which * pairs + pair) * core::mem::size_of::<TopList>()) as *mut TopList
 }
 
 /// Where pair `pair`'s [`PairRecord`] lies in the round-1 message at `message`.
 pub fn pair_at(message: u64, pair: usize) -> *mut PairRecord {
-    (message as usize + pairs_message_bytes(pair)) as *mut PairRecord
+    (message as usize + pairs_message_bytes(pair, false)) as *mut PairRecord
 }
 
 /// Bytes of a rank's round-2 message for `requests` requests: a 16-byte
@@ -167,7 +214,10 @@ mod tests {
         assert_eq!(core::mem::size_of::<Row>(), 16);
         assert_eq!(message_bytes(3), 32 + 48);
         assert_eq!(core::mem::size_of::<PairRecord>(), 160);
-        assert_eq!(pairs_message_bytes(2), 32 + 320);
+        assert_eq!(pairs_message_bytes(2, false), 32 + 320);
+        assert_eq!(core::mem::size_of::<TopList>(), 1040);
+        assert_eq!(pairs_message_bytes(2, true), 32 + 320 + 4 * 1040);
+        assert_eq!(list_at(0, 2, 1, 1) as usize, 32 + 320 + 3 * 1040);
         assert_eq!(candidates_message_bytes(2), 48);
     }
 

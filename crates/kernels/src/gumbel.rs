@@ -353,7 +353,7 @@ unsafe fn gumbel_threshold<L: Load, D: Load, const SEARCH: bool>(p: &GumbelParam
                 if SEARCH {
                     search_round(logits_row::<L>(p, row), p.vocab, value, scratch, split)
                 } else {
-                    chunk_threshold(logits_row::<L>(p, row), p.vocab, value, f, scratch, split, p.threshold_search != 0)
+                    chunk_threshold(logits_row::<L>(p, row), (p.vocab, p.vocab), value, f, scratch, split, (p.threshold_search != 0, core::ptr::null_mut()))
                 }
             }
         }

@@ -36,6 +36,7 @@ use specdec_core::filter::{
 use specdec_core::layout::{BLOCK_THREADS, FilterTables, THRESHOLD_CHUNK, THRESHOLD_SHARED_BYTES, TILE, WARPS};
 use specdec_core::sample::Sampler;
 use specdec_core::scratch::{FilterScratch, POOL, Pooled, Search, Summary};
+use specdec_core::shard::{MAX_TOP_K, TopList};
 
 /// The most values a block keeps in shared memory: its chunk's, or a
 /// search's.
@@ -326,9 +327,11 @@ enum Keep {
 }
 
 /// Block `c` of the `chunks` blocks of a filtered row of `vocab` raw values
-/// at `row`, whose value as sampled is `value` of the raw value widened to
+/// at `row` (`ids` of the whole row, which the filter's top-k is taken
+/// against: `vocab`, or a sharded call's row's), whose value as sampled is `value` of the raw value widened to
 /// f32 (scaled, and rounded where the sampler rounds), filtered by `filter` (not off), `chunk` ids a
-/// block: `τ` (SPEC §7.2, as `specdec_core::filter::threshold` gives it) in
+/// block; with a `list` (not null; `filter` a top-k alone), the row's
+/// [`TopList`] written there by its last block ([`Row::write_list`]): `τ` (SPEC §7.2, as `specdec_core::filter::threshold` gives it) in
 /// every thread of the row's last block to arrive, `None` in the others and
 /// where the row is left to [`search_round`].
 ///
@@ -357,19 +360,19 @@ enum Keep {
 #[inline(always)]
 pub unsafe fn chunk_threshold<L: Load>(
     row: *const L,
-    vocab: u32,
+    (vocab, ids): (u32, u32),
     value: impl Fn(f32) -> f32,
     filter: Filter,
     scratch: *mut FilterScratch,
     (chunk, c, chunks): (u32, u32, u32),
-    search: bool,
+    (search, list): (bool, *mut TopList),
 ) -> Option<f32> {
     let row = Row { row, vocab, value };
     // One block a row needs no candidates: it searches the row itself.
     let staged = chunk as usize <= CAP && chunks > 1;
     let keep = if !staged {
         Keep::Nothing
-    } else if filter.has_top_k(vocab as usize) {
+    } else if filter.has_top_k(ids as usize) {
         Keep::TopK(filter.top_k)
     } else if filter.has_min_p() && filter.has_top_p() {
         Keep::MinP(filter.min_p)
@@ -390,11 +393,13 @@ pub unsafe fn chunk_threshold<L: Load>(
         // SAFETY: the row's scratch (`chunks > 1`), read by the next launch.
         unsafe { (&raw mut (*scratch).pooled).write(if holds_s { Pooled { count: pooled, max: all.max } } else { Pooled::NONE }) };
     }
-    if all.count == 0 {
-        return Some(-f32::MAX);
-    }
-    if all.max == f32::INFINITY {
-        return Some(f32::INFINITY);
+    if all.count == 0 || all.max == f32::INFINITY {
+        let tau = if all.count == 0 { -f32::MAX } else { f32::INFINITY };
+        if !list.is_null() && gpu::thread_idx_x() == 0 {
+            // SAFETY: the row's list (caller).
+            unsafe { write_list_head(list, tau, (all.count != 0) as u32, 0) };
+        }
+        return Some(tau);
     }
     // The pool holds every value that decides `τ`: search it in shared memory.
     let kept = if holds_s {
@@ -405,7 +410,7 @@ pub unsafe fn chunk_threshold<L: Load>(
     };
     let tau_m = if filter.has_min_p() { min_p_threshold(all.max, filter.min_p) } else { f32::NEG_INFINITY };
     let (mut tau_k, mut above) = (f32::NEG_INFINITY, all.count);
-    if filter.has_top_k(vocab as usize) {
+    if filter.has_top_k(ids as usize) {
         if filter.top_k >= all.count {
             // Every value is kept: the smallest (`-0` as `+0`, as keys have it).
             tau_k = all.min + 0.0;
@@ -417,6 +422,10 @@ pub unsafe fn chunk_threshold<L: Load>(
         }
     }
     let tau_1 = tau_m.max(tau_k);
+    if !list.is_null() {
+        // SAFETY: the whole block (caller); the row's list; `kept` as loaded.
+        unsafe { row.write_list(kept, tau_1, list) };
+    }
     if !filter.has_top_p() {
         return Some(tau_1);
     }
@@ -557,6 +566,20 @@ unsafe fn load_pool(scratch: *const FilterScratch, n: u32, floor: f32) -> u32 {
     }
 }
 
+/// A [`TopList`]'s `tie`, `ties` and `above` (its values written apart).
+///
+/// # Safety
+/// `list` is valid for a [`TopList`].
+#[inline(always)]
+unsafe fn write_list_head(list: *mut TopList, tie: f32, ties: u32, above: u32) {
+    // SAFETY (all): inside the list (caller).
+    unsafe {
+        (&raw mut (*list).tie).write(tie);
+        (&raw mut (*list).ties).write(ties);
+        (&raw mut (*list).above).write(above.min(MAX_TOP_K - 1));
+    }
+}
+
 /// The row a block searches.
 struct Row<L, F> {
     row: *const L,
@@ -565,6 +588,47 @@ struct Row<L, F> {
 }
 
 impl<L: Load, F: Fn(f32) -> f32> Row<L, F> {
+    /// The row's [`TopList`] at `list` for a top-k threshold `tau` (its
+    /// `top_k`-th largest value, finite): the values above it and the count
+    /// of those equal to it, from the `n` values kept in shared memory
+    /// (`kept = Some(n)`: they hold every value `>= tau`) or from the row.
+    ///
+    /// # Safety
+    /// As for [`Row::for_each`], every thread of the block together; `list`
+    /// is valid for a [`TopList`]. Not inlined: a sharded call's alone, its
+    /// registers made the threshold kernels spill.
+    #[inline(never)]
+    unsafe fn write_list(&self, kept: Option<u32>, tau: f32, list: *mut TopList) {
+        // SAFETY (all): the launch's shared memory: counters no thread reads
+        // meanwhile, zeroed between barriers; the list's values below
+        // `MAX_TOP_K − 1` (fewer than `top_k <= MAX_TOP_K` values lie above `tau`).
+        unsafe {
+            let sh = shared();
+            let (above, ties) = (&raw mut (*sh).found, &raw mut (*sh).base);
+            gpu::sync_threads();
+            if gpu::thread_idx_x() == 0 {
+                above.write(0);
+                ties.write(0);
+            }
+            gpu::sync_threads();
+            let values = &raw mut (*list).values as *mut f32;
+            self.for_each(kept, |y| {
+                if y > tau {
+                    let at = gpu::atomic_add_u32(above, 1);
+                    if (at as usize) < MAX_TOP_K as usize - 1 {
+                        values.add(at as usize).write(y);
+                    }
+                } else if y == tau {
+                    gpu::atomic_add_u32(ties, 1);
+                }
+            });
+            gpu::sync_threads();
+            if gpu::thread_idx_x() == 0 {
+                write_list_head(list, tau, ties.read(), above.read());
+            }
+        }
+    }
+
     /// Calls `f` with every value that counts (not NaN, above `-inf`) of the
     /// row or, with `kept = Some(n)`, of the `n` values kept in shared memory;
     /// each thread some of them.

@@ -10,11 +10,12 @@
 use super::Kernel;
 use crate::error::Result;
 use cudarc::driver::{CudaStream, result};
-use specdec_core::filter::ROUNDS;
+use specdec_core::filter::{Group, ROUNDS};
 use specdec_core::layout::{
     BLOCK_THREADS, GumbelCombineParams, GumbelParams, LogprobsParams, RatesParams, RejectionParams, SHARED_BYTES,
     THRESHOLD_SHARED_BYTES, TOP_SHARED_BYTES, WALK_SHARED_BYTES,
 };
+use specdec_core::shard;
 use std::ffi::c_void;
 
 /// Launches `kernel` over `grid` with `params`, a `#[repr(C)]` block of
@@ -183,13 +184,26 @@ pub(super) unsafe fn rejection_sample(
 /// decision, pass 2, `exchange` (round 2), the combine; both exchanges run
 /// whatever the call's size, so that no rank waits for this one.
 ///
+/// With `filters` (the threshold kernel, which writes each rank's lists
+/// into its round-1 message, and the merge kernel after round 1), a call
+/// with filters.
+///
 /// # Safety
-/// As for [`rejection_sample`] without filters or block verification; and
-/// `p.send`, `p.recv` the rank's message and every rank's (`p.shard_ranks`
-/// of them) of both rounds for `requests·(K+1)` pairs, which `exchange`
+/// As for [`rejection_sample`] without block verification or search
+/// launches; and `p.send`, `p.recv` the rank's message and every rank's
+/// (`p.shard_ranks` of them, at most `shard::MAX_FILTERED_RANKS` with
+/// filters) of both rounds for `requests·(K+1)` pairs, which `exchange`
 /// gathers on `stream` (its first call round 1's, its second round 2's).
+#[allow(clippy::type_complexity)]
 pub(super) unsafe fn sharded_rejection_sample(
-    (rates, stats, decide, resample, combine): (Option<(&Kernel, RatesParams)>, &Kernel, &Kernel, &Kernel, &Kernel),
+    (rates, filters, stats, decide, resample, combine): (
+        Option<(&Kernel, RatesParams)>,
+        Option<(&Kernel, &Kernel)>,
+        &Kernel,
+        &Kernel,
+        &Kernel,
+        &Kernel,
+    ),
     stream: &CudaStream,
     p: RejectionParams,
     mut exchange: impl FnMut() -> Result<()>,
@@ -203,11 +217,18 @@ pub(super) unsafe fn sharded_rejection_sample(
             if let Some((kernel, params)) = &rates {
                 launch_shared(kernel, stream, (1, 1), 0, params)?;
             }
+            if let Some((threshold, _)) = filters {
+                launch_shared(threshold, stream, (2 * pairs, p.threshold_chunks), THRESHOLD_SHARED_BYTES, &p)?;
+            }
             launch_shared(stats, stream, (pairs, p.chunks), WALK_SHARED_BYTES, &p)?;
         }
         exchange()?;
         stream.context().bind_to_thread()?;
         if requests > 0 {
+            if let Some((_, merge)) = filters {
+                let bytes = shard::merge_entries(p.shard_ranks as usize) * core::mem::size_of::<Group>();
+                launch_shared(merge, stream, (2 * pairs, 1), bytes as u32, &p)?;
+            }
             launch(decide, stream, (requests, 1), &p)?;
             launch(resample, stream, (requests, p.resample_chunks), &p)?;
         }

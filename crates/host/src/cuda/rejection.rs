@@ -94,13 +94,17 @@ impl Cuda {
         let requests = args.slots.len();
         let pairs = requests.saturating_mul(args.max_drafts.saturating_add(1));
         let fits = pairs <= ws.max_rows();
-        let lens =
-            if fits { [shard::pairs_message_bytes(pairs), shard::candidates_message_bytes(requests)] } else { [0, 0] };
+        let lists = filtered(args);
+        let lens = if fits {
+            [shard::pairs_message_bytes(pairs, lists), shard::candidates_message_bytes(requests)]
+        } else {
+            [0, 0]
+        };
         let messages = Messages { units: pairs, slot: lens[0].max(lens[1]), ranks };
         let mut rounds = Rounds { exchange, messages, lens, done: 0, header: shard::Header::default(), at: (0, 0) };
         let enqueued = ws.on(&self.stream).and_then(|_| ws.message_addresses(messages)).and_then(|at| {
             rounds.at = at;
-            rounds.header = self.check_sharded_rejection(shard, args, out)?;
+            rounds.header = self.check_sharded_rejection(shard, ranks, args, out)?;
             self.enqueue_rejection_sample(ws, args, out, Some(&mut rounds))
         });
         let finished = rounds.finish(ws);
@@ -112,6 +116,7 @@ impl Cuda {
     fn check_sharded_rejection(
         &self,
         shard: Shard,
+        ranks: usize,
         args: &RejectionSample<'_, Device>,
         out: &RejectionOutput<'_, Device>,
     ) -> Result<shard::Header> {
@@ -122,8 +127,10 @@ impl Cuda {
             let detail = format!("ids {} .. {end} do not start and end on runs of {run} ids", shard.offset);
             return Err(Error::InvalidShard { detail });
         }
-        if !args.params.filters.is_none() || args.draft_logits.as_ref().is_some_and(|d| !d.filters.is_none()) {
-            return Err(Error::NotSharded { what: "filters on the CUDA backend" });
+        if filtered(args) && ranks > shard::MAX_FILTERED_RANKS {
+            return Err(Error::NotSharded {
+                what: "filters over more than MAX_FILTERED_RANKS ranks on the CUDA backend",
+            });
         }
         if !out.logprobs.is_none() {
             return Err(Error::NotSharded { what: "log-probabilities on the CUDA backend" });
@@ -137,6 +144,7 @@ impl Cuda {
         // and the rates (the kernels compare what lives in device memory).
         let draft = args.draft_logits.as_ref().map(|d| [d.data.dtype() as u64, d.shape.k as u64]);
         let words = [
+            filtered(args) as u64,
             args.target.rows as u64,
             args.slots.len() as u64,
             args.max_drafts as u64,
@@ -170,8 +178,7 @@ impl Cuda {
         // Blocks of one draft are the token rule's (REFERENCE §4.11): the
         // block kernel runs where a request may have two or more.
         let block = matches!(args.verification, Verification::Block) && args.max_drafts >= 2;
-        let filtered =
-            !args.params.filters.is_none() || args.draft_logits.as_ref().is_some_and(|d| !d.filters.is_none());
+        let filtered = filtered(args);
         let target_dtype = args.target.data.dtype();
         // Without draft logits their dtype is moot: take the narrowest,
         // whose kernels hold the fewest registers (more blocks per SM).
@@ -379,17 +386,25 @@ impl Cuda {
             let kernel = |k: KernelName| self.kernels.function(k.symbol(DType::F32, DType::F32));
             let (decide, combine) =
                 (kernel(names::REJECTION_DECIDE_SHARDED)?, kernel(names::REJECTION_COMBINE_SHARDED)?);
+            let merge = if filtered { Some(kernel(names::REJECTION_MERGE_SHARDED)?) } else { None };
             (p.shard, p.shard_ranks) = (rounds.header, rounds.messages.ranks as u32);
             (p.send, p.recv) = rounds.at;
-            // SAFETY: as below (no filters, no block verification:
-            // `check_sharded_rejection`); the workspace's messages hold the
-            // rank's and every rank's of both rounds for `requests·(K+1)`
-            // pairs (`message_addresses`), each round's gathered on this
-            // stream before the launch that reads it.
+            // A rank's threshold is its top-k alone: no search.
+            p.threshold_search = 0;
+            let filters = threshold.as_ref().map(|t| t.kernel).zip(merge.as_ref());
+            // SAFETY: as below (no block verification:
+            // `check_sharded_rejection`; no search launches); the workspace's
+            // messages hold the rank's and every rank's of both rounds for
+            // `requests·(K+1)` pairs with their lists (`message_addresses`),
+            // each round's gathered on this stream before the launch that
+            // reads it; with filters, at most MAX_FILTERED_RANKS ranks.
             return unsafe {
-                launch::sharded_rejection_sample((rates, &stats, &decide, &resample, &combine), stream, p, || {
-                    rounds.next(ws, false)
-                })
+                launch::sharded_rejection_sample(
+                    (rates, filters, &stats, &decide, &resample, &combine),
+                    stream,
+                    p,
+                    || rounds.next(ws, false),
+                )
             };
         }
         unsafe { launch::rejection_sample((rates, threshold, &stats, block, &resample), stream, p)? };
@@ -434,4 +449,9 @@ impl Rounds<'_> {
         }
         result
     }
+}
+
+/// Whether `args` filters the target or the draft logits (filter arrays).
+fn filtered(args: &RejectionSample<'_, Device>) -> bool {
+    !args.params.filters.is_none() || args.draft_logits.as_ref().is_some_and(|d| !d.filters.is_none())
 }

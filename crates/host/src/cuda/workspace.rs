@@ -111,11 +111,11 @@ pub(crate) struct Messages {
 }
 
 /// The bytes of a rank's own message in a workspace of `max_rows`: its
-/// longest, a `rejection_sample`'s first round at `max_rows` pairs (none:
-/// too large for memory).
+/// longest, a filtered `rejection_sample`'s first round at `max_rows` pairs
+/// (none: too large for memory).
 fn message_slot(max_rows: usize) -> Option<usize> {
-    let record = core::mem::size_of::<shard::PairRecord>();
-    max_rows.checked_mul(record)?.checked_add(core::mem::size_of::<shard::Header>())
+    let pair = core::mem::size_of::<shard::PairRecord>() + 2 * core::mem::size_of::<shard::TopList>();
+    max_rows.checked_mul(pair)?.checked_add(core::mem::size_of::<shard::Header>())
 }
 
 impl Workspace {
@@ -537,7 +537,7 @@ mod tests {
     fn the_message_slot_holds_every_round() {
         for rows in [0, 1, 7, 2048, 1 << 20] {
             let slot = message_slot(rows).unwrap();
-            assert_eq!(slot, shard::pairs_message_bytes(rows));
+            assert_eq!(slot, shard::pairs_message_bytes(rows, true));
             assert!(slot >= shard::message_bytes(rows) && slot >= shard::candidates_message_bytes(rows), "{rows}");
         }
         assert_eq!(message_slot(usize::MAX / 2), None);

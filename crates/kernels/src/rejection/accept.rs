@@ -6,7 +6,7 @@
 //! [`ResampleJob`] for token `j` with the floors its candidates start from.
 
 use super::stats::{OVERLAP_ROW, row_flags, row_kind, row_stats, thresholds};
-use super::{JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, Request, ResampleJob, draft_row, sharded, target_row, write_request_token};
+use super::{JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, Request, ResampleJob, draft_row, sharded_pass, target_row, write_request_token};
 use crate::block::warp_fold;
 use crate::gpu::{self, WARP};
 use crate::load::Load;
@@ -73,8 +73,7 @@ pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERE
     let k1 = p.max_drafts + 1;
     let n = req.drafts;
     let greedy = req.slot.greedy();
-    // Sharded calls have neither filters nor log-probabilities (`super::sharded`).
-    let sharded = !FILTERED && !PROCESSED && sharded(p);
+    let sharded = sharded_pass::<PROCESSED>(p);
     // Draft ids are checked against the whole row's ids.
     let vocab = if sharded { p.shard.vocab } else { p.vocab };
 
@@ -340,7 +339,7 @@ impl Request {
             (f32::NEG_INFINITY, f32::NEG_INFINITY)
         };
         // SAFETY: row.row < n_r of a valid request, 0 <= d < V (caller).
-        let [t, q] = unsafe { self.drafted::<T, D>(p, r, row.row, d, !FILTERED && !PROCESSED && sharded(p)) };
+        let [t, q] = unsafe { self.drafted::<T, D>(p, r, row.row, d, sharded_pass::<PROCESSED>(p)) };
         let log_p = log_prob(sampler.scaled(t), tau_t, row.lse_t);
         let log_q = if p.draft_logits != 0 { log_prob(sampler.scaled(q), tau_q, row.lse_q) } else { 0.0 };
         // Block verification (REFERENCE §4.11): every draft passes here,

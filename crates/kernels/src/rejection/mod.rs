@@ -133,6 +133,14 @@ fn sharded(p: &RejectionParams) -> bool {
     p.send != 0
 }
 
+/// [`sharded`] in a pass-1 kernel that writes the processed
+/// log-probabilities if `PROCESSED`: never (sharded calls have none on the
+/// GPU), which those kernels then need not test.
+#[inline(always)]
+fn sharded_pass<const PROCESSED: bool>(p: &RejectionParams) -> bool {
+    !PROCESSED && sharded(p)
+}
+
 /// Row `row` of the target logits.
 ///
 /// # Safety

@@ -27,7 +27,8 @@
 //! every rank alike.
 
 use super::accept::decide;
-use super::stats::{GREEDY_ROW, Head, Row, SAMPLED_ROW, row_kind, tail_head};
+use super::threshold::row_filter;
+use super::stats::{GREEDY_ROW, Head, Row, SAMPLED_ROW, row_kind, tail_head, thresholds};
 use super::{JOB_NONE, Request, ResampleJob, draft_row, target_row, write_request_token};
 use crate::block::Reduce;
 use crate::gpu::{self, WARP};
@@ -41,7 +42,8 @@ use specdec_core::kernel_symbol;
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams, WARPS};
 use specdec_core::sample::Resampled;
 use specdec_core::scratch::Stats;
-use specdec_core::shard::{self, Header, PairRecord};
+use specdec_core::filter::{Group, key, mass, threshold};
+use specdec_core::shard::{self, Header, MAX_TOP_K, PairRecord, TopList};
 use specdec_core::status::INVALID_SHARD;
 
 /// Writes pair `pair`'s record into the rank's round-1 message (from the
@@ -140,7 +142,7 @@ pub unsafe extern "ptx-kernel" fn decide_sharded(p: RejectionParams) {
         }
     }
     // Whether the ranks' headers fit together: every block checks them all (a few).
-    let (ranks, len) = (p.shard_ranks, shard::pairs_message_bytes(pairs(&p) as usize));
+    let (ranks, len) = (p.shard_ranks, round_1_bytes(&p));
     // SAFETY: rank q < ranks: its message is inside `recv` (caller).
     let header = |q: usize| unsafe { *((p.recv + (q * len) as u64) as *const Header) };
     let mut unfit = false;
@@ -163,7 +165,11 @@ pub unsafe extern "ptx-kernel" fn decide_sharded(p: RejectionParams) {
     // the warps' entries and thread 0's request before the decision's reads.
     unsafe {
         gpu::sync_threads();
-        decide::<f32, f32, false, false, false>(&p, r);
+        if p.filtered != 0 {
+            decide::<f32, f32, false, true, false>(&p, r);
+        } else {
+            decide::<f32, f32, false, false, false>(&p, r);
+        }
     }
 }
 
@@ -171,6 +177,12 @@ pub unsafe extern "ptx-kernel" fn decide_sharded(p: RejectionParams) {
 #[inline(always)]
 fn pairs(p: &RejectionParams) -> u32 {
     p.requests * (p.max_drafts + 1)
+}
+
+/// Bytes of a rank's round-1 message in the call.
+#[inline(always)]
+fn round_1_bytes(p: &RejectionParams) -> usize {
+    shard::pairs_message_bytes(pairs(p) as usize, p.filtered != 0)
 }
 
 /// Pair `pair`'s `P` records combined by the warp into its first workspace
@@ -183,7 +195,7 @@ fn pairs(p: &RejectionParams) -> u32 {
 /// ranks' round-1 messages; `pair < requests·(K+1)`.
 #[inline(always)]
 unsafe fn combine_ranks(p: &RejectionParams, pair: u32, kind: u32, unfit: bool) {
-    let (ranks, len) = (p.shard_ranks, shard::pairs_message_bytes(pairs(p) as usize));
+    let (ranks, len) = (p.shard_ranks, round_1_bytes(p));
     let first = shard::pair_at(p.recv, pair as usize) as *const u8;
     // SAFETY (all): q < ranks: rank q's record of the pair, inside `recv`
     // (caller), 16-byte aligned (messages of multiples of 16 bytes).
@@ -200,8 +212,18 @@ unsafe fn combine_ranks(p: &RejectionParams, pair: u32, kind: u32, unfit: bool) 
             ((entry as *mut u8).add(field) as *mut ExpSum).write(sum);
         }
     };
-    sum_into(offset_of!(Stats, target));
-    sum_into(offset_of!(Stats, draft));
+    // A filtered row's sums are its kept set's, which the merge kernel wrote.
+    let k1 = p.max_drafts + 1;
+    // SAFETY: pair < requests·(K+1): its request's entries; written by the
+    // threshold kernel and, where a value, the merge kernel (earlier launches).
+    let (tau_t, tau_q) =
+        if p.filtered != 0 { unsafe { thresholds(p, pair / k1, pair % k1) } } else { (f32::NEG_INFINITY, f32::NEG_INFINITY) };
+    if !(tau_t > f32::NEG_INFINITY) {
+        sum_into(offset_of!(Stats, target));
+    }
+    if !(tau_q > f32::NEG_INFINITY) {
+        sum_into(offset_of!(Stats, draft));
+    }
     let digest = |q: u32| unsafe { (*record(q)).digest };
     let ours = digest(0);
     let (mut head, mut differ) = (Head::IDENTITY, false);
@@ -249,7 +271,7 @@ fn sampled(a: Head, b: Head) -> Head {
 /// requests·(K+1)`.
 #[inline(always)]
 pub(super) unsafe fn drafted(p: &RejectionParams, pair: u32, d: i32) -> [f32; 2] {
-    let len = shard::pairs_message_bytes(pairs(p) as usize) as u64;
+    let len = round_1_bytes(p) as u64;
     for q in 0..p.shard_ranks as u64 {
         let message = p.recv + q * len;
         // SAFETY (both): rank q's message, inside `recv` (caller).
@@ -259,6 +281,158 @@ pub(super) unsafe fn drafted(p: &RejectionParams, pair: u32, d: i32) -> [f32; 2]
         }
     }
     [f32::NAN; 2]
+}
+
+/// The filtered rows of a sharded call after round 1
+/// (`names::REJECTION_MERGE_SHARDED`): block `e` takes threshold entry `e`
+/// (`which · requests·(K+1) + pair`, as `super::threshold::entry`) where
+/// its row is filtered (`super::threshold::row_filter`: every rank finds
+/// the same rows), gathers the ranks' [`TopList`]s of the row into shared
+/// memory, sorts them largest first (a bitonic sort over their keys), and
+/// in thread 0 forms the row's tie groups, `τ` by the slot's filter
+/// (`filter::threshold`, the unsharded call's bits: a function of the
+/// values at or above the row's `top_k`-th largest, which the lists hold
+/// with their counts) and `LSE(S)` (`ExpSum`, a term a kept value, as
+/// pass 1 sums a kept set): `τ` into the entry's threshold (where pass 2
+/// and the decision read it), the sum into the pair's first workspace entry
+/// (where the decision's combine leaves it: [`combine_ranks`]).
+///
+/// # Safety
+/// Launched by the host's checked launcher after round 1 of a call with
+/// filters, with its parameters: `recv` holds `shard_ranks` round-1
+/// messages; grid `(2·requests·(K+1))`, `shard::merge_entries(shard_ranks)`
+/// `filter::Group`s of dynamic shared memory.
+#[unsafe(export_name = kernel_symbol!(REJECTION_MERGE_SHARDED, f32, f32))]
+pub unsafe extern "ptx-kernel" fn merge_sharded(p: RejectionParams) {
+    let (e, tid) = (gpu::block_idx_x(), gpu::thread_idx_x());
+    let k1 = p.max_drafts + 1;
+    let pairs = p.requests * k1;
+    let (which, pair) = (e / pairs.max(1), e % pairs.max(1));
+    let (r, i) = (pair / k1.max(1), pair % k1.max(1));
+    if which > 1 || r >= p.requests {
+        return;
+    }
+    // SAFETY (both): r < requests, i <= max_drafts.
+    let req = unsafe { Request::load(&p, r) };
+    let Ok(filter) = (unsafe { row_filter(&p, &req, i, which) }) else {
+        return; // not filtered: the threshold kernel's `τ` stands
+    };
+    let (ranks, len) = (p.shard_ranks, round_1_bytes(&p) as u64);
+    let n = shard::merge_entries(ranks as usize) as u32;
+    // SAFETY (all): the launch's dynamic shared memory holds `n` groups
+    // (caller); every access to another thread's entries is between barriers.
+    let groups = unsafe { gpu::dynamic_shared::<Group>() };
+    let mut j = tid;
+    while j < n {
+        let (q, at) = (j / MAX_TOP_K, j % MAX_TOP_K);
+        let entry = if q < ranks {
+            // SAFETY: rank q's message, inside `recv` (caller); `at` inside its list.
+            unsafe {
+                let list = shard::list_at(p.recv + q as u64 * len, pairs as usize, which as usize, pair as usize);
+                let above = (*list).above.min(MAX_TOP_K - 1);
+                if at < above {
+                    Group { value: (&raw const (*list).values as *const f32).add(at as usize).read(), count: 1, mass: 0 }
+                } else if at == MAX_TOP_K - 1 && (*list).ties > 0 {
+                    Group { value: (*list).tie, count: (*list).ties, mass: 0 }
+                } else {
+                    EMPTY_GROUP
+                }
+            }
+        } else {
+            EMPTY_GROUP
+        };
+        unsafe { groups.add(j as usize).write(entry) };
+        j += BLOCK_THREADS;
+    }
+    // SAFETY: every thread of the block is here (the returns above are block-uniform).
+    unsafe { sort_groups(groups, n) };
+    if tid == 0 {
+        // SAFETY: the sorted entries, by this thread alone from here.
+        let all = unsafe { core::slice::from_raw_parts_mut(groups, n as usize) };
+        let g = merge_groups(all);
+        let tau = if g == 0 { -f32::MAX } else { threshold(&all[..g], filter, p.shard.vocab as usize) };
+        let mut sum = ExpSum::EMPTY;
+        for group in all[..g].iter().take_while(|group| group.value >= tau) {
+            sum.push_count(group.value, group.count);
+        }
+        // SAFETY: the entry's threshold and the pair's first stats entry (workspace, host-sized).
+        unsafe {
+            (p.thresholds as *mut f32).add(super::threshold::entry(&p, r, i, which)).write(tau);
+            let stats = (p.stats as *mut Stats).add(pair as usize * p.chunks as usize);
+            let field = if which == 0 { &raw mut (*stats).target } else { &raw mut (*stats).draft };
+            field.write(sum);
+        }
+    }
+}
+
+/// An entry of no value, which sorts last.
+const EMPTY_GROUP: Group = Group { value: f32::NEG_INFINITY, count: 0, mass: 0 };
+
+/// Sorts the `n` (a power of two) entries at `groups` largest value first
+/// (by `filter::key`; [`EMPTY_GROUP`]s last), a bitonic sort.
+///
+/// # Safety
+/// Every thread of the block calls this together; `groups` is shared
+/// memory of `n` entries, written before the call by any thread.
+#[inline(always)]
+unsafe fn sort_groups(groups: *mut Group, n: u32) {
+    let rank = |g: &Group| if g.count == 0 { 0 } else { key(g.value) };
+    let mut size = 2;
+    while size <= n {
+        let mut stride = size / 2;
+        while stride > 0 {
+            // SAFETY: every thread is here (caller); the loops are uniform.
+            unsafe { gpu::sync_threads() };
+            let mut a = gpu::thread_idx_x();
+            while a < n {
+                let b = a ^ stride;
+                if b > a {
+                    // SAFETY (all): a < b < n, each pair compared by one thread.
+                    unsafe {
+                        let (x, y) = (groups.add(a as usize).read(), groups.add(b as usize).read());
+                        // Descending within blocks whose `size` bit is clear.
+                        let descending = a & size == 0;
+                        if (rank(&x) < rank(&y)) == descending {
+                            groups.add(a as usize).write(y);
+                            groups.add(b as usize).write(x);
+                        }
+                    }
+                }
+                a += BLOCK_THREADS;
+            }
+            stride /= 2;
+        }
+        size *= 2;
+    }
+    // SAFETY: as above.
+    unsafe { gpu::sync_threads() };
+}
+
+/// The tie groups of sorted entries `all` ([`sort_groups`]) in place at its
+/// front, as `filter::threshold` takes them (equal values joined: `-0` and
+/// `+0` too; their masses against the first): how many.
+#[inline(always)]
+fn merge_groups(all: &mut [Group]) -> usize {
+    let mut g = 0;
+    for j in 0..all.len() {
+        let e = all[j];
+        if e.count == 0 {
+            break;
+        }
+        if g > 0 && all[g - 1].value == e.value {
+            all[g - 1].count += e.count;
+        } else {
+            all[g] = e;
+            g += 1;
+        }
+    }
+    if g > 0 && all[0].value < f32::INFINITY {
+        let max = all[0].value;
+        for group in &mut all[..g] {
+            group.mass = group.count as u64 * mass(group.value, max);
+        }
+    }
+    g
 }
 
 /// The tokens of a sharded call's jobs (`names::REJECTION_COMBINE_SHARDED`;

@@ -10,7 +10,7 @@
 use super::accept::decide;
 use super::threshold::{entry, filter_scratch};
 use super::sharded::send_record;
-use super::{Request, draft_row, sharded, target_row};
+use super::{Request, draft_row, sharded_pass, target_row};
 use crate::block::{Reduce, block_reduce, warp_best, warp_fold};
 use core::mem::offset_of;
 use crate::fold::{fold_greedy, push_kept, push_overlap, push_run_sum, pushed_max};
@@ -179,8 +179,7 @@ pub(super) unsafe fn stats<
     }
     // The kind's greediness is the request's: every block of it counts alike.
     let kind = row_kind::<OVERLAP, PROCESSED>(p, &req, i);
-    // Sharded calls have neither filters nor log-probabilities: the other kernels need not test.
-    let sharded = !FILTERED && !PROCESSED && sharded(p);
+    let sharded = sharded_pass::<PROCESSED>(p);
     if entries_left(p, kind, sharded) < p.chunks {
         // Warp 0 counts the block into its row; the row's last block goes on.
         // SAFETY: all of warp 0, after thread 0 published; row_counters holds
