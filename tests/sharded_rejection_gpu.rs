@@ -9,10 +9,9 @@
 #![cfg(feature = "gpu")]
 
 use specdec::filter::Filter;
-use specdec::shard::Shard;
+use specdec::shard::{MAX_TOP_K, Shard};
 use specdec::status::{INVALID_FILTER, INVALID_SHARD};
 use specdec::{Cuda, DType, Error, Verification};
-use specdec_core::shard::MAX_TOP_K;
 use specdec_suite::drafting::{
     Drafted, FixedPositions, RandomSpec, check_positions, emitted_at, perturbed, probs, random_verify, zipf_logits,
 };

@@ -24,7 +24,10 @@ pub const INVALID_OFFSETS: u32 = 1 << 5;
 
 /// The slot's sampling filters (SPEC §7) hold a bad value: `top_k < 0`,
 /// `top_p` outside `(0, 1]` or `min_p` outside `[0, 1]` (NaN included), on
-/// the target's filters or, in `rejection_sample`, the drafts'.
+/// the target's filters or, in `rejection_sample`, the drafts'; or, in a
+/// sharded `rejection_sample` on the GPU, a sampling request's filter
+/// without a top-k of at most `shard::MAX_TOP_K`, which its ranks cannot
+/// send (REFERENCE §9).
 pub const INVALID_FILTER: u32 = 1 << 6;
 
 /// The ranks of a sharded call disagree about the row: a rank's checks

@@ -21,6 +21,9 @@ mod device;
 pub use device::InProcessCuda;
 #[cfg(feature = "nccl")]
 pub use device::Nccl;
+/// The bounds of a sharded `rejection_sample` with filters on the CUDA
+/// backend (REFERENCE §9): its filters' top-k, and its ranks.
+pub use specdec_core::shard::{MAX_FILTERED_RANKS, MAX_TOP_K};
 
 /// This rank's part of every row: ids `offset .. offset + V_r` of a row of
 /// `vocab` ids, where `V_r` is the width of the logits the rank passes.

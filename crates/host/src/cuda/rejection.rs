@@ -51,11 +51,18 @@ impl Cuda {
     /// row statuses are the unsharded call's, bit for bit. Enqueued on this
     /// backend's stream, which `exchange` must enqueue on: pass 1 over the
     /// rank's ids, one all-gather of `32 + 160 · requests · (K + 1)` bytes a
-    /// rank (each row's order-free sums, argmax and draft logits), the
-    /// decision, pass 2 over the rank's ids, one all-gather of `16 + 16 ·
-    /// requests` bytes a rank (each request's candidates), and a combine
+    /// rank (each row's order-free sums, argmax and draft logits; with
+    /// filters, `2 · 1040` more a row: its top-k lists), the decision, pass 2
+    /// over the rank's ids, one all-gather of `16 + 16 · requests` bytes a
+    /// rank (each request's candidates), and a combine
     /// (`kernels::rejection::sharded`). No allocation, no synchronisation;
     /// with [`shard::Nccl`](crate::shard::Nccl), capturable in a CUDA graph.
+    ///
+    /// Filters must have a top-k of at most
+    /// [`shard::MAX_TOP_K`](crate::shard::MAX_TOP_K) (top-p and min-p
+    /// on top of it too): a sampling request whose slot's filters have none
+    /// is flagged [`status::INVALID_FILTER`](crate::status::INVALID_FILTER)
+    /// on every rank (REFERENCE §9).
     ///
     /// Where the ranks disagree in device memory (a rank's checks failed,
     /// their shards do not tile the row, or they read different slots,
@@ -67,8 +74,9 @@ impl Cuda {
     /// As [`Cuda::rejection_sample`], and [`Error::InvalidShard`] for a shard
     /// that does not fit its row or whose ids do not start and end on runs
     /// of [`RUN`] ids (the row's end excepted: the sums' terms, REFERENCE
-    /// §2.6); [`Error::NotSharded`] for filters, log-probabilities and
-    /// block verification (sharded on the CPU backend only, so far);
+    /// §2.6); [`Error::NotSharded`] for log-probabilities, block
+    /// verification (sharded on the CPU backend only, so far) and filters
+    /// over more than [`shard::MAX_FILTERED_RANKS`](crate::shard::MAX_FILTERED_RANKS) ranks;
     /// [`Error::WorkspaceRanks`] for a workspace not made for the
     /// exchange's ranks ([`Cuda::sharded_workspace`]). A rank whose checks
     /// fail still takes part in both exchanges (its messages say it failed),
