@@ -904,14 +904,14 @@ impl Buffers {
 
 /// Device arrays of one filter on each of `MAX_ROWS` slots: only those of
 /// the filters that act (none for `Filter::OFF`, a call without filters).
-struct FilterArrays {
+pub(crate) struct FilterArrays {
     top_k: Option<CudaSlice<i32>>,
     top_p: Option<CudaSlice<f32>>,
     min_p: Option<CudaSlice<f32>>,
 }
 
 impl FilterArrays {
-    fn upload(s: &Arc<CudaStream>, filter: Option<Filter>, case: &str) -> FilterArrays {
+    pub(crate) fn upload(s: &Arc<CudaStream>, filter: Option<Filter>, case: &str) -> FilterArrays {
         let f = filter.unwrap_or(Filter::OFF);
         let top_k = (f.top_k > 0).then(|| s.clone_htod(&vec![f.top_k as i32; MAX_ROWS]));
         let top_p = (f.top_p < 1.0).then(|| s.clone_htod(&vec![f.top_p; MAX_ROWS]));
@@ -924,7 +924,7 @@ impl FilterArrays {
     }
 
     /// The filters of the first `slots` slots.
-    fn view(&self, slots: usize) -> Filters<'_, Device> {
+    pub(crate) fn view(&self, slots: usize) -> Filters<'_, Device> {
         let top_k = self.top_k.as_ref().map(|k| k.slice(..slots));
         let (top_p, min_p) =
             (self.top_p.as_ref().map(|p| p.slice(..slots)), self.min_p.as_ref().map(|m| m.slice(..slots)));

@@ -4,7 +4,9 @@
 //! vocab-parallel `gumbel_sample` (REFERENCE §9) random at `T`, f32 logits
 //! of `V_MAIN`; and `rejection_sample` of `B` requests of `SHARDED_K` drafts,
 //! f32 target and bf16 draft logits of `V_MAIN` at `T` (the main grid's
-//! bf16-draft verification, drafts sampled from the draft logits).
+//! bf16-draft verification, drafts sampled from the draft logits), without
+//! filters and with `SHARDED_FILTER` on the target (its case's unsharded
+//! call filtered alike).
 //!
 //! Neither runs in a CUDA graph (the in-process exchange meets on the host),
 //! so both are timed alike: CUDA events on rank 0's stream (the unsharded
@@ -12,14 +14,17 @@
 //! the median of `SHARDED_ROUNDS` rounds per call. Rank `r` reads its ids
 //! of the shared logits buffers in place (`Logits` of `V_r` ids at row
 //! stride `V`, draft logits of width `V_r`). Each rank sends `32 + 16·rows`
-//! bytes a `gumbel_sample` call, `32 + 160·B·(K+1)` then `16 + 16·B` a
-//! verification, and receives `P` times as much; an all-gather of the
+//! bytes a `gumbel_sample` call, `32 + 160·B·(K+1)` (filtered: `+ 2080·B·(K+1)`)
+//! then `16 + 16·B` a verification, and receives `P` times as much; an all-gather of the
 //! target logits rows instead moves `(P − 1)/P` of `4·rows·V` bytes into
 //! each rank.
 
-use super::{Buffers, MAX_ROWS, Options, T, V_MAIN, VERIFY_SLOTS, fail, setup, verify_draft_shape, verify_offsets};
+use super::{
+    Buffers, FilterArrays, MAX_ROWS, Options, T, V_MAIN, VERIFY_SLOTS, fail, setup, verify_draft_shape, verify_offsets,
+};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, CudaStream};
+use specdec::filter::Filter;
 use specdec::shard::{InProcessCuda, Shard};
 use specdec::{
     Cuda, DraftLogits, GumbelOutput, GumbelSample, Logits, RejectionOutput, RejectionSample, SamplingParams,
@@ -35,13 +40,15 @@ const SHARDED_K: usize = 7;
 const SHARDED_RANKS: usize = 2;
 const SHARDED_CALLS: usize = 20;
 const SHARDED_ROUNDS: usize = 9;
+/// The filter of the filtered verification cases, on every slot's target.
+const SHARDED_FILTER: Filter = Filter { top_k: 50, top_p: 0.9, min_p: 0.0 };
 
 /// A sharded case's call: `gumbel_sample` of `rows` rows, or verification
 /// of `requests` requests of `SHARDED_K` drafts.
 #[derive(Clone, Copy)]
 pub enum Call {
     Sample { rows: usize },
-    Verify { requests: usize },
+    Verify { requests: usize, filter: Option<Filter> },
 }
 
 impl Call {
@@ -50,8 +57,9 @@ impl Call {
             Call::Sample { rows } => {
                 format!("sharded gumbel_sample random f32 V={V_MAIN} rows={rows} P={SHARDED_RANKS}")
             }
-            Call::Verify { requests } => format!(
-                "sharded rejection_sample bf16-draft f32 B={requests} K={SHARDED_K} V={V_MAIN} T={T} P={SHARDED_RANKS}"
+            Call::Verify { requests, filter } => format!(
+                "sharded rejection_sample bf16-draft f32 B={requests} K={SHARDED_K} V={V_MAIN} T={T}{} P={SHARDED_RANKS}",
+                filter.map_or_else(String::new, |f| format!(" top_k={} top_p={}", f.top_k, f.top_p))
             ),
         }
     }
@@ -60,7 +68,7 @@ impl Call {
     fn rows(self) -> usize {
         match self {
             Call::Sample { rows } => rows,
-            Call::Verify { requests } => requests * (SHARDED_K + 1),
+            Call::Verify { requests, .. } => requests * (SHARDED_K + 1),
         }
     }
 
@@ -68,13 +76,18 @@ impl Call {
     pub fn send_bytes(self) -> usize {
         match self {
             Call::Sample { rows } => message_bytes(rows),
-            Call::Verify { requests } => pairs_message_bytes(self.rows(), false) + candidates_message_bytes(requests),
+            Call::Verify { requests, filter } => {
+                pairs_message_bytes(self.rows(), filter.is_some()) + candidates_message_bytes(requests)
+            }
         }
     }
 
     fn all() -> impl Iterator<Item = Call> {
         let sample = SHARDED_ROWS.into_iter().map(|rows| Call::Sample { rows });
-        sample.chain(SHARDED_REQUESTS.into_iter().map(|requests| Call::Verify { requests }))
+        let verify = [None, Some(SHARDED_FILTER)]
+            .into_iter()
+            .flat_map(|filter| SHARDED_REQUESTS.into_iter().map(move |requests| Call::Verify { requests, filter }));
+        sample.chain(verify)
     }
 }
 
@@ -115,7 +128,7 @@ impl Io {
     fn new(stream: &Arc<CudaStream>, call: Call, drafts: &[i32]) -> Io {
         let (requests, rows) = match call {
             Call::Sample { rows } => (0, rows),
-            Call::Verify { requests } => (requests, call.rows()),
+            Call::Verify { requests, .. } => (requests, call.rows()),
         };
         let verify = matches!(call, Call::Verify { .. });
         Io {
@@ -141,7 +154,7 @@ fn call(
     call: Call,
     (shard, ids): (Shard, usize),
     exchange: Option<&mut InProcessCuda>,
-    io: &mut Io,
+    (io, filters): (&mut Io, &FilterArrays),
 ) {
     let rows = call.rows();
     let logits = Logits { row_stride: V_MAIN, ..Logits::new(buf.logits.slice(shard.offset..), rows, ids) };
@@ -159,7 +172,7 @@ fn call(
                 None => cuda.gumbel_sample(ws, &args, &mut out),
             }
         }
-        Call::Verify { requests } => {
+        Call::Verify { requests, .. } => {
             let k = SHARDED_K;
             let shape = verify_draft_shape(k, ids, V_MAIN);
             let args = RejectionSample {
@@ -168,7 +181,8 @@ fn call(
                 drafts: io.drafts.as_view(),
                 slots: buf.slots.slice(..requests),
                 pos: buf.pos.slice(..rows),
-                params: SamplingParams::new(buf.random.slice(..VERIFY_SLOTS), buf.seeds.slice(..VERIFY_SLOTS)),
+                params: SamplingParams::new(buf.random.slice(..VERIFY_SLOTS), buf.seeds.slice(..VERIFY_SLOTS))
+                    .with_filters(filters.view(VERIFY_SLOTS)),
                 max_drafts: k,
                 verification: Verification::Token,
                 draft_logits: Some(DraftLogits::new(buf.draft.slice(shard.offset..), shape)),
@@ -219,7 +233,14 @@ pub fn run(cuda: &Cuda, buf: &Buffers, drafts: &[i32], options: &Options) -> Vec
         let whole = (Shard { offset: 0, vocab: V_MAIN }, V_MAIN);
         let mut ws = ranks[0].workspace(rows).unwrap_or_else(setup);
         let mut io = Io::new(&streams[0], c, drafts);
-        let unsharded_us = median_us(&streams[0], || {}, || call((&ranks[0], &mut ws, buf), c, whole, None, &mut io));
+        let filter = match c {
+            Call::Verify { filter, .. } => filter,
+            Call::Sample { .. } => None,
+        };
+        let filters = FilterArrays::upload(&streams[0], filter, &c.name());
+        let filters = &filters;
+        let unsharded_us =
+            median_us(&streams[0], || {}, || call((&ranks[0], &mut ws, buf), c, whole, None, (&mut io, filters)));
         let want = io.outputs(&streams[0]);
         let barrier = Barrier::new(SHARDED_RANKS);
         let results: Vec<(f64, Outputs)> = std::thread::scope(|s| {
@@ -238,7 +259,7 @@ pub fn run(cuda: &Cuda, buf: &Buffers, drafts: &[i32], options: &Options) -> Vec
                             || {
                                 barrier.wait();
                             },
-                            || call((rank, &mut ws, buf), c, shard(r), Some(&mut exchange), &mut io),
+                            || call((rank, &mut ws, buf), c, shard(r), Some(&mut exchange), (&mut io, filters)),
                         );
                         (us, io.outputs(&stream))
                     })
