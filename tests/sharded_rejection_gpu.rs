@@ -152,8 +152,8 @@ fn flagged(v: &Verify, got: &Verified, r: usize) -> bool {
 /// What the sharded CUDA call refuses (a shard off the runs, block
 /// verification) is a typed error on the rank that sees it; a rank whose own
 /// checks pass takes part in the exchange all the same and flags every
-/// request, so that none waits. Ranks that disagree on a seed flag the
-/// requests that read it on every rank.
+/// request, so that none waits. Ranks that disagree on a seed or a slot's
+/// filter flag the requests that read it on every rank.
 #[test]
 fn sharded_calls_that_cannot_run_fail_on_every_rank() {
     let cuda = specdec_suite::cuda_device();
@@ -195,21 +195,30 @@ fn sharded_calls_that_cannot_run_fail_on_every_rank() {
     block.verification = Verification::Block;
     every(&block, |e| matches!(e, Error::NotSharded { .. }));
 
-    // Rank 1 disagrees on a sampling request's seed: that slot's requests
-    // flagged on every rank, the others flagged too or the unsharded call's.
+    // Rank 1 disagrees on a sampling request's seed, or on its slot's top-k
+    // (which the ranks read in device memory): that slot's requests flagged
+    // on every rank, the others flagged too or the unsharded call's.
     let r = (0..v.requests()).find(|&r| !v.is_greedy(r)).expect("a sampling request");
     let slot = v.slots[r];
-    let want = unsharded(&cuda, &v, "seeds");
-    let got = run_sharded_verify_device(&cuda, &v, &halves, |rank, mut mine| {
-        mine.seed[slot as usize] += rank as u64;
-        mine
-    });
-    for (rank, got) in got.into_iter().enumerate() {
-        let got = got.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
-        for q in 0..v.requests() {
-            let (mine, theirs) = (request(&v, &got, q), request(&v, &want, q));
-            let ok = flagged(&v, &got, q) || (v.slots[q] != slot && mine == theirs);
-            assert!(ok, "rank {rank} request {q} on slot {} (seeds differ on {slot}): {mine:?}", v.slots[q]);
+    let mut top_k = v.clone();
+    top_k.filters = FilterTable::uniform(Filter { top_k: 5, top_p: 0.9, ..Filter::OFF }, v.temperature.len());
+    for (what, v) in [("seeds", &v), ("top-k", &top_k)] {
+        let want = unsharded(&cuda, v, what);
+        let got = run_sharded_verify_device(&cuda, v, &halves, |rank, mut mine| {
+            match what {
+                "seeds" => mine.seed[slot as usize] += rank as u64,
+                _ => mine.filters.top_k.as_mut().expect("a top-k array")[slot as usize] += rank as i32,
+            }
+            mine
+        });
+        for (rank, got) in got.into_iter().enumerate() {
+            let got = got.unwrap_or_else(|e| panic!("{what}: rank {rank}: {e}"));
+            for q in 0..v.requests() {
+                let (mine, theirs) = (request(v, &got, q), request(v, &want, q));
+                let ok = flagged(v, &got, q) || (v.slots[q] != slot && mine == theirs);
+                assert!(ok, "rank {rank} request {q} on slot {} ({what} differ on {slot}): {mine:?}", v.slots[q]);
+            }
+            assert!(flagged(v, &got, r), "{what}: rank {rank} request {r} on slot {slot}");
         }
     }
 }

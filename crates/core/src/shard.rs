@@ -177,8 +177,21 @@ pub fn row_digest(slot: i32, temperature: f32, seed: u64, pos: u64, column: u32)
 
 /// A digest of what a `rejection_sample` pair reads besides its logits: its
 /// request's slot and the slot's temperature and seed, the row's position
-/// and draft id, the request's first row and draft count.
-pub fn pair_digest(slot: i32, temperature: f32, seed: u64, pos: u64, draft: i32, row0: u32, drafts: u32) -> u32 {
+/// and draft id, the request's first row and draft count, and the slot's
+/// filter values as words (`filters`: the target's `top_k`, `top_p` and
+/// `min_p`, then the draft logits', 0 for a table the call lacks).
+#[allow(clippy::too_many_arguments)]
+pub fn pair_digest(
+    slot: i32,
+    temperature: f32,
+    seed: u64,
+    pos: u64,
+    draft: i32,
+    row0: u32,
+    drafts: u32,
+    filters: [u32; 6],
+) -> u32 {
+    let [a, b, c, d, e, f] = filters;
     fnv(&[
         slot as u32,
         temperature.to_bits(),
@@ -189,6 +202,12 @@ pub fn pair_digest(slot: i32, temperature: f32, seed: u64, pos: u64, draft: i32,
         draft as u32,
         row0,
         drafts,
+        a,
+        b,
+        c,
+        d,
+        e,
+        f,
     ])
 }
 
@@ -256,16 +275,23 @@ mod tests {
             row_digest(3, 0.7, 11, 100, 3),
         ];
         assert!(moved.iter().all(|&d| d != base), "{base} {moved:?}");
-        let base = pair_digest(3, 0.7, 11, 100, 5, 8, 2);
-        let moved = [
-            pair_digest(4, 0.7, 11, 100, 5, 8, 2),
-            pair_digest(3, 0.8, 11, 100, 5, 8, 2),
-            pair_digest(3, 0.7, 11 | 1 << 40, 100, 5, 8, 2),
-            pair_digest(3, 0.7, 11, 100 | 1 << 33, 5, 8, 2),
-            pair_digest(3, 0.7, 11, 100, -1, 8, 2),
-            pair_digest(3, 0.7, 11, 100, 5, 9, 2),
-            pair_digest(3, 0.7, 11, 100, 5, 8, 1),
+        let f = [50, 0.9f32.to_bits(), 0, 20, 0, 0.1f32.to_bits()];
+        let base = pair_digest(3, 0.7, 11, 100, 5, 8, 2, f);
+        let fields = [
+            pair_digest(4, 0.7, 11, 100, 5, 8, 2, f),
+            pair_digest(3, 0.8, 11, 100, 5, 8, 2, f),
+            pair_digest(3, 0.7, 11 | 1 << 40, 100, 5, 8, 2, f),
+            pair_digest(3, 0.7, 11, 100 | 1 << 33, 5, 8, 2, f),
+            pair_digest(3, 0.7, 11, 100, -1, 8, 2, f),
+            pair_digest(3, 0.7, 11, 100, 5, 9, 2, f),
+            pair_digest(3, 0.7, 11, 100, 5, 8, 1, f),
         ];
+        let words: [u32; 6] = core::array::from_fn(|w| {
+            let mut g = f;
+            g[w] ^= 1;
+            pair_digest(3, 0.7, 11, 100, 5, 8, 2, g)
+        });
+        let moved: [u32; 13] = core::array::from_fn(|i| if i < 7 { fields[i] } else { words[i - 7] });
         assert!(moved.iter().all(|&d| d != base), "{base} {moved:?}");
     }
 }

@@ -27,7 +27,7 @@
 //! every rank alike.
 
 use super::accept::decide;
-use super::threshold::row_filter;
+use super::threshold::{filter_words, row_filter};
 use super::stats::{GREEDY_ROW, Head, Row, SAMPLED_ROW, row_kind, tail_head, thresholds};
 use super::{JOB_NONE, Request, ResampleJob, draft_row, target_row, write_request_token};
 use crate::block::Reduce;
@@ -50,7 +50,8 @@ use specdec_core::status::INVALID_SHARD;
 /// call's first pair, the rank's header too): where `valid`, the pair's
 /// first entry, its argmax moved to global ids, and the raw target and
 /// draft logits of the row's draft where the rank holds it; an empty
-/// record elsewhere (which no decision reads).
+/// record elsewhere (which no decision reads); and the pair's digest
+/// (`shard::pair_digest`, with the slot's filter values in a call with filters).
 ///
 /// # Safety
 /// One thread of pair `pair < requests·(K+1)`'s last block in a sharded
@@ -105,7 +106,9 @@ pub(super) unsafe fn send_record<T: Load, D: Load>(p: &RejectionParams, pair: u3
             }
         }
         let s = &req.slot;
-        let digest = shard::pair_digest(s.slot, s.temperature, s.seed, pos, draft, req.row0, req.drafts);
+        // The slot's filter values too: ranks that filter a row differently would find different `τ`s.
+        let filters = if valid && p.filtered != 0 && s.slot >= 0 { filter_words(p, s.slot as usize) } else { [0; 6] };
+        let digest = shard::pair_digest(s.slot, s.temperature, s.seed, pos, draft, req.row0, req.drafts, filters);
         (&raw mut (*record).drafted).write(drafted);
         (&raw mut (*record).digest).write(digest);
     }

@@ -136,3 +136,17 @@ pub(super) unsafe fn row_filter(p: &RejectionParams, req: &Request, i: u32, whic
         _ => Err(f32::NEG_INFINITY),
     }
 }
+
+/// Slot `slot`'s filter values as stored, as words: the target's `top_k`,
+/// `top_p` and `min_p`, then the draft logits' (0 for a table the call
+/// lacks), what a sharded call's ranks must read alike (`shard::pair_digest`).
+///
+/// # Safety
+/// `slot < num_slots`, each given table's length (host-checked).
+#[inline(always)]
+pub(super) unsafe fn filter_words(p: &RejectionParams, slot: usize) -> [u32; 6] {
+    // SAFETY: inside each given table (caller).
+    let word = |table: u64| if table == 0 { 0 } else { unsafe { *(table as *const u32).add(slot) } };
+    let (t, d) = (&p.filters, &p.draft_filters);
+    [word(t.top_k), word(t.top_p), word(t.min_p), word(d.top_k), word(d.top_p), word(d.min_p)]
+}
