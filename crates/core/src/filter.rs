@@ -128,17 +128,24 @@ pub fn min_p_threshold(max: f32, min_p: f32) -> f32 {
 }
 
 /// Whether a top mass `acc` reaches `top_p` of the survivors' mass `total`:
-/// `acc >= top_p · total` exactly, as rationals (`top_p` in `(0, 1)` is
-/// `mant · 2^-s` with an integer `mant < 2^24` and `s >= 24`).
+/// `acc >= top_p · total` exactly, as rationals ([`top_p_need`]).
 #[inline(always)]
 pub fn top_p_reached(acc: u64, total: u64, top_p: f32) -> bool {
+    acc as u128 >= top_p_need(total, top_p)
+}
+
+/// The least top mass that reaches `top_p` of `total`: `⌈top_p · total⌉`
+/// exactly (`top_p` in `(0, 1)` is `mant · 2^-s` with an integer `mant <
+/// 2^24` and `s >= 24`), so that a scan over a row's groups compares each
+/// running mass with one number ([`top_p_reached`]).
+#[inline(always)]
+pub fn top_p_need(total: u64, top_p: f32) -> u128 {
     let bits = top_p.to_bits();
     let field = (bits >> 23) & 0xff;
     let (mant, s) = if field == 0 { (bits & 0x7f_ffff, 149) } else { ((bits & 0x7f_ffff) | 0x80_0000, 150 - field) };
     // acc · 2^s >= total · mant  ⟺  acc >= ⌈total · mant / 2^s⌉ (total · mant < 2^86).
     let x = total as u128 * mant as u128;
-    let need = if s >= 128 { (x > 0) as u128 } else { (x >> s) + ((x & ((1u128 << s) - 1)) != 0) as u128 };
-    acc as u128 >= need
+    if s >= 128 { (x > 0) as u128 } else { (x >> s) + ((x & ((1u128 << s) - 1)) != 0) as u128 }
 }
 
 /// A tie group of a row: every id whose scaled value is `value`, `count` of
@@ -152,30 +159,58 @@ pub struct Group {
 
 /// The tie groups of entries `all` sorted largest value first (by [`key`];
 /// entries of `count` 0, which end the values, last), in place at its
-/// front, as [`threshold`] takes them: equal values joined (`==`: `-0` and
-/// `+0` are one), each group's mass against the first value (none where it
-/// is `+inf`). Returns how many. The CPU twin's groups of a row and the
-/// merge of a sharded call's lists on the GPU both form them so.
+/// front, as [`threshold`] takes them: each entry's mass ([`entry_mass`]
+/// against the first value), then [`join_groups`]. Returns how many. The
+/// CPU twin's groups of a row and the merge of a sharded call's lists on
+/// the GPU (the masses a thread an entry) both form them so.
 #[inline(always)]
 pub fn merge_groups(all: &mut [Group]) -> usize {
-    let mut g = 0;
+    let max = first_value(all);
+    for e in all.iter_mut().take_while(|e| e.count > 0) {
+        e.mass = entry_mass(*e, max);
+    }
+    join_groups(all)
+}
+
+/// The first value of entries sorted as [`merge_groups`] takes them
+/// (`+inf` where there is none: no masses).
+#[inline(always)]
+pub fn first_value(all: &[Group]) -> f32 {
+    all.first().filter(|e| e.count > 0).map_or(f32::INFINITY, |e| e.value)
+}
+
+/// An entry's mass against the row's largest value `max`: `count ·
+/// mass(value, max)`, none where `max` is `+inf`. Entries of one value add
+/// up to their group's mass, in any order.
+#[inline(always)]
+pub fn entry_mass(e: Group, max: f32) -> u64 {
+    if max < f32::INFINITY { e.count as u64 * mass(e.value, max) } else { 0 }
+}
+
+/// Entries `all` sorted as [`merge_groups`] takes them, with their masses,
+/// joined into tie groups in place at its front: equal values (`==`: `-0`
+/// and `+0` are one) as one group of their counts and masses. The entries
+/// after the groups get count 0, so that the groups are the entries of a
+/// nonzero count. Returns how many.
+#[inline(always)]
+pub fn join_groups(all: &mut [Group]) -> usize {
+    let (mut g, mut end) = (0, all.len());
     for j in 0..all.len() {
         let e = all[j];
         if e.count == 0 {
+            end = j;
             break;
         }
         if g > 0 && all[g - 1].value == e.value {
             all[g - 1].count += e.count;
+            all[g - 1].mass += e.mass;
         } else {
             all[g] = e;
             g += 1;
         }
     }
-    if g > 0 && all[0].value < f32::INFINITY {
-        let max = all[0].value;
-        for group in &mut all[..g] {
-            group.mass = group.count as u64 * mass(group.value, max);
-        }
+    for e in &mut all[g..end] {
+        e.count = 0;
     }
     g
 }
@@ -216,11 +251,11 @@ pub fn threshold(groups: &[Group], filter: Filter, vocab: usize) -> f32 {
         return tau_1;
     }
     let survivors = groups.iter().take_while(|g| g.value >= tau_1);
-    let total: u64 = survivors.clone().map(|g| g.mass).sum();
+    let need = top_p_need(survivors.clone().map(|g| g.mass).sum(), filter.top_p);
     let mut acc = 0u64;
     for g in survivors {
         acc += g.mass;
-        if top_p_reached(acc, total, filter.top_p) {
+        if acc as u128 >= need {
             return g.value;
         }
     }
@@ -504,6 +539,38 @@ mod tests {
             }
         }
         g
+    }
+
+    /// Entries of values with counts (±0 among them), merged, are the tie
+    /// groups of their values with multiplicity, masses and all, and leave
+    /// the entries after the groups with count 0.
+    #[test]
+    fn merged_entries_are_the_tie_groups_of_their_values() {
+        let mut next = crate::xorshift(0x6E46E);
+        for case in 0..300 {
+            let n = 1 + (next() % 20) as usize;
+            let mut entries = [Group { value: 0.0, count: 0, mass: 0 }; 24];
+            let (mut ys, mut m) = ([0f32; 64], 0);
+            for e in entries[..n].iter_mut() {
+                let r = next();
+                let value = match r % 5 {
+                    0 => -0.0,
+                    1 => 0.0,
+                    _ => ((r >> 8) % 6) as f32 * 0.5 - 1.0,
+                };
+                let count = 1 + (r >> 16) as u32 % 3;
+                *e = Group { value, count, mass: 0 };
+                ys[m..m + count as usize].fill(value);
+                m += count as usize;
+            }
+            entries[..n].sort_unstable_by_key(|e| core::cmp::Reverse(key(e.value)));
+            let ys = &ys[..m];
+            let want = groups_of(ys, ys.iter().copied().fold(f32::NEG_INFINITY, f32::max));
+            let g = merge_groups(&mut entries);
+            assert_eq!(entries[..g], want[..g], "case {case}");
+            assert_eq!(want[g].count, 0, "case {case}: groups past {g}");
+            assert!(entries[g..].iter().all(|e| e.count == 0), "case {case}: {entries:?}");
+        }
     }
 
     #[test]

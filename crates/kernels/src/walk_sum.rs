@@ -205,6 +205,26 @@ pub unsafe fn block_sums(w: [WalkSum; 2]) -> [ExpSum; 2] {
     }
 }
 
+/// The sum of the warp's 32 [`ExpSum`]s, in every lane: the largest
+/// maximum and top group by `redux.sync`, then each group of the lanes'
+/// aligned shares added ([`ExpSum::from_shares`]: what combining them gives,
+/// in any order).
+///
+/// # Safety
+/// All 32 lanes of the warp call this together, converged.
+#[inline(always)]
+pub unsafe fn warp_exp_sum(s: ExpSum) -> ExpSum {
+    // Maxima are never NaN (pushes skip NaN), as `floor_key` needs.
+    let top = if s.max().is_finite() { s.top() } else { i32::MIN };
+    // SAFETY (all): a full, converged warp (caller).
+    let (max, top) = unsafe { (floor_value(gpu::warp_max_i32(floor_key(s.max()))), gpu::warp_max_i32(top)) };
+    if !max.is_finite() {
+        return ExpSum::from_shares(max, top, [0; GROUPS]);
+    }
+    let shares = s.aligned(top);
+    ExpSum::from_shares(max, top, core::array::from_fn(|g| unsafe { warp_sum_u128(shares[g]) }))
+}
+
 /// The [`ExpSum`] at byte `field` of `n` records, the first at `first` and
 /// each `stride` bytes after the last, combined (`ExpSum::combine` of them
 /// all), in every lane: the largest maximum and top group `G` by

@@ -27,14 +27,14 @@
 //! every rank alike.
 
 use super::accept::decide;
-use super::threshold::{filter_words, row_filter};
+use super::threshold::{entry_at, filter_words, row_filter};
 use super::stats::{GREEDY_ROW, Head, Row, SAMPLED_ROW, row_kind, tail_head, thresholds};
 use super::{JOB_NONE, Request, ResampleJob, draft_row, target_row, write_request_token};
 use crate::block::Reduce;
 use crate::gpu::{self, WARP};
 use crate::load::Load;
 use crate::shared;
-use crate::walk_sum::gather_sum;
+use crate::walk_sum::{gather_sum, warp_exp_sum};
 use core::mem::offset_of;
 use specdec_core::argmax::ArgMax;
 use specdec_core::exp_sum::ExpSum;
@@ -42,7 +42,7 @@ use specdec_core::kernel_symbol;
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams, WARPS};
 use specdec_core::sample::Resampled;
 use specdec_core::scratch::Stats;
-use specdec_core::filter::{Group, key, merge_groups, threshold};
+use specdec_core::filter::{Group, entry_mass, first_value, join_groups, key, threshold};
 use specdec_core::shard::{self, Header, MAX_TOP_K, PairRecord, TopList};
 use specdec_core::status::INVALID_SHARD;
 
@@ -178,7 +178,7 @@ pub unsafe extern "ptx-kernel" fn decide_sharded(p: RejectionParams) {
 
 /// The call's (request, row) pairs, `requests·(K+1)`.
 #[inline(always)]
-fn pairs(p: &RejectionParams) -> u32 {
+pub(super) fn pairs(p: &RejectionParams) -> u32 {
     p.requests * (p.max_drafts + 1)
 }
 
@@ -291,14 +291,17 @@ pub(super) unsafe fn drafted(p: &RejectionParams, pair: u32, d: i32) -> [f32; 2]
 /// (`which · requests·(K+1) + pair`, as `super::threshold::entry`) where
 /// its row is filtered (`super::threshold::row_filter`: every rank finds
 /// the same rows), gathers the ranks' [`TopList`]s of the row into shared
-/// memory, sorts them largest first (a bitonic sort over their keys), and
-/// in thread 0 forms the row's tie groups, `τ` by the slot's filter
-/// (`filter::threshold`, the unsharded call's bits: a function of the
-/// values at or above the row's `top_k`-th largest, which the lists hold
-/// with their counts) and `LSE(S)` (`ExpSum`, a term a kept value, as
-/// pass 1 sums a kept set): `τ` into the entry's threshold (where pass 2
-/// and the decision read it), the sum into the pair's first workspace entry
-/// (where the decision's combine leaves it: [`combine_ranks`]).
+/// memory, sorts them largest first (a bitonic sort over their keys),
+/// forms the row's tie groups as `filter::merge_groups` does (each entry's
+/// mass a thread an entry, then the groups joined in thread 0), finds `τ`
+/// by the slot's filter in thread 0 (`filter::threshold`, the unsharded
+/// call's bits: a function of the values at or above the row's `top_k`-th
+/// largest, which the lists hold with their counts), and `LSE(S)` in warp
+/// 0 (`ExpSum`, a term a kept value, as pass 1 sums a kept set, a lane's
+/// groups combined over the warp): `τ` into the entry's threshold (where
+/// pass 2 and the decision read it), the sum into the pair's first
+/// workspace entry (where the decision's combine leaves it:
+/// [`combine_ranks`]).
 ///
 /// # Safety
 /// Launched by the host's checked launcher after round 1 of a call with
@@ -307,14 +310,10 @@ pub(super) unsafe fn drafted(p: &RejectionParams, pair: u32, d: i32) -> [f32; 2]
 /// `filter::Group`s of dynamic shared memory.
 #[unsafe(export_name = kernel_symbol!(REJECTION_MERGE_SHARDED, f32, f32))]
 pub unsafe extern "ptx-kernel" fn merge_sharded(p: RejectionParams) {
-    let (e, tid) = (gpu::block_idx_x(), gpu::thread_idx_x());
-    let k1 = p.max_drafts + 1;
-    let pairs = p.requests * k1;
-    let (which, pair) = (e / pairs.max(1), e % pairs.max(1));
-    let (r, i) = (pair / k1.max(1), pair % k1.max(1));
-    if which > 1 || r >= p.requests {
+    let tid = gpu::thread_idx_x();
+    let Some((which, pair, r, i)) = entry_at(&p, gpu::block_idx_x()) else {
         return;
-    }
+    };
     // SAFETY (both): r < requests, i <= max_drafts.
     let req = unsafe { Request::load(&p, r) };
     let Ok(filter) = (unsafe { row_filter(&p, &req, i, which) }) else {
@@ -331,7 +330,7 @@ pub unsafe extern "ptx-kernel" fn merge_sharded(p: RejectionParams) {
         let entry = if q < ranks {
             // SAFETY: rank q's message, inside `recv` (caller); `at` inside its list.
             unsafe {
-                let list = shard::list_at(p.recv + q as u64 * len, pairs as usize, which as usize, pair as usize);
+                let list = shard::list_at(p.recv + q as u64 * len, pairs(&p) as usize, which as usize, pair as usize);
                 let above = (*list).above.min(MAX_TOP_K - 1);
                 if at < above {
                     Group { value: (&raw const (*list).values as *const f32).add(at as usize).read(), count: 1, mass: 0 }
@@ -347,23 +346,46 @@ pub unsafe extern "ptx-kernel" fn merge_sharded(p: RejectionParams) {
         unsafe { groups.add(j as usize).write(entry) };
         j += BLOCK_THREADS;
     }
-    // SAFETY: every thread of the block is here (the returns above are block-uniform).
-    unsafe { sort_groups(groups, n) };
-    if tid == 0 {
-        // SAFETY: the sorted entries, by this thread alone from here.
-        let all = unsafe { core::slice::from_raw_parts_mut(groups, n as usize) };
-        let g = merge_groups(all);
-        let tau = if g == 0 { -f32::MAX } else { threshold(&all[..g], filter, p.shard.vocab as usize) };
-        let mut sum = ExpSum::EMPTY;
-        for group in all[..g].iter().take_while(|group| group.value >= tau) {
-            sum.push_count(group.value, group.count);
+    // SAFETY (all): every thread of the block is here (the returns above
+    // are block-uniform); the barriers order the phases' accesses to the
+    // entries, and thread 0's write of `τ` before warp 0 reads it.
+    unsafe {
+        sort_groups(groups, n);
+        let max = first_value(core::slice::from_raw_parts(groups, n as usize));
+        gpu::sync_threads();
+        let mut j = tid;
+        while j < n {
+            let e = groups.add(j as usize);
+            (*e).mass = entry_mass(*e, max);
+            j += BLOCK_THREADS;
         }
-        // SAFETY: the entry's threshold and the pair's first stats entry (workspace, host-sized).
-        unsafe {
-            (p.thresholds as *mut f32).add(super::threshold::entry(&p, r, i, which)).write(tau);
-            let stats = (p.stats as *mut Stats).add(pair as usize * p.chunks as usize);
-            let field = if which == 0 { &raw mut (*stats).target } else { &raw mut (*stats).draft };
-            field.write(sum);
+        gpu::sync_threads();
+        let tau_at = (p.thresholds as *mut f32).add(super::threshold::entry(&p, r, i, which));
+        if tid == 0 {
+            let all = core::slice::from_raw_parts_mut(groups, n as usize);
+            let g = join_groups(all);
+            tau_at.write(if g == 0 { -f32::MAX } else { threshold(&all[..g], filter, p.shard.vocab as usize) });
+        }
+        gpu::sync_threads();
+        if tid < WARP {
+            // The groups are the entries of a nonzero count (`join_groups`).
+            let tau = tau_at.read();
+            let mut sum = ExpSum::EMPTY;
+            let mut j = tid;
+            while j < n {
+                let e = groups.add(j as usize).read();
+                if e.count > 0 && e.value >= tau {
+                    sum.push_count(e.value, e.count);
+                }
+                j += WARP;
+            }
+            let sum = warp_exp_sum(sum);
+            if tid == 0 {
+                // The pair's first stats entry (workspace, host-sized).
+                let stats = (p.stats as *mut Stats).add(pair as usize * p.chunks as usize);
+                let field = if which == 0 { &raw mut (*stats).target } else { &raw mut (*stats).draft };
+                field.write(sum);
+            }
         }
     }
 }

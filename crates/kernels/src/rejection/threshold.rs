@@ -23,6 +23,17 @@ pub(super) fn entry(p: &RejectionParams, r: u32, i: u32, which: u32) -> usize {
     which as usize * pairs + r as usize * (p.max_drafts as usize + 1) + i as usize
 }
 
+/// Threshold entry `e`'s `(which, pair, r, i)`, as [`entry`] numbers them
+/// (`pair = r·(K+1) + i`); `None` past the call's entries.
+#[inline(always)]
+pub(super) fn entry_at(p: &RejectionParams, e: u32) -> Option<(u32, u32, u32, u32)> {
+    let k1 = (p.max_drafts + 1).max(1);
+    let pairs = (p.requests * k1).max(1);
+    let (which, pair) = (e / pairs, e % pairs);
+    let (r, i) = (pair / k1, pair % k1);
+    (which <= 1 && r < p.requests).then_some((which, pair, r, i))
+}
+
 /// The [`FilterScratch`] entry of row `i` of request `r` (`which`, as
 /// [`entry`]); past the workspace's scratch where `threshold_chunks = 1`
 /// (none is allocated then: not to be read).
@@ -49,13 +60,9 @@ pub(super) fn filter_scratch(p: &RejectionParams, r: u32, i: u32, which: u32) ->
 #[inline(always)]
 pub(super) unsafe fn thresholds<T: Load, D: Load, const SEARCH: bool>(p: &RejectionParams) {
     let (e, c) = (gpu::block_idx_x(), gpu::block_idx_y());
-    let k1 = (p.max_drafts + 1).max(1);
-    let pairs = p.requests * k1;
-    let (which, pair) = (e / pairs.max(1), e % pairs.max(1));
-    let (r, i) = (pair / k1, pair % k1);
-    if which > 1 || r >= p.requests || c >= p.threshold_chunks {
+    let Some((which, pair, r, i)) = entry_at(p, e).filter(|_| c < p.threshold_chunks) else {
         return; // whole block
-    }
+    };
     // SAFETY: r < requests.
     let req = unsafe { Request::load(p, r) };
     let at = entry(p, r, i, which);
@@ -67,7 +74,7 @@ pub(super) unsafe fn thresholds<T: Load, D: Load, const SEARCH: bool>(p: &Reject
     // A rank of a sharded call finds its own top-k list of the row, whose
     // ranks' lists the merge kernel's filter then runs on (`super::sharded`).
     let (ids, list) = if sharded(p) {
-        (p.shard.vocab, shard::list_at(p.send, (p.requests * k1) as usize, which as usize, pair as usize))
+        (p.shard.vocab, shard::list_at(p.send, sharded::pairs(p) as usize, which as usize, pair as usize))
     } else {
         (p.vocab, core::ptr::null_mut())
     };
