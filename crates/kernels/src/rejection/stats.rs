@@ -10,10 +10,11 @@
 use super::accept::decide;
 use super::threshold::{entry, filter_scratch};
 use super::sharded::send_record;
-use super::{Request, draft_row, sharded_pass, target_row};
+use super::{Request, draft_row, sharded, sharded_pass, target_row};
 use crate::block::{Reduce, block_reduce, warp_best, warp_fold};
 use core::mem::offset_of;
 use crate::fold::{fold_greedy, push_kept, push_overlap, push_run_sum, pushed_max};
+use crate::threshold::{load_filter, mask, pools};
 use crate::walk_sum::{WalkSum, block_sums};
 use crate::gpu::{self, WARP};
 use crate::last_block;
@@ -21,7 +22,7 @@ use crate::load::{Load, any_nan, for_each_quad, for_each_run, widen};
 use crate::row::chunk_range;
 use crate::shared;
 use specdec_core::argmax::{ArgMax, floor_key, floor_value};
-use specdec_core::layout::{BLOCK_THREADS, RejectionParams};
+use specdec_core::layout::{BLOCK_THREADS, FilterTables, RejectionParams};
 use specdec_core::exp_sum::{self, ExpSum};
 use specdec_core::logspace::{Lse, centre, recentre};
 use specdec_core::sample::Sampler;
@@ -252,8 +253,9 @@ pub(super) fn row_kind<const OVERLAP: bool, const PROCESSED: bool>(p: &Rejection
 
 /// Chunk `c` of row `i` of `req` (request `r`), reduced over the block
 /// (valid in thread 0), `Q` quads a batch; with `FILTERED`, a sampling
-/// row's sums over its kept sets (the target's and the draft's, a term a
-/// kept value: [`walk_filtered`], [`push_pool`]) and a row of bad filter
+/// row's sums over its kept sets (the target's and the draft's: a term a
+/// kept value where their filters may pool them, else by runs of the
+/// masked row: [`walk_filtered`], [`push_pool`]) and a row of bad filter
 /// values flagged.
 ///
 /// # Safety
@@ -298,6 +300,16 @@ unsafe fn row_chunk_stats<
     if tau_t.is_nan() {
         acc.flags |= INVALID_FILTER;
     }
+    // Whether the kept sets are summed a term a kept value (where their
+    // filter may pool them), else by the run rule over the masked row.
+    let (each_t, each_q) = if FILTERED && !greedy {
+        let (slot, ids) = (req.slot.slot as usize, if sharded(p) { p.shard.vocab } else { p.vocab } as usize);
+        // SAFETY: a sampling request's slot, < num_slots (valid: caller).
+        let each = |t: &FilterTables| unsafe { load_filter(t, slot) }.is_some_and(|f| pools(f, ids));
+        (each(&p.filters), p.draft_logits != 0 && each(&p.draft_filters))
+    } else {
+        (false, false)
+    };
     // Two loops, as in `gumbel_sample`: the greedy one keeps twice the loads
     // in flight (pipelined), in the registers the other spends on its sums.
     // SAFETY (both): the rows hold >= vocab >= end elements; start % 4 == 0.
@@ -316,7 +328,7 @@ unsafe fn row_chunk_stats<
         if !draft.is_null() && pooled_q.is_none() {
             // SAFETY: the draft row holds >= vocab >= end elements; start % 4 == 0.
             // NaN draft logits are skipped, not flagged: the row's flag is the target's.
-            walk_q = unsafe { walk_filtered(draft, (start, end), &sampler, tau_q, walk_q) }.0;
+            walk_q = unsafe { walk_filtered(draft, (start, end), &sampler, (tau_q, each_q), walk_q) }.0;
         }
         if c == 0 {
             // SAFETY (both): the pools' records as `pooled` returned them.
@@ -333,11 +345,11 @@ unsafe fn row_chunk_stats<
     } else if FILTERED {
         // The rows one after the other: a run of each live at once made the kernel spill.
         // SAFETY (both): the rows hold >= vocab >= end elements; start is a multiple of TILE, so of RUN.
-        let (target, target_nan) = unsafe { walk_filtered(target, (start, end), &sampler, tau_t, walk_t) };
+        let (target, target_nan) = unsafe { walk_filtered(target, (start, end), &sampler, (tau_t, each_t), walk_t) };
         (walk_t, nan) = (target, target_nan);
         if !draft.is_null() {
             // NaN draft logits are skipped, not flagged: the row's flag is the target's.
-            walk_q = unsafe { walk_filtered(draft, (start, end), &sampler, tau_q, walk_q) }.0;
+            walk_q = unsafe { walk_filtered(draft, (start, end), &sampler, (tau_q, each_q), walk_q) }.0;
         }
         (acc.target_max, acc.draft_max) = (walk_t.max(), walk_q.max());
     } else {
@@ -679,13 +691,46 @@ unsafe fn push_pool(p: &RejectionParams, r: u32, i: u32, which: u32, (tau, poole
 
 /// `sum` with ids `start .. end` of a row of kept set `{scaled >= tau}`
 /// walked by this thread, a run at a time: by [`push_kept`] where the row
-/// is filtered (`tau > -inf`), by the run rule where it is kept whole, as
-/// in the unfiltered kernels; and whether the ids hold a NaN.
+/// is filtered (`tau > -inf`) and `each` (its filter may pool it:
+/// `crate::threshold::pools`), else by the run rule over the row masked to
+/// its kept set (whole where `tau = -inf`, as in the unfiltered kernels);
+/// and whether the ids hold a NaN.
 ///
 /// # Safety
 /// `row` holds >= `end` elements; `start` is a multiple of RUN.
 #[inline(always)]
-unsafe fn walk_filtered<L: Load>(row: *const L, (start, end): (u32, u32), sampler: &Sampler, tau: f32, mut sum: WalkSum) -> (WalkSum, bool) {
+unsafe fn walk_filtered<L: Load>(
+    row: *const L,
+    (start, end): (u32, u32),
+    sampler: &Sampler,
+    (tau, each): (f32, bool),
+    mut sum: WalkSum,
+) -> (WalkSum, bool) {
+    // SAFETY (both): forwarded (caller). A loop for each rule: one loop
+    // holding both made the kernel spill.
+    if each && tau > f32::NEG_INFINITY {
+        unsafe { walk_runs(row, (start, end), sum, |sum, v, n| push_kept(sum, v, n, sampler, tau)) }
+    } else {
+        unsafe {
+            walk_runs(row, (start, end), sum, |sum, v, n| {
+                push_run_sum(sum, core::array::from_fn(|j| mask(v[j], tau, sampler)), n, sampler).0
+            })
+        }
+    }
+}
+
+/// `sum` with ids `start .. end` of `row` walked by this thread, each run
+/// (widened) added by `push`; and whether the ids hold a NaN.
+///
+/// # Safety
+/// As for [`walk_filtered`].
+#[inline(always)]
+unsafe fn walk_runs<L: Load>(
+    row: *const L,
+    (start, end): (u32, u32),
+    mut sum: WalkSum,
+    push: impl Fn(WalkSum, [[f32; 4]; 4], u32) -> WalkSum,
+) -> (WalkSum, bool) {
     let mut nan = false;
     let none: *const L = core::ptr::null();
     // SAFETY: forwarded (caller).
@@ -703,7 +748,7 @@ unsafe fn walk_filtered<L: Load>(row: *const L, (start, end): (u32, u32), sample
                 for j in 0..4 {
                     nan |= any_nan(v[j], n.saturating_sub(4 * j as u32).min(4));
                 }
-                sum = if tau > f32::NEG_INFINITY { push_kept(sum, v, n, sampler, tau) } else { push_run_sum(sum, v, n, sampler).0 };
+                sum = push(sum, v, n);
             },
         )
     };
