@@ -91,9 +91,8 @@ pub fn push_run_sum(mut sum: WalkSum, v: [[f32; 4]; 4], n: u32, sampler: &Sample
 /// function of `S`'s values alone, whether pass 1 reads them from the row
 /// or from the threshold kernel's pool, and a sharded call's ranks form it
 /// from their lists of the row's largest values (REFERENCE §7.4). A run
-/// below `tau` (most of a filtered row's) costs one test. Not inlined: in
-/// the walk beside the run rule its registers made pass 1 spill.
-#[inline(never)]
+/// below `tau` (most of a filtered row's) costs one test.
+#[inline(always)]
 pub fn push_kept(mut sum: WalkSum, v: [[f32; 4]; 4], n: u32, sampler: &Sampler, tau: f32) -> WalkSum {
     let quad_max = |q: [f32; 4]| q[0].max(q[1]).max(q[2].max(q[3]));
     // `max` ignores NaN, which no kept set holds.

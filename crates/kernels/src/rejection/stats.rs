@@ -302,13 +302,11 @@ unsafe fn row_chunk_stats<
     }
     // Whether the kept sets are summed a term a kept value (where their
     // filter may pool them), else by the run rule over the masked row.
-    let (each_t, each_q) = if FILTERED && !greedy {
+    let each = FILTERED && !greedy && {
         let (slot, ids) = (req.slot.slot as usize, if sharded(p) { p.shard.vocab } else { p.vocab } as usize);
         // SAFETY: a sampling request's slot, < num_slots (valid: caller).
-        let each = |t: &FilterTables| unsafe { load_filter(t, slot) }.is_some_and(|f| pools(f, ids));
-        (each(&p.filters), p.draft_logits != 0 && each(&p.draft_filters))
-    } else {
-        (false, false)
+        let pools_in = |t: &FilterTables| unsafe { load_filter(t, slot) }.is_some_and(|f| pools(f, ids));
+        pools_in(&p.filters) || (p.draft_logits != 0 && pools_in(&p.draft_filters))
     };
     // Two loops, as in `gumbel_sample`: the greedy one keeps twice the loads
     // in flight (pipelined), in the registers the other spends on its sums.
@@ -328,7 +326,7 @@ unsafe fn row_chunk_stats<
         if !draft.is_null() && pooled_q.is_none() {
             // SAFETY: the draft row holds >= vocab >= end elements; start % 4 == 0.
             // NaN draft logits are skipped, not flagged: the row's flag is the target's.
-            walk_q = unsafe { walk_filtered(draft, (start, end), &sampler, (tau_q, each_q), walk_q) }.0;
+            walk_q = unsafe { walk_filtered(draft, (start, end), &sampler, tau_q, walk_q) }.0;
         }
         if c == 0 {
             // SAFETY (both): the pools' records as `pooled` returned them.
@@ -342,14 +340,14 @@ unsafe fn row_chunk_stats<
         // walk sums are this thread's.
         let [target, draft] = unsafe { block_sums([walk_t, walk_q]) };
         return unsafe { block_reduce(Row::<SAMPLED_ROW>(acc)).0 }.with_sums(target, draft);
-    } else if FILTERED {
+    } else if FILTERED && each {
         // The rows one after the other: a run of each live at once made the kernel spill.
         // SAFETY (both): the rows hold >= vocab >= end elements; start is a multiple of TILE, so of RUN.
-        let (target, target_nan) = unsafe { walk_filtered(target, (start, end), &sampler, (tau_t, each_t), walk_t) };
+        let (target, target_nan) = unsafe { walk_filtered(target, (start, end), &sampler, tau_t, walk_t) };
         (walk_t, nan) = (target, target_nan);
         if !draft.is_null() {
             // NaN draft logits are skipped, not flagged: the row's flag is the target's.
-            walk_q = unsafe { walk_filtered(draft, (start, end), &sampler, (tau_q, each_q), walk_q) }.0;
+            walk_q = unsafe { walk_filtered(draft, (start, end), &sampler, tau_q, walk_q) }.0;
         }
         (acc.target_max, acc.draft_max) = (walk_t.max(), walk_q.max());
     } else {
@@ -367,8 +365,20 @@ unsafe fn row_chunk_stats<
                     let nj = |j: usize| n.saturating_sub(4 * j as u32).min(4);
                     // Each run widened where it is pushed, so that the
                     // target's is dead before the draft's is formed.
-                    let t: [[f32; 4]; 4] = core::array::from_fn(|j| widen(t[j]));
-                    let draft_run = || -> [[f32; 4]; 4] { core::array::from_fn(|j| widen(q[j])) };
+                    let mut t: [[f32; 4]; 4] = core::array::from_fn(|j| widen(t[j]));
+                    if FILTERED {
+                        for j in 0..4 {
+                            // The mask turns a kept set's NaN into -inf: flagged here.
+                            nan |= any_nan(t[j], nj(j));
+                            t[j] = mask(t[j], tau_t, &sampler);
+                        }
+                    }
+                    let draft_run = || -> [[f32; 4]; 4] {
+                        core::array::from_fn(|j| {
+                            let q = widen(q[j]);
+                            if FILTERED { mask(q, tau_q, &sampler) } else { q }
+                        })
+                    };
                     if !draft.is_null() && OVERLAP {
                         let q = draft_run();
                         // The overlap at the maxima the pushes below reach
@@ -691,31 +701,18 @@ unsafe fn push_pool(p: &RejectionParams, r: u32, i: u32, which: u32, (tau, poole
 
 /// `sum` with ids `start .. end` of a row of kept set `{scaled >= tau}`
 /// walked by this thread, a run at a time: by [`push_kept`] where the row
-/// is filtered (`tau > -inf`) and `each` (its filter may pool it:
-/// `crate::threshold::pools`), else by the run rule over the row masked to
-/// its kept set (whole where `tau = -inf`, as in the unfiltered kernels);
-/// and whether the ids hold a NaN.
+/// is filtered (`tau > -inf`), by the run rule where it is kept whole, as
+/// in the unfiltered kernels; and whether the ids hold a NaN.
 ///
 /// # Safety
 /// `row` holds >= `end` elements; `start` is a multiple of RUN.
 #[inline(always)]
-unsafe fn walk_filtered<L: Load>(
-    row: *const L,
-    (start, end): (u32, u32),
-    sampler: &Sampler,
-    (tau, each): (f32, bool),
-    mut sum: WalkSum,
-) -> (WalkSum, bool) {
-    // SAFETY (both): forwarded (caller). A loop for each rule: one loop
-    // holding both made the kernel spill.
-    if each && tau > f32::NEG_INFINITY {
-        unsafe { walk_runs(row, (start, end), sum, |sum, v, n| push_kept(sum, v, n, sampler, tau)) }
-    } else {
-        unsafe {
-            walk_runs(row, (start, end), sum, |sum, v, n| {
-                push_run_sum(sum, core::array::from_fn(|j| mask(v[j], tau, sampler)), n, sampler).0
-            })
-        }
+unsafe fn walk_filtered<L: Load>(row: *const L, range: (u32, u32), sampler: &Sampler, tau: f32, sum: WalkSum) -> (WalkSum, bool) {
+    // SAFETY: forwarded (caller).
+    unsafe {
+        walk_runs(row, range, sum, |sum, v, n| {
+            if tau > f32::NEG_INFINITY { push_kept(sum, v, n, sampler, tau) } else { push_run_sum(sum, v, n, sampler).0 }
+        })
     }
 }
 
