@@ -150,6 +150,36 @@ pub struct Group {
     pub mass: u64,
 }
 
+/// The tie groups of entries `all` sorted largest value first (by [`key`];
+/// entries of `count` 0, which end the values, last), in place at its
+/// front, as [`threshold`] takes them: equal values joined (`==`: `-0` and
+/// `+0` are one), each group's mass against the first value (none where it
+/// is `+inf`). Returns how many. The CPU twin's groups of a row and the
+/// merge of a sharded call's lists on the GPU both form them so.
+#[inline(always)]
+pub fn merge_groups(all: &mut [Group]) -> usize {
+    let mut g = 0;
+    for j in 0..all.len() {
+        let e = all[j];
+        if e.count == 0 {
+            break;
+        }
+        if g > 0 && all[g - 1].value == e.value {
+            all[g - 1].count += e.count;
+        } else {
+            all[g] = e;
+            g += 1;
+        }
+    }
+    if g > 0 && all[0].value < f32::INFINITY {
+        let max = all[0].value;
+        for group in &mut all[..g] {
+            group.mass = group.count as u64 * mass(group.value, max);
+        }
+    }
+    g
+}
+
 /// The threshold `τ` of the kept set `S = {x >= τ}` (SPEC §7.2) of a row
 /// of `vocab` ids filtered by `filter`, from its tie groups: distinct
 /// values, not NaN, above `-inf`, largest first, with the masses of

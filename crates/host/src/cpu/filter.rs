@@ -12,7 +12,7 @@ use crate::shard::{Reader, Writer};
 use specdec_core::argmax::ArgMax;
 use specdec_core::dtype::Element;
 use specdec_core::exp_sum::ExpSum;
-use specdec_core::filter::{Filter, Group, key, mass, min_p_threshold, radix_threshold, threshold};
+use specdec_core::filter::{Filter, Group, key, merge_groups, min_p_threshold, radix_threshold, threshold};
 use specdec_core::rng::Stream;
 use specdec_core::sample::Sampler;
 use std::borrow::Cow;
@@ -165,23 +165,16 @@ fn row_threshold<L: Logit>(level: Level, s: &Sampler, values: &[L], filter: Filt
 /// The tie groups of the values `ys` (none NaN or `-inf`), largest first,
 /// with their masses against the largest (none where it is `+inf`): what
 /// [`threshold`] takes.
-fn groups(mut ys: Vec<f32>) -> Vec<Group> {
-    ys.sort_unstable_by_key(|&y| std::cmp::Reverse(key(y)));
-    let mut groups: Vec<Group> = Vec::new();
-    for y in ys {
-        match groups.last_mut() {
-            // `==`, not bits: -0 and +0 are one value.
-            Some(g) if g.value == y => g.count += 1,
-            _ => groups.push(Group { value: y, count: 1, mass: 0 }),
-        }
-    }
-    let max = groups.first().map_or(f32::INFINITY, |g| g.value);
-    if max < f32::INFINITY {
-        for g in &mut groups {
-            g.mass = g.count as u64 * mass(g.value, max);
-        }
-    }
-    groups
+fn groups(ys: Vec<f32>) -> Vec<Group> {
+    groups_of(ys.into_iter().map(|y| Group { value: y, count: 1, mass: 0 }).collect())
+}
+
+/// [`merge_groups`] of `entries` (values with their counts, any order).
+fn groups_of(mut entries: Vec<Group>) -> Vec<Group> {
+    entries.sort_unstable_by_key(|e| std::cmp::Reverse(key(e.value)));
+    let n = merge_groups(&mut entries);
+    entries.truncate(n);
+    entries
 }
 
 /// A vocabulary shard's part of a top-`n` filter: the `n` largest scaled
@@ -245,26 +238,18 @@ pub(super) fn kept_of_largest<'a>(
     filter: Filter,
     vocab: usize,
 ) -> (f32, f32) {
-    let (mut ys, mut ties) = (Vec::new(), Vec::new());
+    let mut entries = Vec::new();
     for list in lists {
-        ys.extend_from_slice(&list.values);
-        ties.extend(list.values.last().map(|&last| (last, list.ties)));
+        entries.extend(list.values.iter().map(|&y| Group { value: y, count: 1, mass: 0 }));
+        // The list's further ties join its last value's group (counted, not listed).
+        entries.extend(list.values.last().map(|&last| Group { value: last, count: list.ties, mass: 0 }));
     }
-    let mut groups = groups(ys);
-    let max = groups.first().map_or(f32::INFINITY, |g| g.value);
-    // Each list's further ties join its last value's group (counted, not listed).
-    for (last, n) in ties.into_iter().filter(|&(_, n)| n > 0) {
-        let at = groups.partition_point(|g| key(g.value) > key(last));
-        let g = &mut groups[at];
-        g.count += n;
-        if max < f32::INFINITY {
-            g.mass += u64::from(n) * mass(g.value, max);
-        }
-    }
+    entries.retain(|e| e.count > 0);
+    let groups = groups_of(entries);
     let tau = threshold(&groups, filter, vocab);
     let mut sum = ExpSum::EMPTY;
     for g in groups.iter().take_while(|g| g.value >= tau) {
-        (0..g.count).for_each(|_| sum.push(g.value));
+        sum.push_count(g.value, g.count);
     }
     (tau, sum.lse())
 }
@@ -367,6 +352,7 @@ pub fn kept_set(logits: &[f32], temperature: f32, filter: Filter) -> KeptSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use specdec_core::filter::mass;
     use specdec_core::rng::random_u32;
 
     /// Every level's masses are `filter::mass`, bit for bit (the top-p

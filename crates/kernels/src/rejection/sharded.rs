@@ -42,7 +42,7 @@ use specdec_core::kernel_symbol;
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams, WARPS};
 use specdec_core::sample::Resampled;
 use specdec_core::scratch::Stats;
-use specdec_core::filter::{Group, key, mass, threshold};
+use specdec_core::filter::{Group, key, merge_groups, threshold};
 use specdec_core::shard::{self, Header, MAX_TOP_K, PairRecord, TopList};
 use specdec_core::status::INVALID_SHARD;
 
@@ -409,33 +409,6 @@ unsafe fn sort_groups(groups: *mut Group, n: u32) {
     }
     // SAFETY: as above.
     unsafe { gpu::sync_threads() };
-}
-
-/// The tie groups of sorted entries `all` ([`sort_groups`]) in place at its
-/// front, as `filter::threshold` takes them (equal values joined: `-0` and
-/// `+0` too; their masses against the first): how many.
-#[inline(always)]
-fn merge_groups(all: &mut [Group]) -> usize {
-    let mut g = 0;
-    for j in 0..all.len() {
-        let e = all[j];
-        if e.count == 0 {
-            break;
-        }
-        if g > 0 && all[g - 1].value == e.value {
-            all[g - 1].count += e.count;
-        } else {
-            all[g] = e;
-            g += 1;
-        }
-    }
-    if g > 0 && all[0].value < f32::INFINITY {
-        let max = all[0].value;
-        for group in &mut all[..g] {
-            group.mass = group.count as u64 * mass(group.value, max);
-        }
-    }
-    g
 }
 
 /// The tokens of a sharded call's jobs (`names::REJECTION_COMBINE_SHARDED`;
