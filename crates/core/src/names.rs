@@ -158,9 +158,10 @@ pub const REJECTION_THRESHOLD: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD), pairs: Pairs::All, min_blocks: 3 };
 
 /// Pass 1 of a call with filters: [`REJECTION_STATS`]'s body over the masked
-/// rows, at 2 blocks per SM as its plain twin.
+/// rows, and a term a kept value for the rows whose filters may pool them
+/// (REFERENCE §7.4), at 2 blocks per SM: at 3, the two loops spill.
 pub const REJECTION_STATS_FILTERED: Kernel =
-    Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED), pairs: Pairs::All, min_blocks: 3 };
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED), pairs: Pairs::All, min_blocks: 2 };
 
 /// Pass 2 of a call with filters: [`REJECTION_RESAMPLE`]'s body over the
 /// masked rows, its bounds.

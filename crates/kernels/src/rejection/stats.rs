@@ -318,36 +318,28 @@ unsafe fn row_chunk_stats<
         acc.target_max = walk_t.max();
     } else if greedy {
         acc.best = unsafe { greedy_chunk::<T, Q>(target, &sampler, (start, end), &mut nan) };
-    } else if let Some(pooled_t) = if FILTERED { unsafe { pooled(p, r, i, 0, tau_t) } } else { None } {
-        // The target's kept set is in its pool: no read of the target row,
-        // and of the draft's only where its own kept set is not pooled;
-        // chunk 0 sums the pooled values.
+    } else if FILTERED && each {
+        // A kept set in its pool is not read: chunk 0 sums the pooled values.
+        // SAFETY (both): the threshold kernel of this call ran; i <= n_r.
+        let pooled_t = unsafe { pooled(p, r, i, 0, tau_t) };
         let pooled_q = if draft.is_null() { None } else { unsafe { pooled(p, r, i, 1, tau_q) } };
+        // The rows one after the other: a run of each live at once made the kernel spill.
+        // SAFETY (both): the rows hold >= vocab >= end elements; start is a multiple of TILE, so of RUN.
+        if pooled_t.is_none() {
+            (walk_t, nan) = unsafe { walk_filtered(target, (start, end), &sampler, tau_t, walk_t) };
+        }
         if !draft.is_null() && pooled_q.is_none() {
-            // SAFETY: the draft row holds >= vocab >= end elements; start % 4 == 0.
             // NaN draft logits are skipped, not flagged: the row's flag is the target's.
             walk_q = unsafe { walk_filtered(draft, (start, end), &sampler, tau_q, walk_q) }.0;
         }
         if c == 0 {
             // SAFETY (both): the pools' records as `pooled` returned them.
-            walk_t = unsafe { push_pool(p, r, i, 0, (tau_t, pooled_t), walk_t) };
+            if let Some(pooled_t) = pooled_t {
+                walk_t = unsafe { push_pool(p, r, i, 0, (tau_t, pooled_t), walk_t) };
+            }
             if let Some(pooled_q) = pooled_q {
                 walk_q = unsafe { push_pool(p, r, i, 1, (tau_q, pooled_q), walk_q) };
             }
-        }
-        (acc.target_max, acc.draft_max) = (walk_t.max(), walk_q.max());
-        // SAFETY (both): every thread of the block is here (caller); the
-        // walk sums are this thread's.
-        let [target, draft] = unsafe { block_sums([walk_t, walk_q]) };
-        return unsafe { block_reduce(Row::<SAMPLED_ROW>(acc)).0 }.with_sums(target, draft);
-    } else if FILTERED && each {
-        // The rows one after the other: a run of each live at once made the kernel spill.
-        // SAFETY (both): the rows hold >= vocab >= end elements; start is a multiple of TILE, so of RUN.
-        let (target, target_nan) = unsafe { walk_filtered(target, (start, end), &sampler, tau_t, walk_t) };
-        (walk_t, nan) = (target, target_nan);
-        if !draft.is_null() {
-            // NaN draft logits are skipped, not flagged: the row's flag is the target's.
-            walk_q = unsafe { walk_filtered(draft, (start, end), &sampler, tau_q, walk_q) }.0;
         }
         (acc.target_max, acc.draft_max) = (walk_t.max(), walk_q.max());
     } else {
