@@ -135,13 +135,47 @@ impl<const KIND: u32> Reduce for Row<KIND> {
     }
 }
 
+/// [`stats`]'s `RULES` for the kept sets of a filtered call's requests:
+/// the run rule over the masked rows, for the requests [`kept_rule`] leaves
+/// to it (and every request of an unfiltered call);
+pub(super) const RUN_RULE: u32 = 1;
+/// a term a kept value, for those it gives it;
+pub(super) const KEPT_RULE: u32 = 2;
+/// both, each request by its own. A launch of one rule returns from the
+/// blocks of the other's requests: a filtered pass 1 at 3 blocks per SM is
+/// two launches, a kernel of each, as one holding both loops spills.
+pub(super) const BOTH_RULES: u32 = RUN_RULE | KEPT_RULE;
+
+/// Whether pass 1 sums request `req`'s kept sets a term a kept value (the
+/// CPU's rule, REFERENCE §7.4): a sampling request whose filters (the
+/// target's, or with draft logits the draft's) may pool its rows
+/// (`threshold::pools`), so that its `LSE(S)` is the same bits pooled or
+/// read; else (min-p or top-p alone, never pooled) by the run rule over its
+/// masked rows, a fraction of the work an id.
+///
+/// # Safety
+/// `req` is a request of the call (`Request::load`).
+#[inline(always)]
+unsafe fn kept_rule(p: &RejectionParams, req: &Request) -> bool {
+    let slot = req.slot.slot;
+    if !req.slot.is_valid() || slot < 0 || req.slot.greedy() {
+        return false;
+    }
+    let ids = if sharded(p) { p.shard.vocab } else { p.vocab } as usize;
+    // SAFETY: 0 <= slot < num_slots (a valid request).
+    let pools_in = |t: &FilterTables| unsafe { load_filter(t, slot as usize) }.is_some_and(|f| pools(f, ids));
+    pools_in(&p.filters) || (p.draft_logits != 0 && pools_in(&p.draft_filters))
+}
+
 /// Pass 1 (see module docs), its loops reading `Q` quads a batch, keeping
 /// the overlap of draft rows with draft logits if `OVERLAP`, over the rows
-/// masked to their kept sets if `FILTERED`.
+/// masked to their kept sets if `FILTERED`, for the requests of its
+/// `RULES` ([`RUN_RULE`], [`KEPT_RULE`]).
 ///
 /// # Safety
 /// Launched by the host's checked launcher (with `FILTERED`, after the
-/// threshold kernel on the same stream).
+/// threshold kernel on the same stream; a launch of each rule where
+/// `RULES` is one).
 #[inline(always)]
 pub(super) unsafe fn stats<
     T: Load,
@@ -150,6 +184,7 @@ pub(super) unsafe fn stats<
     const OVERLAP: bool,
     const FILTERED: bool,
     const PROCESSED: bool,
+    const RULES: u32,
 >(
     p: &RejectionParams,
 ) {
@@ -162,6 +197,12 @@ pub(super) unsafe fn stats<
     }
     // SAFETY: r < requests.
     let req = unsafe { Request::load(p, r) };
+    // Block-uniform: a launch of one rule leaves the other's requests to a launch of the other.
+    // SAFETY: a request of the call.
+    let kept = FILTERED && unsafe { kept_rule(p, &req) };
+    if RULES & if kept { KEPT_RULE } else { RUN_RULE } == 0 {
+        return;
+    }
     if tid == 0 {
         // Kept for the decision, which would otherwise load it again, two
         // round trips (it is not kept in registers through the streaming loop).
@@ -172,7 +213,7 @@ pub(super) unsafe fn stats<
     let valid = req.slot.is_valid() && i <= req.drafts;
     if valid {
         // SAFETY: every thread of the block is here; i <= n_r of a valid request.
-        let acc = unsafe { row_chunk_stats::<T, D, Q, OVERLAP, FILTERED, PROCESSED>(p, &req, r, i, c) };
+        let acc = unsafe { row_chunk_stats::<T, D, Q, OVERLAP, FILTERED, PROCESSED>(p, &req, (r, i, c), kept) };
         if tid == 0 {
             // SAFETY: stats holds requests·(K+1)·chunks entries (workspace, host-sized).
             unsafe { (p.stats as *mut Stats).add(pair as usize * p.chunks as usize + c as usize).write(acc) };
@@ -254,9 +295,9 @@ pub(super) fn row_kind<const OVERLAP: bool, const PROCESSED: bool>(p: &Rejection
 /// Chunk `c` of row `i` of `req` (request `r`), reduced over the block
 /// (valid in thread 0), `Q` quads a batch; with `FILTERED`, a sampling
 /// row's sums over its kept sets (the target's and the draft's: a term a
-/// kept value where their filters may pool them, else by runs of the
-/// masked row: [`walk_filtered`], [`push_pool`]) and a row of bad filter
-/// values flagged.
+/// kept value where `kept` ([`kept_rule`]: [`walk_filtered`],
+/// [`push_pool`]), else by runs of the masked rows) and a row of bad
+/// filter values flagged.
 ///
 /// # Safety
 /// Called by every thread of the block; `req` is valid and `i <= n_r`.
@@ -271,9 +312,8 @@ unsafe fn row_chunk_stats<
 >(
     p: &RejectionParams,
     req: &Request,
-    r: u32,
-    i: u32,
-    c: u32,
+    (r, i, c): (u32, u32, u32),
+    kept: bool,
 ) -> Stats {
     let (start, end) = chunk_range(p.vocab, p.chunk, c);
     // SAFETY: row0 + i < offsets[r+1] <= rows.
@@ -300,14 +340,6 @@ unsafe fn row_chunk_stats<
     if tau_t.is_nan() {
         acc.flags |= INVALID_FILTER;
     }
-    // Whether the kept sets are summed a term a kept value (where their
-    // filter may pool them), else by the run rule over the masked row.
-    let each = FILTERED && !greedy && {
-        let (slot, ids) = (req.slot.slot as usize, if sharded(p) { p.shard.vocab } else { p.vocab } as usize);
-        // SAFETY: a sampling request's slot, < num_slots (valid: caller).
-        let pools_in = |t: &FilterTables| unsafe { load_filter(t, slot) }.is_some_and(|f| pools(f, ids));
-        pools_in(&p.filters) || (p.draft_logits != 0 && pools_in(&p.draft_filters))
-    };
     // Two loops, as in `gumbel_sample`: the greedy one keeps twice the loads
     // in flight (pipelined), in the registers the other spends on its sums.
     // SAFETY (both): the rows hold >= vocab >= end elements; start % 4 == 0.
@@ -318,28 +350,36 @@ unsafe fn row_chunk_stats<
         acc.target_max = walk_t.max();
     } else if greedy {
         acc.best = unsafe { greedy_chunk::<T, Q>(target, &sampler, (start, end), &mut nan) };
-    } else if FILTERED && each {
-        // A kept set in its pool is not read: chunk 0 sums the pooled values.
-        // SAFETY (both): the threshold kernel of this call ran; i <= n_r.
-        let pooled_t = unsafe { pooled(p, r, i, 0, tau_t) };
+    } else if let Some(pooled_t) = if FILTERED && kept { unsafe { pooled(p, r, i, 0, tau_t) } } else { None } {
+        // The target's kept set is in its pool: no read of the target row,
+        // and of the draft's only where its own kept set is not pooled;
+        // chunk 0 sums the pooled values.
         let pooled_q = if draft.is_null() { None } else { unsafe { pooled(p, r, i, 1, tau_q) } };
-        // The rows one after the other: a run of each live at once made the kernel spill.
-        // SAFETY (both): the rows hold >= vocab >= end elements; start is a multiple of TILE, so of RUN.
-        if pooled_t.is_none() {
-            (walk_t, nan) = unsafe { walk_filtered(target, (start, end), &sampler, tau_t, walk_t) };
-        }
         if !draft.is_null() && pooled_q.is_none() {
+            // SAFETY: the draft row holds >= vocab >= end elements; start % 4 == 0.
             // NaN draft logits are skipped, not flagged: the row's flag is the target's.
             walk_q = unsafe { walk_filtered(draft, (start, end), &sampler, tau_q, walk_q) }.0;
         }
         if c == 0 {
             // SAFETY (both): the pools' records as `pooled` returned them.
-            if let Some(pooled_t) = pooled_t {
-                walk_t = unsafe { push_pool(p, r, i, 0, (tau_t, pooled_t), walk_t) };
-            }
+            walk_t = unsafe { push_pool(p, r, i, 0, (tau_t, pooled_t), walk_t) };
             if let Some(pooled_q) = pooled_q {
                 walk_q = unsafe { push_pool(p, r, i, 1, (tau_q, pooled_q), walk_q) };
             }
+        }
+        (acc.target_max, acc.draft_max) = (walk_t.max(), walk_q.max());
+        // SAFETY (both): every thread of the block is here (caller); the
+        // walk sums are this thread's.
+        let [target, draft] = unsafe { block_sums([walk_t, walk_q]) };
+        return unsafe { block_reduce(Row::<SAMPLED_ROW>(acc)).0 }.with_sums(target, draft);
+    } else if FILTERED && kept {
+        // The rows one after the other: a run of each live at once made the kernel spill.
+        // SAFETY (both): the rows hold >= vocab >= end elements; start is a multiple of TILE, so of RUN.
+        let (target, target_nan) = unsafe { walk_filtered(target, (start, end), &sampler, tau_t, walk_t) };
+        (walk_t, nan) = (target, target_nan);
+        if !draft.is_null() {
+            // NaN draft logits are skipped, not flagged: the row's flag is the target's.
+            walk_q = unsafe { walk_filtered(draft, (start, end), &sampler, tau_q, walk_q) }.0;
         }
         (acc.target_max, acc.draft_max) = (walk_t.max(), walk_q.max());
     } else {
@@ -699,27 +739,7 @@ unsafe fn push_pool(p: &RejectionParams, r: u32, i: u32, which: u32, (tau, poole
 /// # Safety
 /// `row` holds >= `end` elements; `start` is a multiple of RUN.
 #[inline(always)]
-unsafe fn walk_filtered<L: Load>(row: *const L, range: (u32, u32), sampler: &Sampler, tau: f32, sum: WalkSum) -> (WalkSum, bool) {
-    // SAFETY: forwarded (caller).
-    unsafe {
-        walk_runs(row, range, sum, |sum, v, n| {
-            if tau > f32::NEG_INFINITY { push_kept(sum, v, n, sampler, tau) } else { push_run_sum(sum, v, n, sampler).0 }
-        })
-    }
-}
-
-/// `sum` with ids `start .. end` of `row` walked by this thread, each run
-/// (widened) added by `push`; and whether the ids hold a NaN.
-///
-/// # Safety
-/// As for [`walk_filtered`].
-#[inline(always)]
-unsafe fn walk_runs<L: Load>(
-    row: *const L,
-    (start, end): (u32, u32),
-    mut sum: WalkSum,
-    push: impl Fn(WalkSum, [[f32; 4]; 4], u32) -> WalkSum,
-) -> (WalkSum, bool) {
+unsafe fn walk_filtered<L: Load>(row: *const L, (start, end): (u32, u32), sampler: &Sampler, tau: f32, mut sum: WalkSum) -> (WalkSum, bool) {
     let mut nan = false;
     let none: *const L = core::ptr::null();
     // SAFETY: forwarded (caller).
@@ -737,7 +757,7 @@ unsafe fn walk_runs<L: Load>(
                 for j in 0..4 {
                     nan |= any_nan(v[j], n.saturating_sub(4 * j as u32).min(4));
                 }
-                sum = push(sum, v, n);
+                sum = if tau > f32::NEG_INFINITY { push_kept(sum, v, n, sampler, tau) } else { push_run_sum(sum, v, n, sampler).0 };
             },
         )
     };
