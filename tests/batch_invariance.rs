@@ -85,14 +85,15 @@ test_device!(a_request_gets_the_same_bits_alone_and_in_a_batch, |backend, scale|
     }
 });
 
-// Filtered requests (top-k alone or with top-p or min-p, on the target and
-// the draft): a kept set's `LSE(S)` is a sum of a term a kept value
-// (REFERENCE §7.4), so a request gets the same processed log-probabilities
+// Filtered requests (top-k alone or with top-p or min-p, or min-p or top-p
+// alone, on the target and the draft): a request whose filters may pool its
+// kept sets (a top-k on either) has its `LSE(S)`s summed a term a kept value
+// (REFERENCE §7.4), so it gets the same processed log-probabilities
 // (written from pass 1's sums) whether the GPU's threshold kernel pools its
 // kept sets (the request alone, two threshold blocks a row) or pass 1 reads
 // its rows (in a batch of more filtered rows than a workspace pools: one
-// threshold block a row); and the CPU's bits, whose rule it is, for every
-// sampling request.
+// threshold block a row), and the CPU's bits, whose rule it is; a request
+// of neither by the run rule, alone or in the batch.
 test_device!(a_filtered_request_gets_the_same_bits_pooled_or_read, |backend, _scale| {
     let mut rng = Rng::new(0xF117);
     // 520 requests of 4 rows: 4,160 threshold entries, past the 4,096 a workspace pools.
@@ -101,10 +102,12 @@ test_device!(a_filtered_request_gets_the_same_bits_pooled_or_read, |backend, _sc
         let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, k, DType::F32, draft));
         let mut filter = |_| {
             let top_k = 1 + rng.below(64) as u32;
-            match rng.below(3) {
+            match rng.below(5) {
                 0 => Filter { top_k, ..Filter::OFF },
                 1 => Filter { top_k, top_p: 0.8, ..Filter::OFF },
-                _ => Filter { top_k, min_p: 0.05, ..Filter::OFF },
+                2 => Filter { top_k, min_p: 0.05, ..Filter::OFF },
+                3 => Filter { min_p: 0.05, ..Filter::OFF },
+                _ => Filter { top_p: 0.8, ..Filter::OFF },
             }
         };
         let filters: Vec<Filter> = (0..v.temperature.len()).map(&mut filter).collect();
@@ -117,8 +120,10 @@ test_device!(a_filtered_request_gets_the_same_bits_pooled_or_read, |backend, _sc
         let cpu = Outputs::processed(&specdec::Backend::cpu(), &v);
         let ctx = |r| format!("draft {draft:?}: request {r}");
         for r in 0..requests {
-            let sampling = v.slots[r] >= 0 && v.temperature[v.slots[r] as usize] > 0.0;
-            if sampling {
+            let slot = v.slots[r];
+            let sampling = slot >= 0 && v.temperature[slot as usize] > 0.0;
+            let top_k = |t: &FilterTable| t.slot(slot as usize).top_k > 0;
+            if sampling && (top_k(&v.filters) || top_k(&v.draft_filters)) {
                 assert_eq!(batch.request(r), cpu.request(r), "{} against the CPU", ctx(r));
             }
             if r % 13 == 0 {

@@ -40,6 +40,7 @@ macro_rules! kernel_symbol {
     (@name GUMBEL_SAMPLE_FILTERED) => { "gumbel_sample_filtered" };
     (@name REJECTION_THRESHOLD) => { "rejection_threshold" };
     (@name REJECTION_STATS_FILTERED) => { "rejection_stats_filtered" };
+    (@name REJECTION_STATS_KEPT) => { "rejection_stats_kept" };
     (@name REJECTION_RESAMPLE_FILTERED) => { "rejection_resample_filtered" };
     (@name GUMBEL_THRESHOLD_SEARCH) => { "gumbel_threshold_search" };
     (@name REJECTION_THRESHOLD_SEARCH) => { "rejection_threshold_search" };
@@ -158,9 +159,19 @@ pub const REJECTION_THRESHOLD: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD), pairs: Pairs::All, min_blocks: 3 };
 
 /// Pass 1 of a call with filters: [`REJECTION_STATS`]'s body over the masked
-/// rows, at 2 blocks per SM as its plain twin.
+/// rows, for the requests whose kept sets are summed by the run rule
+/// (REFERENCE §7.4), at 3 blocks per SM as its plain twin.
 pub const REJECTION_STATS_FILTERED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_STATS_FILTERED), pairs: Pairs::All, min_blocks: 3 };
+
+/// Pass 1 of a call with filters, launched after [`REJECTION_STATS_FILTERED`]
+/// over the same grid: the requests whose filters may pool their rows, their
+/// kept sets summed a term a kept value (REFERENCE §7.4), at 3 blocks per SM.
+/// A kernel of its own: in one with the run rule's loop, at 3 blocks, both
+/// loops spill (at 2, the top-k rows ran 15–20 % slower:
+/// `benches/results/2026-12-06-nvidia-h100-kept-rule.ab.md`).
+pub const REJECTION_STATS_KEPT: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_STATS_KEPT), pairs: Pairs::All, min_blocks: 3 };
 
 /// Pass 2 of a call with filters: [`REJECTION_RESAMPLE`]'s body over the
 /// masked rows, its bounds.
@@ -245,7 +256,7 @@ pub const REJECTION_COMBINE_SHARDED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_COMBINE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
 
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 26] = [
+pub const ALL: [Kernel; 27] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -258,6 +269,7 @@ pub const ALL: [Kernel; 26] = [
     GUMBEL_SAMPLE_FILTERED,
     REJECTION_THRESHOLD,
     REJECTION_STATS_FILTERED,
+    REJECTION_STATS_KEPT,
     REJECTION_RESAMPLE_FILTERED,
     GUMBEL_THRESHOLD_SEARCH,
     REJECTION_THRESHOLD_SEARCH,
@@ -368,7 +380,8 @@ mod tests {
     fn the_macro_spells_each_symbol() {
         check!(GUMBEL_SAMPLE GUMBEL_SAMPLE_LEAN GUMBEL_SAMPLE_SMALL REJECTION_STATS REJECTION_STATS_SMALL
             REJECTION_RESAMPLE REJECTION_RESAMPLE_LEAN REJECTION_RESAMPLE_SMALL GUMBEL_THRESHOLD
-            GUMBEL_SAMPLE_FILTERED REJECTION_THRESHOLD REJECTION_STATS_FILTERED REJECTION_RESAMPLE_FILTERED
+            GUMBEL_SAMPLE_FILTERED REJECTION_THRESHOLD REJECTION_STATS_FILTERED REJECTION_STATS_KEPT
+            REJECTION_RESAMPLE_FILTERED
             GUMBEL_THRESHOLD_SEARCH REJECTION_THRESHOLD_SEARCH REJECTION_STATS_PROCESSED
             REJECTION_STATS_SMALL_PROCESSED REJECTION_STATS_FILTERED_PROCESSED REJECTION_BLOCK REJECTION_RATES
             LOGPROBS_LSE LOGPROBS_TOP GUMBEL_COMBINE REJECTION_DECIDE_SHARDED REJECTION_COMBINE_SHARDED
@@ -379,7 +392,7 @@ mod tests {
     #[test]
     fn the_table() {
         let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
-        assert_eq!(all.len(), 18 * 9 + 3 * 3 + 5);
+        assert_eq!(all.len(), 19 * 9 + 3 * 3 + 5);
         let mut unique = all.clone();
         unique.sort();
         unique.dedup();

@@ -305,6 +305,15 @@ pub fn mask(v: [f32; 4], tau: f32, sampler: &Sampler) -> [f32; 4] {
     v.map(|x| if kept(sampler.scaled(x), tau) == f32::NEG_INFINITY { f32::NEG_INFINITY } else { x })
 }
 
+/// Whether a row of `ids` ids filtered by `filter` may be pooled: whether
+/// the filter bounds the values that decide `τ` from a chunk alone
+/// ([`Keep`]: a top-k, or min-p with top-p). The verifier sums such a row's
+/// kept set a term a kept value, pooled or not (REFERENCE §7.4).
+#[inline(always)]
+pub fn pools(filter: Filter, ids: usize) -> bool {
+    filter.has_top_k(ids) || (filter.has_min_p() && filter.has_top_p())
+}
+
 /// What the blocks of a filtered row keep of their chunks as candidates
 /// for the row's merge ([`chunk_threshold`]): a superset of the values that
 /// decide `τ`, found from the chunk alone.
@@ -370,14 +379,12 @@ pub unsafe fn chunk_threshold<L: Load>(
     let row = Row { row, vocab, value };
     // One block a row needs no candidates: it searches the row itself.
     let staged = chunk as usize <= CAP && chunks > 1;
-    let keep = if !staged {
+    let keep = if !staged || !pools(filter, ids as usize) {
         Keep::Nothing
     } else if filter.has_top_k(ids as usize) {
         Keep::TopK(filter.top_k)
-    } else if filter.has_min_p() && filter.has_top_p() {
-        Keep::MinP(filter.min_p)
     } else {
-        Keep::Nothing
+        Keep::MinP(filter.min_p)
     };
     // SAFETY (all): forwarded; `scratch` is the row's where `chunks > 1`
     // (a block that keeps nothing touches no scratch).

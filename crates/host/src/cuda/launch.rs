@@ -150,7 +150,7 @@ pub(super) unsafe fn rejection_sample(
     (rates, threshold, stats, block, resample): (
         Option<(&Kernel, RatesParams)>,
         Option<Threshold<'_>>,
-        &Kernel,
+        [Option<&Kernel>; 2],
         Option<&Kernel>,
         &Kernel,
     ),
@@ -171,12 +171,26 @@ pub(super) unsafe fn rejection_sample(
         if let Some(threshold) = &threshold {
             launch_thresholds(threshold, stream, (2 * pairs, p.threshold_chunks), &p)?;
         }
-        launch_shared(stats, stream, (pairs, p.chunks), WALK_SHARED_BYTES, &p)?;
+        pass_1(stats, stream, pairs, &p)?;
         if let Some(block) = block {
             launch(block, stream, (p.requests * (p.max_drafts - 1) * p.block_chunks, 1), &p)?;
         }
         launch(resample, stream, (p.requests, p.resample_chunks), &p)
     }
+}
+
+/// Launches pass 1 of `rejection_sample`: its kernels (a filtered call's
+/// run-rule and kept-rule kernels, else one) one after the other, each over
+/// the pass's grid.
+///
+/// # Safety
+/// As for [`rejection_sample`]; the kernels are pass 1's for `p`.
+unsafe fn pass_1(kernels: [Option<&Kernel>; 2], stream: &CudaStream, pairs: u32, p: &RejectionParams) -> Result<()> {
+    for kernel in kernels.into_iter().flatten() {
+        // SAFETY: forwarded (caller).
+        unsafe { launch_shared(kernel, stream, (pairs, p.chunks), WALK_SHARED_BYTES, p)? };
+    }
+    Ok(())
 }
 
 /// Launches a rank's part of a sharded `rejection_sample`
@@ -199,7 +213,7 @@ pub(super) unsafe fn sharded_rejection_sample(
     (rates, filters, stats, decide, resample, combine): (
         Option<(&Kernel, RatesParams)>,
         Option<(&Kernel, &Kernel)>,
-        &Kernel,
+        [Option<&Kernel>; 2],
         &Kernel,
         &Kernel,
         &Kernel,
@@ -220,7 +234,7 @@ pub(super) unsafe fn sharded_rejection_sample(
             if let Some((threshold, _)) = filters {
                 launch_shared(threshold, stream, (2 * pairs, p.threshold_chunks), THRESHOLD_SHARED_BYTES, &p)?;
             }
-            launch_shared(stats, stream, (pairs, p.chunks), WALK_SHARED_BYTES, &p)?;
+            pass_1(stats, stream, pairs, &p)?;
         }
         exchange()?;
         stream.context().bind_to_thread()?;

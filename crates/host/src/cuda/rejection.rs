@@ -236,6 +236,14 @@ impl Cuda {
         };
         let Launch { kernel: stats, split } =
             self.launch_for(ws, stats_variants, dtypes, (shape.requests * (args.max_drafts + 1), args.target.vocab))?;
+        // A filtered pass 1 of the plain outputs is two launches over its grid
+        // (names::REJECTION_STATS_KEPT): each request in the one of its rule.
+        let kept = if filtered && !processed {
+            Some(self.kernels.function(names::REJECTION_STATS_KEPT.symbol(target_dtype, draft_dtype))?)
+        } else {
+            None
+        };
+        let stats = [Some(&stats), kept.as_ref()];
         let Launch { kernel: resample, split: resample_split } =
             self.launch_for(ws, resample_variants, dtypes, (shape.requests, args.target.vocab))?;
         // One-hot drafts read no row in it: one block a row. With draft
@@ -408,14 +416,14 @@ impl Cuda {
             // reads it; with filters, at most MAX_FILTERED_RANKS ranks.
             return unsafe {
                 launch::sharded_rejection_sample(
-                    (rates, filters, &stats, &decide, &resample, &combine),
+                    (rates, filters, stats, &decide, &resample, &combine),
                     stream,
                     p,
                     || rounds.next(ws, false),
                 )
             };
         }
-        unsafe { launch::rejection_sample((rates, threshold, &stats, block, &resample), stream, p)? };
+        unsafe { launch::rejection_sample((rates, threshold, stats, block, &resample), stream, p)? };
         drop(_g15);
         let sources = Sources { values: target_dtype, rounded: None };
         // SAFETY: the call's fields of `positions` are its checked views',

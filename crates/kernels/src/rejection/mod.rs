@@ -39,14 +39,15 @@
 //!
 //! A call with sampling filters (SPEC §7.3) runs `rejection_threshold_{target}_{draft}`
 //! first, grid `(2·requests·(K+1), threshold_chunks)`: the `τ` of each
-//! target row and each draft row (`threshold.rs`), and then `rejection_stats_filtered_…` and
-//! `rejection_resample_filtered_…`, the two passes over the rows masked to
-//! their kept sets: the target's `p'` and the draft's `q'`, so that the
-//! log-sum-exps are `LSE(S)`, a draft outside the target's `S` has
+//! target row and each draft row (`threshold.rs`), and then `rejection_stats_filtered_…`
+//! and `rejection_stats_kept_…` (pass 1 of the requests summed by the run rule, and of those
+//! summed a term a kept value: `stats::kept_rule`) and `rejection_resample_filtered_…`, the
+//! two passes over the rows masked to their kept sets: the target's `p'` and the draft's `q'`,
+//! so that the log-sum-exps are `LSE(S)`, a draft outside the target's `S` has
 //! `log p' = -inf` and the residual and bonus never leave `S`. Pass 1 does
 //! not read a row whose kept set the threshold kernel pooled whole
 //! (`FilterScratch::pooled`): chunk 0 of the row sums its `LSE(S)` from the
-//! pool (`stats::pooled_lse`), exactly in any order of the pool.
+//! pool (`stats::push_pool`), a term a kept value.
 //!
 //! Resampled and bonus tokens use the target stream of their row, so a request
 //! with no drafts gets exactly `gumbel_sample`'s token for its bonus row.
@@ -81,6 +82,7 @@ mod threshold;
 pub use accept::RowDecision;
 pub use block_verification::Mass;
 pub use stats::Head;
+use stats::{BOTH_RULES, KEPT_RULE, RUN_RULE};
 
 pub use specdec_core::scratch::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, JOB_TARGET, ResampleJob, Stats};
 
@@ -173,7 +175,7 @@ unsafe fn write_request_token(p: &RejectionParams, r: u32, i: u32, token: i64) {
     unsafe { write_token(p.tokens, p.tokens_i64, at, token) }
 }
 
-/// The twelve entry points of `rejection_sample` for each (target, draft
+/// The entry points of `rejection_sample` for each (target, draft
 /// logits) dtype pair, in a module per pair, exported under their `names` symbols.
 macro_rules! rejection_kernels {
     ($($pair:ident: $t:ident => $d:ident;)*) => {$(
@@ -195,7 +197,7 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_STATS, $t, $d))]
             pub unsafe extern "ptx-kernel" fn stats(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::stats::stats::<$t, $d, 4, false, false, false>(&p) }
+                unsafe { super::stats::stats::<$t, $d, 4, false, false, false, RUN_RULE>(&p) }
             }
 
             /// Pass 1 reading one quad a batch (`names::REJECTION_STATS_SMALL`):
@@ -209,7 +211,7 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_SMALL, $t, $d))]
             pub unsafe extern "ptx-kernel" fn stats_small(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::stats::stats::<$t, $d, 1, true, false, false>(&p) }
+                unsafe { super::stats::stats::<$t, $d, 1, true, false, false, RUN_RULE>(&p) }
             }
 
             /// The thresholds of a call with filters (`names::REJECTION_THRESHOLD`).
@@ -236,14 +238,27 @@ macro_rules! rejection_kernels {
             }
 
             /// Pass 1 of a call with filters, after `threshold`
-            /// (`names::REJECTION_STATS_FILTERED`).
+            /// (`names::REJECTION_STATS_FILTERED`): its requests summed by
+            /// the run rule.
             ///
             /// # Safety
             /// Launched by the host's checked launcher.
             #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_FILTERED, $t, $d))]
             pub unsafe extern "ptx-kernel" fn stats_filtered(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::stats::stats::<$t, $d, 4, false, true, false>(&p) }
+                unsafe { super::stats::stats::<$t, $d, 4, false, true, false, RUN_RULE>(&p) }
+            }
+
+            /// Pass 1 of a call with filters, beside `stats_filtered`
+            /// (`names::REJECTION_STATS_KEPT`): its requests summed a term
+            /// a kept value.
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher.
+            #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_KEPT, $t, $d))]
+            pub unsafe extern "ptx-kernel" fn stats_kept(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::stats::stats::<$t, $d, 4, false, true, false, KEPT_RULE>(&p) }
             }
 
             /// Pass 1 of a call that asks for the processed log-probabilities
@@ -256,7 +271,7 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_PROCESSED, $t, $d))]
             pub unsafe extern "ptx-kernel" fn stats_processed(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::stats::stats::<$t, $d, 4, false, false, true>(&p) }
+                unsafe { super::stats::stats::<$t, $d, 4, false, false, true, RUN_RULE>(&p) }
             }
 
             /// `stats_processed` reading one quad a batch, keeping the overlaps
@@ -268,7 +283,7 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_SMALL_PROCESSED, $t, $d))]
             pub unsafe extern "ptx-kernel" fn stats_small_processed(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::stats::stats::<$t, $d, 1, true, false, true>(&p) }
+                unsafe { super::stats::stats::<$t, $d, 1, true, false, true, RUN_RULE>(&p) }
             }
 
             /// `stats_processed` of a call with filters, after `threshold`
@@ -279,7 +294,7 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_STATS_FILTERED_PROCESSED, $t, $d))]
             pub unsafe extern "ptx-kernel" fn stats_filtered_processed(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::stats::stats::<$t, $d, 4, false, true, true>(&p) }
+                unsafe { super::stats::stats::<$t, $d, 4, false, true, true, BOTH_RULES>(&p) }
             }
 
             /// Pass 2 of a call with filters (`names::REJECTION_RESAMPLE_FILTERED`).

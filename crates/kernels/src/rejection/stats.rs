@@ -10,10 +10,11 @@
 use super::accept::decide;
 use super::threshold::{entry, filter_scratch};
 use super::sharded::send_record;
-use super::{Request, draft_row, sharded_pass, target_row};
+use super::{Request, draft_row, sharded, sharded_pass, target_row};
 use crate::block::{Reduce, block_reduce, warp_best, warp_fold};
 use core::mem::offset_of;
 use crate::fold::{fold_greedy, push_kept, push_overlap, push_run_sum, pushed_max};
+use crate::threshold::{load_filter, mask, pools};
 use crate::walk_sum::{WalkSum, block_sums};
 use crate::gpu::{self, WARP};
 use crate::last_block;
@@ -21,7 +22,7 @@ use crate::load::{Load, any_nan, for_each_quad, for_each_run, widen};
 use crate::row::chunk_range;
 use crate::shared;
 use specdec_core::argmax::{ArgMax, floor_key, floor_value};
-use specdec_core::layout::{BLOCK_THREADS, RejectionParams};
+use specdec_core::layout::{BLOCK_THREADS, FilterTables, RejectionParams};
 use specdec_core::exp_sum::{self, ExpSum};
 use specdec_core::logspace::{Lse, centre, recentre};
 use specdec_core::sample::Sampler;
@@ -134,13 +135,47 @@ impl<const KIND: u32> Reduce for Row<KIND> {
     }
 }
 
+/// [`stats`]'s `RULES` for the kept sets of a filtered call's requests:
+/// the run rule over the masked rows, for the requests [`kept_rule`] leaves
+/// to it (and every request of an unfiltered call);
+pub(super) const RUN_RULE: u32 = 1;
+/// a term a kept value, for those it gives it;
+pub(super) const KEPT_RULE: u32 = 2;
+/// both, each request by its own. A launch of one rule returns from the
+/// blocks of the other's requests: a filtered pass 1 at 3 blocks per SM is
+/// two launches, a kernel of each, as one holding both loops spills.
+pub(super) const BOTH_RULES: u32 = RUN_RULE | KEPT_RULE;
+
+/// Whether pass 1 sums request `req`'s kept sets a term a kept value (the
+/// CPU's rule, REFERENCE §7.4): a sampling request whose filters (the
+/// target's, or with draft logits the draft's) may pool its rows
+/// (`threshold::pools`), so that its `LSE(S)` is the same bits pooled or
+/// read; else (min-p or top-p alone, never pooled) by the run rule over its
+/// masked rows, a fraction of the work an id.
+///
+/// # Safety
+/// `req` is a request of the call (`Request::load`).
+#[inline(always)]
+unsafe fn kept_rule(p: &RejectionParams, req: &Request) -> bool {
+    let slot = req.slot.slot;
+    if !req.slot.is_valid() || slot < 0 || req.slot.greedy() {
+        return false;
+    }
+    let ids = if sharded(p) { p.shard.vocab } else { p.vocab } as usize;
+    // SAFETY: 0 <= slot < num_slots (a valid request).
+    let pools_in = |t: &FilterTables| unsafe { load_filter(t, slot as usize) }.is_some_and(|f| pools(f, ids));
+    pools_in(&p.filters) || (p.draft_logits != 0 && pools_in(&p.draft_filters))
+}
+
 /// Pass 1 (see module docs), its loops reading `Q` quads a batch, keeping
 /// the overlap of draft rows with draft logits if `OVERLAP`, over the rows
-/// masked to their kept sets if `FILTERED`.
+/// masked to their kept sets if `FILTERED`, for the requests of its
+/// `RULES` ([`RUN_RULE`], [`KEPT_RULE`]).
 ///
 /// # Safety
 /// Launched by the host's checked launcher (with `FILTERED`, after the
-/// threshold kernel on the same stream).
+/// threshold kernel on the same stream; a launch of each rule where
+/// `RULES` is one).
 #[inline(always)]
 pub(super) unsafe fn stats<
     T: Load,
@@ -149,6 +184,7 @@ pub(super) unsafe fn stats<
     const OVERLAP: bool,
     const FILTERED: bool,
     const PROCESSED: bool,
+    const RULES: u32,
 >(
     p: &RejectionParams,
 ) {
@@ -161,6 +197,12 @@ pub(super) unsafe fn stats<
     }
     // SAFETY: r < requests.
     let req = unsafe { Request::load(p, r) };
+    // Block-uniform: a launch of one rule leaves the other's requests to a launch of the other.
+    // SAFETY: a request of the call.
+    let kept = FILTERED && unsafe { kept_rule(p, &req) };
+    if RULES & if kept { KEPT_RULE } else { RUN_RULE } == 0 {
+        return;
+    }
     if tid == 0 {
         // Kept for the decision, which would otherwise load it again, two
         // round trips (it is not kept in registers through the streaming loop).
@@ -171,7 +213,7 @@ pub(super) unsafe fn stats<
     let valid = req.slot.is_valid() && i <= req.drafts;
     if valid {
         // SAFETY: every thread of the block is here; i <= n_r of a valid request.
-        let acc = unsafe { row_chunk_stats::<T, D, Q, OVERLAP, FILTERED, PROCESSED>(p, &req, r, i, c) };
+        let acc = unsafe { row_chunk_stats::<T, D, Q, OVERLAP, FILTERED, PROCESSED>(p, &req, (r, i, c), kept) };
         if tid == 0 {
             // SAFETY: stats holds requests·(K+1)·chunks entries (workspace, host-sized).
             unsafe { (p.stats as *mut Stats).add(pair as usize * p.chunks as usize + c as usize).write(acc) };
@@ -252,9 +294,10 @@ pub(super) fn row_kind<const OVERLAP: bool, const PROCESSED: bool>(p: &Rejection
 
 /// Chunk `c` of row `i` of `req` (request `r`), reduced over the block
 /// (valid in thread 0), `Q` quads a batch; with `FILTERED`, a sampling
-/// row's sums over its kept sets (the target's and the draft's, a term a
-/// kept value: [`walk_filtered`], [`push_pool`]) and a row of bad filter
-/// values flagged.
+/// row's sums over its kept sets (the target's and the draft's: a term a
+/// kept value where `kept` ([`kept_rule`]: [`walk_filtered`],
+/// [`push_pool`]), else by runs of the masked rows) and a row of bad
+/// filter values flagged.
 ///
 /// # Safety
 /// Called by every thread of the block; `req` is valid and `i <= n_r`.
@@ -269,9 +312,8 @@ unsafe fn row_chunk_stats<
 >(
     p: &RejectionParams,
     req: &Request,
-    r: u32,
-    i: u32,
-    c: u32,
+    (r, i, c): (u32, u32, u32),
+    kept: bool,
 ) -> Stats {
     let (start, end) = chunk_range(p.vocab, p.chunk, c);
     // SAFETY: row0 + i < offsets[r+1] <= rows.
@@ -308,7 +350,7 @@ unsafe fn row_chunk_stats<
         acc.target_max = walk_t.max();
     } else if greedy {
         acc.best = unsafe { greedy_chunk::<T, Q>(target, &sampler, (start, end), &mut nan) };
-    } else if let Some(pooled_t) = if FILTERED { unsafe { pooled(p, r, i, 0, tau_t) } } else { None } {
+    } else if let Some(pooled_t) = if FILTERED && kept { unsafe { pooled(p, r, i, 0, tau_t) } } else { None } {
         // The target's kept set is in its pool: no read of the target row,
         // and of the draft's only where its own kept set is not pooled;
         // chunk 0 sums the pooled values.
@@ -330,7 +372,7 @@ unsafe fn row_chunk_stats<
         // walk sums are this thread's.
         let [target, draft] = unsafe { block_sums([walk_t, walk_q]) };
         return unsafe { block_reduce(Row::<SAMPLED_ROW>(acc)).0 }.with_sums(target, draft);
-    } else if FILTERED {
+    } else if FILTERED && kept {
         // The rows one after the other: a run of each live at once made the kernel spill.
         // SAFETY (both): the rows hold >= vocab >= end elements; start is a multiple of TILE, so of RUN.
         let (target, target_nan) = unsafe { walk_filtered(target, (start, end), &sampler, tau_t, walk_t) };
@@ -355,8 +397,20 @@ unsafe fn row_chunk_stats<
                     let nj = |j: usize| n.saturating_sub(4 * j as u32).min(4);
                     // Each run widened where it is pushed, so that the
                     // target's is dead before the draft's is formed.
-                    let t: [[f32; 4]; 4] = core::array::from_fn(|j| widen(t[j]));
-                    let draft_run = || -> [[f32; 4]; 4] { core::array::from_fn(|j| widen(q[j])) };
+                    let mut t: [[f32; 4]; 4] = core::array::from_fn(|j| widen(t[j]));
+                    if FILTERED {
+                        for j in 0..4 {
+                            // The mask turns a kept set's NaN into -inf: flagged here.
+                            nan |= any_nan(t[j], nj(j));
+                            t[j] = mask(t[j], tau_t, &sampler);
+                        }
+                    }
+                    let draft_run = || -> [[f32; 4]; 4] {
+                        core::array::from_fn(|j| {
+                            let q = widen(q[j]);
+                            if FILTERED { mask(q, tau_q, &sampler) } else { q }
+                        })
+                    };
                     if !draft.is_null() && OVERLAP {
                         let q = draft_run();
                         // The overlap at the maxima the pushes below reach
