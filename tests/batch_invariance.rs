@@ -93,7 +93,10 @@ test_device!(a_request_gets_the_same_bits_alone_and_in_a_batch, |backend, scale|
 // kept sets (the request alone, two threshold blocks a row) or pass 1 reads
 // its rows (in a batch of more filtered rows than a workspace pools: one
 // threshold block a row), and the CPU's bits, whose rule it is; a request
-// of neither by the run rule, alone or in the batch.
+// of neither by the run rule, alone or in the batch. The same with raw
+// log-probabilities asked too (the GPU's pass 1 of the plain outputs: a
+// launch a rule, each request's rows in the one of its own; the
+// log-probabilities from the kernels after the call).
 test_device!(a_filtered_request_gets_the_same_bits_pooled_or_read, |backend, _scale| {
     let mut rng = Rng::new(0xF117);
     // 520 requests of 4 rows: 4,160 threshold entries, past the 4,096 a workspace pools.
@@ -117,6 +120,7 @@ test_device!(a_filtered_request_gets_the_same_bits_pooled_or_read, |backend, _sc
             v.draft_filters = FilterTable::per_slot(&filters);
         }
         let batch = Outputs::processed(&backend, &v);
+        let plain = Outputs::of(&backend, &v);
         let cpu = Outputs::processed(&specdec::Backend::cpu(), &v);
         let ctx = |r| format!("draft {draft:?}: request {r}");
         for r in 0..requests {
@@ -127,8 +131,9 @@ test_device!(a_filtered_request_gets_the_same_bits_pooled_or_read, |backend, _sc
                 assert_eq!(batch.request(r), cpu.request(r), "{} against the CPU", ctx(r));
             }
             if r % 13 == 0 {
-                let alone = Outputs::processed(&backend, &slice_requests(&v, r..r + 1));
-                assert_eq!(batch.request(r), alone, "{} alone", ctx(r));
+                let alone = slice_requests(&v, r..r + 1);
+                assert_eq!(batch.request(r), Outputs::processed(&backend, &alone), "{} alone", ctx(r));
+                assert_eq!(plain.request(r), Outputs::of(&backend, &alone), "{} alone, with raw ones", ctx(r));
             }
         }
     }

@@ -25,12 +25,32 @@ fn one_nccl_rank_gathers_its_own_bytes() {
 
 /// A sharded `gumbel_sample` of one NCCL rank (the whole row) is the
 /// unsharded call, eagerly and as a CUDA graph captured once and replayed:
-/// the sampling kernel, NCCL's all-gather and the combine capture together.
+/// the sampling kernel, NCCL's all-gather and the combine capture together
+/// (with filters, the threshold kernel, the lists' all-gather and the merge
+/// before them).
 #[test]
 fn a_one_rank_nccl_call_is_the_unsharded_call_eager_and_captured() {
+    use specdec::filter::Filter;
+    use specdec_suite::FilterTable;
+    for filters in [
+        FilterTable::none(),
+        FilterTable::per_slot(&[
+            Filter::OFF,
+            Filter { top_k: 40, top_p: 0.9, ..Filter::OFF },
+            Filter { top_k: 3, ..Filter::OFF },
+            Filter::OFF,
+        ]),
+    ] {
+        one_rank_gumbel_sample(filters);
+    }
+}
+
+/// [`a_one_rank_nccl_call_is_the_unsharded_call_eager_and_captured`] with `filters`.
+fn one_rank_gumbel_sample(filters: specdec_suite::FilterTable) {
     use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     use specdec::shard::{Nccl, Shard};
     use specdec::{DType, GumbelOutput, GumbelSample, Logits, SamplingParams};
+    use specdec_suite::filters::DeviceFilters;
     use specdec_suite::inputs::Rng;
     use specdec_suite::sharding::gumbel_rows;
 
@@ -40,7 +60,9 @@ fn a_one_rank_nccl_call_is_the_unsharded_call_eager_and_captured() {
     unsafe { cuda.stream().context().disable_event_tracking() };
     let s = cuda.stream().clone();
     let (rows, vocab) = (48, 4097);
-    let b = gumbel_rows(vocab, rows, DType::F32, &mut Rng::new(51));
+    let mut b = gumbel_rows(vocab, rows, DType::F32, &mut Rng::new(51));
+    b.filters = filters;
+    let table = DeviceFilters::upload(&s, &b.filters).expect("upload");
     let want = b.clone().run_device(&cuda, &mut cuda.workspace(rows).expect("a workspace")).expect("unsharded");
     let logits = s.clone_htod(&b.logits.f32s(0..rows * vocab)).expect("upload");
     let (slots, pos) = (s.clone_htod(&b.slots).expect("upload"), s.clone_htod(&b.pos).expect("upload"));
@@ -51,7 +73,7 @@ fn a_one_rank_nccl_call_is_the_unsharded_call_eager_and_captured() {
     let mut nccl = Nccl::join(s.clone(), 0, 1, Nccl::unique_id().expect("an id")).expect("a communicator");
     let mut ws = cuda.sharded_workspace(rows, 1).expect("a workspace");
     let mut call = |tokens: &mut _, status: &mut _| {
-        let params = SamplingParams::new(&temperature, &seed);
+        let params = SamplingParams::new(&temperature, &seed).with_filters(table.view());
         let args = GumbelSample::new(Logits::new(&logits, rows, vocab), &slots, &pos, params);
         let mut out = GumbelOutput::new(tokens).with_row_status(status);
         cuda.sharded_gumbel_sample(&mut ws, Shard { offset: 0, vocab }, &mut nccl, &args, &mut out)

@@ -2,17 +2,20 @@
 //! step 5), with the `gpu` feature: `P` ranks on device 0, a stream and a
 //! thread each, meeting through `shard::InProcessCuda`, each holding a shard
 //! of every row's ids, return exactly the unsharded GPU call's tokens and
-//! row statuses and together write exactly its draft logits; ranks that
-//! disagree flag the rows concerned on every rank.
+//! row statuses and together write exactly its draft logits, with filters
+//! with a top-k too; ranks that disagree flag the rows concerned on every
+//! rank.
 #![cfg(feature = "gpu")]
 
 use specdec::filter::Filter;
-use specdec::shard::Shard;
-use specdec::status::{INVALID_SHARD, NAN_LOGITS};
+use specdec::shard::{MAX_TOP_K, Shard};
+use specdec::status::{INVALID_FILTER, INVALID_SHARD, NAN_LOGITS};
 use specdec::{Cuda, DType, Error};
 use specdec_suite::batch::{DraftLogitsSpec, Sampled};
 use specdec_suite::inputs::{Rng, histogram, mixed_logits};
-use specdec_suite::sharding::{columns, drafting_into, gumbel_rows, ids, in_device_ranks, rank_batch, shards};
+use specdec_suite::sharding::{
+    columns, drafting_into, gumbel_rows, ids, in_device_ranks, random_filter, rank_batch, shards,
+};
 use specdec_suite::stats::softmax;
 use specdec_suite::{Batch, FilterTable, chi_square};
 
@@ -115,6 +118,85 @@ fn sharded_draft_logits_are_the_unsharded_ones() {
     }
 }
 
+/// Filters with a top-k of at most `shard::MAX_TOP_K` (top-p and min-p on
+/// top of it too), random per slot, on rows of every kind, half of them tie
+/// groups at every half-integer (ties at the `k`-th value within and across
+/// shards), into draft logits that round the values or not: every rank's
+/// outputs are the unsharded GPU call's (the CPU's).
+#[test]
+fn sharded_filtered_tokens_are_the_unsharded_ones() {
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(45);
+    let kinds = [
+        (DType::F32, None),
+        (DType::BF16, None),
+        (DType::F16, None),
+        (DType::F32, Some(DType::BF16)),
+        (DType::BF16, Some(DType::BF16)),
+    ];
+    for (logits, draft) in kinds {
+        for (vocab, rows) in [(37, 21), (1000, 14), (4097, 9), (20_000, 8), (151_936, 5)] {
+            for ranks in [1, 2, 3, 8] {
+                // `drafting_into`'s 3 columns take 12 rows.
+                let rows = if draft.is_some() { rows.min(12) } else { rows };
+                let mut b = gumbel_rows(vocab, rows, logits, &mut rng);
+                for row in (0..rows).filter(|_| rng.below(2) == 0) {
+                    for i in row * vocab..(row + 1) * vocab {
+                        b.logits.set_f32(i, (b.logits.get(i) * 2.0).round() / 2.0);
+                    }
+                }
+                let filters: Vec<Filter> = (0..4).map(|_| random_filter(&mut rng, vocab, MAX_TOP_K)).collect();
+                b.filters = FilterTable::per_slot(&filters);
+                if let Some(d) = draft {
+                    b = drafting_into(b, d);
+                }
+                let shards = shards(vocab, ranks, &mut rng);
+                let ctx = format!("{logits:?} into {draft:?}, V {vocab}, P {ranks}, {filters:?}");
+                check_equal(&cuda, &b, &shards, &ctx);
+            }
+        }
+    }
+}
+
+/// A sampling row whose slot's filters have no top-k of at most
+/// `shard::MAX_TOP_K` cannot be sent in the lists: it is flagged
+/// `INVALID_FILTER` on every rank, token `-1`; greedy and padding rows, and
+/// the rows of other slots, are the unsharded call's.
+#[test]
+fn sharded_filters_without_lists_are_flagged() {
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(46);
+    let halves = [Shard { offset: 0, vocab: 600 }, Shard { offset: 300, vocab: 600 }];
+    for unsent in [
+        Filter { top_p: 0.9, ..Filter::OFF },
+        Filter { min_p: 0.2, ..Filter::OFF },
+        Filter { top_p: 0.8, min_p: 0.1, ..Filter::OFF },
+        Filter { top_k: MAX_TOP_K + 1, ..Filter::OFF },
+    ] {
+        let mut b = gumbel_rows(600, 15, DType::F32, &mut rng);
+        // Slot 1 (T = 0.6) the unsent filter, slot 0 (greedy) too, slot 2 a top-k.
+        b.filters = FilterTable::per_slot(&[unsent, unsent, Filter { top_k: 3, ..Filter::OFF }, Filter::OFF]);
+        let mut sent = b.clone();
+        sent.filters = FilterTable::per_slot(&[unsent, Filter::OFF, Filter { top_k: 3, ..Filter::OFF }, Filter::OFF]);
+        let want = sent.clone().run(&specdec::Backend::cpu()).expect("the CPU call");
+        for (r, (result, _)) in run_sharded(&cuda, &b, &halves).into_iter().enumerate() {
+            let got = result.unwrap_or_else(|e| panic!("{unsent:?} rank {r}: {e}"));
+            for row in 0..b.rows {
+                let (token, status) = (got.tokens[row], got.row_status[row]);
+                if b.slots[row] == 1 {
+                    assert_eq!((token, status & INVALID_FILTER), (-1, INVALID_FILTER), "{unsent:?} rank {r} row {row}");
+                } else {
+                    assert_eq!(
+                        (token, status),
+                        (want.tokens[row], want.row_status[row]),
+                        "{unsent:?} rank {r} row {row}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Ranks that disagree in device memory flag the rows concerned, on every
 /// rank; what a rank can see on the host is its own typed error.
 #[test]
@@ -165,7 +247,44 @@ fn ranks_that_disagree_flag_their_rows() {
     assert!(matches!(&got[1].0, Err(Error::InvalidShard { .. })), "{:?}", got[1].0);
     assert!(flagged_all(got[0].0.as_ref().expect("rank 0 returns")), "{:?}", got[0].0);
 
-    // Filters (not sharded on the GPU yet) on one rank: its error, the others' flags.
+    // A slot's filter that differs between ranks: the rows of that slot, and only they.
+    let filtered = |top_k: u32| {
+        FilterTable::per_slot(&[
+            Filter { top_k: 5, ..Filter::OFF },
+            Filter { top_k, ..Filter::OFF },
+            Filter::OFF,
+            Filter::OFF,
+        ])
+    };
+    let mut b_filtered = b.clone();
+    b_filtered.filters = filtered(5);
+    let want = b_filtered.clone().run(&specdec::Backend::cpu()).expect("the CPU call");
+    let got = run_ranks(
+        &cuda,
+        &b_filtered,
+        &halves,
+        &[0..32, 32..64],
+        |r, batch| {
+            let mut mine = batch.clone();
+            mine.filters = filtered(5 + r as u32);
+            mine
+        },
+        |_| 2,
+    );
+    for (r, (result, _)) in got.into_iter().enumerate() {
+        let got = result.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        for row in 0..b.rows {
+            let (token, status) = (got.tokens[row], got.row_status[row]);
+            if b.slots[row] == 1 {
+                assert_eq!((token, status & INVALID_SHARD), (-1, INVALID_SHARD), "rank {r} row {row}");
+            } else {
+                assert_eq!((token, status), (want.tokens[row], want.row_status[row]), "rank {r} row {row}");
+            }
+        }
+    }
+
+    // Filter arrays on one rank only (a call of another number of
+    // exchanges): the exchange fails on every rank, and none waits.
     let got = run_ranks(
         &cuda,
         &b,
@@ -180,8 +299,9 @@ fn ranks_that_disagree_flag_their_rows() {
         },
         |_| 2,
     );
-    assert!(matches!(&got[0].0, Err(Error::NotSharded { .. })), "{:?}", got[0].0);
-    assert!(flagged_all(got[1].0.as_ref().expect("rank 1 returns")), "{:?}", got[1].0);
+    for (r, (result, _)) in got.iter().enumerate() {
+        assert!(matches!(result, Err(Error::Exchange(_))), "rank {r}: {result:?}");
+    }
 
     // Shards that leave ids to no rank, or overlap: every row flagged on every rank.
     for (shards, ranges) in [

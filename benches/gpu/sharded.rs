@@ -4,9 +4,9 @@
 //! vocab-parallel `gumbel_sample` (REFERENCE §9) random at `T`, f32 logits
 //! of `V_MAIN`; and `rejection_sample` of `B` requests of `SHARDED_K` drafts,
 //! f32 target and bf16 draft logits of `V_MAIN` at `T` (the main grid's
-//! bf16-draft verification, drafts sampled from the draft logits), without
-//! filters and with `SHARDED_FILTER` on the target (its case's unsharded
-//! call filtered alike).
+//! bf16-draft verification, drafts sampled from the draft logits); each
+//! without filters and with `SHARDED_FILTER` on every slot (the target's, in
+//! verification; its case's unsharded call filtered alike).
 //!
 //! Neither runs in a CUDA graph (the in-process exchange meets on the host),
 //! so both are timed alike: CUDA events on rank 0's stream (the unsharded
@@ -14,7 +14,7 @@
 //! the median of `SHARDED_ROUNDS` rounds per call. Rank `r` reads its ids
 //! of the shared logits buffers in place (`Logits` of `V_r` ids at row
 //! stride `V`, draft logits of width `V_r`). Each rank sends `32 + 16·rows`
-//! bytes a `gumbel_sample` call, `32 + 160·B·(K+1)` (filtered: `+ 2080·B·(K+1)`)
+//! bytes a `gumbel_sample` call (filtered: `+ 1040·rows`), `32 + 160·B·(K+1)` (filtered: `+ 2080·B·(K+1)`)
 //! then `16 + 16·B` a verification, and receives `P` times as much; an all-gather of the
 //! target logits rows instead moves `(P − 1)/P` of `4·rows·V` bytes into
 //! each rank.
@@ -30,7 +30,7 @@ use specdec::{
     Cuda, DraftLogits, GumbelOutput, GumbelSample, Logits, RejectionOutput, RejectionSample, SamplingParams,
     Verification, Workspace,
 };
-use specdec_core::shard::{candidates_message_bytes, message_bytes, pairs_message_bytes};
+use specdec_core::shard::{candidates_message_bytes, lists_message_bytes, message_bytes, pairs_message_bytes};
 use std::fmt::Write as _;
 use std::sync::{Arc, Barrier};
 
@@ -40,26 +40,27 @@ const SHARDED_K: usize = 7;
 const SHARDED_RANKS: usize = 2;
 const SHARDED_CALLS: usize = 20;
 const SHARDED_ROUNDS: usize = 9;
-/// The filter of the filtered verification cases, on every slot's target.
+/// The filter of the filtered cases, on every slot (verification: its target).
 const SHARDED_FILTER: Filter = Filter { top_k: 50, top_p: 0.9, min_p: 0.0 };
 
 /// A sharded case's call: `gumbel_sample` of `rows` rows, or verification
 /// of `requests` requests of `SHARDED_K` drafts.
 #[derive(Clone, Copy)]
 pub enum Call {
-    Sample { rows: usize },
+    Sample { rows: usize, filter: Option<Filter> },
     Verify { requests: usize, filter: Option<Filter> },
 }
 
 impl Call {
     fn name(self) -> String {
         match self {
-            Call::Sample { rows } => {
-                format!("sharded gumbel_sample random f32 V={V_MAIN} rows={rows} P={SHARDED_RANKS}")
-            }
+            Call::Sample { rows, filter } => format!(
+                "sharded gumbel_sample random f32 V={V_MAIN} rows={rows}{} P={SHARDED_RANKS}",
+                filter_name(filter)
+            ),
             Call::Verify { requests, filter } => format!(
                 "sharded rejection_sample bf16-draft f32 B={requests} K={SHARDED_K} V={V_MAIN} T={T}{} P={SHARDED_RANKS}",
-                filter.map_or_else(String::new, |f| format!(" top_k={} top_p={}", f.top_k, f.top_p))
+                filter_name(filter)
             ),
         }
     }
@@ -67,7 +68,7 @@ impl Call {
     /// Rows of target logits the call reads.
     fn rows(self) -> usize {
         match self {
-            Call::Sample { rows } => rows,
+            Call::Sample { rows, .. } => rows,
             Call::Verify { requests, .. } => requests * (SHARDED_K + 1),
         }
     }
@@ -75,7 +76,9 @@ impl Call {
     /// Bytes each rank sends a call, all its exchanges together.
     pub fn send_bytes(self) -> usize {
         match self {
-            Call::Sample { rows } => message_bytes(rows),
+            Call::Sample { rows, filter } => {
+                message_bytes(rows) + if filter.is_some() { lists_message_bytes(rows) } else { 0 }
+            }
             Call::Verify { requests, filter } => {
                 pairs_message_bytes(self.rows(), filter.is_some()) + candidates_message_bytes(requests)
             }
@@ -83,12 +86,26 @@ impl Call {
     }
 
     fn all() -> impl Iterator<Item = Call> {
-        let sample = SHARDED_ROWS.into_iter().map(|rows| Call::Sample { rows });
-        let verify = [None, Some(SHARDED_FILTER)]
+        let filters = [None, Some(SHARDED_FILTER)];
+        let sample = filters
+            .into_iter()
+            .flat_map(|filter| SHARDED_ROWS.into_iter().map(move |rows| Call::Sample { rows, filter }));
+        let verify = filters
             .into_iter()
             .flat_map(|filter| SHARDED_REQUESTS.into_iter().map(move |requests| Call::Verify { requests, filter }));
         sample.chain(verify)
     }
+
+    fn filter(self) -> Option<Filter> {
+        match self {
+            Call::Sample { filter, .. } | Call::Verify { filter, .. } => filter,
+        }
+    }
+}
+
+/// A case name's words for its filter.
+fn filter_name(filter: Option<Filter>) -> String {
+    filter.map_or_else(String::new, |f| format!(" top_k={} top_p={}", f.top_k, f.top_p))
 }
 
 /// One sharded case and the unsharded call beside it.
@@ -127,7 +144,7 @@ struct Io {
 impl Io {
     fn new(stream: &Arc<CudaStream>, call: Call, drafts: &[i32]) -> Io {
         let (requests, rows) = match call {
-            Call::Sample { rows } => (0, rows),
+            Call::Sample { rows, .. } => (0, rows),
             Call::Verify { requests, .. } => (requests, call.rows()),
         };
         let verify = matches!(call, Call::Verify { .. });
@@ -164,7 +181,7 @@ fn call(
                 logits,
                 buf.slots.slice(..rows),
                 buf.pos.slice(..rows),
-                SamplingParams::new(&buf.random, &buf.seeds),
+                SamplingParams::new(&buf.random, &buf.seeds).with_filters(filters.view(MAX_ROWS)),
             );
             let mut out = GumbelOutput::new(&mut io.tokens);
             match exchange {
@@ -233,11 +250,7 @@ pub fn run(cuda: &Cuda, buf: &Buffers, drafts: &[i32], options: &Options) -> Vec
         let whole = (Shard { offset: 0, vocab: V_MAIN }, V_MAIN);
         let mut ws = ranks[0].workspace(rows).unwrap_or_else(setup);
         let mut io = Io::new(&streams[0], c, drafts);
-        let filter = match c {
-            Call::Verify { filter, .. } => filter,
-            Call::Sample { .. } => None,
-        };
-        let filters = FilterArrays::upload(&streams[0], filter, &c.name());
+        let filters = FilterArrays::upload(&streams[0], c.filter(), &c.name());
         let filters = &filters;
         let unsharded_us =
             median_us(&streams[0], || {}, || call((&ranks[0], &mut ws, buf), c, whole, None, (&mut io, filters)));

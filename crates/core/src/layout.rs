@@ -126,8 +126,14 @@ pub struct GumbelParams {
     pub drafting: u32,
     pub tokens_i64: u32,
     /// A sharded call's message (`shard::Header`, then a `shard::Row` a
-    /// row) instead of its outputs, or 0 for an unsharded call.
+    /// row) instead of its outputs, or 0 for an unsharded call; with
+    /// filters, first its round-1 message (a `shard::TopList` a row:
+    /// `shard::lists_message_bytes(rows)`).
     pub send: u64,
+    /// With filters, every rank's round-1 message after the first exchange
+    /// (`shard_ranks` of them, in rank order), which the merge kernel reads.
+    pub recv: u64,
+    pub shard_ranks: u32,
     /// A sharded call's header, which the kernel writes into `send`; its
     /// `offset` is the global id of the logits' first id (0 unsharded).
     pub shard: Header,

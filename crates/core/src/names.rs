@@ -55,6 +55,8 @@ macro_rules! kernel_symbol {
     (@name REJECTION_DECIDE_SHARDED) => { "rejection_decide_sharded" };
     (@name REJECTION_COMBINE_SHARDED) => { "rejection_combine_sharded" };
     (@name REJECTION_MERGE_SHARDED) => { "rejection_merge_sharded" };
+    (@name GUMBEL_MERGE_SHARDED) => { "gumbel_merge_sharded" };
+    (@name GUMBEL_THRESHOLD_SHARDED) => { "gumbel_threshold_sharded" };
     // `DType::name` of each element type.
     (@dtype f32) => { "f32" };
     (@dtype Bf16) => { "bf16" };
@@ -146,6 +148,14 @@ pub const REJECTION_RESAMPLE_SMALL: Kernel =
 /// merge spills).
 pub const GUMBEL_THRESHOLD: Kernel =
     Kernel { name: kernel_symbol!(@name GUMBEL_THRESHOLD), pairs: Pairs::All, min_blocks: 3 };
+
+/// [`GUMBEL_THRESHOLD`] of a sharded call: the rank's own top-k threshold of
+/// each filtered row, and the row's top-k list in the rank's round-1 message
+/// (`shard::TopList`). An entry of its own: the list's writes, in the
+/// unsharded call's kernel, cost its filtered calls 8 % (a call frame; H100,
+/// `benches/results/2026-12-06-nvidia-h100-sharded-gumbel-filters.md`). Its bounds.
+pub const GUMBEL_THRESHOLD_SHARDED: Kernel =
+    Kernel { name: kernel_symbol!(@name GUMBEL_THRESHOLD_SHARDED), pairs: Pairs::All, min_blocks: 3 };
 
 /// `gumbel_sample` of a call with filters: [`GUMBEL_SAMPLE`]'s body, every
 /// value below its row's `τ` masked. Its plain twin's bounds.
@@ -250,13 +260,19 @@ pub const REJECTION_DECIDE_SHARDED: Kernel =
 pub const REJECTION_MERGE_SHARDED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_MERGE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
 
+/// A sharded `gumbel_sample`'s filtered rows after its first exchange
+/// (`layout::GumbelParams`, `shard_ranks` given), a block a row: each row's
+/// `τ` from the ranks' top-k lists. Reads no logits (`Pairs::One`).
+pub const GUMBEL_MERGE_SHARDED: Kernel =
+    Kernel { name: kernel_symbol!(@name GUMBEL_MERGE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
+
 /// A sharded `rejection_sample`'s tokens after its second exchange, a
 /// thread a request. Reads no logits (`Pairs::One`).
 pub const REJECTION_COMBINE_SHARDED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_COMBINE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
 
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 27] = [
+pub const ALL: [Kernel; 29] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -284,6 +300,8 @@ pub const ALL: [Kernel; 27] = [
     REJECTION_DECIDE_SHARDED,
     REJECTION_COMBINE_SHARDED,
     REJECTION_MERGE_SHARDED,
+    GUMBEL_MERGE_SHARDED,
+    GUMBEL_THRESHOLD_SHARDED,
 ];
 
 impl Kernel {
@@ -385,14 +403,14 @@ mod tests {
             GUMBEL_THRESHOLD_SEARCH REJECTION_THRESHOLD_SEARCH REJECTION_STATS_PROCESSED
             REJECTION_STATS_SMALL_PROCESSED REJECTION_STATS_FILTERED_PROCESSED REJECTION_BLOCK REJECTION_RATES
             LOGPROBS_LSE LOGPROBS_TOP GUMBEL_COMBINE REJECTION_DECIDE_SHARDED REJECTION_COMBINE_SHARDED
-            REJECTION_MERGE_SHARDED);
+            REJECTION_MERGE_SHARDED GUMBEL_MERGE_SHARDED GUMBEL_THRESHOLD_SHARDED);
         assert_eq!(kernel_symbol!(GUMBEL_SAMPLE, Bf16, f32), "gumbel_sample_bf16_f32");
     }
 
     #[test]
     fn the_table() {
         let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
-        assert_eq!(all.len(), 19 * 9 + 3 * 3 + 5);
+        assert_eq!(all.len(), 20 * 9 + 3 * 3 + 6);
         let mut unique = all.clone();
         unique.sort();
         unique.dedup();

@@ -4,7 +4,8 @@
 //! messages arrive in rank order, each as long as the rank's.
 //!
 //! - `gumbel_sample`: a [`Header`], then a [`Row`] for each of the call's
-//!   rows ([`message_bytes`]).
+//!   rows ([`message_bytes`]); in a call with filters, a round before it: a
+//!   [`TopList`] for each row ([`lists_message_bytes`]).
 //! - `rejection_sample`, round 1: a [`Header`], then a [`PairRecord`] for
 //!   each (request, row) pair, `requests · (max_drafts + 1)` of them
 //!   ([`pairs_message_bytes`]), and in a call with filters a target and a
@@ -79,6 +80,18 @@ pub fn row_at(message: u64, row: usize) -> *mut Row {
     (message as usize + message_bytes(row)) as *mut Row
 }
 
+/// Bytes of a rank's round-1 message of a `gumbel_sample` call with filters
+/// of `rows` rows: a [`TopList`] a row.
+pub const fn lists_message_bytes(rows: usize) -> usize {
+    rows * core::mem::size_of::<TopList>()
+}
+
+/// Where row `row`'s [`TopList`] lies in the round-1 message at `message`
+/// of a `gumbel_sample` call with filters.
+pub fn row_list_at(message: u64, row: usize) -> *mut TopList {
+    (message as usize + lists_message_bytes(row)) as *mut TopList
+}
+
 /// A rank's result for one (request, row) pair of a sharded
 /// `rejection_sample` (round 1): the row's statistics over the rank's ids
 /// (`stats`: the order-free sums, the argmax by global id, the flags), the
@@ -108,13 +121,13 @@ pub const fn pairs_message_bytes(pairs: usize, lists: bool) -> usize {
     core::mem::size_of::<Header>() + pairs * core::mem::size_of::<PairRecord>() + lists
 }
 
-/// The largest top-k a sharded `rejection_sample` on the GPU filters by: a
-/// rank's list of a row holds at most `MAX_TOP_K − 1` values (REFERENCE §9).
+/// The largest top-k a sharded call on the GPU filters by: a rank's list
+/// of a row holds at most `MAX_TOP_K − 1` values (REFERENCE §9).
 pub const MAX_TOP_K: u32 = 256;
 
-/// The most ranks of a sharded `rejection_sample` with filters on the GPU:
-/// its merge kernel sorts a row's lists from every rank in a block's
-/// shared memory ([`merge_entries`] of `filter::Group`, 32 KiB at 8 ranks).
+/// The most ranks of a sharded call with filters on the GPU: its merge
+/// kernel sorts a row's lists from every rank in a block's shared memory
+/// ([`merge_entries`] of `filter::Group`, 32 KiB at 8 ranks).
 pub const MAX_FILTERED_RANKS: usize = 8;
 
 /// The merge kernel's entries for `ranks` ranks: a list's slots a rank,
@@ -123,8 +136,9 @@ pub const fn merge_entries(ranks: usize) -> usize {
     (ranks * MAX_TOP_K as usize).next_power_of_two()
 }
 
-/// A rank's part of a filtered row of a sharded `rejection_sample` on the
-/// GPU (round 1, after the pair records): its largest scaled values of the
+/// A rank's part of a filtered row of a sharded call on the GPU (round 1:
+/// `rejection_sample`'s after the pair records, `gumbel_sample`'s alone):
+/// its largest scaled values (as the row samples them) of the
 /// row, as its own top-k filter by the slot's `top_k` keeps them: `tie`, its
 /// `top_k`-th largest value that counts (not NaN, above `-inf`; its smallest
 /// where it has fewer), `ties` of its ids valued `tie` (at least one where
@@ -168,11 +182,25 @@ pub fn candidates_at(message: u64, request: usize) -> *mut Resampled {
 }
 
 /// A digest of what a row's sampling reads besides its logits: its slot,
-/// the slot's temperature and seed, its position and its draft-logits
-/// column. Ranks that read different values for a row would draw under
-/// different noise, so the combine flags the row instead.
-pub fn row_digest(slot: i32, temperature: f32, seed: u64, pos: u64, column: u32) -> u32 {
-    fnv(&[slot as u32, temperature.to_bits(), seed as u32, (seed >> 32) as u32, pos as u32, (pos >> 32) as u32, column])
+/// the slot's temperature and seed, its position, its draft-logits column
+/// and the slot's filter values as words (`filters`: `top_k`, `top_p`,
+/// `min_p`, 0 for a table the call lacks). Ranks that read different values
+/// for a row would draw under different noise or keep different sets, so
+/// the combine flags the row instead.
+pub fn row_digest(slot: i32, temperature: f32, seed: u64, pos: u64, column: u32, filters: [u32; 3]) -> u32 {
+    let [k, p, m] = filters;
+    fnv(&[
+        slot as u32,
+        temperature.to_bits(),
+        seed as u32,
+        (seed >> 32) as u32,
+        pos as u32,
+        (pos >> 32) as u32,
+        column,
+        k,
+        p,
+        m,
+    ])
 }
 
 /// A digest of what a `rejection_sample` pair reads besides its logits: its
@@ -238,6 +266,8 @@ mod tests {
         assert_eq!(pairs_message_bytes(2, true), 32 + 320 + 4 * 1040);
         assert_eq!(list_at(0, 2, 1, 1) as usize, 32 + 320 + 3 * 1040);
         assert_eq!(candidates_message_bytes(2), 48);
+        assert_eq!(lists_message_bytes(3), 3 * 1040);
+        assert_eq!(row_list_at(16, 2) as usize, 16 + 2 * 1040);
     }
 
     #[test]
@@ -265,14 +295,18 @@ mod tests {
 
     #[test]
     fn every_input_of_a_row_moves_its_digest() {
-        let base = row_digest(3, 0.7, 11, 100, 2);
+        let f = [50, 0.9f32.to_bits(), 0];
+        let base = row_digest(3, 0.7, 11, 100, 2, f);
         let moved = [
-            row_digest(4, 0.7, 11, 100, 2),
-            row_digest(3, 0.8, 11, 100, 2),
-            row_digest(3, 0.7, 11 | 1 << 40, 100, 2),
-            row_digest(3, 0.7, 11, 101, 2),
-            row_digest(3, 0.7, 11, 100 | 1 << 33, 2),
-            row_digest(3, 0.7, 11, 100, 3),
+            row_digest(4, 0.7, 11, 100, 2, f),
+            row_digest(3, 0.8, 11, 100, 2, f),
+            row_digest(3, 0.7, 11 | 1 << 40, 100, 2, f),
+            row_digest(3, 0.7, 11, 101, 2, f),
+            row_digest(3, 0.7, 11, 100 | 1 << 33, 2, f),
+            row_digest(3, 0.7, 11, 100, 3, f),
+            row_digest(3, 0.7, 11, 100, 2, [51, f[1], 0]),
+            row_digest(3, 0.7, 11, 100, 2, [50, f[1] ^ 1, 0]),
+            row_digest(3, 0.7, 11, 100, 2, [50, f[1], 1]),
         ];
         assert!(moved.iter().all(|&d| d != base), "{base} {moved:?}");
         let f = [50, 0.9f32.to_bits(), 0, 20, 0, 0.1f32.to_bits()];

@@ -23,7 +23,12 @@
 //! first, grid `(rows, threshold_chunks)`, the blocks of a row writing its
 //! `τ` into `thresholds` (`crate::threshold`), then `gumbel_sample_filtered_{logits}_{draft}`,
 //! this kernel with every sampled value outside the row's kept set at `-inf`
-//! and rows of bad filter values flagged `INVALID_FILTER`.
+//! and rows of bad filter values flagged `INVALID_FILTER`. In a sharded
+//! call with filters the threshold kernel's sharded entry,
+//! `gumbel_threshold_sharded_{logits}_{draft}`, writes each rank's top-k list of
+//! each filtered row into its round-1 message (`shard::TopList`), and after
+//! that exchange `gumbel_merge_sharded` ([`gumbel_merge`]) writes the rows'
+//! `τ` from every rank's lists, before the sampling kernel.
 //!
 //! Calls without draft logits may take `gumbel_sample_lean_{logits}_{logits}`
 //! instead: the same in 64 registers, whose noise loop loads a batch's quads
@@ -37,18 +42,20 @@ use crate::fold::{block_floor, fold_greedy};
 use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, any_nan, for_each_quad, for_each_quad_shared, widen};
+use crate::merge::merge_lists;
 use crate::row::{SlotState, chunk_range, write_token};
 use crate::shared;
 use crate::threshold::{chunk_threshold, load_filter, mask, search_round};
 use core::cell::Cell;
 use specdec_core::argmax::{ArgMax, Floored};
 use specdec_core::dtype::{Bf16, F16};
+use specdec_core::filter::Filter;
 use specdec_core::kernel_symbol;
 use specdec_core::layout::GumbelParams;
 use specdec_core::rng::Stream;
 use specdec_core::sample::{NO_LANE, Sampler};
 use specdec_core::scratch::FilterScratch;
-use specdec_core::shard;
+use specdec_core::shard::{self, MAX_TOP_K, TopList};
 use specdec_core::status::{INVALID, INVALID_COLUMN, INVALID_FILTER, NAN_LOGITS};
 
 /// The row state plus its draft-logits column check.
@@ -118,7 +125,9 @@ unsafe fn gumbel_sample<L: Load, D: Load, const LEAN: bool, const Q: u32, const 
             // SAFETY: send holds a message of `rows` rows (workspace, host-sized).
             unsafe { (p.send as *mut shard::Header).write(p.shard) };
         }
-        shard::row_digest(state.slot, state.temperature, state.seed, pos, column)
+        // SAFETY: a valid state's slot is below num_slots, each table's length.
+        let filters = if state.is_valid() && state.slot >= 0 { unsafe { filter_words(p, state.slot as usize) } } else { [0; 3] };
+        shard::row_digest(state.slot, state.temperature, state.seed, pos, column, filters)
     } else {
         0
     };
@@ -304,11 +313,10 @@ unsafe fn complete(p: &GumbelParams, row: u32, chunk_idx: u32, partial: Partial,
 
 /// The threshold kernel (see module docs), block `(row, c)`: chunk `c` of
 /// row `row` for its `τ` in `thresholds`, written by the row's last block
-/// (`crate::threshold::chunk_threshold`); for a row sampled whole (padding,
-/// greedy, filters off, or a bad slot, temperature or column, which the
-/// sampling kernel flags) block 0 writes `-inf`, for a slot whose filter
-/// values are bad NaN (SPEC §5: checked for greedy slots too, as the CPU
-/// twin does). The values searched are those the row samples (rounded to
+/// (`crate::threshold::chunk_threshold`); for a row not filtered block 0
+/// writes the value [`row_filter`] gives. With `SHARDED` (a sharded call's),
+/// the rank's own top-k threshold of its ids, and the row's `shard::TopList`
+/// in the rank's round-1 message. The values searched are those the row samples (rounded to
 /// the draft logits' dtype where they store a rounding one: SPEC §3.3).
 /// With `SEARCH`, the search kernel: a round of the top-p search of the
 /// rows the threshold kernel left to all their blocks
@@ -319,23 +327,15 @@ unsafe fn complete(p: &GumbelParams, row: u32, chunk_idx: u32, partial: Partial,
 /// threshold_chunks)`, with `layout::THRESHOLD_SHARED_BYTES` of shared memory
 /// (with `SEARCH`, after the threshold kernel, once a round).
 #[inline(always)]
-unsafe fn gumbel_threshold<L: Load, D: Load, const SEARCH: bool>(p: &GumbelParams) {
+unsafe fn gumbel_threshold<L: Load, D: Load, const SEARCH: bool, const SHARDED: bool>(p: &GumbelParams) {
     let (row, c) = (gpu::block_idx_x(), gpu::block_idx_y());
     if row >= p.rows || c >= p.threshold_chunks {
         return; // whole block
     }
     // SAFETY: row < rows.
     let (state, _, _) = unsafe { row_state(p, row) };
-    let filter = if !state.is_valid() || state.slot < 0 {
-        Err(f32::NEG_INFINITY)
-    } else {
-        // SAFETY: 0 <= slot < num_slots (a valid state).
-        match unsafe { load_filter(&p.filters, state.slot as usize) } {
-            None => Err(f32::NAN),
-            Some(f) if state.greedy() || f.is_off(p.vocab as usize) => Err(f32::NEG_INFINITY),
-            Some(f) => Ok(f),
-        }
-    };
+    // SAFETY: a state of the call's.
+    let filter = unsafe { row_filter(p, &state) };
     let tau = match filter {
         Err(tau) if c == 0 && !SEARCH => Some(tau),
         Err(_) => None,
@@ -353,7 +353,17 @@ unsafe fn gumbel_threshold<L: Load, D: Load, const SEARCH: bool>(p: &GumbelParam
                 if SEARCH {
                     search_round(logits_row::<L>(p, row), p.vocab, value, scratch, split)
                 } else {
-                    chunk_threshold(logits_row::<L>(p, row), (p.vocab, p.vocab), value, f, scratch, split, (p.threshold_search != 0, core::ptr::null_mut()))
+                    // A rank of a sharded call finds its own top-k list of the
+                    // row, whose ranks' lists the merge kernel's filter then
+                    // runs on (`gumbel_merge`).
+                    let (f, ids, list) = if SHARDED {
+                        let top_k = Filter { top_k: f.top_k, ..Filter::OFF };
+                        (top_k, p.shard.vocab, shard::row_list_at(p.send, row as usize))
+                    } else {
+                        (f, p.vocab, core::ptr::null_mut())
+                    };
+                    let row = logits_row::<L>(p, row);
+                    chunk_threshold(row, (p.vocab, ids), value, f, scratch, split, (p.threshold_search != 0, list))
                 }
             }
         }
@@ -366,7 +376,79 @@ unsafe fn gumbel_threshold<L: Load, D: Load, const SEARCH: bool>(p: &GumbelParam
     }
 }
 
-/// `gumbel_sample`'s five entry points (plain, filtered, threshold, threshold search, small) for each (logits, draft logits) dtype
+/// The filter of a row of `state` (its row's, as [`row_state`] read it), or
+/// the `τ` of a row that is not filtered: `-inf` where it is sampled whole
+/// (padding, greedy, filters off, or a bad slot, temperature or column,
+/// which the sampling kernel flags), NaN where the slot's filter values are
+/// bad (SPEC §5: checked for greedy slots too, as the CPU twin does) or, in
+/// a sharded call, a sampling row's filter has no top-k of at most
+/// `shard::MAX_TOP_K` (its lists could not hold the kept set: REFERENCE §9).
+///
+/// # Safety
+/// `state` was read by [`row_state`] from `p`'s buffers.
+#[inline(always)]
+unsafe fn row_filter(p: &GumbelParams, state: &SlotState) -> Result<Filter, f32> {
+    if !state.is_valid() || state.slot < 0 {
+        return Err(f32::NEG_INFINITY);
+    }
+    let vocab = if p.send != 0 { p.shard.vocab } else { p.vocab } as usize;
+    // SAFETY: 0 <= slot < num_slots (a valid state).
+    match unsafe { load_filter(&p.filters, state.slot as usize) } {
+        None => Err(f32::NAN),
+        Some(f) if state.greedy() || f.is_off(vocab) => Err(f32::NEG_INFINITY),
+        Some(f) if p.send != 0 && !(f.has_top_k(vocab) && f.top_k <= MAX_TOP_K) => Err(f32::NAN),
+        Some(f) => Ok(f),
+    }
+}
+
+/// Slot `slot`'s filter values as stored, as words (`top_k`, `top_p`,
+/// `min_p`; 0 for a table the call lacks): what a sharded call's ranks must
+/// read alike (`shard::row_digest`).
+///
+/// # Safety
+/// `slot < num_slots`, each given table's length (host-checked).
+#[inline(always)]
+unsafe fn filter_words(p: &GumbelParams, slot: usize) -> [u32; 3] {
+    // SAFETY: inside each given table (caller).
+    let word = |table: u64| if table == 0 { 0 } else { unsafe { *(table as *const u32).add(slot) } };
+    [word(p.filters.top_k), word(p.filters.top_p), word(p.filters.min_p)]
+}
+
+/// The filtered rows of a sharded call after round 1
+/// (`names::GUMBEL_MERGE_SHARDED`): block `row` takes the row where it is
+/// filtered ([`row_filter`]: every rank finds the same rows) and writes its
+/// `τ` into `thresholds`, where the sampling kernel reads it, from the
+/// ranks' `shard::TopList`s of the row (`crate::merge::merge_lists`: the
+/// unsharded call's `τ`); other rows keep the threshold kernel's.
+///
+/// # Safety
+/// Launched by the host's checked launcher after round 1 of a call with
+/// filters, with its parameters: `recv` holds `shard_ranks` round-1
+/// messages of `rows` lists; grid `(rows)`, `shard::merge_entries(shard_ranks)`
+/// `filter::Group`s of dynamic shared memory.
+#[unsafe(export_name = kernel_symbol!(GUMBEL_MERGE_SHARDED, f32, f32))]
+pub unsafe extern "ptx-kernel" fn gumbel_merge(p: GumbelParams) {
+    let row = gpu::block_idx_x();
+    if row >= p.rows {
+        return;
+    }
+    // SAFETY (both): row < rows; a state of the call's.
+    let (state, _, _) = unsafe { row_state(&p, row) };
+    let Ok(filter) = (unsafe { row_filter(&p, &state) }) else {
+        return; // block-uniform: the threshold kernel's `τ` stands
+    };
+    let len = shard::lists_message_bytes(p.rows as usize) as u64;
+    let list = |q: u32| shard::row_list_at(p.recv + q as u64 * len, row as usize) as *const TopList;
+    // SAFETY: every thread of the block is here; rank q's list is inside
+    // `recv`, thresholds holds `rows` entries, the shared memory as
+    // `merge_lists` needs it (caller).
+    unsafe {
+        let tau_at = (p.thresholds as *mut f32).add(row as usize);
+        merge_lists(p.shard_ranks, list, filter, p.shard.vocab as usize, tau_at);
+    }
+}
+
+/// `gumbel_sample`'s six entry points (plain, filtered, threshold, sharded threshold, threshold search, small) for each (logits, draft logits) dtype
 /// pair, in a module per pair, exported under their `names` symbols.
 macro_rules! gumbel_kernels {
     ($($pair:ident: $l:ident => $d:ident;)*) => {$(
@@ -406,7 +488,19 @@ macro_rules! gumbel_kernels {
             #[unsafe(export_name = kernel_symbol!(GUMBEL_THRESHOLD, $l, $d))]
             pub unsafe extern "ptx-kernel" fn threshold(p: GumbelParams) {
                 // SAFETY: the launcher validated `p` and the launch shape.
-                unsafe { gumbel_threshold::<$l, $d, false>(&p) }
+                unsafe { gumbel_threshold::<$l, $d, false, false>(&p) }
+            }
+
+            /// The rows' thresholds and top-k lists of a sharded call with
+            /// filters (`names::GUMBEL_THRESHOLD_SHARDED`; see module docs).
+            ///
+            /// # Safety
+            /// As `threshold`, in a sharded call: `send` holds the rank's
+            /// round-1 message of `rows` lists.
+            #[unsafe(export_name = kernel_symbol!(GUMBEL_THRESHOLD_SHARDED, $l, $d))]
+            pub unsafe extern "ptx-kernel" fn threshold_sharded(p: GumbelParams) {
+                // SAFETY: the launcher validated `p` and the launch shape.
+                unsafe { gumbel_threshold::<$l, $d, false, true>(&p) }
             }
 
             /// A round of the top-p search of the rows `threshold` left to
@@ -418,7 +512,7 @@ macro_rules! gumbel_kernels {
             #[unsafe(export_name = kernel_symbol!(GUMBEL_THRESHOLD_SEARCH, $l, $d))]
             pub unsafe extern "ptx-kernel" fn threshold_search(p: GumbelParams) {
                 // SAFETY: the launcher validated `p` and the launch shape.
-                unsafe { gumbel_threshold::<$l, $d, true>(&p) }
+                unsafe { gumbel_threshold::<$l, $d, true, false>(&p) }
             }
 
             /// The same, its greedy loop one quad a batch

@@ -23,7 +23,9 @@
 //!   scaled log-sum-exp pushes, the block floor of the noise loops).
 //! - [`block`], [`last_block`]: block and warp reductions; a chunked row's
 //!   last block to arrive combines its chunks.
-//! - [`shard`]: the combine of a sharded call's messages, after the exchange.
+//! - [`shard`]: the combine of a sharded `gumbel_sample`'s messages, after the exchange.
+//! - [`merge`]: a sharded call's filtered row's `τ` from the ranks' top-k
+//!   lists (the merge kernels of both operations).
 //! - [`shared`]: the launch's dynamic shared memory, typed (`Shared`).
 //! - [`row`]: a row as both operations see it: its slot's sampling
 //!   parameters as read and checked on the device, its chunks, its token store.
@@ -81,6 +83,7 @@ pub mod gumbel;
 pub mod last_block;
 pub mod load;
 pub mod logprobs;
+pub mod merge;
 pub mod rejection;
 pub mod row;
 pub mod shard;

@@ -5,7 +5,8 @@
 
 use super::launch::Threshold;
 use super::logprobs::Sources;
-use super::{Cuda, Launch, Messages, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
+use super::rounds::Rounds;
+use super::{Cuda, KernelName, Launch, Messages, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
 use crate::error::{Error, Result};
 use crate::gumbel::{GumbelOutput, GumbelSample};
 use crate::memory::Device;
@@ -47,21 +48,33 @@ impl Cuda {
     /// backend's stream, which `exchange` must enqueue on: the sampling
     /// kernel writes each row's best candidate into the rank's message, one
     /// all-gather of `32 + 16 · rows` bytes a rank, and a combine kernel
-    /// writes the outputs. No allocation, no synchronisation; with
-    /// [`shard::Nccl`](crate::shard::Nccl), capturable in a CUDA graph.
+    /// writes the outputs. With filters, a round before it: the threshold
+    /// kernel writes each filtered row's top-k list over the rank's ids, one
+    /// all-gather of `1040 · rows` bytes a rank, and a merge kernel finds each
+    /// row's `τ` from every rank's lists (REFERENCE §9). No allocation, no
+    /// synchronisation; with [`shard::Nccl`](crate::shard::Nccl), capturable
+    /// in a CUDA graph.
+    ///
+    /// Filters must have a top-k of at most
+    /// [`shard::MAX_TOP_K`](crate::shard::MAX_TOP_K) (top-p and min-p on top
+    /// of it too): a sampling row whose slot's filters have none is flagged
+    /// [`status::INVALID_FILTER`](crate::status::INVALID_FILTER) on every
+    /// rank, token `-1`.
     ///
     /// Where the ranks disagree in device memory (a rank's checks failed,
     /// their shards do not tile the row, or they read different slots,
-    /// temperatures, seeds, positions or columns for a row), the rows
-    /// concerned get token `-1` and [`status::INVALID_SHARD`](crate::status::INVALID_SHARD).
+    /// temperatures, seeds, positions, columns or filter values for a row),
+    /// the rows concerned get token `-1` and [`status::INVALID_SHARD`](crate::status::INVALID_SHARD).
     ///
     /// # Errors
     /// As [`Cuda::gumbel_sample`], and [`Error::InvalidShard`] for a shard
-    /// that does not fit its row; [`Error::NotSharded`] for filters or
-    /// log-probabilities (sharded on the CPU backend only, so far);
+    /// that does not fit its row; [`Error::NotSharded`] for
+    /// log-probabilities (sharded on the CPU backend only, so far) and
+    /// filters over more than
+    /// [`shard::MAX_FILTERED_RANKS`](crate::shard::MAX_FILTERED_RANKS) ranks;
     /// [`Error::WorkspaceRanks`] for a workspace not made for the exchange's
     /// ranks ([`Cuda::sharded_workspace`]). A rank whose checks fail still
-    /// takes part in the exchange (its message says it failed), so that no
+    /// takes part in every exchange (its messages say it failed), so that no
     /// rank waits for it; one whose workspace cannot hold the messages sends
     /// none, and ranks that differ in their number of rows send messages of
     /// different lengths: that fails the in-process exchange on every rank
@@ -75,59 +88,40 @@ impl Cuda {
         args: &GumbelSample<'_, Device>,
         out: &mut GumbelOutput<'_, Device>,
     ) -> Result<()> {
-        // The message's length from a real buffer (`pos` has an entry for
+        // The messages' lengths from a real buffer (`pos` has an entry for
         // every row of a valid call), so that a rank whose row count is
         // wrong sends as much as the others and fails alike.
         let (rows, ranks) = (args.pos.len(), exchange.ranks());
         if ranks == 0 {
             return Err(Error::InvalidShard { detail: "the exchange has no ranks".into() });
         }
-        let m = Messages { units: rows, slot: shard::message_bytes(rows), ranks };
-        let messages = ws.on(&self.stream).and_then(|_| ws.message_addresses(m));
-        let Ok((send, recv)) = messages else {
-            let gathered = ws.exchange_messages(m, m.slot, true, |s, r| exchange.all_gather(s, r));
-            return messages.and(gathered).map(|_| ());
-        };
-        let enqueued = self.check_sharded(shard, args, out).and_then(|header| {
-            let sharded = Sharded { header, send };
-            self.enqueue_gumbel_sample(ws, args, out, Some(sharded))
+        let (lists, rows_message) = (shard::lists_message_bytes(rows), shard::message_bytes(rows));
+        let lens = if filtered(args) { &[lists, rows_message][..] } else { &[rows_message][..] };
+        let messages = Messages { units: rows, slot: lists.max(rows_message), ranks };
+        let mut rounds = Rounds::new(exchange, messages, lens);
+        let enqueued = ws.on(&self.stream).and_then(|_| ws.message_addresses(messages)).and_then(|at| {
+            rounds.at = at;
+            rounds.header = self.check_sharded(shard, ranks, args, out)?;
+            self.enqueue_gumbel_sample(ws, args, out, Some(&mut rounds))
         });
-        let gathered = ws.exchange_messages(m, m.slot, enqueued.is_err(), |s, r| exchange.all_gather(s, r));
+        let finished = rounds.finish(ws);
         enqueued?;
-        gathered?;
-        let combine = self.kernels.function(names::GUMBEL_COMBINE.symbol(DType::F32, DType::F32))?;
-        let stream = &*self.stream;
-        let (tokens, tokens_i64, _g1) = out.tokens.device_ptr_mut(stream);
-        let mut p = GumbelCombineParams {
-            recv,
-            tokens,
-            tokens_i64: tokens_i64 as u32,
-            ranks: ranks as u32,
-            rows: rows as u32,
-            ..Default::default()
-        };
-        let mut _g2 = None;
-        if let Some(s) = &mut out.row_status {
-            let (ptr, g) = s.device_ptr_mut(stream);
-            _g2 = Some(g);
-            p.row_status = ptr;
-        }
-        p.status = ws.on(stream)?.status;
-        // SAFETY: `recv` holds `ranks` messages of `rows` rows (the workspace
-        // checked both), gathered on this stream; `check` matched the outputs to `rows`.
-        unsafe { launch::gumbel_combine(&combine, stream, p) }
+        finished
     }
 
     /// A sharded call's checks beyond [`Cuda::gumbel_sample`]'s, and its header.
     fn check_sharded(
         &self,
         shard: Shard,
+        ranks: usize,
         args: &GumbelSample<'_, Device>,
         out: &GumbelOutput<'_, Device>,
     ) -> Result<shard::Header> {
         shard.check(args.logits.vocab)?;
-        if !args.params.filters.is_none() {
-            return Err(Error::NotSharded { what: "filters on the CUDA backend" });
+        if filtered(args) && ranks > shard::MAX_FILTERED_RANKS {
+            return Err(Error::NotSharded {
+                what: "filters over more than MAX_FILTERED_RANKS ranks on the CUDA backend",
+            });
         }
         if !out.logprobs.is_none() {
             return Err(Error::NotSharded { what: "log-probabilities on the CUDA backend" });
@@ -138,6 +132,7 @@ impl Cuda {
             [d.data.dtype() as u64, d.shape.k as u64, u64::from(per_row)]
         });
         let words = [
+            u64::from(filtered(args)),
             args.pos.len() as u64,
             args.slots.len() as u64,
             args.params.temperature.len() as u64,
@@ -148,17 +143,17 @@ impl Cuda {
         Ok(shard::Header::new(shard.offset as u32, args.logits.vocab as u32, shard.vocab as u32, call))
     }
 
-    /// [`Cuda::gumbel_sample`], or with `sharded` its sampling kernel
-    /// writing the rank's message instead of the outputs.
+    /// [`Cuda::gumbel_sample`], or with `sharded` its rank's part of a
+    /// sharded call, the exchanges between its launches.
     fn enqueue_gumbel_sample(
         &self,
         ws: &mut Workspace,
         args: &GumbelSample<'_, Device>,
         out: &mut GumbelOutput<'_, Device>,
-        sharded: Option<Sharded>,
+        sharded: Option<&mut Rounds<'_>>,
     ) -> Result<()> {
         let shape = args.check(out)?;
-        let filtered = !args.params.filters.is_none();
+        let filtered = filtered(args);
         let logits_dtype = args.logits.data.dtype();
         let draft_dtype = out.draft_logits.as_ref().map_or(logits_dtype, |(draft, _)| draft.data.dtype());
         // The lean kernels write no draft logits: a draft model's call keeps
@@ -175,7 +170,8 @@ impl Cuda {
             }
         };
         let threshold = if filtered {
-            Some(self.kernels.function(names::GUMBEL_THRESHOLD.symbol(logits_dtype, draft_dtype))?)
+            let kernel = if sharded.is_some() { names::GUMBEL_THRESHOLD_SHARDED } else { names::GUMBEL_THRESHOLD };
+            Some(self.kernels.function(kernel.symbol(logits_dtype, draft_dtype))?)
         } else {
             None
         };
@@ -248,9 +244,6 @@ impl Cuda {
         p.threshold_search = search.is_some() as u32;
         p.status = workspace.status;
         p.counters = workspace.counters;
-        if let Some(Sharded { header, send }) = sharded {
-            (p.shard, p.send) = (header, send);
-        }
         let threshold = threshold.as_ref().map(|kernel| Threshold { kernel, search: search.as_ref() });
         // Rows drafted into draft logits that round the logits were sampled
         // from the stored values (SPEC §3.3), and report theirs.
@@ -280,10 +273,36 @@ impl Cuda {
         // counters ≥ rows, thresholds ≥ rows, filter scratch ≥ rows unless the
         // threshold split is one block a row) and chunk · chunks ≥ vocab (both
         // splits; the threshold's within its summaries).
-        unsafe { launch::gumbel_sample(&kernel, threshold, stream, p)? };
-        if sharded.is_some() {
-            return Ok(()); // no log-probabilities (check_sharded)
+        if let Some(rounds) = sharded {
+            let kernel_f32 = |k: KernelName| self.kernels.function(k.symbol(DType::F32, DType::F32));
+            let combine = kernel_f32(names::GUMBEL_COMBINE)?;
+            let merge = if filtered { Some(kernel_f32(names::GUMBEL_MERGE_SHARDED)?) } else { None };
+            (p.shard, p.shard_ranks) = (rounds.header, rounds.messages.ranks as u32);
+            (p.send, p.recv) = rounds.at;
+            // A rank's threshold is its top-k alone: no search.
+            p.threshold_search = 0;
+            let filters = threshold.as_ref().map(|t| t.kernel).zip(merge.as_ref());
+            let combined = GumbelCombineParams {
+                recv: p.recv,
+                tokens: p.tokens,
+                row_status: p.row_status,
+                status: p.status,
+                ranks: p.shard_ranks,
+                rows: p.rows,
+                tokens_i64: p.tokens_i64,
+            };
+            // SAFETY: as below (no search launches); the workspace's messages
+            // hold the rank's and every rank's of both rounds for `rows` rows
+            // (`message_addresses`), each round's gathered on this stream
+            // before the launch that reads it; with filters, at most
+            // MAX_FILTERED_RANKS ranks (`check_sharded`).
+            return unsafe {
+                launch::sharded_gumbel_sample((filters, &kernel, &combine), stream, (p, combined), || {
+                    rounds.next(ws, false)
+                })
+            };
         }
+        unsafe { launch::gumbel_sample(&kernel, threshold, stream, p)? };
         let sources = Sources { values: logits_dtype, rounded };
         // SAFETY: the call's fields of `positions` are its checked views',
         // enqueued above; `check` matched the outputs to its rows, rows <=
@@ -292,9 +311,7 @@ impl Cuda {
     }
 }
 
-/// A sharded call's header and the device address of its message.
-#[derive(Clone, Copy)]
-struct Sharded {
-    header: shard::Header,
-    send: u64,
+/// Whether `args` filters its rows (filter arrays).
+fn filtered(args: &GumbelSample<'_, Device>) -> bool {
+    !args.params.filters.is_none()
 }

@@ -112,20 +112,52 @@ pub(super) unsafe fn gumbel_sample(
     }
 }
 
-/// Launches `gumbel_combine` over the `p.ranks` messages of a sharded
-/// `gumbel_sample` (a thread a row).
+/// Launches a rank's part of a sharded `gumbel_sample`: with `filters`
+/// (the threshold kernel, which writes the rank's lists into its round-1
+/// message, and the merge kernel), the threshold kernel, `exchange` (the
+/// lists' round) and the merge; then the sampling kernel, `exchange` (the
+/// rows' round), and `gumbel_combine` over the ranks' messages (a thread a
+/// row, with `combined` as its parameters). Every exchange runs whatever
+/// the call's size, so that no rank waits for this one.
 ///
 /// # Safety
-/// `p` must have been built by `cuda::gumbel` after the exchange of a
-/// checked call: `recv` holds `ranks >= 1` messages of `rows` rows on
-/// `stream`, the outputs `rows` entries.
-pub(super) unsafe fn gumbel_combine(kernel: &Kernel, stream: &CudaStream, p: GumbelCombineParams) -> Result<()> {
-    if p.rows == 0 {
-        return Ok(());
+/// `p` as for [`gumbel_sample`] without search launches, and `p.send`,
+/// `p.recv` the rank's message and every rank's (`p.shard_ranks` of them,
+/// at most `shard::MAX_FILTERED_RANKS` with filters) of every round for
+/// `rows` rows, which `exchange` gathers on `stream` in order; `combine`
+/// reads `recv` and writes `p`'s outputs, `rows` entries.
+pub(super) unsafe fn sharded_gumbel_sample(
+    (filters, kernel, combine): (Option<(&Kernel, &Kernel)>, &Kernel, &Kernel),
+    stream: &CudaStream,
+    (p, combined): (GumbelParams, GumbelCombineParams),
+    mut exchange: impl FnMut() -> Result<()>,
+) -> Result<()> {
+    // SAFETY (all): the caller guarantees `p` and `combined`; each grid
+    // matches its kernel (`kernels::gumbel`, `kernels::shard`), in order on
+    // one stream.
+    unsafe {
+        stream.context().bind_to_thread()?;
+        if let Some((threshold, merge)) = filters {
+            if p.rows > 0 {
+                launch_shared(threshold, stream, (p.rows, p.threshold_chunks), THRESHOLD_SHARED_BYTES, &p)?;
+            }
+            exchange()?;
+            stream.context().bind_to_thread()?;
+            if p.rows > 0 {
+                let bytes = shard::merge_entries(p.shard_ranks as usize) * core::mem::size_of::<Group>();
+                launch_shared(merge, stream, (p.rows, 1), bytes as u32, &p)?;
+            }
+        }
+        if p.rows > 0 {
+            launch(kernel, stream, (p.rows, p.chunks), &p)?;
+        }
+        exchange()?;
+        stream.context().bind_to_thread()?;
+        if p.rows > 0 {
+            launch_shared(combine, stream, (p.rows.div_ceil(BLOCK_THREADS), 1), 0, &combined)?;
+        }
     }
-    stream.context().bind_to_thread()?;
-    // SAFETY: the caller guarantees `p`; a thread a row, no shared memory.
-    unsafe { launch_shared(kernel, stream, (p.rows.div_ceil(BLOCK_THREADS), 1), 0, &p) }
+    Ok(())
 }
 
 /// Launches the two passes of `rejection_sample`, and between them, for

@@ -10,6 +10,7 @@ mod gumbel;
 mod launch;
 mod logprobs;
 mod rejection;
+mod rounds;
 mod workspace;
 
 pub use workspace::Workspace;

@@ -5,6 +5,7 @@
 
 use super::launch::Threshold;
 use super::logprobs::Sources;
+use super::rounds::Rounds;
 use super::{
     Cuda, KernelName, Launch, MOST_CHUNKS, Messages, Split, Spread, Variants, Workspace, filter_tables, launch,
     threshold_split,
@@ -109,7 +110,7 @@ impl Cuda {
             [0, 0]
         };
         let messages = Messages { units: pairs, slot: lens[0].max(lens[1]), ranks };
-        let mut rounds = Rounds { exchange, messages, lens, done: 0, header: shard::Header::default(), at: (0, 0) };
+        let mut rounds = Rounds::new(exchange, messages, &lens);
         let enqueued = ws.on(&self.stream).and_then(|_| ws.message_addresses(messages)).and_then(|at| {
             rounds.at = at;
             rounds.header = self.check_sharded_rejection(shard, ranks, args, out)?;
@@ -431,39 +432,6 @@ impl Cuda {
         // requests · (K + 1) <= max_rows (the split above); with `processed`,
         // the passes wrote the log-sum-exps of the emitted positions (p.lse).
         unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs, processed) }
-    }
-}
-
-/// The two exchanges of a sharded call (`kernels::rejection::sharded`):
-/// the rank's header, its messages' place in the workspace (`at`: its
-/// own, every rank's) and lengths, and the rounds run so far.
-struct Rounds<'e> {
-    exchange: &'e mut dyn Exchange<Device>,
-    messages: Messages,
-    lens: [usize; 2],
-    done: usize,
-    header: shard::Header,
-    at: (u64, u64),
-}
-
-impl Rounds<'_> {
-    /// The next round: the rank's message (zeroed first where `failed`)
-    /// into every rank's receive buffer.
-    fn next(&mut self, ws: &mut Workspace, failed: bool) -> Result<()> {
-        let len = self.lens[self.done.min(1)];
-        self.done += 1;
-        let exchange = &mut *self.exchange;
-        ws.exchange_messages(self.messages, len, failed, |s, r| exchange.all_gather(s, r))
-    }
-
-    /// The rounds not run yet, each with a failed message, so that no rank
-    /// waits for this one.
-    fn finish(&mut self, ws: &mut Workspace) -> Result<()> {
-        let mut result = Ok(());
-        while self.done < 2 {
-            result = result.and(self.next(ws, true));
-        }
-        result
     }
 }
 

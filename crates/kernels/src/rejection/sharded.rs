@@ -33,6 +33,7 @@ use super::{JOB_NONE, Request, ResampleJob, draft_row, target_row, write_request
 use crate::block::Reduce;
 use crate::gpu::{self, WARP};
 use crate::load::Load;
+use crate::merge::merge_lists;
 use crate::shared;
 use crate::walk_sum::{gather_sum, warp_exp_sum};
 use core::mem::offset_of;
@@ -42,8 +43,7 @@ use specdec_core::kernel_symbol;
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams, WARPS};
 use specdec_core::sample::Resampled;
 use specdec_core::scratch::Stats;
-use specdec_core::filter::{Group, entry_mass, first_value, join_groups, key, threshold};
-use specdec_core::shard::{self, Header, MAX_TOP_K, PairRecord, TopList};
+use specdec_core::shard::{self, Header, PairRecord, TopList};
 use specdec_core::status::INVALID_SHARD;
 
 /// Writes pair `pair`'s record into the rank's round-1 message (from the
@@ -290,14 +290,11 @@ pub(super) unsafe fn drafted(p: &RejectionParams, pair: u32, d: i32) -> [f32; 2]
 /// (`names::REJECTION_MERGE_SHARDED`): block `e` takes threshold entry `e`
 /// (`which · requests·(K+1) + pair`, as `super::threshold::entry`) where
 /// its row is filtered (`super::threshold::row_filter`: every rank finds
-/// the same rows), gathers the ranks' [`TopList`]s of the row into shared
-/// memory, sorts them largest first (a bitonic sort over their keys),
-/// forms the row's tie groups as `filter::merge_groups` does (each entry's
-/// mass a thread an entry, then the groups joined in thread 0), finds `τ`
-/// by the slot's filter in thread 0 (`filter::threshold`, the unsharded
-/// call's bits: a function of the values at or above the row's `top_k`-th
-/// largest, which the lists hold with their counts), and `LSE(S)` in warp
-/// 0 (`ExpSum`, a term a kept value, as pass 1 sums a kept set, a lane's
+/// the same rows), finds `τ` from the ranks' [`TopList`]s of the row by
+/// the slot's filter (`crate::merge::merge_lists`: the unsharded call's
+/// bits, a function of the values at or above the row's `top_k`-th largest,
+/// which the lists hold with their counts), and `LSE(S)` in warp 0
+/// (`ExpSum`, a term a kept value, as pass 1 sums a kept set, a lane's
 /// groups combined over the warp): `τ` into the entry's threshold (where
 /// pass 2 and the decision read it), the sum into the pair's first
 /// workspace entry (where the decision's combine leaves it:
@@ -319,54 +316,17 @@ pub unsafe extern "ptx-kernel" fn merge_sharded(p: RejectionParams) {
     let Ok(filter) = (unsafe { row_filter(&p, &req, i, which) }) else {
         return; // not filtered: the threshold kernel's `τ` stands
     };
-    let (ranks, len) = (p.shard_ranks, round_1_bytes(&p) as u64);
-    let n = shard::merge_entries(ranks as usize) as u32;
-    // SAFETY (all): the launch's dynamic shared memory holds `n` groups
-    // (caller); every access to another thread's entries is between barriers.
-    let groups = unsafe { gpu::dynamic_shared::<Group>() };
-    let mut j = tid;
-    while j < n {
-        let (q, at) = (j / MAX_TOP_K, j % MAX_TOP_K);
-        let entry = if q < ranks {
-            // SAFETY: rank q's message, inside `recv` (caller); `at` inside its list.
-            unsafe {
-                let list = shard::list_at(p.recv + q as u64 * len, pairs(&p) as usize, which as usize, pair as usize);
-                let above = (*list).above.min(MAX_TOP_K - 1);
-                if at < above {
-                    Group { value: (&raw const (*list).values as *const f32).add(at as usize).read(), count: 1, mass: 0 }
-                } else if at == MAX_TOP_K - 1 && (*list).ties > 0 {
-                    Group { value: (*list).tie, count: (*list).ties, mass: 0 }
-                } else {
-                    EMPTY_GROUP
-                }
-            }
-        } else {
-            EMPTY_GROUP
-        };
-        unsafe { groups.add(j as usize).write(entry) };
-        j += BLOCK_THREADS;
-    }
+    let len = round_1_bytes(&p) as u64;
+    // SAFETY: rank q's message, inside `recv` (caller).
+    let list = |q: u32| {
+        shard::list_at(p.recv + q as u64 * len, pairs(&p) as usize, which as usize, pair as usize) as *const TopList
+    };
     // SAFETY (all): every thread of the block is here (the returns above
-    // are block-uniform); the barriers order the phases' accesses to the
-    // entries, and thread 0's write of `τ` before warp 0 reads it.
+    // are block-uniform); `merge_lists` wrote `τ` and the groups before a
+    // barrier; the launch's shared memory as `merge_lists` needs it (caller).
     unsafe {
-        sort_groups(groups, n);
-        let max = first_value(core::slice::from_raw_parts(groups, n as usize));
-        gpu::sync_threads();
-        let mut j = tid;
-        while j < n {
-            let e = groups.add(j as usize);
-            (*e).mass = entry_mass(*e, max);
-            j += BLOCK_THREADS;
-        }
-        gpu::sync_threads();
         let tau_at = (p.thresholds as *mut f32).add(super::threshold::entry(&p, r, i, which));
-        if tid == 0 {
-            let all = core::slice::from_raw_parts_mut(groups, n as usize);
-            let g = join_groups(all);
-            tau_at.write(if g == 0 { -f32::MAX } else { threshold(&all[..g], filter, p.shard.vocab as usize) });
-        }
-        gpu::sync_threads();
+        let (groups, n) = merge_lists(p.shard_ranks, list, filter, p.shard.vocab as usize, tau_at);
         if tid < WARP {
             // The groups are the entries of a nonzero count (`join_groups`).
             let tau = tau_at.read();
@@ -388,49 +348,6 @@ pub unsafe extern "ptx-kernel" fn merge_sharded(p: RejectionParams) {
             }
         }
     }
-}
-
-/// An entry of no value, which sorts last.
-const EMPTY_GROUP: Group = Group { value: f32::NEG_INFINITY, count: 0, mass: 0 };
-
-/// Sorts the `n` (a power of two) entries at `groups` largest value first
-/// (by `filter::key`; [`EMPTY_GROUP`]s last), a bitonic sort.
-///
-/// # Safety
-/// Every thread of the block calls this together; `groups` is shared
-/// memory of `n` entries, written before the call by any thread.
-#[inline(always)]
-unsafe fn sort_groups(groups: *mut Group, n: u32) {
-    let rank = |g: &Group| if g.count == 0 { 0 } else { key(g.value) };
-    let mut size = 2;
-    while size <= n {
-        let mut stride = size / 2;
-        while stride > 0 {
-            // SAFETY: every thread is here (caller); the loops are uniform.
-            unsafe { gpu::sync_threads() };
-            let mut a = gpu::thread_idx_x();
-            while a < n {
-                let b = a ^ stride;
-                if b > a {
-                    // SAFETY (all): a < b < n, each pair compared by one thread.
-                    unsafe {
-                        let (x, y) = (groups.add(a as usize).read(), groups.add(b as usize).read());
-                        // Descending within blocks whose `size` bit is clear.
-                        let descending = a & size == 0;
-                        if (rank(&x) < rank(&y)) == descending {
-                            groups.add(a as usize).write(y);
-                            groups.add(b as usize).write(x);
-                        }
-                    }
-                }
-                a += BLOCK_THREADS;
-            }
-            stride /= 2;
-        }
-        size *= 2;
-    }
-    // SAFETY: as above.
-    unsafe { gpu::sync_threads() };
 }
 
 /// The tokens of a sharded call's jobs (`names::REJECTION_COMBINE_SHARDED`;

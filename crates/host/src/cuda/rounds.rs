@@ -1,0 +1,56 @@
+//! The exchanges of a sharded call on the GPU (REFERENCE §9): its rounds'
+//! message lengths, the rank's header and where the messages lie in the
+//! workspace, and how many rounds have run, so that a call that fails part
+//! way still sends every round (each rank then waits for none). An exchange
+//! that fails ends the rank's exchanges: exchanges fail on every rank alike
+//! (messages of different lengths, a peer that failed), and ranks whose
+//! calls differ in their number of rounds (filter arrays on some ranks
+//! only) would otherwise wait for each other forever.
+
+use super::{Messages, Workspace};
+use crate::error::Result;
+use crate::memory::Device;
+use crate::shard::Exchange;
+use specdec_core::shard;
+
+/// A sharded call's `lens.len()` exchanges, in order.
+pub(super) struct Rounds<'e> {
+    pub exchange: &'e mut dyn Exchange<Device>,
+    pub messages: Messages,
+    /// Each round's message length, in bytes.
+    pub lens: &'e [usize],
+    done: usize,
+    /// Whether an exchange failed: no more are run.
+    failed: bool,
+    /// The rank's header (valid once its checks passed).
+    pub header: shard::Header,
+    /// The rank's message and every rank's (`Workspace::message_addresses`).
+    pub at: (u64, u64),
+}
+
+impl<'e> Rounds<'e> {
+    /// The rounds of lengths `lens` (the longest fits `messages.slot`).
+    pub fn new(exchange: &'e mut dyn Exchange<Device>, messages: Messages, lens: &'e [usize]) -> Self {
+        Rounds { exchange, messages, lens, done: 0, failed: false, header: shard::Header::default(), at: (0, 0) }
+    }
+
+    /// The next round: the rank's message (zeroed first where `failed`)
+    /// into every rank's receive buffer.
+    pub fn next(&mut self, ws: &mut Workspace, failed: bool) -> Result<()> {
+        let len = self.lens.get(self.done).copied().unwrap_or(0);
+        self.done += 1;
+        let exchange = &mut *self.exchange;
+        let result = ws.exchange_messages(self.messages, len, failed, |s, r| exchange.all_gather(s, r));
+        self.failed |= result.is_err();
+        result
+    }
+
+    /// The rounds not run yet, each with a failed message, so that no rank
+    /// waits for this one (none after an exchange failed).
+    pub fn finish(&mut self, ws: &mut Workspace) -> Result<()> {
+        while self.done < self.lens.len() && !self.failed {
+            self.next(ws, true)?;
+        }
+        Ok(())
+    }
+}
