@@ -179,19 +179,22 @@ fn sharded_filters_without_lists_are_flagged() {
         let mut sent = b.clone();
         sent.filters = FilterTable::per_slot(&[unsent, Filter::OFF, Filter { top_k: 3, ..Filter::OFF }, Filter::OFF]);
         let want = sent.clone().run(&specdec::Backend::cpu()).expect("the CPU call");
-        for (r, (result, _)) in run_sharded(&cuda, &b, &halves).into_iter().enumerate() {
-            let got = result.unwrap_or_else(|e| panic!("{unsent:?} rank {r}: {e}"));
-            for row in 0..b.rows {
-                let (token, status) = (got.tokens[row], got.row_status[row]);
-                if b.slots[row] == 1 {
-                    assert_eq!((token, status & INVALID_FILTER), (-1, INVALID_FILTER), "{unsent:?} rank {r} row {row}");
-                } else {
-                    assert_eq!(
-                        (token, status),
-                        (want.tokens[row], want.row_status[row]),
-                        "{unsent:?} rank {r} row {row}"
-                    );
-                }
+        let got = run_sharded(&cuda, &b, &halves);
+        slot_1_flagged(&b, got, &want, INVALID_FILTER, &format!("{unsent:?}"));
+    }
+}
+
+/// Every rank's rows of `b`'s slot 1 got token `-1` and `flag`, and its
+/// other rows are `want`'s.
+fn slot_1_flagged(b: &Batch, got: Vec<RankOut>, want: &Sampled, flag: u32, ctx: &str) {
+    for (r, (result, _)) in got.into_iter().enumerate() {
+        let got = result.unwrap_or_else(|e| panic!("{ctx}: rank {r}: {e}"));
+        for row in 0..b.rows {
+            let (token, status) = (got.tokens[row], got.row_status[row]);
+            if b.slots[row] == 1 {
+                assert_eq!((token, status & flag), (-1, flag), "{ctx}: rank {r} row {row}");
+            } else {
+                assert_eq!((token, status), (want.tokens[row], want.row_status[row]), "{ctx}: rank {r} row {row}");
             }
         }
     }
@@ -222,24 +225,7 @@ fn ranks_that_disagree_flag_their_rows() {
         |_| 2,
     );
     let want = b.clone().run(&specdec::Backend::cpu()).expect("the CPU call");
-    for (r, (result, _)) in got.into_iter().enumerate() {
-        let got = result.unwrap_or_else(|e| panic!("rank {r}: {e}"));
-        for row in 0..b.rows {
-            if b.slots[row] == 1 {
-                assert_eq!(
-                    (got.tokens[row], got.row_status[row] & INVALID_SHARD),
-                    (-1, INVALID_SHARD),
-                    "rank {r} row {row}"
-                );
-            } else {
-                assert_eq!(
-                    (got.tokens[row], got.row_status[row]),
-                    (want.tokens[row], want.row_status[row]),
-                    "rank {r} row {row}"
-                );
-            }
-        }
-    }
+    slot_1_flagged(&b, got, &want, INVALID_SHARD, "a seed");
 
     // A rank that fails its checks (an offset off a noise word) says why; the others flag every row.
     let bad = [Shard { offset: 0, vocab: 64 }, Shard { offset: 30, vocab: 64 }];
@@ -271,17 +257,7 @@ fn ranks_that_disagree_flag_their_rows() {
         },
         |_| 2,
     );
-    for (r, (result, _)) in got.into_iter().enumerate() {
-        let got = result.unwrap_or_else(|e| panic!("rank {r}: {e}"));
-        for row in 0..b.rows {
-            let (token, status) = (got.tokens[row], got.row_status[row]);
-            if b.slots[row] == 1 {
-                assert_eq!((token, status & INVALID_SHARD), (-1, INVALID_SHARD), "rank {r} row {row}");
-            } else {
-                assert_eq!((token, status), (want.tokens[row], want.row_status[row]), "rank {r} row {row}");
-            }
-        }
-    }
+    slot_1_flagged(&b, got, &want, INVALID_SHARD, "a filter");
 
     // Filter arrays on one rank only (a call of another number of
     // exchanges): the exchange fails on every rank, and none waits.
