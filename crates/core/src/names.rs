@@ -57,6 +57,7 @@ macro_rules! kernel_symbol {
     (@name REJECTION_MERGE_SHARDED) => { "rejection_merge_sharded" };
     (@name GUMBEL_MERGE_SHARDED) => { "gumbel_merge_sharded" };
     (@name GUMBEL_THRESHOLD_SHARDED) => { "gumbel_threshold_sharded" };
+    (@name REJECTION_THRESHOLD_SHARDED) => { "rejection_threshold_sharded" };
     // `DType::name` of each element type.
     (@dtype f32) => { "f32" };
     (@dtype Bf16) => { "bf16" };
@@ -168,6 +169,13 @@ pub const GUMBEL_SAMPLE_FILTERED: Kernel =
 pub const REJECTION_THRESHOLD: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD), pairs: Pairs::All, min_blocks: 3 };
 
+/// [`REJECTION_THRESHOLD`] of a sharded call, writing each filtered row's
+/// top-k list too, as [`GUMBEL_THRESHOLD_SHARDED`] (its own entry took the
+/// unsharded call's top-k rows 2.5–4 % faster at B >= 64: H100,
+/// `benches/results/2026-12-06-nvidia-h100-threshold-sharded-entry.ab.md`). Its bounds.
+pub const REJECTION_THRESHOLD_SHARDED: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD_SHARDED), pairs: Pairs::All, min_blocks: 3 };
+
 /// Pass 1 of a call with filters: [`REJECTION_STATS`]'s body over the masked
 /// rows, for the requests whose kept sets are summed by the run rule
 /// (REFERENCE §7.4), at 3 blocks per SM as its plain twin.
@@ -272,7 +280,7 @@ pub const REJECTION_COMBINE_SHARDED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_COMBINE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
 
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 29] = [
+pub const ALL: [Kernel; 30] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -302,6 +310,7 @@ pub const ALL: [Kernel; 29] = [
     REJECTION_MERGE_SHARDED,
     GUMBEL_MERGE_SHARDED,
     GUMBEL_THRESHOLD_SHARDED,
+    REJECTION_THRESHOLD_SHARDED,
 ];
 
 impl Kernel {
@@ -403,14 +412,15 @@ mod tests {
             GUMBEL_THRESHOLD_SEARCH REJECTION_THRESHOLD_SEARCH REJECTION_STATS_PROCESSED
             REJECTION_STATS_SMALL_PROCESSED REJECTION_STATS_FILTERED_PROCESSED REJECTION_BLOCK REJECTION_RATES
             LOGPROBS_LSE LOGPROBS_TOP GUMBEL_COMBINE REJECTION_DECIDE_SHARDED REJECTION_COMBINE_SHARDED
-            REJECTION_MERGE_SHARDED GUMBEL_MERGE_SHARDED GUMBEL_THRESHOLD_SHARDED);
+            REJECTION_MERGE_SHARDED GUMBEL_MERGE_SHARDED GUMBEL_THRESHOLD_SHARDED
+            REJECTION_THRESHOLD_SHARDED);
         assert_eq!(kernel_symbol!(GUMBEL_SAMPLE, Bf16, f32), "gumbel_sample_bf16_f32");
     }
 
     #[test]
     fn the_table() {
         let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
-        assert_eq!(all.len(), 20 * 9 + 3 * 3 + 6);
+        assert_eq!(all.len(), 21 * 9 + 3 * 3 + 6);
         let mut unique = all.clone();
         unique.sort();
         unique.dedup();

@@ -194,7 +194,9 @@ impl Cuda {
         let draft_dtype = args.draft_logits.as_ref().map_or(DType::BF16, |d| d.data.dtype());
         let dtypes = (target_dtype, draft_dtype);
         let threshold = if filtered {
-            Some(self.kernels.function(names::REJECTION_THRESHOLD.symbol(target_dtype, draft_dtype))?)
+            let kernel =
+                if sharded.is_some() { names::REJECTION_THRESHOLD_SHARDED } else { names::REJECTION_THRESHOLD };
+            Some(self.kernels.function(kernel.symbol(target_dtype, draft_dtype))?)
         } else {
             None
         };

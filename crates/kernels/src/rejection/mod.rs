@@ -222,7 +222,19 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_THRESHOLD, $t, $d))]
             pub unsafe extern "ptx-kernel" fn threshold(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::threshold::thresholds::<$t, $d, false>(&p) }
+                unsafe { super::threshold::thresholds::<$t, $d, false, false>(&p) }
+            }
+
+            /// The thresholds and top-k lists of a sharded call with filters
+            /// (`names::REJECTION_THRESHOLD_SHARDED`).
+            ///
+            /// # Safety
+            /// As `threshold`, in a sharded call: `send` holds the rank's
+            /// round-1 message with its lists.
+            #[unsafe(export_name = kernel_symbol!(REJECTION_THRESHOLD_SHARDED, $t, $d))]
+            pub unsafe extern "ptx-kernel" fn threshold_sharded(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::threshold::thresholds::<$t, $d, false, true>(&p) }
             }
 
             /// A round of the top-p search of the rows `threshold` left to
@@ -234,7 +246,7 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_THRESHOLD_SEARCH, $t, $d))]
             pub unsafe extern "ptx-kernel" fn threshold_search(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::threshold::thresholds::<$t, $d, true>(&p) }
+                unsafe { super::threshold::thresholds::<$t, $d, true, false>(&p) }
             }
 
             /// Pass 1 of a call with filters, after `threshold`

@@ -46,9 +46,9 @@ pub(super) fn filter_scratch(p: &RejectionParams, r: u32, i: u32, which: u32) ->
 /// threshold entry `e` (`which · requests·(K+1) + r·(K+1) + i`, as
 /// [`entry`]), its `τ` written by the row's last block
 /// (`crate::threshold::chunk_threshold`), or by block 0 where it needs no
-/// read (the value [`row_filter`] gives; pass 1 flags a NaN). In a sharded
-/// call, the rank's own top-k threshold of its ids, and the row's
-/// `shard::TopList` in the rank's message. With
+/// read (the value [`row_filter`] gives; pass 1 flags a NaN). With
+/// `SHARDED` (a sharded call's), the rank's own top-k threshold of its ids,
+/// and the row's `shard::TopList` in the rank's message. With
 /// `SEARCH`, the search kernel: a round of the top-p search of the rows the
 /// threshold kernel left to all their blocks
 /// (`crate::threshold::search_round`), the `τ` written by the last round.
@@ -58,7 +58,7 @@ pub(super) fn filter_scratch(p: &RejectionParams, r: u32, i: u32, which: u32) ->
 /// threshold_chunks)`, with `layout::THRESHOLD_SHARED_BYTES` of shared memory
 /// (with `SEARCH`, after the threshold kernel, once a round).
 #[inline(always)]
-pub(super) unsafe fn thresholds<T: Load, D: Load, const SEARCH: bool>(p: &RejectionParams) {
+pub(super) unsafe fn thresholds<T: Load, D: Load, const SEARCH: bool, const SHARDED: bool>(p: &RejectionParams) {
     let (e, c) = (gpu::block_idx_x(), gpu::block_idx_y());
     let Some((which, pair, r, i)) = entry_at(p, e).filter(|_| c < p.threshold_chunks) else {
         return; // whole block
@@ -73,12 +73,12 @@ pub(super) unsafe fn thresholds<T: Load, D: Load, const SEARCH: bool>(p: &Reject
     let split = (p.threshold_chunk, c, p.threshold_chunks);
     // A rank of a sharded call finds its own top-k list of the row, whose
     // ranks' lists the merge kernel's filter then runs on (`super::sharded`).
-    let (ids, list) = if sharded(p) {
+    let (ids, list) = if SHARDED {
         (p.shard.vocab, shard::list_at(p.send, sharded::pairs(p) as usize, which as usize, pair as usize))
     } else {
         (p.vocab, core::ptr::null_mut())
     };
-    let active = active.map(|f| if sharded(p) { Filter { top_k: f.top_k, ..Filter::OFF } } else { f });
+    let active = active.map(|f| if SHARDED { Filter { top_k: f.top_k, ..Filter::OFF } } else { f });
     // SAFETY (both): every thread of the block is here (block-uniform
     // branches), and each block of the entry once; a valid request's rows.
     let tau = match active {
