@@ -45,7 +45,7 @@ use crate::load::{Load, any_nan, for_each_quad, for_each_quad_shared, widen};
 use crate::merge::merge_lists;
 use crate::row::{SlotState, chunk_range, write_token};
 use crate::shared;
-use crate::threshold::{chunk_threshold, load_filter, mask, search_round};
+use crate::threshold::{chunk_threshold, filter_words, load_filter, mask, search_round};
 use core::cell::Cell;
 use specdec_core::argmax::{ArgMax, Floored};
 use specdec_core::dtype::{Bf16, F16};
@@ -126,7 +126,7 @@ unsafe fn gumbel_sample<L: Load, D: Load, const LEAN: bool, const Q: u32, const 
             unsafe { (p.send as *mut shard::Header).write(p.shard) };
         }
         // SAFETY: a valid state's slot is below num_slots, each table's length.
-        let filters = if state.is_valid() && state.slot >= 0 { unsafe { filter_words(p, state.slot as usize) } } else { [0; 3] };
+        let filters = if state.is_valid() && state.slot >= 0 { unsafe { filter_words(&p.filters, state.slot as usize) } } else { [0; 3] };
         shard::row_digest(state.slot, state.temperature, state.seed, pos, column, filters)
     } else {
         0
@@ -399,19 +399,6 @@ unsafe fn row_filter(p: &GumbelParams, state: &SlotState) -> Result<Filter, f32>
         Some(f) if p.send != 0 && !(f.has_top_k(vocab) && f.top_k <= MAX_TOP_K) => Err(f32::NAN),
         Some(f) => Ok(f),
     }
-}
-
-/// Slot `slot`'s filter values as stored, as words (`top_k`, `top_p`,
-/// `min_p`; 0 for a table the call lacks): what a sharded call's ranks must
-/// read alike (`shard::row_digest`).
-///
-/// # Safety
-/// `slot < num_slots`, each given table's length (host-checked).
-#[inline(always)]
-unsafe fn filter_words(p: &GumbelParams, slot: usize) -> [u32; 3] {
-    // SAFETY: inside each given table (caller).
-    let word = |table: u64| if table == 0 { 0 } else { unsafe { *(table as *const u32).add(slot) } };
-    [word(p.filters.top_k), word(p.filters.top_p), word(p.filters.min_p)]
 }
 
 /// The filtered rows of a sharded call after round 1

@@ -250,6 +250,19 @@ pub unsafe fn load_filter(tables: &FilterTables, slot: usize) -> Option<Filter> 
     Some(f)
 }
 
+/// Slot `slot`'s filter values in `tables` as stored, as words (`top_k`,
+/// `top_p`, `min_p`; 0 for a table not given): what a sharded call's ranks
+/// must read alike (`shard::row_digest`, `shard::pair_digest`).
+///
+/// # Safety
+/// Each given table holds more than `slot` elements.
+#[inline(always)]
+pub unsafe fn filter_words(tables: &FilterTables, slot: usize) -> [u32; 3] {
+    // SAFETY: inside each given table (caller).
+    let word = |table: u64| if table == 0 { 0 } else { unsafe { *(table as *const u32).add(slot) } };
+    [word(tables.top_k), word(tables.top_p), word(tables.min_p)]
+}
+
 /// A scaled value `y` as its row's distribution sees it, given the row's
 /// `tau`: itself if the row is kept whole (`tau = -inf`: the row's filters
 /// are off) or `y` is in `S`, else `-inf` (NaN included: the CPU twin masks

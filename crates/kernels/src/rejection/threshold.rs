@@ -9,7 +9,7 @@
 use super::{Request, draft_row, sharded, target_row};
 use crate::gpu;
 use crate::load::Load;
-use crate::threshold::{chunk_threshold, load_filter, search_round};
+use crate::threshold::{chunk_threshold, filter_words as words, load_filter, search_round};
 use specdec_core::filter::Filter;
 use specdec_core::layout::RejectionParams;
 use specdec_core::scratch::FilterScratch;
@@ -144,16 +144,15 @@ pub(super) unsafe fn row_filter(p: &RejectionParams, req: &Request, i: u32, whic
     }
 }
 
-/// Slot `slot`'s filter values as stored, as words: the target's `top_k`,
-/// `top_p` and `min_p`, then the draft logits' (0 for a table the call
-/// lacks), what a sharded call's ranks must read alike (`shard::pair_digest`).
+/// Slot `slot`'s filter values as stored, as words
+/// (`crate::threshold::filter_words`): the target's, then the draft
+/// logits', what a sharded call's ranks must read alike (`shard::pair_digest`).
 ///
 /// # Safety
 /// `slot < num_slots`, each given table's length (host-checked).
 #[inline(always)]
 pub(super) unsafe fn filter_words(p: &RejectionParams, slot: usize) -> [u32; 6] {
-    // SAFETY: inside each given table (caller).
-    let word = |table: u64| if table == 0 { 0 } else { unsafe { *(table as *const u32).add(slot) } };
-    let (t, d) = (&p.filters, &p.draft_filters);
-    [word(t.top_k), word(t.top_p), word(t.min_p), word(d.top_k), word(d.top_p), word(d.min_p)]
+    // SAFETY (both): forwarded.
+    let ([a, b, c], [d, e, f]) = unsafe { (words(&p.filters, slot), words(&p.draft_filters, slot)) };
+    [a, b, c, d, e, f]
 }
