@@ -188,19 +188,8 @@ pub fn candidates_at(message: u64, request: usize) -> *mut Resampled {
 /// for a row would draw under different noise or keep different sets, so
 /// the combine flags the row instead.
 pub fn row_digest(slot: i32, temperature: f32, seed: u64, pos: u64, column: u32, filters: [u32; 3]) -> u32 {
-    let [k, p, m] = filters;
-    fnv(&[
-        slot as u32,
-        temperature.to_bits(),
-        seed as u32,
-        (seed >> 32) as u32,
-        pos as u32,
-        (pos >> 32) as u32,
-        column,
-        k,
-        p,
-        m,
-    ])
+    let ([a, b, c, d, e, f], [k, p, m]) = (slot_words(slot, temperature, seed, pos), filters);
+    fnv(&[a, b, c, d, e, f, column, k, p, m])
 }
 
 /// A digest of what a `rejection_sample` pair reads besides its logits: its
@@ -219,27 +208,19 @@ pub fn pair_digest(
     drafts: u32,
     filters: [u32; 6],
 ) -> u32 {
-    let [a, b, c, d, e, f] = filters;
-    fnv(&[
-        slot as u32,
-        temperature.to_bits(),
-        seed as u32,
-        (seed >> 32) as u32,
-        pos as u32,
-        (pos >> 32) as u32,
-        draft as u32,
-        row0,
-        drafts,
-        a,
-        b,
-        c,
-        d,
-        e,
-        f,
-    ])
+    let ([a, b, c, d, e, f], [g, h, i, j, k, l]) = (slot_words(slot, temperature, seed, pos), filters);
+    fnv(&[a, b, c, d, e, f, draft as u32, row0, drafts, g, h, i, j, k, l])
+}
+
+/// The words both digests begin with: a slot, its temperature and seed, and
+/// a row's position.
+fn slot_words(slot: i32, temperature: f32, seed: u64, pos: u64) -> [u32; 6] {
+    [slot as u32, temperature.to_bits(), seed as u32, (seed >> 32) as u32, pos as u32, (pos >> 32) as u32]
 }
 
 /// FNV-1a over `words`, then a final mix, so that one bit moves many.
+/// A slice of a fixed-size array, walked by index: in the kernels it
+/// unrolls into registers (an iterator chain went through local memory).
 fn fnv(words: &[u32]) -> u32 {
     let mut h = 0x811c_9dc5u32;
     let mut i = 0;
