@@ -175,7 +175,8 @@ impl Cuda {
         } else {
             None
         };
-        let search = if args.params.filters.searches() {
+        // A sharded call's rank finds its top-k threshold alone: no search.
+        let search = if sharded.is_none() && args.params.filters.searches() {
             Some(self.kernels.function(names::GUMBEL_THRESHOLD_SEARCH.symbol(logits_dtype, draft_dtype))?)
         } else {
             None
@@ -279,8 +280,6 @@ impl Cuda {
             let merge = if filtered { Some(kernel_f32(names::GUMBEL_MERGE_SHARDED)?) } else { None };
             (p.shard, p.shard_ranks) = (rounds.header, rounds.messages.ranks as u32);
             (p.send, p.recv) = rounds.at;
-            // A rank's threshold is its top-k alone: no search.
-            p.threshold_search = 0;
             let filters = threshold.as_ref().map(|t| t.kernel).zip(merge.as_ref());
             let combined = GumbelCombineParams {
                 recv: p.recv,

@@ -200,12 +200,14 @@ impl Cuda {
         } else {
             None
         };
-        let search =
-            if args.params.filters.searches() || args.draft_logits.as_ref().is_some_and(|d| d.filters.searches()) {
-                Some(self.kernels.function(names::REJECTION_THRESHOLD_SEARCH.symbol(target_dtype, draft_dtype))?)
-            } else {
-                None
-            };
+        // A sharded call's rank finds its top-k thresholds alone: no search.
+        let searches =
+            args.params.filters.searches() || args.draft_logits.as_ref().is_some_and(|d| d.filters.searches());
+        let search = if sharded.is_none() && searches {
+            Some(self.kernels.function(names::REJECTION_THRESHOLD_SEARCH.symbol(target_dtype, draft_dtype))?)
+        } else {
+            None
+        };
         // Log-probabilities of the processed distribution alone: the passes
         // write them and their log-sum-exps, from the statistics they keep
         // (no row read again), pass 1 in its kernels that do; a top-n of them
@@ -408,8 +410,6 @@ impl Cuda {
             let merge = if filtered { Some(kernel(names::REJECTION_MERGE_SHARDED)?) } else { None };
             (p.shard, p.shard_ranks) = (rounds.header, rounds.messages.ranks as u32);
             (p.send, p.recv) = rounds.at;
-            // A rank's threshold is its top-k alone: no search.
-            p.threshold_search = 0;
             let filters = threshold.as_ref().map(|t| t.kernel).zip(merge.as_ref());
             // SAFETY: as below (no block verification:
             // `check_sharded_rejection`; no search launches); the workspace's
