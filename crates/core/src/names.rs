@@ -153,8 +153,9 @@ pub const GUMBEL_THRESHOLD: Kernel =
 /// [`GUMBEL_THRESHOLD`] of a sharded call: the rank's own top-k threshold of
 /// each filtered row, and the row's top-k list in the rank's round-1 message
 /// (`shard::TopList`). An entry of its own: the list's writes, in the
-/// unsharded call's kernel, cost its filtered calls 8 % (a call frame; H100,
-/// `benches/results/2026-12-06-nvidia-h100-sharded-gumbel-filters.md`). Its bounds.
+/// unsharded call's kernel, give it a call frame that slows its filtered
+/// calls (`benches/results/2026-12-06-nvidia-h100-sharded-gumbel-filters.md`).
+/// Its bounds.
 pub const GUMBEL_THRESHOLD_SHARDED: Kernel =
     Kernel { name: kernel_symbol!(@name GUMBEL_THRESHOLD_SHARDED), pairs: Pairs::All, min_blocks: 3 };
 
@@ -170,9 +171,9 @@ pub const REJECTION_THRESHOLD: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD), pairs: Pairs::All, min_blocks: 3 };
 
 /// [`REJECTION_THRESHOLD`] of a sharded call, writing each filtered row's
-/// top-k list too, as [`GUMBEL_THRESHOLD_SHARDED`] (its own entry took the
-/// unsharded call's top-k rows 2.5–4 % faster at B >= 64: H100,
-/// `benches/results/2026-12-06-nvidia-h100-threshold-sharded-entry.ab.md`). Its bounds.
+/// top-k list too, an entry of its own as [`GUMBEL_THRESHOLD_SHARDED`] is
+/// (`benches/results/2026-12-06-nvidia-h100-threshold-sharded-entry.ab.md`).
+/// Its bounds.
 pub const REJECTION_THRESHOLD_SHARDED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD_SHARDED), pairs: Pairs::All, min_blocks: 3 };
 
@@ -186,8 +187,8 @@ pub const REJECTION_STATS_FILTERED: Kernel =
 /// over the same grid: the requests whose filters may pool their rows, their
 /// kept sets summed a term a kept value (REFERENCE §7.4), at 3 blocks per SM.
 /// A kernel of its own: in one with the run rule's loop, at 3 blocks, both
-/// loops spill (at 2, the top-k rows ran 15–20 % slower:
-/// `benches/results/2026-12-06-nvidia-h100-kept-rule.ab.md`).
+/// loops spill, and at 2 the top-k rows ran slower
+/// (`benches/results/2026-12-06-nvidia-h100-kept-rule.ab.md`).
 pub const REJECTION_STATS_KEPT: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_STATS_KEPT), pairs: Pairs::All, min_blocks: 3 };
 
