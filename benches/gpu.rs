@@ -39,7 +39,8 @@
 //! - Outputs beside the tokens (REFERENCE §8): `rejection_sample` with bf16
 //!   draft logits (f32 target, T = 0.8, K = 7, V = 151936) at B ∈ {1, 256},
 //!   asking also for each emitted token's processed log-probability (name
-//!   suffix ` +logprobs`), or for it and the top 20 (`MAX_TOP_LOGPROBS`)
+//!   suffix ` +logprobs`; with the raw one too, ` +logprobs+raw`; both also
+//!   with the first of the verification filters), or for it and the top 20 (`MAX_TOP_LOGPROBS`)
 //!   under the processed distribution with the emitted token's rank
 //!   (` +top20`), or verifying each request's drafts as a block (REFERENCE
 //!   §4.11: ` +block`). Each runs beside the plain call of the grid (the name less
@@ -406,6 +407,8 @@ enum Outputs {
     Plain,
     /// Each emitted token's processed log-probability.
     Logprobs,
+    /// Each emitted token's processed and raw log-probabilities.
+    Raw,
     /// That, and the top `MAX_TOP_LOGPROBS` (20) of each emitted position
     /// under the processed distribution with the emitted token's rank.
     Top20,
@@ -420,6 +423,7 @@ impl Outputs {
         match self {
             Outputs::Plain => String::new(),
             Outputs::Logprobs => " +logprobs".to_string(),
+            Outputs::Raw => " +logprobs+raw".to_string(),
             Outputs::Top20 => format!(" +top{MAX_TOP_LOGPROBS}"),
             Outputs::Block => " +block".to_string(),
         }
@@ -430,6 +434,7 @@ impl Outputs {
         match self {
             Outputs::Plain => "null".to_string(),
             Outputs::Logprobs => json_str("logprobs"),
+            Outputs::Raw => json_str("logprobs+raw"),
             Outputs::Top20 => json_str(&format!("top{MAX_TOP_LOGPROBS}")),
             Outputs::Block => json_str("block"),
         }
@@ -596,11 +601,16 @@ fn grid() -> Vec<Spec> {
                     grid.push(Spec::Rejection { mode, bf16_target: false, b, k, vocab, filter: Some(filter), outputs });
                 }
             }
-            // Outputs beside the tokens, each beside the plain call of the grid above.
+            // Outputs beside the tokens, each beside the plain call of the grid above
+            // (the log-probabilities of filtered requests too: their `LSE(S)`).
             for b in OUTPUT_REQUESTS {
-                for outputs in [Outputs::Logprobs, Outputs::Top20, Outputs::Block] {
+                for outputs in [Outputs::Logprobs, Outputs::Raw, Outputs::Top20, Outputs::Block] {
                     let mode = VerifyMode::Bf16Draft;
                     grid.push(Spec::Rejection { mode, bf16_target: false, b, k: 7, vocab, filter: None, outputs });
+                }
+                for outputs in [Outputs::Logprobs, Outputs::Raw] {
+                    let (mode, filter) = (VerifyMode::Bf16Draft, Some(VERIFY_FILTERS[0]));
+                    grid.push(Spec::Rejection { mode, bf16_target: false, b, k: 7, vocab, filter, outputs });
                 }
             }
         }
@@ -662,9 +672,13 @@ impl Spec {
         filter.filter(|&f| f != Filter::OFF)
     }
 
-    /// The same call without filters that a filtered case is compared with.
+    /// The same call without filters that a filtered case is compared with
+    /// (a filtered outputs case: with its plain call alone, [`Spec::plain`]).
     fn unfiltered(&self) -> Option<Spec> {
         self.active_filter()?;
+        if self.plain().is_some() {
+            return None;
+        }
         Some(match *self {
             Spec::Gumbel { mode, zipf, vocab, rows, .. } => {
                 Spec::Gumbel { mode, zipf, vocab, rows, filter: Some(Filter::OFF) }
@@ -937,6 +951,8 @@ impl FilterArrays {
 struct OutputArrays {
     /// `f32 [positions]`: each emitted token's processed log-probability.
     processed: Option<CudaSlice<f32>>,
+    /// `f32 [positions]`: each emitted token's raw log-probability.
+    raw: Option<CudaSlice<f32>>,
     /// The top `MAX_TOP_LOGPROBS` under the processed distribution: their
     /// log-probabilities and ids (`[positions, MAX_TOP_LOGPROBS]`) and the
     /// emitted token's rank (`[positions]`).
@@ -946,7 +962,9 @@ struct OutputArrays {
 impl OutputArrays {
     fn alloc(s: &Arc<CudaStream>, outputs: Outputs, positions: usize, case: &str) -> OutputArrays {
         let top_len = positions * MAX_TOP_LOGPROBS;
-        let processed = matches!(outputs, Outputs::Logprobs | Outputs::Top20).then(|| s.alloc_zeros::<f32>(positions));
+        let processed = matches!(outputs, Outputs::Logprobs | Outputs::Raw | Outputs::Top20)
+            .then(|| s.alloc_zeros::<f32>(positions));
+        let raw = (outputs == Outputs::Raw).then(|| s.alloc_zeros::<f32>(positions));
         let top = (outputs == Outputs::Top20).then(|| {
             Ok::<_, cudarc::driver::DriverError>((
                 s.alloc_zeros::<f32>(top_len)?,
@@ -956,6 +974,7 @@ impl OutputArrays {
         });
         OutputArrays {
             processed: processed.transpose().unwrap_or_else(|e| fail(case, e)),
+            raw: raw.transpose().unwrap_or_else(|e| fail(case, e)),
             top: top.transpose().unwrap_or_else(|e| fail(case, e)),
         }
     }
@@ -966,6 +985,9 @@ impl OutputArrays {
         if let Some(p) = &mut self.processed {
             out = out.with_processed(p);
         }
+        if let Some(r) = &mut self.raw {
+            out = out.with_raw(r);
+        }
         if let Some((lp, ids, ranks)) = &mut self.top {
             out = out.with_top(MAX_TOP_LOGPROBS, Distribution::Processed, lp, ids, ranks);
         }
@@ -973,12 +995,13 @@ impl OutputArrays {
     }
 
     /// Ends the run unless every emitted position (`i < emitted[r]` of each
-    /// request's `k + 1`) has a processed log-probability that is finite and
-    /// at most 0 (1e-4 of rounding allowed), a rank of at least 1 and top ids
+    /// request's `k + 1`) has processed and raw log-probabilities that are
+    /// finite and at most 0 (1e-4 of rounding allowed), a rank of at least 1 and top ids
     /// in `0..vocab` with non-increasing log-probabilities, and every
     /// position past them NaN log-probabilities and `-1` ids and ranks.
     fn check(&self, s: &Arc<CudaStream>, emitted: &[i32], k: usize, vocab: usize, case: &str) {
         let processed = self.processed.as_ref().map(|p| s.clone_dtoh(p).unwrap_or_else(|e| fail(case, e)));
+        let raw = self.raw.as_ref().map(|p| s.clone_dtoh(p).unwrap_or_else(|e| fail(case, e)));
         let top = self.top.as_ref().map(|(lp, ids, ranks)| {
             let download = |d: &CudaSlice<i32>| s.clone_dtoh(d).unwrap_or_else(|e| fail(case, e));
             (s.clone_dtoh(lp).unwrap_or_else(|e| fail(case, e)), download(ids), download(ranks))
@@ -988,10 +1011,12 @@ impl OutputArrays {
             for i in 0..=k {
                 let (at, kept) = (r * (k + 1) + i, i < emitted as usize);
                 let position = || format!("request {r}, position {i} of {emitted} emitted");
-                if let Some(p) = processed.as_ref().map(|p| p[at]) {
-                    let good = if kept { p.is_finite() && p <= 1e-4 } else { p.is_nan() };
-                    if !good {
-                        fail(case, format!("{}: processed logprob {p}", position()));
+                for (what, values) in [("processed", &processed), ("raw", &raw)] {
+                    if let Some(p) = values.as_ref().map(|p| p[at]) {
+                        let good = if kept { p.is_finite() && p <= 1e-4 } else { p.is_nan() };
+                        if !good {
+                            fail(case, format!("{}: {what} logprob {p}", position()));
+                        }
                     }
                 }
                 let Some((lp, ids, ranks)) = &top else { continue };
