@@ -29,8 +29,8 @@ impl Outputs {
         Outputs::asking(backend, v, true)
     }
 
-    /// With the processed log-probabilities alone, which the passes write
-    /// from pass 1's log-sum-exps (no log-probability kernel).
+    /// With the processed log-probabilities alone (no log-probability
+    /// kernel after the call; with raw ones too, the raw sums' kernel).
     fn processed(backend: &specdec::Backend, v: &Verify) -> Outputs {
         Outputs::asking(backend, v, false)
     }

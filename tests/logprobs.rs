@@ -386,6 +386,77 @@ test_device!(rejection_logprobs_cover_the_emitted_positions, |backend, scale| {
     }
 });
 
+// A request's processed log-probabilities are the same bits whatever else
+// the call asks for (raw ones, a top-n of either distribution): on CUDA they
+// come from the verifier's own `LSE(S)` in every case, where a call asking
+// for raw ones once took them from the raw kernel's sums, which differ in
+// the last bits for a top-k request (its kept set summed a term a kept
+// value in pass 1). Filtered requests of every kind, greedy and unfiltered
+// ones among them, one-hot drafts and draft logits; the top-n of the
+// processed distribution the same bits too.
+test_device!(processed_logprobs_do_not_depend_on_what_else_is_asked, |backend, scale| {
+    use specdec_suite::drafting::draft_logits_like;
+    use specdec_suite::verify::Asked;
+    let filters = [
+        Filter { top_k: 50, ..Filter::OFF },
+        Filter { top_k: 1, ..Filter::OFF },
+        Filter { top_k: 256, top_p: 0.9, min_p: 0.0 },
+        Filter { top_k: 1000, top_p: 1.0, min_p: 0.02 },
+        Filter { top_k: 7, top_p: 0.5, min_p: 0.1 },
+        Filter { top_k: 0, top_p: 0.9, min_p: 0.0 },
+        Filter { top_k: 0, top_p: 1.0, min_p: 0.05 },
+        Filter::OFF,
+    ];
+    let temperatures = [0.8f32, 1.0, 0.6, 1.3, 0.9, 1.1, 0.7, 0.0];
+    let (vocab, k) = (if scale > 1 { 151_936 } else { 32_000 }, 3usize);
+    let mut rng = Rng::new(91);
+    for dtype in [DType::F32, DType::BF16] {
+        for draft_logits in [false, true] {
+            let requests = 3 * filters.len();
+            let n_r: Vec<usize> = (0..requests).map(|_| rng.below(k + 1)).collect();
+            let rows: usize = n_r.iter().map(|n| n + 1).sum();
+            let raw: Vec<f32> = (0..rows).flat_map(|r| mixed_logits(vocab, 500 + r as u64)).collect();
+            let mut v = Verify::new(Values::from_f32(dtype, &raw), vocab, &n_r, k, 1.0);
+            v.temperature = (0..requests).map(|r| temperatures[r % filters.len()]).collect();
+            v.filters = FilterTable::per_slot(&(0..requests).map(|r| filters[r % filters.len()]).collect::<Vec<_>>());
+            let widened = v.target.f32s(0..raw.len());
+            // Drafts: each row's argmax half the time (so some are accepted), else a random id.
+            for (r, &n) in n_r.iter().enumerate() {
+                for i in 0..n {
+                    let row = v.offsets[r] as usize + i;
+                    let best = specdec_suite::inputs::first_argmax(&widened[row * vocab..(row + 1) * vocab]);
+                    v.drafts[row] = if rng.below(2) == 0 { best as i32 } else { rng.below(vocab) as i32 };
+                }
+            }
+            if draft_logits {
+                v.draft = Some(draft_logits_like(&mut rng, &v, DType::BF16, 0.5));
+            }
+            let ctx = format!("{dtype:?}, draft logits {draft_logits}");
+            let asked = |raw: bool, top: Option<Distribution>| Asked { processed: true, raw, top: top.map(|d| (5, d)) };
+            let (alone_tokens, alone) = v.run_logprobs(&backend, Some(asked(false, None))).expect("a valid call");
+            let (_, alone_top) =
+                v.run_logprobs(&backend, Some(asked(false, Some(Distribution::Processed)))).expect("a valid call");
+            assert_eq!(alone_top.processed, alone.processed, "{ctx}: with a processed top-n");
+            for (raw, top) in [(true, None), (true, Some(Distribution::Processed)), (false, Some(Distribution::Raw))] {
+                let (tokens, got) = v.run_logprobs(&backend, Some(asked(raw, top))).expect("a valid call");
+                let ctx = format!("{ctx}, raw {raw}, top {top:?}");
+                assert_eq!(tokens, alone_tokens, "{ctx}: tokens");
+                for (at, (&a, &b)) in alone.processed.iter().zip(&got.processed).enumerate() {
+                    assert_eq!(a, b, "{ctx}, position {at}: {} against {} alone", f32::from_bits(b), f32::from_bits(a));
+                }
+                if top == Some(Distribution::Processed) {
+                    assert_eq!(
+                        (&got.top, &got.ids, &got.ranks),
+                        (&alone_top.top, &alone_top.ids, &alone_top.ranks),
+                        "{ctx}: top-n"
+                    );
+                }
+            }
+            assert!(alone_tokens.num_emitted.iter().sum::<i32>() as usize > requests, "{ctx}: some drafts accepted");
+        }
+    }
+});
+
 // A NaN logit is an impossible id (log-probability `-inf`, as for the
 // argmax): the row's log-probabilities are those of the row without it.
 test_device!(a_nan_logit_is_an_impossible_id, |backend, scale| {

@@ -353,6 +353,11 @@ pub struct LogprobsParams {
     /// `0 ..= MAX_TOP_LOGPROBS`, and whether the top-n is of the raw distribution.
     pub top_n: u32,
     pub top_raw: u32,
+    /// Non-zero: the call's own kernels wrote the processed
+    /// log-probabilities and each emitted position's processed log-sum-exp
+    /// (`rejection_sample`'s passes, from pass 1's `LSE(S)`): the first
+    /// kernel sums the raw distribution alone and keeps only its sum.
+    pub processed_in_passes: u32,
     pub chunk: u32,
     pub chunks: u32,
 }

@@ -209,7 +209,7 @@ pub const GUMBEL_THRESHOLD_SEARCH: Kernel =
 pub const REJECTION_THRESHOLD_SEARCH: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_THRESHOLD_SEARCH), pairs: Pairs::All, min_blocks: 3 };
 
-/// Pass 1 of a call that asks for the processed log-probabilities alone
+/// Pass 1 of a call that asks for processed log-probabilities
 /// (REFERENCE §8): [`REJECTION_STATS`]'s body writing them as it decides,
 /// greedy rows summing their exponentials too, at 3 blocks per SM as its
 /// plain twin.

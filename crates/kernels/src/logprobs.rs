@@ -151,7 +151,8 @@ unsafe fn lse<V: Load>(p: &LogprobsParams) {
     let tid = gpu::thread_idx_x();
     let top = p.ranks != 0;
     let raw = p.raw != 0 || e.greedy || (top && p.top_raw != 0);
-    let processed = !e.greedy && (p.processed != 0 || (top && p.top_raw == 0));
+    // Where the passes wrote them, the processed sums are theirs (pass 1's `LSE(S)`).
+    let processed = p.processed_in_passes == 0 && !e.greedy && (p.processed != 0 || (top && p.top_raw == 0));
     let unit = Sampler::new(1.0, 0, 0, Stream::Target);
     let (start, end) = chunk_range(p.vocab, p.chunk, c);
     let none: *const V = core::ptr::null();
@@ -223,7 +224,12 @@ unsafe fn lse<V: Load>(p: &LogprobsParams) {
             (p.raw as *mut f32).add(at as usize).write(raw_log_prob(x, lse.raw));
         }
         if top {
-            (p.lse as *mut LogprobsLse).add(at as usize).write(lse);
+            let lse_at = (p.lse as *mut LogprobsLse).add(at as usize);
+            if p.processed_in_passes != 0 {
+                (&raw mut (*lse_at).raw).write(lse.raw);
+            } else {
+                lse_at.write(lse);
+            }
         }
     }
 }

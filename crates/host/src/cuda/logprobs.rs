@@ -23,8 +23,9 @@ impl Cuda {
     /// Enqueues the log-probabilities `logprobs` asks for at the positions
     /// `p` describes (its call's fields set: op, rows, slots, tokens, …),
     /// after the call on this backend's stream; with `in_passes`, the call's
-    /// passes wrote the processed ones and the log-sum-exps (a verify call
-    /// that asks for nothing raw): only the top-n, where asked, is left.
+    /// passes wrote the processed ones and their log-sum-exps (a verify call
+    /// that asks for the processed distribution): the raw ones and the
+    /// top-n, where asked, are left.
     ///
     /// # Safety
     /// `p`'s call fields come from the call's checked views, enqueued before
@@ -40,7 +41,8 @@ impl Cuda {
         logprobs: &mut Logprobs<'_, Device>,
         in_passes: bool,
     ) -> Result<()> {
-        if logprobs.is_none() || p.positions == 0 || (in_passes && logprobs.top.is_none()) {
+        let raw = logprobs.raw.is_some() || logprobs.top.as_ref().is_some_and(|t| t.distribution == Distribution::Raw);
+        if logprobs.is_none() || p.positions == 0 || (in_passes && !raw && logprobs.top.is_none()) {
             return Ok(());
         }
         let stream = &*self.stream;
@@ -78,13 +80,14 @@ impl Cuda {
         p.top_partials = workspace.scratch + top_partials;
         p.counters = workspace.counters;
         p.rounded = sources.rounded.is_some() as u32;
+        p.processed_in_passes = in_passes as u32;
         // SAFETY: the caller's call fields; the outputs hold `positions`
         // (· top_n) entries (checked); the split keeps positions · chunks
         // within the workspace's partials (stats region) and top partials,
         // `positions` lse entries and counters, chunk · chunks >= vocab.
         unsafe {
             p.source = 0;
-            launch::logprobs(((!in_passes).then_some(&first.0), &first.1), stream, p)?;
+            launch::logprobs(((!in_passes || raw).then_some(&first.0), &first.1), stream, p)?;
             if let Some(second) = &second {
                 p.source = 1;
                 launch::logprobs((Some(&second.0), &second.1), stream, p)?;

@@ -208,14 +208,14 @@ impl Cuda {
         } else {
             None
         };
-        // Log-probabilities of the processed distribution alone: the passes
-        // write them and their log-sum-exps, from the statistics they keep
-        // (no row read again), pass 1 in its kernels that do; a top-n of them
-        // then takes one kernel after the call, anything raw both of
-        // `cuda::logprobs`.
-        let processed = !out.logprobs.is_none()
-            && out.logprobs.raw.is_none()
-            && out.logprobs.top.as_ref().is_none_or(|t| t.distribution == Distribution::Processed);
+        // Log-probabilities of the processed distribution (the outputs or a
+        // top-n of it): the passes write them and their log-sum-exps from
+        // pass 1's `LSE(S)`, in its kernels that do (no row read again), so
+        // that a request's bits do not depend on what else the call asks
+        // for; a top-n then takes one kernel after the call, anything raw
+        // the raw sums of `cuda::logprobs` too.
+        let processed = out.logprobs.processed.is_some()
+            || out.logprobs.top.as_ref().is_some_and(|t| t.distribution == Distribution::Processed);
         let (stats_variants, resample_variants) = if filtered {
             let op =
                 if processed { names::REJECTION_STATS_FILTERED_PROCESSED } else { names::REJECTION_STATS_FILTERED };

@@ -273,8 +273,8 @@ macro_rules! rejection_kernels {
                 unsafe { super::stats::stats::<$t, $d, 4, false, true, false, KEPT_RULE>(&p) }
             }
 
-            /// Pass 1 of a call that asks for the processed log-probabilities
-            /// alone (`names::REJECTION_STATS_PROCESSED`): the passes write
+            /// Pass 1 of a call that asks for processed log-probabilities
+            /// (`names::REJECTION_STATS_PROCESSED`): the passes write
             /// them, a greedy row summing its exponentials too (the plain
             /// kernels keep the registers those take).
             ///
