@@ -360,4 +360,14 @@ pub struct LogprobsParams {
     pub processed_in_passes: u32,
     pub chunk: u32,
     pub chunks: u32,
+    /// A sharded call's log-probabilities (`send != 0`): `values` hold ids
+    /// `shard.offset ..` of each row (`vocab` of them, `shard.vocab` the
+    /// whole row's); the first kernel writes each position's sums and token
+    /// value into `send` (`shard::positions_message_bytes(positions)`, the
+    /// header first), and the combine kernel reads every rank's from `recv`
+    /// (`shard_ranks` of them, in rank order) and writes the outputs.
+    pub shard: Header,
+    pub send: u64,
+    pub recv: u64,
+    pub shard_ranks: u32,
 }

@@ -58,6 +58,8 @@ macro_rules! kernel_symbol {
     (@name GUMBEL_MERGE_SHARDED) => { "gumbel_merge_sharded" };
     (@name GUMBEL_THRESHOLD_SHARDED) => { "gumbel_threshold_sharded" };
     (@name REJECTION_THRESHOLD_SHARDED) => { "rejection_threshold_sharded" };
+    (@name LOGPROBS_LSE_SHARDED) => { "logprobs_lse_sharded" };
+    (@name LOGPROBS_COMBINE_SHARDED) => { "logprobs_combine_sharded" };
     // `DType::name` of each element type.
     (@dtype f32) => { "f32" };
     (@dtype Bf16) => { "bf16" };
@@ -251,6 +253,17 @@ pub const LOGPROBS_LSE: Kernel = Kernel { name: kernel_symbol!(@name LOGPROBS_LS
 /// blocks per SM.
 pub const LOGPROBS_TOP: Kernel = Kernel { name: kernel_symbol!(@name LOGPROBS_TOP), pairs: Pairs::Same, min_blocks: 3 };
 
+/// [`LOGPROBS_LSE`] as a rank of a sharded call (`LogprobsParams::send`):
+/// each position's sums over the rank's ids and its token's value into the
+/// rank's message, where the unsharded kernel writes the outputs.
+pub const LOGPROBS_LSE_SHARDED: Kernel =
+    Kernel { name: kernel_symbol!(@name LOGPROBS_LSE_SHARDED), pairs: Pairs::Same, min_blocks: 4 };
+
+/// A sharded call's log-probabilities from its ranks' messages
+/// (`LogprobsParams::recv`), a warp a position. Reads no logits (`Pairs::One`).
+pub const LOGPROBS_COMBINE_SHARDED: Kernel =
+    Kernel { name: kernel_symbol!(@name LOGPROBS_COMBINE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
+
 /// A sharded `gumbel_sample`'s combine of its ranks' messages
 /// (`layout::GumbelCombineParams`), a thread a row. Reads no logits (`Pairs::One`).
 pub const GUMBEL_COMBINE: Kernel =
@@ -281,7 +294,7 @@ pub const REJECTION_COMBINE_SHARDED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_COMBINE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
 
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 30] = [
+pub const ALL: [Kernel; 32] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -312,6 +325,8 @@ pub const ALL: [Kernel; 30] = [
     GUMBEL_MERGE_SHARDED,
     GUMBEL_THRESHOLD_SHARDED,
     REJECTION_THRESHOLD_SHARDED,
+    LOGPROBS_LSE_SHARDED,
+    LOGPROBS_COMBINE_SHARDED,
 ];
 
 impl Kernel {
@@ -414,14 +429,14 @@ mod tests {
             REJECTION_STATS_SMALL_PROCESSED REJECTION_STATS_FILTERED_PROCESSED REJECTION_BLOCK REJECTION_RATES
             LOGPROBS_LSE LOGPROBS_TOP GUMBEL_COMBINE REJECTION_DECIDE_SHARDED REJECTION_COMBINE_SHARDED
             REJECTION_MERGE_SHARDED GUMBEL_MERGE_SHARDED GUMBEL_THRESHOLD_SHARDED
-            REJECTION_THRESHOLD_SHARDED);
+            REJECTION_THRESHOLD_SHARDED LOGPROBS_LSE_SHARDED LOGPROBS_COMBINE_SHARDED);
         assert_eq!(kernel_symbol!(GUMBEL_SAMPLE, Bf16, f32), "gumbel_sample_bf16_f32");
     }
 
     #[test]
     fn the_table() {
         let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
-        assert_eq!(all.len(), 21 * 9 + 3 * 3 + 6);
+        assert_eq!(all.len(), 21 * 9 + 4 * 3 + 7);
         let mut unique = all.clone();
         unique.sort();
         unique.dedup();

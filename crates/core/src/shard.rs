@@ -11,10 +11,13 @@
 //!   ([`pairs_message_bytes`]), and in a call with filters a target and a
 //!   draft [`TopList`] for each pair after them; round 2: a word saying whether the rank got
 //!   there, then a [`Resampled`] for each request ([`candidates_message_bytes`]).
+//! - Either operation's log-probabilities, a round after the call's: a
+//!   [`Header`], then a [`PositionSums`] for each of its positions
+//!   ([`positions_message_bytes`]).
 
 use crate::argmax::ArgMax;
 use crate::sample::Resampled;
-use crate::scratch::Stats;
+use crate::scratch::{LogprobsPartial, Stats};
 
 /// What a rank says about its call: whether its checks passed, its shard,
 /// and a word the host derives from the call's shape (rows, slots, draft
@@ -181,6 +184,28 @@ pub fn candidates_at(message: u64, request: usize) -> *mut Resampled {
     (message as usize + candidates_message_bytes(request)) as *mut Resampled
 }
 
+/// A rank's part of one emitted position's log-probabilities: the sums of
+/// its ids of the position's row that the call asks for (`ExpSum::EMPTY`
+/// where it asks none), and the emitted token's raw value where the rank
+/// holds it (`held`; unread elsewhere).
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+pub struct PositionSums {
+    pub sums: LogprobsPartial,
+    pub x: f32,
+    pub held: u32,
+}
+
+/// Bytes of a rank's log-probability message for `positions` positions.
+pub const fn positions_message_bytes(positions: usize) -> usize {
+    core::mem::size_of::<Header>() + positions * core::mem::size_of::<PositionSums>()
+}
+
+/// Where position `at`'s [`PositionSums`] lies in the message at `message`.
+pub fn position_at(message: u64, at: usize) -> *mut PositionSums {
+    (message as usize + positions_message_bytes(at)) as *mut PositionSums
+}
+
 /// A digest of what a row's sampling reads besides its logits: its slot,
 /// the slot's temperature and seed, its position, its draft-logits column
 /// and the slot's filter values as words (`filters`: `top_k`, `top_p`,
@@ -249,6 +274,8 @@ mod tests {
         assert_eq!(candidates_message_bytes(2), 48);
         assert_eq!(lists_message_bytes(3), 3 * 1040);
         assert_eq!(row_list_at(16, 2) as usize, 16 + 2 * 1040);
+        assert_eq!(core::mem::size_of::<PositionSums>(), 144);
+        assert_eq!(position_at(0, 2) as usize, 32 + 2 * 144);
     }
 
     #[test]

@@ -20,23 +20,24 @@
 //!    lists and writes the top-n, their ids and the rank.
 
 use crate::block::{ExactSum, block_reduce};
-use core::mem::offset_of;
 use crate::fold::push_run_sum;
 use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, for_each_run, load_quad, quad_aligned, widen};
 use crate::row::chunk_range;
 use crate::shared::{self, Shared};
-use crate::walk_sum::{WalkSum, block_sums, gather_sum};
 use crate::threshold::{mask, processed_log_prob, raw_log_prob};
+use crate::walk_sum::{WalkSum, block_sums, gather_sum};
+use core::mem::offset_of;
+use specdec_core::argmax::floor_value;
 use specdec_core::dtype::{Bf16, F16};
 use specdec_core::exp_sum::ExpSum;
 use specdec_core::kernel_symbol;
 use specdec_core::layout::{LogprobsParams, MAX_TOP_LOGPROBS, POSITIONS_REJECTION, TILE, TOP_SHARED_BYTES, WARPS};
-use specdec_core::argmax::floor_value;
 use specdec_core::rng::Stream;
 use specdec_core::sample::Sampler;
 use specdec_core::scratch::{LogprobsLse, LogprobsPartial, TopPartial, top_key, top_key_id};
+use specdec_core::shard::{self, Header, PositionSums};
 
 /// An emitted position as the kernels read it.
 struct Emitted<V> {
@@ -59,23 +60,20 @@ enum At<V> {
     Emitted(Emitted<V>),
 }
 
-/// Position `at` of the call, read from its buffers.
+/// Position `at` of the call, read from its buffers (`At::Other` where
+/// another launch of the call takes it, unless `every_source`).
 ///
 /// # Safety
 /// `at < p.positions`; `p` was built by the host from the call's checked buffers.
 #[inline(always)]
-unsafe fn position<V: Load>(p: &LogprobsParams, at: u32) -> At<V> {
+unsafe fn position<V: Load>(p: &LogprobsParams, at: u32, every_source: bool) -> At<V> {
     // SAFETY (all): the tables hold what `LogprobsParams` says (host-checked).
     let (row, slot) = if p.op == POSITIONS_REJECTION {
         // max_drafts < u32::MAX (host-checked); keeps the panic path out.
         let k1 = (p.max_drafts + 1).max(1);
         let (r, i) = ((at / k1) as usize, at % k1);
         let (emitted, offset, slot) = unsafe {
-            (
-                *(p.num_emitted as *const i32).add(r),
-                *(p.offsets as *const i32).add(r),
-                *(p.slots as *const i32).add(r),
-            )
+            (*(p.num_emitted as *const i32).add(r), *(p.offsets as *const i32).add(r), *(p.slots as *const i32).add(r))
         };
         // num_emitted <= K + 1 of a valid request; 0 for an invalid one.
         if i as i32 >= emitted {
@@ -92,12 +90,14 @@ unsafe fn position<V: Load>(p: &LogprobsParams, at: u32) -> At<V> {
             *(p.tokens as *const i32).add(at as usize) as i64
         }
     };
-    // A row with a bad slot, temperature or column emitted `-1` (SPEC §3.5).
-    if token < 0 || token >= p.vocab as i64 || slot < -1 || (slot >= 0 && slot as u32 >= p.num_slots) {
+    // A row with a bad slot, temperature or column emitted `-1` (SPEC §3.5);
+    // tokens are ids of the whole row.
+    let vocab = if sharded(p) { p.shard.vocab } else { p.vocab };
+    if token < 0 || token >= vocab as i64 || slot < -1 || (slot >= 0 && slot as u32 >= p.num_slots) {
         return At::Past;
     }
     let rounded = p.rounded != 0 && slot >= 0;
-    if rounded as u32 != p.source {
+    if rounded as u32 != p.source && !every_source {
         return At::Other;
     }
     let row_ptr = if rounded {
@@ -112,7 +112,8 @@ unsafe fn position<V: Load>(p: &LogprobsParams, at: u32) -> At<V> {
         unsafe { (p.values as *const V).add(row as usize * p.row_stride as usize) }
     };
     let temperature = if slot >= 0 { unsafe { *(p.temperature as *const f32).add(slot as usize) } } else { 0.0 };
-    let tau = if p.thresholds != 0 { unsafe { *(p.thresholds as *const f32).add(at as usize) } } else { f32::NEG_INFINITY };
+    let tau =
+        if p.thresholds != 0 { unsafe { *(p.thresholds as *const f32).add(at as usize) } } else { f32::NEG_INFINITY };
     At::Emitted(Emitted {
         row: row_ptr,
         sampler: Sampler::new(temperature, 0, 0, Stream::Target),
@@ -122,12 +123,34 @@ unsafe fn position<V: Load>(p: &LogprobsParams, at: u32) -> At<V> {
     })
 }
 
+/// Whether `p` is a rank's part of a sharded call (`LogprobsParams::send`).
+#[inline(always)]
+fn sharded(p: &LogprobsParams) -> bool {
+    p.send != 0
+}
+
 impl<V> Emitted<V> {
+    /// Which of the position's sums the first kernel takes, `[raw,
+    /// processed]`: the raw where a raw output or top-n is asked or the
+    /// row is greedy (its processed distribution is the raw one); the
+    /// processed where the call's own kernels did not (`processed_in_passes`).
+    #[inline(always)]
+    fn sums(&self, p: &LogprobsParams) -> [bool; 2] {
+        let top = p.ranks != 0;
+        let raw = p.raw != 0 || self.greedy || (top && p.top_raw != 0);
+        let processed = p.processed_in_passes == 0 && !self.greedy && (p.processed != 0 || (top && p.top_raw == 0));
+        [raw, processed]
+    }
+
     /// The processed log-probability of a value `x`, under log-sum-exps `lse`
     /// (a greedy position's is the raw one).
     #[inline(always)]
     fn processed(&self, x: f32, lse: LogprobsLse) -> f32 {
-        if self.greedy { raw_log_prob(x, lse.raw) } else { processed_log_prob(x, &self.sampler, self.tau, lse.processed) }
+        if self.greedy {
+            raw_log_prob(x, lse.raw)
+        } else {
+            processed_log_prob(x, &self.sampler, self.tau, lse.processed)
+        }
     }
 
     /// The log-probability of `x` under the top-n's distribution.
@@ -137,22 +160,28 @@ impl<V> Emitted<V> {
     }
 }
 
-/// The first kernel (see module docs).
+/// The first kernel (see module docs); with `SHARDED`, a rank's part of a
+/// sharded call's: each position's sums over the rank's ids and its
+/// token's value into the rank's message (`shard::PositionSums`), which
+/// [`combine_sharded`] turns into the outputs after the exchange.
 ///
 /// # Safety
 /// Launched by the host's checked launcher after the call, on its stream,
-/// with `layout::WALK_SHARED_BYTES` of dynamic shared memory.
+/// with `layout::WALK_SHARED_BYTES` of dynamic shared memory; with
+/// `SHARDED`, `p.send` holds the rank's message.
 #[inline(always)]
-unsafe fn lse<V: Load>(p: &LogprobsParams) {
+unsafe fn lse<V: Load, const SHARDED: bool>(p: &LogprobsParams) {
+    let tid = gpu::thread_idx_x();
+    if SHARDED && gpu::block_idx_x() == 0 && gpu::block_idx_y() == 0 && tid == 0 && p.source == 0 {
+        // SAFETY: the message starts with the rank's header (host-sized).
+        unsafe { (p.send as *mut Header).write(p.shard) };
+    }
     // SAFETY: forwarded.
-    let Some((at, c, e)) = (unsafe { block_position::<V, false>(p) }) else {
+    let Some((at, c, e)) = (unsafe { block_position::<V, false, SHARDED>(p) }) else {
         return; // block-uniform
     };
-    let tid = gpu::thread_idx_x();
     let top = p.ranks != 0;
-    let raw = p.raw != 0 || e.greedy || (top && p.top_raw != 0);
-    // Where the passes wrote them, the processed sums are theirs (pass 1's `LSE(S)`).
-    let processed = p.processed_in_passes == 0 && !e.greedy && (p.processed != 0 || (top && p.top_raw == 0));
+    let [raw, processed] = e.sums(p);
     let unit = Sampler::new(1.0, 0, 0, Stream::Target);
     let (start, end) = chunk_range(p.vocab, p.chunk, c);
     let none: *const V = core::ptr::null();
@@ -202,7 +231,9 @@ unsafe fn lse<V: Load>(p: &LogprobsParams) {
             // Every partial was published (arrive); the whole warp is here;
             // `raw` and `processed` are the position's.
             let (first, stride) = (partials as *const u8, core::mem::size_of::<LogprobsPartial>());
-            let sum = |asked: bool, field: usize| if asked { gather_sum(first, stride, chunks, field) } else { ExpSum::EMPTY };
+            let sum = |asked: bool, field: usize| {
+                if asked { gather_sum(first, stride, chunks, field) } else { ExpSum::EMPTY }
+            };
             LogprobsPartial {
                 raw: sum(raw, offset_of!(LogprobsPartial, raw)),
                 processed: sum(processed, offset_of!(LogprobsPartial, processed)),
@@ -210,6 +241,17 @@ unsafe fn lse<V: Load>(p: &LogprobsParams) {
         }
     };
     if tid != 0 {
+        return;
+    }
+    if SHARDED {
+        // The token's value where this rank holds it.
+        let local = e.token.wrapping_sub(p.shard.offset);
+        let held = local < p.vocab;
+        // SAFETY: local < vocab where held; the message holds `positions` entries (host-sized).
+        unsafe {
+            let x = if held { (*e.row.add(local as usize)).as_f32() } else { f32::NAN };
+            shard::position_at(p.send, at as usize).write(PositionSums { sums: total, x, held: held as u32 });
+        }
         return;
     }
     let raw_lse = total.raw.lse();
@@ -239,20 +281,22 @@ unsafe fn lse<V: Load>(p: &LogprobsParams) {
 /// do (block-uniform). A position past its request's emitted tokens gets
 /// its NaN and `-1` outputs here, once: from block `(at, 0)` of the launch
 /// of source 0 of the last kernel the call runs (the top-n kernel where it
-/// runs, `p.ranks`, else the first).
+/// runs, `p.ranks`, else the first); in a `SHARDED` call, from the combine.
 ///
 /// # Safety
 /// `p` was built by the host from the call's checked buffers.
 #[inline(always)]
-unsafe fn block_position<V: Load, const TOP: bool>(p: &LogprobsParams) -> Option<(u32, u32, Emitted<V>)> {
+unsafe fn block_position<V: Load, const TOP: bool, const SHARDED: bool>(
+    p: &LogprobsParams,
+) -> Option<(u32, u32, Emitted<V>)> {
     let (at, c) = (gpu::block_idx_x(), gpu::block_idx_y());
     if at >= p.positions || c >= p.chunks {
         return None;
     }
     // SAFETY: at < positions.
-    match unsafe { position::<V>(p, at) } {
+    match unsafe { position::<V>(p, at, false) } {
         At::Past => {
-            if c == 0 && gpu::thread_idx_x() == 0 && p.source == 0 && (TOP || p.ranks == 0) {
+            if !SHARDED && c == 0 && gpu::thread_idx_x() == 0 && p.source == 0 && (TOP || p.ranks == 0) {
                 // SAFETY: at < positions.
                 unsafe { write_past(p, at) };
             }
@@ -371,7 +415,7 @@ const _: () = assert!(core::mem::size_of::<TopShared>() as u32 == TOP_SHARED_BYT
 #[inline(always)]
 unsafe fn top<V: Load>(p: &LogprobsParams) {
     // SAFETY: forwarded.
-    let Some((at, c, e)) = (unsafe { block_position::<V, true>(p) }) else {
+    let Some((at, c, e)) = (unsafe { block_position::<V, true, false>(p) }) else {
         return; // block-uniform
     };
     let tid = gpu::thread_idx_x();
@@ -542,9 +586,8 @@ unsafe fn merge(partials: *const TopPartial, chunks: u32, n: u32) -> (WarpTop, u
         }
         if lane == 0 {
             // The count's 16 bytes: `larger` and the entry's padding.
-            let tail: [u32; 4] = unsafe {
-                gpu::load_relaxed((&raw const (*entry).keys).cast::<[u32; 4]>().add(MAX_TOP_LOGPROBS / 2))
-            };
+            let tail: [u32; 4] =
+                unsafe { gpu::load_relaxed((&raw const (*entry).keys).cast::<[u32; 4]>().add(MAX_TOP_LOGPROBS / 2)) };
             larger += tail[0];
         }
         c += WARPS;
@@ -567,7 +610,17 @@ macro_rules! logprobs_kernels {
             #[unsafe(export_name = kernel_symbol!(LOGPROBS_LSE, $v, $v))]
             pub unsafe extern "ptx-kernel" fn logprobs_lse(p: LogprobsParams) {
                 // SAFETY: forwarded.
-                unsafe { super::lse::<$v>(&p) }
+                unsafe { super::lse::<$v, false>(&p) }
+            }
+
+            /// `names::LOGPROBS_LSE_SHARDED`.
+            ///
+            /// # Safety
+            /// As `logprobs_lse`, in a sharded call (`p.send` its message).
+            #[unsafe(export_name = kernel_symbol!(LOGPROBS_LSE_SHARDED, $v, $v))]
+            pub unsafe extern "ptx-kernel" fn logprobs_lse_sharded(p: LogprobsParams) {
+                // SAFETY: forwarded.
+                unsafe { super::lse::<$v, true>(&p) }
             }
 
             /// `names::LOGPROBS_TOP`.
@@ -589,6 +642,96 @@ logprobs_kernels! {
     f16_f16: F16;
 }
 
+/// A sharded call's log-probabilities (`names::LOGPROBS_COMBINE_SHARDED`):
+/// warp `w` of block `b` takes position `b·WARPS + w`, combines the ranks'
+/// sums of it (`walk_sum::gather_sum`: order-free, so the unsharded call's
+/// bits), takes the token's value from the rank that holds it and the
+/// processed log-sum-exp from the call's kernels where they wrote it
+/// (`processed_in_passes`), and writes the outputs as the unsharded first
+/// kernel does; NaN where a position is past its tokens or the ranks'
+/// headers do not fit (a rank failed: the call flagged its rows already).
+///
+/// # Safety
+/// Launched by the host's checked launcher after the exchange of the
+/// messages `lse::<_, true>` wrote: `recv` holds `shard_ranks >= 1` of
+/// them; grid `(⌈positions / WARPS⌉)`, no shared memory; no top-n asked.
+#[unsafe(export_name = kernel_symbol!(LOGPROBS_COMBINE_SHARDED, f32, f32))]
+pub unsafe extern "ptx-kernel" fn combine_sharded(p: LogprobsParams) {
+    let (warp, lane) = (gpu::thread_idx_x() / WARP, gpu::thread_idx_x() % WARP);
+    let at = gpu::block_idx_x() * WARPS + warp;
+    if at >= p.positions {
+        return; // warp-uniform
+    }
+    let (ranks, len) = (p.shard_ranks, shard::positions_message_bytes(p.positions as usize));
+    // SAFETY: rank q < ranks: its message is inside `recv` (caller).
+    let header = |q: usize| unsafe { *((p.recv + (q * len) as u64) as *const Header) };
+    let mut unfit = false;
+    let mut q = lane;
+    while q < ranks {
+        unfit |= !Header::fits(ranks as usize, header, q as usize);
+        q += WARP;
+    }
+    // SAFETY (all): the whole warp is here (the return above is warp-uniform).
+    let unfit = unsafe { gpu::warp_or_u32(unfit as u32) } != 0;
+    // The rows' values are not read here: any dtype's view of them will do.
+    // SAFETY: at < positions.
+    let e = match unsafe { position::<f32>(&p, at, true) } {
+        At::Emitted(e) if !unfit => e,
+        _ => {
+            if lane == 0 {
+                // SAFETY: at < positions; one thread.
+                unsafe { write_past(&p, at) };
+            }
+            return;
+        }
+    };
+    let [raw, processed] = e.sums(&p);
+    let first = shard::position_at(p.recv, at as usize) as *const u8;
+    // SAFETY (both): the whole warp, converged; `field` an `ExpSum` field of
+    // the records, a message apart in `recv`, 16-byte aligned.
+    let sum = |asked: bool, field: usize| {
+        if asked {
+            unsafe { gather_sum(first, len, ranks, offset_of!(PositionSums, sums) + field) }
+        } else {
+            ExpSum::EMPTY
+        }
+    };
+    let raw_sum = sum(raw, offset_of!(LogprobsPartial, raw));
+    let processed_sum = sum(processed, offset_of!(LogprobsPartial, processed));
+    if lane != 0 {
+        return;
+    }
+    let mut x = f32::NAN;
+    for q in 0..ranks as usize {
+        // SAFETY: rank q's record of the position, inside `recv`.
+        let record = unsafe { *(first.add(q * len) as *const PositionSums) };
+        if record.held != 0 {
+            x = record.x;
+        }
+    }
+    let raw_lse = raw_sum.lse();
+    let processed_lse = if e.greedy {
+        raw_lse
+    } else if p.processed_in_passes != 0 {
+        // SAFETY: the call wrote the log-sum-exps of its emitted positions (`lse`, caller).
+        unsafe { (*(p.lse as *const LogprobsLse).add(at as usize)).processed }
+    } else {
+        processed_sum.lse()
+    };
+    let lse = LogprobsLse { raw: raw_lse, processed: processed_lse };
+    // SAFETY: the outputs hold `positions` entries where asked.
+    unsafe {
+        if p.processed != 0 {
+            (p.processed as *mut f32).add(at as usize).write(e.processed(x, lse));
+        }
+        if p.raw != 0 {
+            (p.raw as *mut f32).add(at as usize).write(raw_log_prob(x, lse.raw));
+        }
+    }
+}
+
 // The partials share the verifier's stats region.
 const _: () = assert!(core::mem::size_of::<LogprobsPartial>() <= core::mem::size_of::<specdec_core::scratch::Stats>());
 const _: () = assert!(core::mem::size_of::<TopPartial>() == 176);
+// The messages' layout, as the host sizes them (`shard` tests).
+const _: () = assert!(core::mem::size_of::<PositionSums>() == 144);

@@ -4,7 +4,7 @@
 //! threshold kernel and the filtered variant.
 
 use super::launch::Threshold;
-use super::logprobs::Sources;
+use super::logprobs::{Sources, check_logprobs_shard, logprobs_words};
 use super::rounds::Rounds;
 use super::{Cuda, KernelName, Launch, Messages, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
 use crate::error::{Error, Result};
@@ -51,9 +51,12 @@ impl Cuda {
     /// writes the outputs. With filters, a round before it: the threshold
     /// kernel writes each filtered row's top-k list over the rank's ids, one
     /// all-gather of `1040 · rows` bytes a rank, and a merge kernel finds each
-    /// row's `τ` from every rank's lists (REFERENCE §9). No allocation, no
-    /// synchronisation; with [`shard::Nccl`](crate::shard::Nccl), capturable
-    /// in a CUDA graph.
+    /// row's `τ` from every rank's lists (REFERENCE §9). With processed or raw
+    /// log-probabilities, a round after it: the log-probability kernel sums
+    /// each emitted position's row over the rank's ids, one all-gather of
+    /// `32 + 144 · rows` bytes a rank (the sums and the token's value), and a
+    /// combine writes them. No allocation, no synchronisation; with
+    /// [`shard::Nccl`](crate::shard::Nccl), capturable in a CUDA graph.
     ///
     /// Filters must have a top-k of at most
     /// [`shard::MAX_TOP_K`](crate::shard::MAX_TOP_K) (top-p and min-p on top
@@ -68,9 +71,10 @@ impl Cuda {
     ///
     /// # Errors
     /// As [`Cuda::gumbel_sample`], and [`Error::InvalidShard`] for a shard
-    /// that does not fit its row; [`Error::NotSharded`] for
-    /// log-probabilities (sharded on the CPU backend only, so far) and
-    /// filters over more than
+    /// that does not fit its row, or with log-probabilities one whose ids do
+    /// not start and end on runs of `layout::RUN` (16) ids (the row's end excepted);
+    /// [`Error::NotSharded`] for a top-n of log-probabilities (sharded on
+    /// the CPU backend only, so far) and filters over more than
     /// [`shard::MAX_FILTERED_RANKS`](crate::shard::MAX_FILTERED_RANKS) ranks;
     /// [`Error::WorkspaceRanks`] for a workspace not made for the exchange's
     /// ranks ([`Cuda::sharded_workspace`]). A rank whose checks fail still
@@ -96,8 +100,12 @@ impl Cuda {
             return Err(Error::InvalidShard { detail: "the exchange has no ranks".into() });
         }
         let (lists, rows_message) = (shard::lists_message_bytes(rows), shard::message_bytes(rows));
-        let lens = if filtered(args) { &[lists, rows_message][..] } else { &[rows_message][..] };
-        let messages = Messages { units: rows, slot: lists.max(rows_message), ranks };
+        let logprobs = shard::positions_message_bytes(rows);
+        let lens = [lists, rows_message, logprobs];
+        // A round of the lists before the rows' with filters, one of the
+        // log-probabilities' sums after it where they are asked.
+        let lens = &lens[usize::from(!filtered(args))..2 + usize::from(!out.logprobs.is_none())];
+        let messages = Messages { units: rows, slot: lists.max(rows_message).max(logprobs), ranks };
         let mut rounds = Rounds::new(exchange, messages, lens);
         let enqueued = ws.on(&self.stream).and_then(|_| ws.message_addresses(messages)).and_then(|at| {
             rounds.at = at;
@@ -124,9 +132,10 @@ impl Cuda {
             });
         }
         if !out.logprobs.is_none() {
-            return Err(Error::NotSharded { what: "log-probabilities on the CUDA backend" });
+            check_logprobs_shard(shard, args.logits.vocab, &out.logprobs)?;
         }
-        // What every rank must pass alike and the host can see: the shapes.
+        // What every rank must pass alike and the host can see: the shapes
+        // and the log-probabilities asked.
         let draft = out.draft_logits.as_ref().map(|(d, column)| {
             let per_row = matches!(column, Column::PerRow(_));
             [d.data.dtype() as u64, d.shape.k as u64, u64::from(per_row)]
@@ -139,7 +148,8 @@ impl Cuda {
             u64::from(args.drafting),
             args.logits.data.dtype() as u64,
         ];
-        let call = crate::shard::digest(words.into_iter().chain(draft.into_iter().flatten())) as u32;
+        let asked = logprobs_words(&out.logprobs);
+        let call = crate::shard::digest(words.into_iter().chain(draft.into_iter().flatten()).chain(asked)) as u32;
         Ok(shard::Header::new(shard.offset as u32, args.logits.vocab as u32, shard.vocab as u32, call))
     }
 
@@ -291,22 +301,26 @@ impl Cuda {
                 tokens_i64: p.tokens_i64,
             };
             // SAFETY: as below (no search launches); the workspace's messages
-            // hold the rank's and every rank's of both rounds for `rows` rows
+            // hold the rank's and every rank's of every round for `rows` rows
             // (`message_addresses`), each round's gathered on this stream
             // before the launch that reads it; with filters, at most
             // MAX_FILTERED_RANKS ranks (`check_sharded`).
-            return unsafe {
+            unsafe {
                 launch::sharded_gumbel_sample((filters, &kernel, &combine), stream, (p, combined), || {
                     rounds.next(ws, false)
-                })
+                })?
             };
+            let sources = Sources { values: logits_dtype, rounded };
+            // SAFETY: as below; no top-n (`check_sharded`), and the rounds'
+            // last message holds `rows` positions.
+            return unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs, false, Some(rounds)) };
         }
         unsafe { launch::gumbel_sample(&kernel, threshold, stream, p)? };
         let sources = Sources { values: logits_dtype, rounded };
         // SAFETY: the call's fields of `positions` are its checked views',
         // enqueued above; `check` matched the outputs to its rows, rows <=
         // max_rows (the split above).
-        unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs, false) }
+        unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs, false, None) }
     }
 }
 

@@ -13,7 +13,7 @@ use cudarc::driver::{CudaStream, result};
 use specdec_core::filter::{Group, ROUNDS};
 use specdec_core::layout::{
     BLOCK_THREADS, GumbelCombineParams, GumbelParams, LogprobsParams, RatesParams, RejectionParams, SHARED_BYTES,
-    THRESHOLD_SHARED_BYTES, TOP_SHARED_BYTES, WALK_SHARED_BYTES,
+    THRESHOLD_SHARED_BYTES, TOP_SHARED_BYTES, WALK_SHARED_BYTES, WARPS,
 };
 use specdec_core::shard;
 use std::ffi::c_void;
@@ -311,6 +311,43 @@ pub(super) unsafe fn logprobs(
         }
         if p.ranks != 0 {
             launch_shared(top, stream, (p.positions, p.chunks), TOP_SHARED_BYTES, &p)?;
+        }
+    }
+    Ok(())
+}
+
+/// Launches a sharded call's log-probabilities after its own launches: the
+/// first kernel over the rank's ids (`lse`, and `rounded` over the
+/// positions that read stored draft values), the exchange of the messages
+/// it wrote, and the combine, a warp a position.
+///
+/// # Safety
+/// As [`logprobs`], with no top-n (`p.ranks == 0`); `p.send` and `p.recv`
+/// hold the rank's and every rank's message of `positions` positions
+/// (`shard::positions_message_bytes`), and `exchange` gathers the one into
+/// the other on `stream`.
+pub(super) unsafe fn sharded_logprobs(
+    (lse, rounded, combine): (&Kernel, Option<&Kernel>, &Kernel),
+    stream: &CudaStream,
+    mut p: LogprobsParams,
+    mut exchange: impl FnMut() -> Result<()>,
+) -> Result<()> {
+    // SAFETY (all): the caller guarantees `p`; each grid matches its kernel
+    // (`kernels::logprobs`), in order on one stream.
+    unsafe {
+        stream.context().bind_to_thread()?;
+        if p.positions > 0 {
+            p.source = 0;
+            launch_shared(lse, stream, (p.positions, p.chunks), WALK_SHARED_BYTES, &p)?;
+            if let Some(rounded) = rounded {
+                p.source = 1;
+                launch_shared(rounded, stream, (p.positions, p.chunks), WALK_SHARED_BYTES, &p)?;
+            }
+        }
+        exchange()?;
+        stream.context().bind_to_thread()?;
+        if p.positions > 0 {
+            launch_shared(combine, stream, (p.positions.div_ceil(WARPS), 1), 0, &p)?;
         }
     }
     Ok(())

@@ -2,10 +2,12 @@
 //! the launches of `crates/kernels/src/logprobs.rs`, enqueued after the
 //! call's own, over its positions.
 
+use super::rounds::Rounds;
 use super::{Cuda, Spread, Workspace, launch};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::logprobs::{Distribution, Logprobs};
 use crate::memory::Device;
+use crate::shard::Shard;
 use cudarc::driver::DevicePtrMut;
 use specdec_core::dtype::DType;
 use specdec_core::layout::LogprobsParams;
@@ -23,33 +25,41 @@ impl Cuda {
     /// Enqueues the log-probabilities `logprobs` asks for at the positions
     /// `p` describes (its call's fields set: op, rows, slots, tokens, …),
     /// after the call on this backend's stream; with `in_passes`, the call's
-    /// passes wrote the processed ones and their log-sum-exps (a verify call
-    /// that asks for the processed distribution): the raw ones and the
-    /// top-n, where asked, are left.
+    /// kernels wrote the processed log-sum-exps (a verify call that asks for
+    /// the processed distribution) and, unsharded, the processed
+    /// log-probabilities: the raw ones and the top-n, where asked, are left.
+    /// With `sharded`, the call's rank of a sharded call: its kernels over
+    /// the rank's ids, one more round of `rounds` (the positions' sums and
+    /// token values), and the combine; no top-n (the caller's checks).
     ///
     /// # Safety
     /// `p`'s call fields come from the call's checked views, enqueued before
     /// on this stream; `logprobs` was checked against `p.positions`
     /// (`Logprobs::check`); `p.positions <= ws.max_rows()`; with
     /// `in_passes`, the workspace's log-sum-exps of every emitted position
-    /// were written before on this stream.
+    /// were written before on this stream; with `sharded`, `logprobs` asks
+    /// no top-n and the rounds' next message holds `p.positions` positions.
     pub(super) unsafe fn logprobs(
         &self,
-        ws: &Workspace,
+        ws: &mut Workspace,
         mut p: LogprobsParams,
         sources: Sources,
         logprobs: &mut Logprobs<'_, Device>,
         in_passes: bool,
+        sharded: Option<&mut Rounds<'_>>,
     ) -> Result<()> {
         let raw = logprobs.raw.is_some() || logprobs.top.as_ref().is_some_and(|t| t.distribution == Distribution::Raw);
-        if logprobs.is_none() || p.positions == 0 || (in_passes && !raw && logprobs.top.is_none()) {
+        // A sharded call's kernels send every emitted token's value: they run whatever it asks.
+        let nothing_left = in_passes && !raw && logprobs.top.is_none() && sharded.is_none();
+        if logprobs.is_none() || nothing_left || (p.positions == 0 && sharded.is_none()) {
             return Ok(());
         }
         let stream = &*self.stream;
         let workspace = ws.on(stream)?;
+        let lse_kernel = if sharded.is_some() { names::LOGPROBS_LSE_SHARDED } else { names::LOGPROBS_LSE };
         let kernels = |d: DType| -> Result<_> {
             Ok((
-                self.kernels.function(names::LOGPROBS_LSE.symbol(d, d))?,
+                self.kernels.function(lse_kernel.symbol(d, d))?,
                 self.kernels.function(names::LOGPROBS_TOP.symbol(d, d))?,
             ))
         };
@@ -58,7 +68,8 @@ impl Cuda {
         let split = ws.split(p.positions as usize, p.vocab as usize, first.0.blocks_per_sm, Spread::Statistics)?;
         (p.chunk, p.chunks) = (split.chunk, split.chunks);
         let (mut _g1, mut _g2, mut _g3) = (None, None, None);
-        if let Some(o) = logprobs.processed.as_mut().filter(|_| !in_passes) {
+        // Unsharded, the passes wrote the processed ones; sharded, the combine writes them.
+        if let Some(o) = logprobs.processed.as_mut().filter(|_| !in_passes || sharded.is_some()) {
             let (ptr, g) = o.device_ptr_mut(stream);
             (p.processed, _g1) = (ptr, Some(g));
         }
@@ -86,6 +97,19 @@ impl Cuda {
         // within the workspace's partials (stats region) and top partials,
         // `positions` lse entries and counters, chunk · chunks >= vocab.
         unsafe {
+            if let Some(rounds) = sharded {
+                let combine = self.kernels.function(names::LOGPROBS_COMBINE_SHARDED.symbol(DType::F32, DType::F32))?;
+                (p.shard, p.shard_ranks) = (rounds.header, rounds.messages.ranks as u32);
+                (p.send, p.recv) = rounds.at;
+                // SAFETY: as above; no top-n, and the rounds' messages hold
+                // `positions` positions (caller).
+                return launch::sharded_logprobs(
+                    (&first.0, second.as_ref().map(|s| &s.0), &combine),
+                    stream,
+                    p,
+                    || rounds.next(ws, false),
+                );
+            }
             p.source = 0;
             launch::logprobs(((!in_passes || raw).then_some(&first.0), &first.1), stream, p)?;
             if let Some(second) = &second {
@@ -95,4 +119,23 @@ impl Cuda {
         }
         Ok(())
     }
+}
+
+/// The checks of a sharded call's log-probabilities on the GPU: no top-n
+/// (not sharded there yet), and a shard of `ids` ids that starts and ends
+/// on runs of `layout::RUN` ids (the row's end excepted), which the order-free
+/// sums need to be the unsharded call's bits (REFERENCE §2.6).
+pub(super) fn check_logprobs_shard(shard: Shard, ids: usize, logprobs: &Logprobs<'_, Device>) -> Result<()> {
+    if logprobs.top.is_some() {
+        return Err(Error::NotSharded { what: "a top-n of log-probabilities on the CUDA backend" });
+    }
+    super::rounds::check_runs(shard, ids)
+}
+
+/// What `logprobs` asks for, as words of a sharded call's header digest:
+/// ranks that ask differently fail alike.
+pub(super) fn logprobs_words(logprobs: &Logprobs<'_, Device>) -> [u64; 2] {
+    let top =
+        logprobs.top.as_ref().map_or(u64::MAX, |t| (t.n as u64) << 1 | u64::from(t.distribution == Distribution::Raw));
+    [u64::from(logprobs.processed.is_some()) | u64::from(logprobs.raw.is_some()) << 1, top]
 }

@@ -5,7 +5,8 @@
 
 use super::launch::Threshold;
 use super::logprobs::Sources;
-use super::rounds::Rounds;
+use super::logprobs::{check_logprobs_shard, logprobs_words};
+use super::rounds::{Rounds, check_runs};
 use super::{
     Cuda, KernelName, Launch, MOST_CHUNKS, Messages, Split, Spread, Variants, Workspace, filter_tables, launch,
     threshold_split,
@@ -17,9 +18,7 @@ use crate::rejection::{RejectionOutput, RejectionSample, Verification};
 use crate::shard::{Exchange, Shard};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
 use specdec_core::dtype::DType;
-use specdec_core::layout::{
-    LogprobsParams, MAX_SYNTHETIC_DRAFTS, POSITIONS_REJECTION, RUN, RatesParams, RejectionParams,
-};
+use specdec_core::layout::{LogprobsParams, MAX_SYNTHETIC_DRAFTS, POSITIONS_REJECTION, RatesParams, RejectionParams};
 use specdec_core::{names, shard};
 
 impl Cuda {
@@ -49,13 +48,17 @@ impl Cuda {
     /// `shard.offset ..` of rows of `shard.vocab` ids (`[rows, V_r]`,
     /// `[slots, k, >= V_r]`); every rank passes the same offsets, drafts,
     /// slots, positions and parameters, and every rank's tokens, counts and
-    /// row statuses are the unsharded call's, bit for bit. Enqueued on this
+    /// row statuses (and log-probabilities) are the unsharded call's, bit
+    /// for bit. Enqueued on this
     /// backend's stream, which `exchange` must enqueue on: pass 1 over the
     /// rank's ids, one all-gather of `32 + 160 · requests · (K + 1)` bytes a
     /// rank (each row's order-free sums, argmax and draft logits; with
     /// filters, `2 · 1040` more a row: its top-k lists), the decision, pass 2
     /// over the rank's ids, one all-gather of `16 + 16 · requests` bytes a
-    /// rank (each request's candidates), and a combine
+    /// rank (each request's candidates), a combine, and with processed or raw
+    /// log-probabilities a third round: the log-probability kernel over the
+    /// rank's ids, one all-gather of `32 + 144 · requests · (K + 1)` bytes a
+    /// rank (each position's sums and its token's value), and their combine
     /// (`kernels::rejection::sharded`). No allocation, no synchronisation;
     /// with [`shard::Nccl`](crate::shard::Nccl), capturable in a CUDA graph.
     ///
@@ -74,9 +77,10 @@ impl Cuda {
     /// # Errors
     /// As [`Cuda::rejection_sample`], and [`Error::InvalidShard`] for a shard
     /// that does not fit its row or whose ids do not start and end on runs
-    /// of [`RUN`] ids (the row's end excepted: the sums' terms, REFERENCE
-    /// §2.6); [`Error::NotSharded`] for log-probabilities, block
-    /// verification (sharded on the CPU backend only, so far) and filters
+    /// of `layout::RUN` (16) ids (the row's end excepted: the sums' terms,
+    /// REFERENCE §2.6); [`Error::NotSharded`] for a top-n of
+    /// log-probabilities, block verification (sharded on the CPU backend
+    /// only, so far) and filters
     /// over more than [`shard::MAX_FILTERED_RANKS`](crate::shard::MAX_FILTERED_RANKS) ranks;
     /// [`Error::WorkspaceRanks`] for a workspace not made for the
     /// exchange's ranks ([`Cuda::sharded_workspace`]). A rank whose checks
@@ -105,12 +109,17 @@ impl Cuda {
         let fits = pairs <= ws.max_rows();
         let lists = filtered(args);
         let lens = if fits {
-            [shard::pairs_message_bytes(pairs, lists), shard::candidates_message_bytes(requests)]
+            [
+                shard::pairs_message_bytes(pairs, lists),
+                shard::candidates_message_bytes(requests),
+                shard::positions_message_bytes(pairs),
+            ]
         } else {
-            [0, 0]
+            [0, 0, 0]
         };
-        let messages = Messages { units: pairs, slot: lens[0].max(lens[1]), ranks };
-        let mut rounds = Rounds::new(exchange, messages, &lens);
+        let messages = Messages { units: pairs, slot: lens[0].max(lens[1]).max(lens[2]), ranks };
+        // The log-probabilities' round where they are asked.
+        let mut rounds = Rounds::new(exchange, messages, &lens[..2 + usize::from(!out.logprobs.is_none())]);
         let enqueued = ws.on(&self.stream).and_then(|_| ws.message_addresses(messages)).and_then(|at| {
             rounds.at = at;
             rounds.header = self.check_sharded_rejection(shard, ranks, args, out)?;
@@ -131,19 +140,13 @@ impl Cuda {
     ) -> Result<shard::Header> {
         let ids = args.target.vocab;
         shard.check(ids)?;
-        let (run, end) = (RUN as usize, shard.offset + ids);
-        if !shard.offset.is_multiple_of(run) || (end != shard.vocab && !end.is_multiple_of(run)) {
-            let detail = format!("ids {} .. {end} do not start and end on runs of {run} ids", shard.offset);
-            return Err(Error::InvalidShard { detail });
-        }
+        check_runs(shard, ids)?;
         if filtered(args) && ranks > shard::MAX_FILTERED_RANKS {
             return Err(Error::NotSharded {
                 what: "filters over more than MAX_FILTERED_RANKS ranks on the CUDA backend",
             });
         }
-        if !out.logprobs.is_none() {
-            return Err(Error::NotSharded { what: "log-probabilities on the CUDA backend" });
-        }
+        check_logprobs_shard(shard, ids, &out.logprobs)?;
         let rates = match args.verification {
             Verification::Token => &[][..],
             Verification::Synthetic(rates) => rates,
@@ -162,7 +165,9 @@ impl Cuda {
             rates.len() as u64,
         ];
         let rates = rates.iter().map(|r| u64::from(r.to_bits()));
-        let call = crate::shard::digest(words.into_iter().chain(draft.into_iter().flatten()).chain(rates)) as u32;
+        let asked = logprobs_words(&out.logprobs);
+        let words = words.into_iter().chain(draft.into_iter().flatten()).chain(rates).chain(asked);
+        let call = crate::shard::digest(words) as u32;
         Ok(shard::Header::new(shard.offset as u32, ids as u32, shard.vocab as u32, call))
     }
 
@@ -214,8 +219,12 @@ impl Cuda {
         // that a request's bits do not depend on what else the call asks
         // for; a top-n then takes one kernel after the call, anything raw
         // the raw sums of `cuda::logprobs` too.
-        let processed = out.logprobs.processed.is_some()
+        let asks_processed = out.logprobs.processed.is_some()
             || out.logprobs.top.as_ref().is_some_and(|t| t.distribution == Distribution::Processed);
+        // A sharded call's passes write none (their decision is the sharded
+        // one): its combine writes the processed log-sum-exps for the
+        // log-probability kernels after the call.
+        let processed = asks_processed && sharded.is_none();
         let (stats_variants, resample_variants) = if filtered {
             let op =
                 if processed { names::REJECTION_STATS_FILTERED_PROCESSED } else { names::REJECTION_STATS_FILTERED };
@@ -326,7 +335,7 @@ impl Cuda {
             let (ptr, g) = out.device_ptr_mut(stream);
             (p.processed, _g15) = (ptr, Some(g));
         }
-        if processed && out.logprobs.top.is_some() {
+        if asks_processed && (out.logprobs.top.is_some() || sharded.is_some()) {
             p.lse = workspace.scratch + ws.logprobs_regions().1;
         }
         let mut _g11 = None;
@@ -413,18 +422,25 @@ impl Cuda {
             let filters = threshold.as_ref().map(|t| t.kernel).zip(merge.as_ref());
             // SAFETY: as below (no block verification:
             // `check_sharded_rejection`; no search launches); the workspace's
-            // messages hold the rank's and every rank's of both rounds for
+            // messages hold the rank's and every rank's of every round for
             // `requests·(K+1)` pairs with their lists (`message_addresses`),
             // each round's gathered on this stream before the launch that
             // reads it; with filters, at most MAX_FILTERED_RANKS ranks.
-            return unsafe {
+            unsafe {
                 launch::sharded_rejection_sample(
                     (rates, filters, stats, &decide, &resample, &combine),
                     stream,
                     p,
                     || rounds.next(ws, false),
-                )
+                )?
             };
+            drop(_g15);
+            let sources = Sources { values: target_dtype, rounded: None };
+            // SAFETY: as below; no top-n (`check_sharded_rejection`); with
+            // `asks_processed`, the combine wrote the log-sum-exps of the
+            // emitted positions (p.lse); the rounds' last message holds
+            // requests · (K + 1) positions.
+            return unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs, asks_processed, Some(rounds)) };
         }
         unsafe { launch::rejection_sample((rates, threshold, stats, block, &resample), stream, p)? };
         drop(_g15);
@@ -433,7 +449,7 @@ impl Cuda {
         // enqueued above; `check` matched the outputs to its positions,
         // requests · (K + 1) <= max_rows (the split above); with `processed`,
         // the passes wrote the log-sum-exps of the emitted positions (p.lse).
-        unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs, processed) }
+        unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs, processed, None) }
     }
 }
 

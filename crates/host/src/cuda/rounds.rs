@@ -8,9 +8,11 @@
 //! only) would otherwise wait for each other forever.
 
 use super::{Messages, Workspace};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::memory::Device;
 use crate::shard::Exchange;
+use crate::shard::Shard;
+use specdec_core::layout::RUN;
 use specdec_core::shard;
 
 /// A sharded call's `lens.len()` exchanges, in order.
@@ -53,4 +55,15 @@ impl<'e> Rounds<'e> {
         }
         Ok(())
     }
+}
+
+/// That a shard of `ids` ids starts and ends on runs of [`RUN`] ids (the
+/// row's end excepted): the order-free sums' terms (REFERENCE §2.6).
+pub(super) fn check_runs(shard: Shard, ids: usize) -> Result<()> {
+    let (run, end) = (RUN as usize, shard.offset + ids);
+    if !shard.offset.is_multiple_of(run) || (end != shard.vocab && !end.is_multiple_of(run)) {
+        let detail = format!("ids {} .. {end} do not start and end on runs of {run} ids", shard.offset);
+        return Err(Error::InvalidShard { detail });
+    }
+    Ok(())
 }

@@ -27,8 +27,8 @@
 //! every rank alike.
 
 use super::accept::decide;
-use super::threshold::{entry_at, filter_words, row_filter};
 use super::stats::{GREEDY_ROW, Head, Row, SAMPLED_ROW, row_kind, tail_head, thresholds};
+use super::threshold::{entry_at, filter_words, row_filter};
 use super::{JOB_NONE, Request, ResampleJob, draft_row, target_row, write_request_token};
 use crate::block::Reduce;
 use crate::gpu::{self, WARP};
@@ -42,7 +42,7 @@ use specdec_core::exp_sum::ExpSum;
 use specdec_core::kernel_symbol;
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams, WARPS};
 use specdec_core::sample::Resampled;
-use specdec_core::scratch::Stats;
+use specdec_core::scratch::{LogprobsLse, Stats};
 use specdec_core::shard::{self, Header, PairRecord, TopList};
 use specdec_core::status::INVALID_SHARD;
 
@@ -219,8 +219,11 @@ unsafe fn combine_ranks(p: &RejectionParams, pair: u32, kind: u32, unfit: bool) 
     let k1 = p.max_drafts + 1;
     // SAFETY: pair < requests·(K+1): its request's entries; written by the
     // threshold kernel and, where a value, the merge kernel (earlier launches).
-    let (tau_t, tau_q) =
-        if p.filtered != 0 { unsafe { thresholds(p, pair / k1, pair % k1) } } else { (f32::NEG_INFINITY, f32::NEG_INFINITY) };
+    let (tau_t, tau_q) = if p.filtered != 0 {
+        unsafe { thresholds(p, pair / k1, pair % k1) }
+    } else {
+        (f32::NEG_INFINITY, f32::NEG_INFINITY)
+    };
     if !(tau_t > f32::NEG_INFINITY) {
         sum_into(offset_of!(Stats, target));
     }
@@ -239,7 +242,11 @@ unsafe fn combine_ranks(p: &RejectionParams, pair: u32, kind: u32, unfit: bool) 
     }
     // SAFETY (all): a full, converged warp (caller).
     let (head, differ) = unsafe {
-        let head = if kind == GREEDY_ROW { Row::<GREEDY_ROW>(head).warp_all().0 } else { Row::<SAMPLED_ROW>(head).warp_all().0 };
+        let head = if kind == GREEDY_ROW {
+            Row::<GREEDY_ROW>(head).warp_all().0
+        } else {
+            Row::<SAMPLED_ROW>(head).warp_all().0
+        };
         (head, gpu::warp_or_u32(differ as u32) != 0)
     };
     let flags = head.flags | if unfit || differ { INVALID_SHARD } else { 0 };
@@ -353,7 +360,11 @@ pub unsafe extern "ptx-kernel" fn merge_sharded(p: RejectionParams) {
 /// The tokens of a sharded call's jobs (`names::REJECTION_COMBINE_SHARDED`;
 /// see module docs): thread `t` of block `b` combines request `b·BLOCK_THREADS
 /// + t`'s candidates from the ranks' round-2 messages and writes its token
-/// `j`; `-1` and `INVALID_SHARD` where a rank did not get there.
+/// `j`; `-1` and `INVALID_SHARD` where a rank did not get there. Where the
+/// call asks for processed log-probabilities (`p.lse`), it writes each
+/// emitted position's target log-sum-exp of a sampling request, from the
+/// pair's combined entry as the decision took it, for the log-probability
+/// kernels after the call (`crate::logprobs::combine_sharded`).
 ///
 /// # Safety
 /// Launched by the host's checked launcher after round 2, with the call's
@@ -386,6 +397,21 @@ pub unsafe extern "ptx-kernel" fn combine_sharded(p: RejectionParams) {
         write_request_token(&p, r, job.column, token);
         if !arrived {
             gpu::atomic_or(p.status as *mut u32, INVALID_SHARD);
+        }
+    }
+    if p.lse != 0 {
+        // SAFETY: r < requests; the decision wrote num_emitted <= K + 1.
+        let emitted = unsafe { *(p.num_emitted as *const i32).add(r as usize) };
+        let k1 = p.max_drafts + 1;
+        for i in 0..emitted.max(0) as u32 {
+            let pair = r * k1 + i;
+            // SAFETY: the pair's first stats entry (combined by the decision's
+            // launch); lse holds requests·(K+1) entries (host-sized).
+            unsafe {
+                let entry = (p.stats as *const Stats).add(pair as usize * p.chunks as usize);
+                let lse_t = (&raw const (*entry).target).read().to_lse().value();
+                (p.lse as *mut LogprobsLse).add(pair as usize).write(LogprobsLse { raw: f32::NAN, processed: lse_t });
+            }
         }
     }
 }
