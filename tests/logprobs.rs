@@ -391,9 +391,11 @@ test_device!(rejection_logprobs_cover_the_emitted_positions, |backend, scale| {
 // come from the verifier's own `LSE(S)` in every case, where a call asking
 // for raw ones once took them from the raw kernel's sums, which differ in
 // the last bits for a top-k request (its kept set summed a term a kept
-// value in pass 1). Filtered requests of every kind, greedy and unfiltered
-// ones among them, one-hot drafts and draft logits; the top-n of the
-// processed distribution the same bits too.
+// value in pass 1; the two differ where a run of 16 ids holds several kept
+// values, so each row also holds a block of its top-k's size of large,
+// consecutive values). Filtered requests of every kind, greedy and
+// unfiltered ones among them, one-hot drafts and draft logits; the top-n of
+// the processed distribution the same bits too.
 test_device!(processed_logprobs_do_not_depend_on_what_else_is_asked, |backend, scale| {
     use specdec_suite::drafting::draft_logits_like;
     use specdec_suite::verify::Asked;
@@ -412,10 +414,20 @@ test_device!(processed_logprobs_do_not_depend_on_what_else_is_asked, |backend, s
     let mut rng = Rng::new(91);
     for dtype in [DType::F32, DType::BF16] {
         for draft_logits in [false, true] {
-            let requests = 3 * filters.len();
+            let requests = 8 * filters.len();
             let n_r: Vec<usize> = (0..requests).map(|_| rng.below(k + 1)).collect();
             let rows: usize = n_r.iter().map(|n| n + 1).sum();
-            let raw: Vec<f32> = (0..rows).flat_map(|r| mixed_logits(vocab, 500 + r as u64)).collect();
+            let mut raw: Vec<f32> = (0..rows).flat_map(|r| mixed_logits(vocab, 500 + r as u64)).collect();
+            for (r, &n) in n_r.iter().enumerate() {
+                let width = (filters[r % filters.len()].top_k as usize).clamp(64, 1000);
+                let row0 = (0..r).map(|q| n_r[q] + 1).sum::<usize>();
+                for row in row0..=row0 + n {
+                    let start = row * vocab + 16 * rng.below((vocab - width) / 16);
+                    for x in &mut raw[start..start + width] {
+                        *x = 6.0 + rng.uniform(-1.0, 1.0);
+                    }
+                }
+            }
             let mut v = Verify::new(Values::from_f32(dtype, &raw), vocab, &n_r, k, 1.0);
             v.temperature = (0..requests).map(|r| temperatures[r % filters.len()]).collect();
             v.filters = FilterTable::per_slot(&(0..requests).map(|r| filters[r % filters.len()]).collect::<Vec<_>>());

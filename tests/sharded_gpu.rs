@@ -3,24 +3,29 @@
 //! thread each, meeting through `shard::InProcessCuda`, each holding a shard
 //! of every row's ids, return exactly the unsharded GPU call's tokens and
 //! row statuses and together write exactly its draft logits, with filters
-//! with a top-k too; ranks that disagree flag the rows concerned on every
-//! rank.
+//! with a top-k too, and its processed and raw log-probabilities bit for bit
+//! (shards on runs of 16 ids; a top-n is refused); ranks that disagree flag
+//! the rows concerned on every rank.
 #![cfg(feature = "gpu")]
 
 use specdec::filter::Filter;
 use specdec::shard::{MAX_TOP_K, Shard};
 use specdec::status::{INVALID_FILTER, INVALID_SHARD, NAN_LOGITS};
-use specdec::{Cuda, DType, Error};
+use specdec::{Cuda, DType, Distribution, Error};
 use specdec_suite::batch::{DraftLogitsSpec, Sampled};
 use specdec_suite::inputs::{Rng, histogram, mixed_logits};
 use specdec_suite::sharding::{
-    columns, drafting_into, gumbel_rows, ids, in_device_ranks, random_filter, rank_batch, shards,
+    RUN, columns, drafting_into, gumbel_rows, ids, in_device_ranks, random_filter, rank_batch, run_shards, shards,
 };
 use specdec_suite::stats::softmax;
+use specdec_suite::verify::{Asked, LogprobBits};
 use specdec_suite::{Batch, FilterTable, chi_square};
 
 /// What a rank returned: its outputs, and its draft logits.
 type RankOut = (specdec::Result<Sampled>, Option<DraftLogitsSpec>);
+
+/// What a rank asked for log-probabilities returned: its outputs and those, and its draft logits.
+type LogprobRankOut = (specdec::Result<(Sampled, LogprobBits)>, Option<DraftLogitsSpec>);
 
 /// Runs `batch` sharded over `shards` on device 0, rank `r` passing
 /// `rank_batch` of ids `ranges[r]` of `rank_of(r, batch)` with a workspace
@@ -33,29 +38,52 @@ fn run_ranks(
     rank_of: impl Fn(usize, &Batch) -> Batch + Sync,
     workspace_ranks: impl Fn(usize) -> usize + Sync,
 ) -> Vec<RankOut> {
+    let got = run_ranks_asking(cuda, batch, shards, ranges, rank_of, workspace_ranks, None);
+    got.into_iter().map(|(result, draft)| (result.map(|(sampled, _)| sampled), draft)).collect()
+}
+
+/// [`run_ranks`], every rank asking for `asked` log-probabilities.
+fn run_ranks_asking(
+    cuda: &Cuda,
+    batch: &Batch,
+    shards: &[Shard],
+    ranges: &[std::ops::Range<usize>],
+    rank_of: impl Fn(usize, &Batch) -> Batch + Sync,
+    workspace_ranks: impl Fn(usize) -> usize + Sync,
+    asked: Option<Asked>,
+) -> Vec<LogprobRankOut> {
     in_device_ranks(cuda, shards.len(), |r, rank, exchange| {
         let mut ws = rank.sharded_workspace(batch.rows, workspace_ranks(r)).expect("a workspace");
         let mut mine = rank_batch(&rank_of(r, batch), ranges[r].clone());
-        let result =
-            mine.run_device_with(rank, |call, out| rank.sharded_gumbel_sample(&mut ws, shards[r], exchange, call, out));
+        let result = mine.run_device_logprobs_with(rank, asked, |call, out| {
+            rank.sharded_gumbel_sample(&mut ws, shards[r], exchange, call, out)
+        });
         (result, mine.draft_logits)
     })
 }
 
-fn run_sharded(cuda: &Cuda, batch: &Batch, shards: &[Shard]) -> Vec<RankOut> {
-    let ranges: Vec<_> = (0..shards.len()).map(|r| ids(shards, r)).collect();
-    run_ranks(cuda, batch, shards, &ranges, |_, b| b.clone(), |_| shards.len())
+/// The ids of every shard, in rank order.
+fn ranges(shards: &[Shard]) -> Vec<std::ops::Range<usize>> {
+    (0..shards.len()).map(|r| ids(shards, r)).collect()
 }
 
-/// Every rank's outputs are the unsharded GPU call's (which are the CPU's),
-/// and its draft logits that call's columns of them.
-fn check_equal(cuda: &Cuda, batch: &Batch, shards: &[Shard], ctx: &str) {
+fn run_sharded(cuda: &Cuda, batch: &Batch, shards: &[Shard]) -> Vec<RankOut> {
+    run_ranks(cuda, batch, shards, &ranges(shards), |_, b| b.clone(), |_| shards.len())
+}
+
+/// Every rank's outputs and `asked` log-probabilities are the unsharded
+/// GPU call's (whose outputs are the CPU's), and its draft logits that
+/// call's columns of them; returns that call's log-probabilities.
+fn check_equal(cuda: &Cuda, batch: &Batch, shards: &[Shard], asked: Option<Asked>, ctx: &str) -> LogprobBits {
     let mut whole = batch.clone();
     let mut ws = cuda.workspace(batch.rows).expect("a workspace");
-    let want = whole.run_device(cuda, &mut ws).unwrap_or_else(|e| panic!("{ctx}: unsharded: {e}"));
+    let want = whole
+        .run_device_logprobs_with(cuda, asked, |call, out| cuda.gumbel_sample(&mut ws, call, out))
+        .unwrap_or_else(|e| panic!("{ctx}: unsharded: {e}"));
     let cpu = batch.clone().run(&specdec::Backend::cpu()).expect("the CPU call");
-    assert_eq!(want, cpu, "{ctx}: the unsharded GPU call is the CPU's");
-    for (r, (result, draft)) in run_sharded(cuda, batch, shards).into_iter().enumerate() {
+    assert_eq!(want.0, cpu, "{ctx}: the unsharded GPU call is the CPU's");
+    let got = run_ranks_asking(cuda, batch, shards, &ranges(shards), |_, b| b.clone(), |_| shards.len(), asked);
+    for (r, (result, draft)) in got.into_iter().enumerate() {
         let got = result.unwrap_or_else(|e| panic!("{ctx} rank {r}: {e}"));
         assert_eq!(got, want, "{ctx} rank {r}");
         if let (Some(mine), Some(all)) = (draft, &whole.draft_logits) {
@@ -69,6 +97,7 @@ fn check_equal(cuda: &Cuda, batch: &Batch, shards: &[Shard], ctx: &str) {
             assert!(untouched, "{ctx} rank {r}: draft logits past the shard");
         }
     }
+    want.1
 }
 
 #[test]
@@ -83,7 +112,8 @@ fn sharded_tokens_are_the_unsharded_ones() {
                     b.drafting = drafting;
                     b.tokens_i64 = drafting;
                     let shards = shards(vocab, ranks, &mut rng);
-                    check_equal(&cuda, &b, &shards, &format!("{dtype:?} V {vocab} P {ranks} drafting {drafting}"));
+                    let ctx = format!("{dtype:?} V {vocab} P {ranks} drafting {drafting}");
+                    check_equal(&cuda, &b, &shards, None, &ctx);
                 }
             }
         }
@@ -99,7 +129,7 @@ fn sharded_large_batches_are_the_unsharded_ones() {
     for (vocab, rows) in [(32_000, 700), (151_936, 64), (129_280, 3)] {
         let b = gumbel_rows(vocab, rows, DType::BF16, &mut rng);
         let shards = shards(vocab, 2, &mut rng);
-        check_equal(&cuda, &b, &shards, &format!("V {vocab} rows {rows}"));
+        check_equal(&cuda, &b, &shards, None, &format!("V {vocab} rows {rows}"));
     }
 }
 
@@ -113,7 +143,7 @@ fn sharded_draft_logits_are_the_unsharded_ones() {
             let (vocab, rows) = (5001, 12);
             let b = drafting_into(gumbel_rows(vocab, rows, logits, &mut rng), draft);
             let shards = shards(vocab, ranks, &mut rng);
-            check_equal(&cuda, &b, &shards, &format!("{logits:?} into {draft:?} P {ranks}"));
+            check_equal(&cuda, &b, &shards, None, &format!("{logits:?} into {draft:?} P {ranks}"));
         }
     }
 }
@@ -140,20 +170,127 @@ fn sharded_filtered_tokens_are_the_unsharded_ones() {
                 // `drafting_into`'s 3 columns take 12 rows.
                 let rows = if draft.is_some() { rows.min(12) } else { rows };
                 let mut b = gumbel_rows(vocab, rows, logits, &mut rng);
-                for row in (0..rows).filter(|_| rng.below(2) == 0) {
-                    for i in row * vocab..(row + 1) * vocab {
-                        b.logits.set_f32(i, (b.logits.get(i) * 2.0).round() / 2.0);
-                    }
-                }
-                let filters: Vec<Filter> = (0..4).map(|_| random_filter(&mut rng, vocab, MAX_TOP_K)).collect();
-                b.filters = FilterTable::per_slot(&filters);
+                let filters = tie_and_filter(&mut b, &mut rng);
                 if let Some(d) = draft {
                     b = drafting_into(b, d);
                 }
                 let shards = shards(vocab, ranks, &mut rng);
                 let ctx = format!("{logits:?} into {draft:?}, V {vocab}, P {ranks}, {filters:?}");
-                check_equal(&cuda, &b, &shards, &ctx);
+                check_equal(&cuda, &b, &shards, None, &ctx);
             }
+        }
+    }
+}
+
+/// Rounds half of `b`'s rows (dense, of 4 slots) to multiples of 1/2 (tie
+/// groups at the `k`-th value, within and across shards) and gives each slot
+/// a random filter with a top-k of at most `shard::MAX_TOP_K`; the filters.
+fn tie_and_filter(b: &mut Batch, rng: &mut Rng) -> Vec<Filter> {
+    let vocab = b.vocab;
+    for row in (0..b.rows).filter(|_| rng.below(2) == 0) {
+        for i in row * vocab..(row + 1) * vocab {
+            b.logits.set_f32(i, (b.logits.get(i) * 2.0).round() / 2.0);
+        }
+    }
+    let filters: Vec<Filter> = (0..4).map(|_| random_filter(rng, vocab, MAX_TOP_K)).collect();
+    b.filters = FilterTable::per_slot(&filters);
+    filters
+}
+
+/// The log-probabilities a sharded CUDA call gives: processed, raw, and both.
+const ASKS: [Asked; 3] = [
+    Asked { processed: true, raw: false, top: None },
+    Asked { processed: false, raw: true, top: None },
+    Asked { processed: true, raw: true, top: None },
+];
+
+/// A sharded call's log-probabilities (processed, raw, both) are the
+/// unsharded GPU call's, bit for bit, beside its tokens, statuses and draft
+/// logits: rows of every kind and dtype on greedy, sampling and padding
+/// slots, unfiltered or tied under per-slot filters with a top-k of at most
+/// `shard::MAX_TOP_K`, and f32 rows drafting into bf16 draft logits (sampled,
+/// and their log-probabilities taken, from the stored values), over 1, 2, 3
+/// and 8 uneven shards on runs of [`RUN`] ids.
+#[test]
+fn sharded_logprobs_are_the_unsharded_ones() {
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(47);
+    let mut finite = 0;
+    let mut check = |b: &Batch, shards: &[Shard], ctx: &str| {
+        for asked in ASKS {
+            let bits = check_equal(&cuda, b, shards, Some(asked), &format!("{ctx}, {asked:?}"));
+            finite += bits.processed.iter().chain(&bits.raw).filter(|&&x| f32::from_bits(x).is_finite()).count();
+        }
+    };
+    for dtype in DType::ALL {
+        for (vocab, rows) in [(37usize, 21), (1000, 14), (151_936, 5)] {
+            for filtered in [false, true] {
+                for ranks in [1, 2, 3, 8].into_iter().filter(|&p| vocab.div_ceil(RUN) >= p) {
+                    let mut b = gumbel_rows(vocab, rows, dtype, &mut rng);
+                    let filters = if filtered { tie_and_filter(&mut b, &mut rng) } else { Vec::new() };
+                    let shards = run_shards(vocab, ranks, &mut rng);
+                    check(&b, &shards, &format!("{dtype:?} V {vocab} P {ranks} {filters:?}"));
+                }
+            }
+        }
+    }
+    for filtered in [false, true] {
+        for ranks in [1, 2, 3, 8] {
+            let (vocab, rows) = (5001, 12);
+            let mut b = gumbel_rows(vocab, rows, DType::F32, &mut rng);
+            let filters = if filtered { tie_and_filter(&mut b, &mut rng) } else { Vec::new() };
+            let b = drafting_into(b, DType::BF16);
+            let shards = run_shards(vocab, ranks, &mut rng);
+            check(&b, &shards, &format!("F32 into BF16 P {ranks} {filters:?}"));
+        }
+    }
+    // Not a comparison of NaNs: most of the 3,720 values are finite (2,584 on the CPU backend).
+    assert!(finite >= 2000, "finite log-probabilities {finite}");
+}
+
+/// Log-probabilities of a sharded call on the CUDA backend need shards on
+/// runs of [`RUN`] ids (the sums' terms) and no top-n: shards cut at a
+/// multiple of 4 ids but not of 16, which serve a call without them, are
+/// each rank's `Error::InvalidShard`; one rank off the runs is its error
+/// (the others fail too, or flag every row); a top-n, ranks alone included,
+/// is `Error::NotSharded` on every rank.
+#[test]
+fn sharded_logprobs_off_the_runs_or_of_a_top_n_are_refused() {
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(48);
+    let b = gumbel_rows(64, 10, DType::F32, &mut rng);
+    let processed = Asked { processed: true, raw: false, top: None };
+    let run = |shards: &[Shard], ranges: &[std::ops::Range<usize>], asked: Asked| {
+        run_ranks_asking(&cuda, &b, shards, ranges, |_, b| b.clone(), |_| 2, Some(asked))
+    };
+
+    // Cut at id 20: both ranks' ids leave the runs (rank 0's end, rank 1's start).
+    let at_20 = [Shard { offset: 0, vocab: 64 }, Shard { offset: 20, vocab: 64 }];
+    check_equal(&cuda, &b, &at_20, None, "cut at 20, no log-probabilities");
+    for (r, (result, _)) in run(&at_20, &[0..20, 20..64], processed).iter().enumerate() {
+        assert!(matches!(result, Err(Error::InvalidShard { .. })), "cut at 20, rank {r}: {result:?}");
+    }
+
+    // Rank 1 starts at 36 (rank 0 holds 0..32), or rank 0's ids end at 20
+    // (rank 1 holds 32..64): the rank off the runs says why; the other
+    // takes part in the exchange and fails, or flags every row.
+    let flagged_all =
+        |got: &Sampled| got.tokens.iter().all(|&t| t == -1) && got.row_status.iter().all(|s| s & INVALID_SHARD != 0);
+    let off_36 = [Shard { offset: 0, vocab: 64 }, Shard { offset: 36, vocab: 64 }];
+    let halves = [Shard { offset: 0, vocab: 64 }, Shard { offset: 32, vocab: 64 }];
+    for (shards, ranges, off) in [(off_36, [0..32, 36..64], 1), (halves, [0..20, 32..64], 0)] {
+        let got = run(&shards, &ranges, processed);
+        let ctx = format!("{ranges:?}");
+        assert!(matches!(&got[off].0, Err(Error::InvalidShard { .. })), "{ctx}: rank {off}: {:?}", got[off].0);
+        let other = &got[1 - off].0;
+        assert!(other.as_ref().map_or(true, |(got, _)| flagged_all(got)), "{ctx}: rank {}: {other:?}", 1 - off);
+    }
+
+    // A top-n of either distribution, or ranks alone, on shards on the runs.
+    for top in [(5, Distribution::Processed), (0, Distribution::Raw)] {
+        let asked = Asked { top: Some(top), ..processed };
+        for (r, (result, _)) in run(&halves, &[0..32, 32..64], asked).iter().enumerate() {
+            assert!(matches!(result, Err(Error::NotSharded { .. })), "{top:?} rank {r}: {result:?}");
         }
     }
 }

@@ -3,23 +3,26 @@
 //! thread each, meeting through `shard::InProcessCuda`, each holding a shard
 //! of every target row's ids and of every draft row's (cut at multiples of
 //! 16 ids, the kernels' runs), return exactly the unsharded GPU call's
-//! tokens, counts and row statuses; a call the sharded CUDA call refuses
-//! fails on its rank and flags every request on the others; and a sharded
-//! call's emitted tokens follow the target, by chi-square at every position.
+//! tokens, counts and row statuses, and its processed and raw
+//! log-probabilities bit for bit (a top-n is refused on every rank); a call
+//! the sharded CUDA call refuses fails on its rank and flags every request on
+//! the others; and a sharded call's emitted tokens follow the target, by
+//! chi-square at every position.
 #![cfg(feature = "gpu")]
 
 use specdec::filter::Filter;
 use specdec::shard::{MAX_TOP_K, Shard};
 use specdec::status::{INVALID_FILTER, INVALID_SHARD};
-use specdec::{Cuda, DType, Error, Verification};
+use specdec::{Cuda, DType, Distribution, Error, Verification};
 use specdec_suite::drafting::{
     Drafted, FixedPositions, RandomSpec, check_positions, emitted_at, perturbed, probs, random_verify, zipf_logits,
 };
 use specdec_suite::inputs::{Rng, histogram};
 use specdec_suite::sharding::{
-    Coverage, RUN, VERIFY_DTYPES, add_empty_rows, add_specials, random_filter, rank_verify, run_sharded_verify_device,
-    run_shards, tied_verify,
+    Coverage, RUN, VERIFY_DTYPES, add_empty_rows, add_specials, random_filter, rank_verify,
+    run_sharded_logprobs_device, run_sharded_verify_device, run_shards, tied_verify,
 };
+use specdec_suite::verify::{Asked, LogprobBits};
 use specdec_suite::{FilterTable, Verified, Verify, chi_square, gpu_sized};
 
 /// The unsharded GPU call's outputs.
@@ -135,6 +138,118 @@ fn sharded_filtered_verification_is_the_unsharded_one() {
         }
     }
     assert!(coverage.stopped >= 30 && coverage.bonus >= 30, "stopped {}, bonus {}", coverage.stopped, coverage.bonus);
+}
+
+/// The log-probabilities a sharded CUDA call gives: processed, raw, and both.
+const ASKS: [Asked; 3] = [
+    Asked { processed: true, raw: false, top: None },
+    Asked { processed: false, raw: true, top: None },
+    Asked { processed: true, raw: true, top: None },
+];
+
+/// Every rank's outputs and `asked` log-probabilities equal the unsharded
+/// GPU call's, bit for bit; returns those.
+fn check_logprobs_equal(cuda: &Cuda, v: &Verify, shards: &[Shard], asked: Asked, ctx: &str) -> (Verified, LogprobBits) {
+    let mut ws = cuda.workspace(v.requests() * (v.max_drafts + 1)).expect("a workspace");
+    let want = v
+        .run_device_logprobs_with(cuda, Some(asked), |call, out| cuda.rejection_sample(&mut ws, call, out))
+        .unwrap_or_else(|e| panic!("{ctx}: unsharded: {e}"));
+    for (r, got) in run_sharded_logprobs_device(cuda, v, shards, Some(asked)).into_iter().enumerate() {
+        let got = got.unwrap_or_else(|e| panic!("{ctx} rank {r}: {e}"));
+        assert_eq!(got, want, "{ctx} rank {r}");
+    }
+    want
+}
+
+/// A sharded call's log-probabilities (processed, raw, both) are the
+/// unsharded GPU call's, bit for bit, beside its tokens, counts and
+/// statuses: random ragged batches as `sharded_verification_is_the_unsharded_one`
+/// and `sharded_filtered_verification_is_the_unsharded_one` build them
+/// (one-hot and draft logits, rows with nothing above `-inf`, NaN and
+/// `±inf`, per-slot filters with ties at the `k`-th value), at the positions
+/// of accepted drafts, of a rejection's token and of a bonus token, over 1,
+/// 2, 3 and 8 uneven shards on runs of [`RUN`] ids.
+#[test]
+fn sharded_logprobs_are_the_unsharded_ones() {
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(0x6A_61);
+    let mut coverage = Coverage::default();
+    let (mut accepted, mut finite) = (0usize, 0usize);
+    let kinds = [(DType::F32, None), (DType::BF16, Some(DType::BF16)), (DType::F16, Some(DType::F32))];
+    for (target, draft) in kinds {
+        for (vocab, requests) in [(37usize, 16), (1000, 10), (151_936, 3)] {
+            for filtered in [false, true] {
+                for ranks in [1, 2, 3, 8].into_iter().filter(|&p| vocab.div_ceil(RUN) >= p) {
+                    let v = logprobs_batch(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft), filtered);
+                    let shards = run_shards(vocab, ranks, &mut rng);
+                    for (i, asked) in ASKS.into_iter().enumerate() {
+                        let ctx = format!(
+                            "{asked:?}, {target:?} target, {draft:?} draft, filtered {filtered}, V {vocab}, P {ranks}"
+                        );
+                        let (out, bits) = check_logprobs_equal(&cuda, &v, &shards, asked, &ctx);
+                        finite +=
+                            bits.processed.iter().chain(&bits.raw).filter(|&&b| f32::from_bits(b).is_finite()).count();
+                        if i == 0 {
+                            coverage.add(&v, &out);
+                            accepted += out.accepted.iter().map(|&a| a.max(0) as usize).sum::<usize>();
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Not a comparison of NaNs, and every kind of position: drafts accepted,
+    // rejections and bonus tokens (on the CPU backend: 2,624 finite values,
+    // 245 accepted drafts, 400 requests stopped and 200 at their bonus row).
+    assert!(finite >= 2000, "finite log-probabilities {finite}");
+    assert!(
+        accepted >= 100 && coverage.stopped >= 100 && coverage.bonus >= 100,
+        "accepted drafts {accepted}, stopped {}, bonus {}",
+        coverage.stopped,
+        coverage.bonus
+    );
+}
+
+/// A random ragged batch verified draft by draft with `-inf`, `+inf` and
+/// NaN, rows with nothing above `-inf`: random logits, or (`filtered`) tied
+/// ones under a random filter with a top-k of at most `shard::MAX_TOP_K`
+/// per slot, on the target and on the draft logits.
+fn logprobs_batch(rng: &mut Rng, spec: RandomSpec, filtered: bool) -> Verify {
+    let vocab = spec.vocab;
+    let mut v = if filtered {
+        tied_verify(rng, spec, Verification::Token)
+    } else {
+        let mut v = random_verify(rng, spec);
+        add_specials(&mut v, rng);
+        v
+    };
+    add_empty_rows(&mut v, rng);
+    if filtered {
+        let mut filter = |_| random_filter(rng, vocab, MAX_TOP_K);
+        let filters: Vec<Filter> = (0..v.temperature.len()).map(&mut filter).collect();
+        v.filters = FilterTable::per_slot(&filters);
+        if v.draft.is_some() {
+            let drafted: Vec<Filter> = (0..v.temperature.len()).map(&mut filter).collect();
+            v.draft_filters = FilterTable::per_slot(&drafted);
+        }
+    }
+    v
+}
+
+/// A top-n of either distribution, ranks alone included, is not sharded on
+/// the CUDA backend: every rank asking for one gets `Error::NotSharded`.
+#[test]
+fn sharded_top_logprobs_are_refused_on_every_rank() {
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(0x6A_62);
+    let v = random_verify(&mut rng, RandomSpec::new(64, 6, 3, DType::F32, Some(DType::F32)));
+    let halves = [Shard { offset: 0, vocab: 64 }, Shard { offset: 32, vocab: 64 }];
+    for top in [(5, Distribution::Processed), (0, Distribution::Raw)] {
+        let asked = Asked { processed: true, raw: false, top: Some(top) };
+        for (r, got) in run_sharded_logprobs_device(&cuda, &v, &halves, Some(asked)).into_iter().enumerate() {
+            assert!(matches!(got, Err(Error::NotSharded { .. })), "{top:?} rank {r}: {got:?}");
+        }
+    }
 }
 
 /// Request `r`'s outputs: its tokens, emitted and accepted counts, and its rows' statuses.

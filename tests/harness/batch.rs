@@ -2,6 +2,7 @@
 //! (and, copied to the device, through `Cuda::gumbel_sample`: [`Batch::run_device`]).
 
 use crate::filters::{DeviceFilters, FilterTable};
+use crate::verify::{Asked, DeviceLogprobBuffers, LogprobBits};
 use cudarc::driver::{CudaSlice, CudaStream, DriverError};
 use half::{bf16, f16};
 use specdec::{
@@ -369,6 +370,17 @@ impl Batch {
         cuda: &Cuda,
         call_fn: impl FnOnce(&GumbelSample<'_, Device>, &mut GumbelOutput<'_, Device>) -> specdec::Result<()>,
     ) -> specdec::Result<Sampled> {
+        Ok(self.run_device_logprobs_with(cuda, None, call_fn)?.0)
+    }
+
+    /// [`Batch::run_device_with`], asking for `asked` log-probabilities of
+    /// the rows ([`DeviceLogprobBuffers`]: they start as values no call writes).
+    pub fn run_device_logprobs_with(
+        &mut self,
+        cuda: &Cuda,
+        asked: Option<Asked>,
+        call_fn: impl FnOnce(&GumbelSample<'_, Device>, &mut GumbelOutput<'_, Device>) -> specdec::Result<()>,
+    ) -> specdec::Result<(Sampled, LogprobBits)> {
         let s = cuda.stream();
         let logits = DeviceValues::upload(s, &self.logits)?;
         let mut draft_logits = self.draft_logits.as_ref().map(|c| DeviceValues::upload(s, &c.data)).transpose()?;
@@ -382,6 +394,7 @@ impl Batch {
         let mut t32 = s.clone_htod(&vec![i32::MIN; self.rows])?;
         let mut t64 = s.clone_htod(&vec![i64::MIN; self.rows])?;
         let mut status = s.clone_htod(&vec![u32::MAX; self.rows])?;
+        let mut logprobs = DeviceLogprobBuffers::new(s, self.rows, asked)?;
         {
             let call = GumbelSample::<Device> {
                 logits: Logits { data: logits.view(), rows: self.rows, vocab: self.vocab, row_stride: self.row_stride },
@@ -391,7 +404,7 @@ impl Batch {
                 drafting: self.drafting,
             };
             let out = if self.tokens_i64 { GumbelOutput::new(&mut t64) } else { GumbelOutput::new(&mut t32) };
-            let mut out = out.with_row_status(&mut status);
+            let mut out = out.with_row_status(&mut status).with_logprobs(logprobs.outputs());
             if let (Some(d), Some(c)) = (&mut draft_logits, &self.draft_logits) {
                 let column = match (&c.column, &columns) {
                     (ColumnSpec::All(col), _) => Column::All(*col),
@@ -411,8 +424,9 @@ impl Batch {
         if let (Some(d), Some(c)) = (&draft_logits, &mut self.draft_logits) {
             c.data = d.download(s)?;
         }
+        let bits = logprobs.bits(s)?;
         s.synchronize()?;
-        Ok(Sampled { tokens, row_status })
+        Ok((Sampled { tokens, row_status }, bits))
     }
 
     /// The call's inputs (its outputs, the draft logits included, are the caller's).

@@ -255,6 +255,24 @@ pub fn run_sharded_verify_device(
     })
 }
 
+/// [`run_sharded_logprobs`] through [`Cuda::sharded_rejection_sample`], as
+/// [`run_sharded_verify_device`] runs it, every rank asking for `asked`
+/// log-probabilities.
+pub fn run_sharded_logprobs_device(
+    cuda: &Cuda,
+    v: &Verify,
+    shards: &[Shard],
+    asked: Option<Asked>,
+) -> Vec<specdec::Result<(Verified, LogprobBits)>> {
+    let rows = v.requests() * (v.max_drafts + 1);
+    in_device_ranks(cuda, shards.len(), |r, rank, exchange| {
+        let mut ws = rank.sharded_workspace(rows, shards.len()).expect("a workspace");
+        rank_verify(v, ids(shards, r)).run_device_logprobs_with(rank, asked, |call, out| {
+            rank.sharded_rejection_sample(&mut ws, shards[r], exchange, call, out)
+        })
+    })
+}
+
 /// `rank(r, backend, exchange)` for each of `ranks` ranks on `cuda`'s
 /// device, each with a new stream, a backend on it and a scoped thread,
 /// meeting through one `InProcessCuda` group; the results in rank order.

@@ -3,11 +3,13 @@
 
 use crate::batch::{DeviceValues, Values};
 use crate::filters::{DeviceFilters, FilterTable};
+use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, DriverError};
 use specdec::shard::{Exchange, Shard};
 use specdec::{
     Backend, Cuda, Device, Distribution, DraftLogits, DraftLogitsShape, Host, Logits, Logprobs, RejectionOutput,
     RejectionSample, SamplingParams, Verification, Workspace,
 };
+use std::sync::Arc;
 
 /// A `rejection_sample` call's inputs, owned. Request `r` owns target rows
 /// `offsets[r] .. offsets[r+1]`.
@@ -77,15 +79,19 @@ pub struct LogprobBuffers {
 }
 
 impl LogprobBuffers {
+    /// What the log-probability buffers start as: a value above 0, an id and rank below -1.
+    const UNWRITTEN: (f32, i32) = (0.5, i32::MIN);
+
     pub fn new(positions: usize, asked: Option<Asked>) -> Self {
         let n = asked.and_then(|a| a.top).map_or(0, |(n, _)| n);
+        let (value, id) = Self::UNWRITTEN;
         LogprobBuffers {
             asked,
-            processed: vec![0.5; positions],
-            raw: vec![0.5; positions],
-            top: vec![0.5; positions * n],
-            ids: vec![i32::MIN; positions * n],
-            ranks: vec![i32::MIN; positions],
+            processed: vec![value; positions],
+            raw: vec![value; positions],
+            top: vec![value; positions * n],
+            ids: vec![id; positions * n],
+            ranks: vec![id; positions],
         }
     }
 
@@ -120,6 +126,73 @@ impl LogprobBuffers {
             },
         }
     }
+}
+
+/// [`LogprobBuffers`] in device memory, for calls on device buffers: the
+/// same values, read back into the same bits.
+pub struct DeviceLogprobBuffers {
+    asked: Option<Asked>,
+    processed: CudaSlice<f32>,
+    raw: CudaSlice<f32>,
+    /// The top-n's values and ids, one element past the call's: CUDA
+    /// allocates no 0 bytes, and a top-0's (ranks alone) are empty.
+    top: CudaSlice<f32>,
+    ids: CudaSlice<i32>,
+    ranks: CudaSlice<i32>,
+}
+
+impl DeviceLogprobBuffers {
+    /// [`LogprobBuffers::new`]'s buffers, copied to the device on `stream`.
+    pub fn new(stream: &Arc<CudaStream>, positions: usize, asked: Option<Asked>) -> Result<Self, DriverError> {
+        let host = LogprobBuffers::new(positions, asked);
+        let (value, id) = LogprobBuffers::UNWRITTEN;
+        Ok(DeviceLogprobBuffers {
+            asked,
+            processed: stream.clone_htod(&host.processed)?,
+            raw: stream.clone_htod(&host.raw)?,
+            top: upload_with(stream, &host.top, value)?,
+            ids: upload_with(stream, &host.ids, id)?,
+            ranks: stream.clone_htod(&host.ranks)?,
+        })
+    }
+
+    /// The outputs to pass a call, as [`LogprobBuffers::outputs`].
+    pub fn outputs(&mut self) -> Logprobs<'_, Device> {
+        let mut logprobs = Logprobs::none();
+        if let Some(a) = self.asked {
+            if a.processed {
+                logprobs = logprobs.with_processed(&mut self.processed);
+            }
+            if a.raw {
+                logprobs = logprobs.with_raw(&mut self.raw);
+            }
+            if let Some((n, d)) = a.top {
+                let len = self.top.len() - 1;
+                logprobs =
+                    logprobs.with_top(n, d, self.top.slice_mut(..len), self.ids.slice_mut(..len), &mut self.ranks);
+            }
+        }
+        logprobs
+    }
+
+    /// What the call wrote, as [`LogprobBuffers::bits`] (copied back on `stream`, which it waits for).
+    pub fn bits(&self, stream: &Arc<CudaStream>) -> Result<LogprobBits, DriverError> {
+        let len = self.top.len() - 1;
+        let host = LogprobBuffers {
+            asked: self.asked,
+            processed: stream.clone_dtoh(&self.processed)?,
+            raw: stream.clone_dtoh(&self.raw)?,
+            top: stream.clone_dtoh(&self.top.slice(..len))?,
+            ids: stream.clone_dtoh(&self.ids.slice(..len))?,
+            ranks: stream.clone_dtoh(&self.ranks)?,
+        };
+        Ok(host.bits())
+    }
+}
+
+/// A device copy of `v` followed by one `extra` (an allocation even where `v` is empty).
+fn upload_with<T: DeviceRepr + Copy>(stream: &Arc<CudaStream>, v: &[T], extra: T) -> Result<CudaSlice<T>, DriverError> {
+    stream.clone_htod(&[v, &[extra]].concat())
 }
 
 impl Verified {
@@ -288,6 +361,17 @@ impl Verify {
         cuda: &Cuda,
         call_fn: impl FnOnce(&RejectionSample<'_, Device>, &mut RejectionOutput<'_, Device>) -> specdec::Result<()>,
     ) -> specdec::Result<Verified> {
+        Ok(self.run_device_logprobs_with(cuda, None, call_fn)?.0)
+    }
+
+    /// [`Verify::run_device_with`], asking for `asked` log-probabilities
+    /// ([`DeviceLogprobBuffers`]: they start as [`Verify::run_logprobs`]'s do).
+    pub fn run_device_logprobs_with(
+        &self,
+        cuda: &Cuda,
+        asked: Option<Asked>,
+        call_fn: impl FnOnce(&RejectionSample<'_, Device>, &mut RejectionOutput<'_, Device>) -> specdec::Result<()>,
+    ) -> specdec::Result<(Verified, LogprobBits)> {
         let s = cuda.stream();
         let (requests, k1) = (self.requests(), self.max_drafts + 1);
         let target = DeviceValues::upload(s, &self.target)?;
@@ -305,6 +389,7 @@ impl Verify {
         let mut num_emitted = s.clone_htod(&vec![i32::MIN; requests])?;
         let mut accepted = s.clone_htod(&vec![i32::MIN; requests])?;
         let mut row_status = s.clone_htod(&vec![u32::MAX; self.rows])?;
+        let mut logprobs = DeviceLogprobBuffers::new(s, requests * k1, asked)?;
         {
             let call = RejectionSample::<Device> {
                 target: Logits { data: target.view(), rows: self.rows, vocab: self.vocab, row_stride: self.row_stride },
@@ -326,8 +411,8 @@ impl Verify {
             } else {
                 RejectionOutput::new(&mut t32, &mut num_emitted)
             };
-            let mut out = out.with_accepted(&mut accepted).with_row_status(&mut row_status);
-            call_fn(&call, &mut out)?;
+            let out = out.with_accepted(&mut accepted).with_row_status(&mut row_status);
+            call_fn(&call, &mut out.with_logprobs(logprobs.outputs()))?;
         }
         let tokens = if self.tokens_i64 {
             s.clone_dtoh(&t64)?
@@ -340,7 +425,8 @@ impl Verify {
             accepted: s.clone_dtoh(&accepted)?,
             row_status: s.clone_dtoh(&row_status)?,
         };
+        let bits = logprobs.bits(s)?;
         s.synchronize()?;
-        Ok(out)
+        Ok((out, bits))
     }
 }
