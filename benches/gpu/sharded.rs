@@ -6,7 +6,9 @@
 //! f32 target and bf16 draft logits of `V_MAIN` at `T` (the main grid's
 //! bf16-draft verification, drafts sampled from the draft logits); each
 //! without filters and with `SHARDED_FILTER` on every slot (the target's, in
-//! verification; its case's unsharded call filtered alike).
+//! verification; its case's unsharded call filtered alike); and unfiltered
+//! calls asking for each emitted token's processed and raw log-probabilities
+//! (name suffix ` +logprobs+raw`; their unsharded call asks alike).
 //!
 //! Neither runs in a CUDA graph (the in-process exchange meets on the host),
 //! so both are timed alike: CUDA events on rank 0's stream (the unsharded
@@ -15,7 +17,8 @@
 //! of the shared logits buffers in place (`Logits` of `V_r` ids at row
 //! stride `V`, draft logits of width `V_r`). Each rank sends `32 + 16·rows`
 //! bytes a `gumbel_sample` call (filtered: `+ 1040·rows`), `32 + 160·B·(K+1)` (filtered: `+ 2080·B·(K+1)`)
-//! then `16 + 16·B` a verification, and receives `P` times as much; an all-gather of the
+//! then `16 + 16·B` a verification (with log-probabilities, `+ 32 + 144` a
+//! position: a row, a request's `K + 1` token slots), and receives `P` times as much; an all-gather of the
 //! target logits rows instead moves `(P − 1)/P` of `4·rows·V` bytes into
 //! each rank.
 
@@ -27,10 +30,12 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use specdec::filter::Filter;
 use specdec::shard::{InProcessCuda, Shard};
 use specdec::{
-    Cuda, DraftLogits, GumbelOutput, GumbelSample, Logits, RejectionOutput, RejectionSample, SamplingParams,
-    Verification, Workspace,
+    Cuda, Device, DraftLogits, GumbelOutput, GumbelSample, Logits, Logprobs, RejectionOutput, RejectionSample,
+    SamplingParams, Verification, Workspace,
 };
-use specdec_core::shard::{candidates_message_bytes, lists_message_bytes, message_bytes, pairs_message_bytes};
+use specdec_core::shard::{
+    candidates_message_bytes, lists_message_bytes, message_bytes, pairs_message_bytes, positions_message_bytes,
+};
 use std::fmt::Write as _;
 use std::sync::{Arc, Barrier};
 
@@ -44,23 +49,30 @@ const SHARDED_ROUNDS: usize = 9;
 const SHARDED_FILTER: Filter = Filter { top_k: 50, top_p: 0.9, min_p: 0.0 };
 
 /// A sharded case's call: `gumbel_sample` of `rows` rows, or verification
-/// of `requests` requests of `SHARDED_K` drafts.
+/// of `requests` requests of `SHARDED_K` drafts; with `logprobs`, asking
+/// for the processed and raw log-probabilities of its tokens.
 #[derive(Clone, Copy)]
 pub enum Call {
-    Sample { rows: usize, filter: Option<Filter> },
-    Verify { requests: usize, filter: Option<Filter> },
+    Sample { rows: usize, filter: Option<Filter>, logprobs: bool },
+    Verify { requests: usize, filter: Option<Filter>, logprobs: bool },
 }
+
+/// The log-probability cases: `gumbel_sample` rows and verification requests.
+const LOGPROB_ROWS: [usize; 2] = [1, 1024];
+const LOGPROB_REQUESTS: [usize; 2] = [1, 256];
 
 impl Call {
     fn name(self) -> String {
         match self {
-            Call::Sample { rows, filter } => format!(
-                "sharded gumbel_sample random f32 V={V_MAIN} rows={rows}{} P={SHARDED_RANKS}",
-                filter_name(filter)
+            Call::Sample { rows, filter, logprobs } => format!(
+                "sharded gumbel_sample random f32 V={V_MAIN} rows={rows}{}{} P={SHARDED_RANKS}",
+                filter_name(filter),
+                logprobs_name(logprobs)
             ),
-            Call::Verify { requests, filter } => format!(
-                "sharded rejection_sample bf16-draft f32 B={requests} K={SHARDED_K} V={V_MAIN} T={T}{} P={SHARDED_RANKS}",
-                filter_name(filter)
+            Call::Verify { requests, filter, logprobs } => format!(
+                "sharded rejection_sample bf16-draft f32 B={requests} K={SHARDED_K} V={V_MAIN} T={T}{}{} P={SHARDED_RANKS}",
+                filter_name(filter),
+                logprobs_name(logprobs)
             ),
         }
     }
@@ -75,25 +87,30 @@ impl Call {
 
     /// Bytes each rank sends a call, all its exchanges together.
     pub fn send_bytes(self) -> usize {
-        match self {
-            Call::Sample { rows, filter } => {
-                message_bytes(rows) + if filter.is_some() { lists_message_bytes(rows) } else { 0 }
+        let logprobs = if self.logprobs() { positions_message_bytes(self.rows()) } else { 0 };
+        logprobs
+            + match self {
+                Call::Sample { rows, filter, .. } => {
+                    message_bytes(rows) + if filter.is_some() { lists_message_bytes(rows) } else { 0 }
+                }
+                Call::Verify { requests, filter, .. } => {
+                    pairs_message_bytes(self.rows(), filter.is_some()) + candidates_message_bytes(requests)
+                }
             }
-            Call::Verify { requests, filter } => {
-                pairs_message_bytes(self.rows(), filter.is_some()) + candidates_message_bytes(requests)
-            }
-        }
     }
 
     fn all() -> impl Iterator<Item = Call> {
         let filters = [None, Some(SHARDED_FILTER)];
-        let sample = filters
-            .into_iter()
-            .flat_map(|filter| SHARDED_ROWS.into_iter().map(move |rows| Call::Sample { rows, filter }));
-        let verify = filters
-            .into_iter()
-            .flat_map(|filter| SHARDED_REQUESTS.into_iter().map(move |requests| Call::Verify { requests, filter }));
-        sample.chain(verify)
+        let sample = filters.into_iter().flat_map(|filter| {
+            SHARDED_ROWS.into_iter().map(move |rows| Call::Sample { rows, filter, logprobs: false })
+        });
+        let verify = filters.into_iter().flat_map(|filter| {
+            SHARDED_REQUESTS.into_iter().map(move |requests| Call::Verify { requests, filter, logprobs: false })
+        });
+        let sample_logprobs = LOGPROB_ROWS.into_iter().map(|rows| Call::Sample { rows, filter: None, logprobs: true });
+        let verify_logprobs =
+            LOGPROB_REQUESTS.into_iter().map(|requests| Call::Verify { requests, filter: None, logprobs: true });
+        sample.chain(verify).chain(sample_logprobs).chain(verify_logprobs)
     }
 
     fn filter(self) -> Option<Filter> {
@@ -101,6 +118,17 @@ impl Call {
             Call::Sample { filter, .. } | Call::Verify { filter, .. } => filter,
         }
     }
+
+    fn logprobs(self) -> bool {
+        match self {
+            Call::Sample { logprobs, .. } | Call::Verify { logprobs, .. } => logprobs,
+        }
+    }
+}
+
+/// A case name's words for its log-probabilities.
+fn logprobs_name(logprobs: bool) -> &'static str {
+    if logprobs { " +logprobs+raw" } else { "" }
 }
 
 /// A case name's words for its filter.
@@ -139,6 +167,9 @@ struct Io {
     drafts: CudaSlice<i32>,
     tokens: CudaSlice<i32>,
     num_emitted: CudaSlice<i32>,
+    /// The processed and raw log-probabilities of a call that asks for them, a position each.
+    processed: CudaSlice<f32>,
+    raw: CudaSlice<f32>,
 }
 
 impl Io {
@@ -153,15 +184,27 @@ impl Io {
             drafts: stream.clone_htod(if verify { &drafts[..rows] } else { &[0] }).unwrap_or_else(setup),
             tokens: stream.alloc_zeros::<i32>(rows).unwrap_or_else(setup),
             num_emitted: stream.alloc_zeros::<i32>(requests.max(1)).unwrap_or_else(setup),
+            processed: stream.alloc_zeros::<f32>(rows).unwrap_or_else(setup),
+            raw: stream.alloc_zeros::<f32>(rows).unwrap_or_else(setup),
         }
     }
 
-    fn outputs(&self, stream: &Arc<CudaStream>) -> Outputs {
+    /// The outputs, and the log-probabilities' bits.
+    fn outputs(&self, stream: &Arc<CudaStream>) -> (Outputs, Vec<u32>) {
+        let bits = |v: &CudaSlice<f32>| stream.clone_dtoh(v).unwrap_or_else(setup).into_iter().map(f32::to_bits);
         (
-            stream.clone_dtoh(&self.tokens).unwrap_or_else(setup),
-            stream.clone_dtoh(&self.num_emitted).unwrap_or_else(setup),
+            (
+                stream.clone_dtoh(&self.tokens).unwrap_or_else(setup),
+                stream.clone_dtoh(&self.num_emitted).unwrap_or_else(setup),
+            ),
+            bits(&self.processed).chain(bits(&self.raw)).collect(),
         )
     }
+}
+
+/// The log-probabilities `call` asks for, into `processed` and `raw`.
+fn logprobs<'a>(call: Call, processed: &'a mut CudaSlice<f32>, raw: &'a mut CudaSlice<f32>) -> Logprobs<'a, Device> {
+    if call.logprobs() { Logprobs::none().with_processed(processed).with_raw(raw) } else { Logprobs::none() }
 }
 
 /// One `call` over ids `ids` from `shard.offset` of the shared buffers,
@@ -183,7 +226,8 @@ fn call(
                 buf.pos.slice(..rows),
                 SamplingParams::new(&buf.random, &buf.seeds).with_filters(filters.view(MAX_ROWS)),
             );
-            let mut out = GumbelOutput::new(&mut io.tokens);
+            let logprobs = logprobs(call, &mut io.processed, &mut io.raw);
+            let mut out = GumbelOutput::new(&mut io.tokens).with_logprobs(logprobs);
             match exchange {
                 Some(x) => cuda.sharded_gumbel_sample(ws, shard, x, &args, &mut out),
                 None => cuda.gumbel_sample(ws, &args, &mut out),
@@ -204,7 +248,8 @@ fn call(
                 verification: Verification::Token,
                 draft_logits: Some(DraftLogits::new(buf.draft.slice(shard.offset..), shape)),
             };
-            let mut out = RejectionOutput::new(&mut io.tokens, &mut io.num_emitted);
+            let logprobs = logprobs(call, &mut io.processed, &mut io.raw);
+            let mut out = RejectionOutput::new(&mut io.tokens, &mut io.num_emitted).with_logprobs(logprobs);
             match exchange {
                 Some(x) => cuda.sharded_rejection_sample(ws, shard, x, &args, &mut out),
                 None => cuda.rejection_sample(ws, &args, &mut out),
@@ -256,7 +301,7 @@ pub fn run(cuda: &Cuda, buf: &Buffers, drafts: &[i32], options: &Options) -> Vec
             median_us(&streams[0], || {}, || call((&ranks[0], &mut ws, buf), c, whole, None, (&mut io, filters)));
         let want = io.outputs(&streams[0]);
         let barrier = Barrier::new(SHARDED_RANKS);
-        let results: Vec<(f64, Outputs)> = std::thread::scope(|s| {
+        let results: Vec<(f64, (Outputs, Vec<u32>))> = std::thread::scope(|s| {
             let handles: Vec<_> = InProcessCuda::group(streams.clone())
                 .into_iter()
                 .zip(&ranks)
@@ -282,7 +327,7 @@ pub fn run(cuda: &Cuda, buf: &Buffers, drafts: &[i32], options: &Options) -> Vec
         });
         for (r, (_, outputs)) in results.iter().enumerate() {
             if *outputs != want {
-                fail(&c.name(), format!("rank {r}'s outputs are not the unsharded call's"));
+                fail(&c.name(), format!("rank {r}'s outputs or log-probabilities are not the unsharded call's"));
             }
         }
         cases.push(ShardedCase { call: c, unsharded_us, sharded_us: results[0].0 });
