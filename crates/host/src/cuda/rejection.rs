@@ -4,8 +4,7 @@
 //! threshold kernel first and the filtered variants of both passes.
 
 use super::launch::Threshold;
-use super::logprobs::Sources;
-use super::logprobs::{check_logprobs_shard, logprobs_words};
+use super::logprobs::{Sources, check_logprobs_shard, logprobs_words};
 use super::rounds::{Rounds, check_runs};
 use super::{
     Cuda, KernelName, Launch, MOST_CHUNKS, Messages, Split, Spread, Variants, Workspace, filter_tables, launch,
@@ -146,7 +145,9 @@ impl Cuda {
                 what: "filters over more than MAX_FILTERED_RANKS ranks on the CUDA backend",
             });
         }
-        check_logprobs_shard(shard, ids, &out.logprobs)?;
+        if !out.logprobs.is_none() {
+            check_logprobs_shard(shard, ids, &out.logprobs)?;
+        }
         let rates = match args.verification {
             Verification::Token => &[][..],
             Verification::Synthetic(rates) => rates,
