@@ -162,7 +162,8 @@ fn nccl_ranks_on_every_gpu_are_the_unsharded_call() {
 /// A sharded `rejection_sample` of one NCCL rank (the whole row) is the
 /// unsharded call, eagerly and as a CUDA graph captured once and replayed:
 /// pass 1, both all-gathers, the decision, pass 2 and the combine capture
-/// together (no host synchronisation inside the call).
+/// together (no host synchronisation inside the call); with processed and
+/// raw log-probabilities, their kernels and all-gather too.
 #[test]
 fn a_one_rank_nccl_verify_is_the_unsharded_call_eager_and_captured() {
     use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
@@ -171,6 +172,7 @@ fn a_one_rank_nccl_verify_is_the_unsharded_call_eager_and_captured() {
     use specdec_suite::drafting::{RandomSpec, random_verify};
     use specdec_suite::inputs::Rng;
     use specdec_suite::sharding::add_specials;
+    use specdec_suite::verify::Asked;
 
     let cuda = specdec_suite::cuda_device();
     // SAFETY: as in the `gumbel_sample` test above.
@@ -179,25 +181,33 @@ fn a_one_rank_nccl_verify_is_the_unsharded_call_eager_and_captured() {
     let mut v = random_verify(&mut rng, RandomSpec::new(4097, 12, 4, DType::F32, Some(DType::BF16)));
     add_specials(&mut v, &mut rng);
     let rows = v.requests() * (v.max_drafts + 1);
-    let want = v.run_device(&cuda, &mut cuda.workspace(rows).expect("a workspace")).expect("unsharded");
     let s = cuda.stream().clone();
     let mut nccl = Nccl::join(s.clone(), 0, 1, Nccl::unique_id().expect("an id")).expect("a communicator");
     let mut ws = cuda.sharded_workspace(rows, 1).expect("a workspace");
+    let mut unsharded_ws = cuda.workspace(rows).expect("a workspace");
     let shard = Shard { offset: 0, vocab: v.vocab };
-    assert_eq!(v.run_device_sharded(&cuda, &mut ws, shard, &mut nccl).expect("the eager call"), want, "eager");
-    let captured = v.run_device_with(&cuda, |call, out| {
-        s.synchronize()?;
-        s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-        let launched = cuda.sharded_rejection_sample(&mut ws, shard, &mut nccl, call, out);
-        let graph = s.end_capture(CUgraphInstantiate_flags(0));
-        launched?;
-        let graph = graph?.expect("end_capture gives a graph (a synchronising call inside invalidates it)");
-        for _ in 0..3 {
-            graph.launch()?;
-        }
-        Ok(())
-    });
-    assert_eq!(captured.expect("the captured call"), want, "captured and replayed");
+    for asked in [None, Some(Asked { processed: true, raw: true, top: None })] {
+        let want = v
+            .run_device_logprobs_with(&cuda, asked, |call, out| cuda.rejection_sample(&mut unsharded_ws, call, out))
+            .expect("unsharded");
+        let eager = v.run_device_logprobs_with(&cuda, asked, |call, out| {
+            cuda.sharded_rejection_sample(&mut ws, shard, &mut nccl, call, out)
+        });
+        assert_eq!(eager.expect("the eager call"), want, "eager, {asked:?}");
+        let captured = v.run_device_logprobs_with(&cuda, asked, |call, out| {
+            s.synchronize()?;
+            s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+            let launched = cuda.sharded_rejection_sample(&mut ws, shard, &mut nccl, call, out);
+            let graph = s.end_capture(CUgraphInstantiate_flags(0));
+            launched?;
+            let graph = graph?.expect("end_capture gives a graph (a synchronising call inside invalidates it)");
+            for _ in 0..3 {
+                graph.launch()?;
+            }
+            Ok(())
+        });
+        assert_eq!(captured.expect("the captured call"), want, "captured and replayed, {asked:?}");
+    }
 }
 
 /// `P` NCCL ranks (every GPU of the machine), a GPU and a thread each,
