@@ -7,7 +7,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, DriverError};
 use specdec::shard::{Exchange, Shard};
 use specdec::{
     Backend, Cuda, Device, Distribution, DraftLogits, DraftLogitsShape, Host, Logits, Logprobs, RejectionOutput,
-    RejectionSample, SamplingParams, Verification, Workspace,
+    RejectionSample, SamplingParams, Verification, ViewMut, Workspace,
 };
 use std::sync::Arc;
 
@@ -97,19 +97,7 @@ impl LogprobBuffers {
 
     /// The outputs to pass a call.
     pub fn outputs(&mut self) -> Logprobs<'_, Host> {
-        let mut logprobs = Logprobs::none();
-        if let Some(a) = self.asked {
-            if a.processed {
-                logprobs = logprobs.with_processed(&mut self.processed);
-            }
-            if a.raw {
-                logprobs = logprobs.with_raw(&mut self.raw);
-            }
-            if let Some((n, d)) = a.top {
-                logprobs = logprobs.with_top(n, d, &mut self.top, &mut self.ids, &mut self.ranks);
-            }
-        }
-        logprobs
+        asked_outputs(self.asked, [&mut self.processed, &mut self.raw], (&mut self.top, &mut self.ids, &mut self.ranks))
     }
 
     /// What the call wrote (none of the outputs not asked for).
@@ -158,21 +146,9 @@ impl DeviceLogprobBuffers {
 
     /// The outputs to pass a call, as [`LogprobBuffers::outputs`].
     pub fn outputs(&mut self) -> Logprobs<'_, Device> {
-        let mut logprobs = Logprobs::none();
-        if let Some(a) = self.asked {
-            if a.processed {
-                logprobs = logprobs.with_processed(&mut self.processed);
-            }
-            if a.raw {
-                logprobs = logprobs.with_raw(&mut self.raw);
-            }
-            if let Some((n, d)) = a.top {
-                let len = self.top.len() - 1;
-                logprobs =
-                    logprobs.with_top(n, d, self.top.slice_mut(..len), self.ids.slice_mut(..len), &mut self.ranks);
-            }
-        }
-        logprobs
+        let len = self.top.len() - 1;
+        let top = (self.top.slice_mut(..len), self.ids.slice_mut(..len), &mut self.ranks);
+        asked_outputs(self.asked, [&mut self.processed, &mut self.raw], top)
     }
 
     /// What the call wrote, as [`LogprobBuffers::bits`] (copied back on `stream`, which it waits for).
@@ -188,6 +164,34 @@ impl DeviceLogprobBuffers {
         };
         Ok(host.bits())
     }
+}
+
+/// The log-probabilities `asked` names, into buffers of every output
+/// (processed and raw; the top-n's values, ids and ranks): host or device ones alike.
+fn asked_outputs<'a, F, T, I, R>(
+    asked: Option<Asked>,
+    [processed, raw]: [F; 2],
+    (top, ids, ranks): (T, I, R),
+) -> Logprobs<'a, F::Memory>
+where
+    F: ViewMut<'a, Elem = f32>,
+    T: ViewMut<'a, Memory = F::Memory, Elem = f32>,
+    I: ViewMut<'a, Memory = F::Memory, Elem = i32>,
+    R: ViewMut<'a, Memory = F::Memory, Elem = i32>,
+{
+    let mut logprobs = Logprobs::none();
+    if let Some(a) = asked {
+        if a.processed {
+            logprobs = logprobs.with_processed(processed);
+        }
+        if a.raw {
+            logprobs = logprobs.with_raw(raw);
+        }
+        if let Some((n, d)) = a.top {
+            logprobs = logprobs.with_top(n, d, top, ids, ranks);
+        }
+    }
+    logprobs
 }
 
 /// A device copy of `v` followed by one `extra` (an allocation even where `v` is empty).
