@@ -100,6 +100,19 @@ impl<'a, M: Memory> Logprobs<'a, M> {
         self.processed.is_none() && self.raw.is_none() && self.top.is_none()
     }
 
+    /// What these outputs ask for, as words of a sharded call's header
+    /// digest (either backend): ranks that ask differently fail alike.
+    pub(crate) fn digest_words(&self) -> [u64; 2] {
+        let top =
+            self.top.as_ref().map_or(u64::MAX, |t| (t.n as u64) << 1 | u64::from(t.distribution == Distribution::Raw));
+        let outputs = if self.is_none() {
+            u64::MAX
+        } else {
+            u64::from(self.processed.is_some()) | u64::from(self.raw.is_some()) << 1
+        };
+        [outputs, top]
+    }
+
     /// Every output holds `positions` entries (`positions · n` for the top-n).
     pub(crate) fn check(&self, positions: usize) -> Result<()> {
         if let Some(p) = &self.processed {

@@ -362,7 +362,7 @@ fn header(shard: Shard, args: &GumbelSample<'_, Host>, out: &GumbelOutput<'_, Ho
         .chain(p.temperature.iter().map(|t| u64::from(t.to_bits())))
         .chain(p.seed.iter().copied())
         .chain(shard::filter_words(&p.filters))
-        .chain(sharded_logprobs::digest_words(&out.logprobs));
+        .chain(out.logprobs.digest_words());
     Header::of(shard, args.logits.vocab, words)
 }
 

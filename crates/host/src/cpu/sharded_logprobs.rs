@@ -81,14 +81,6 @@ impl<L: Logit> Emitted<'_, L> {
     }
 }
 
-/// What `logprobs` asks for, as words of a sharded call's header digest:
-/// ranks that ask differently fail alike.
-pub(super) fn digest_words(logprobs: &Logprobs<'_, Host>) -> [u64; 2] {
-    let asked = Asked::of(logprobs);
-    let top = asked.and_then(|a| a.top).map_or(u64::MAX, |(n, d)| (n as u64) << 1 | u64::from(d == Distribution::Raw));
-    [asked.map_or(u64::MAX, |a| u64::from(a.processed) | u64::from(a.raw) << 1), top]
-}
-
 /// Writes `logprobs` at positions `0..positions`: those of `emitted(i)`, or
 /// of a position past its request's tokens (`None`). A top-n (and rank)
 /// takes one exchange of `4 + 8n` bytes a position, after a 4-byte flag;

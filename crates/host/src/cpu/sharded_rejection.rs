@@ -221,7 +221,7 @@ fn header(shard: Shard, args: &RejectionSample<'_, Host>, out: &RejectionOutput<
         u64::from(out.row_status.is_some()),
     ]
     .into_iter()
-    .chain(sharded_logprobs::digest_words(&out.logprobs))
+    .chain(out.logprobs.digest_words())
     .chain(rates.iter().map(|r| u64::from(r.to_bits())))
     .chain(args.offsets.iter().map(|&o| o as u64))
     .chain(args.drafts.iter().map(|&d| d as u64))

@@ -4,7 +4,7 @@
 //! threshold kernel and the filtered variant.
 
 use super::launch::Threshold;
-use super::logprobs::{Sources, check_logprobs_shard, logprobs_words};
+use super::logprobs::{Sources, check_logprobs_shard};
 use super::rounds::Rounds;
 use super::{Cuda, KernelName, Launch, Messages, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
 use crate::error::{Error, Result};
@@ -148,7 +148,7 @@ impl Cuda {
             u64::from(args.drafting),
             args.logits.data.dtype() as u64,
         ];
-        let asked = logprobs_words(&out.logprobs);
+        let asked = out.logprobs.digest_words();
         let call = crate::shard::digest(words.into_iter().chain(draft.into_iter().flatten()).chain(asked)) as u32;
         Ok(shard::Header::new(shard.offset as u32, args.logits.vocab as u32, shard.vocab as u32, call))
     }

@@ -131,11 +131,3 @@ pub(super) fn check_logprobs_shard(shard: Shard, ids: usize, logprobs: &Logprobs
     }
     super::rounds::check_runs(shard, ids)
 }
-
-/// What `logprobs` asks for, as words of a sharded call's header digest:
-/// ranks that ask differently fail alike.
-pub(super) fn logprobs_words(logprobs: &Logprobs<'_, Device>) -> [u64; 2] {
-    let top =
-        logprobs.top.as_ref().map_or(u64::MAX, |t| (t.n as u64) << 1 | u64::from(t.distribution == Distribution::Raw));
-    [u64::from(logprobs.processed.is_some()) | u64::from(logprobs.raw.is_some()) << 1, top]
-}

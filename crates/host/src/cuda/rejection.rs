@@ -4,7 +4,7 @@
 //! threshold kernel first and the filtered variants of both passes.
 
 use super::launch::Threshold;
-use super::logprobs::{Sources, check_logprobs_shard, logprobs_words};
+use super::logprobs::{Sources, check_logprobs_shard};
 use super::rounds::{Rounds, check_runs};
 use super::{
     Cuda, KernelName, Launch, MOST_CHUNKS, Messages, Split, Spread, Variants, Workspace, filter_tables, launch,
@@ -166,7 +166,7 @@ impl Cuda {
             rates.len() as u64,
         ];
         let rates = rates.iter().map(|r| u64::from(r.to_bits()));
-        let asked = logprobs_words(&out.logprobs);
+        let asked = out.logprobs.digest_words();
         let words = words.into_iter().chain(draft.into_iter().flatten()).chain(rates).chain(asked);
         let call = crate::shard::digest(words) as u32;
         Ok(shard::Header::new(shard.offset as u32, ids as u32, shard.vocab as u32, call))
