@@ -15,7 +15,8 @@ use specdec::{Cuda, DType, Distribution, Error};
 use specdec_suite::batch::{DraftLogitsSpec, Sampled};
 use specdec_suite::inputs::{Rng, histogram, mixed_logits};
 use specdec_suite::sharding::{
-    RUN, columns, drafting_into, gumbel_rows, ids, in_device_ranks, random_filter, rank_batch, run_shards, shards,
+    CUDA_ASKS, RUN, columns, drafting_into, gumbel_rows, ids, in_device_ranks, random_filter, rank_batch, run_shards,
+    shards,
 };
 use specdec_suite::stats::softmax;
 use specdec_suite::verify::{Asked, LogprobBits};
@@ -197,13 +198,6 @@ fn tie_and_filter(b: &mut Batch, rng: &mut Rng) -> Vec<Filter> {
     filters
 }
 
-/// The log-probabilities a sharded CUDA call gives: processed, raw, and both.
-const ASKS: [Asked; 3] = [
-    Asked { processed: true, raw: false, top: None },
-    Asked { processed: false, raw: true, top: None },
-    Asked { processed: true, raw: true, top: None },
-];
-
 /// A sharded call's log-probabilities (processed, raw, both) are the
 /// unsharded GPU call's, bit for bit, beside its tokens, statuses and draft
 /// logits: rows of every kind and dtype on greedy, sampling and padding
@@ -217,7 +211,7 @@ fn sharded_logprobs_are_the_unsharded_ones() {
     let mut rng = Rng::new(47);
     let mut finite = 0;
     let mut check = |b: &Batch, shards: &[Shard], ctx: &str| {
-        for asked in ASKS {
+        for asked in CUDA_ASKS {
             let bits = check_equal(&cuda, b, shards, Some(asked), &format!("{ctx}, {asked:?}"));
             finite += bits.processed.iter().chain(&bits.raw).filter(|&&x| f32::from_bits(x).is_finite()).count();
         }

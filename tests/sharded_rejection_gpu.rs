@@ -19,7 +19,7 @@ use specdec_suite::drafting::{
 };
 use specdec_suite::inputs::{Rng, histogram};
 use specdec_suite::sharding::{
-    Coverage, RUN, VERIFY_DTYPES, add_empty_rows, add_specials, random_filter, rank_verify,
+    CUDA_ASKS, Coverage, RUN, VERIFY_DTYPES, add_empty_rows, add_specials, random_filter, rank_verify,
     run_sharded_logprobs_device, run_sharded_verify_device, run_shards, tied_verify,
 };
 use specdec_suite::verify::{Asked, LogprobBits};
@@ -140,13 +140,6 @@ fn sharded_filtered_verification_is_the_unsharded_one() {
     assert!(coverage.stopped >= 30 && coverage.bonus >= 30, "stopped {}, bonus {}", coverage.stopped, coverage.bonus);
 }
 
-/// The log-probabilities a sharded CUDA call gives: processed, raw, and both.
-const ASKS: [Asked; 3] = [
-    Asked { processed: true, raw: false, top: None },
-    Asked { processed: false, raw: true, top: None },
-    Asked { processed: true, raw: true, top: None },
-];
-
 /// Every rank's outputs and `asked` log-probabilities equal the unsharded
 /// GPU call's, bit for bit; returns those.
 fn check_logprobs_equal(cuda: &Cuda, v: &Verify, shards: &[Shard], asked: Asked, ctx: &str) -> (Verified, LogprobBits) {
@@ -182,7 +175,7 @@ fn sharded_logprobs_are_the_unsharded_ones() {
                 for ranks in [1, 2, 3, 8].into_iter().filter(|&p| vocab.div_ceil(RUN) >= p) {
                     let v = logprobs_batch(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft), filtered);
                     let shards = run_shards(vocab, ranks, &mut rng);
-                    for (i, asked) in ASKS.into_iter().enumerate() {
+                    for (i, asked) in CUDA_ASKS.into_iter().enumerate() {
                         let ctx = format!(
                             "{asked:?}, {target:?} target, {draft:?} draft, filtered {filtered}, V {vocab}, P {ranks}"
                         );

@@ -273,6 +273,13 @@ pub fn run_sharded_logprobs_device(
     })
 }
 
+/// The log-probabilities a sharded CUDA call gives: processed, raw, and both.
+pub const CUDA_ASKS: [Asked; 3] = [
+    Asked { processed: true, raw: false, top: None },
+    Asked { processed: false, raw: true, top: None },
+    Asked { processed: true, raw: true, top: None },
+];
+
 /// `rank(r, backend, exchange)` for each of `ranks` ranks on `cuda`'s
 /// device, each with a new stream, a backend on it and a scoped thread,
 /// meeting through one `InProcessCuda` group; the results in rank order.
