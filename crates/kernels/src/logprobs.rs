@@ -18,6 +18,14 @@
 //!    reported `f32` log-probability, as the CPU's) and counts the ids above
 //!    the emitted token's; the position's last block merges the chunks'
 //!    lists and writes the top-n, their ids and the rank.
+//!
+//! A rank of a sharded call (`LogprobsParams::send`; REFERENCE §9) runs
+//! `logprobs_lse_sharded_{values}_{values}` instead of the first kernel:
+//! where it would write the outputs, the position's last block writes its
+//! sums over the rank's ids and the token's value where the rank holds it
+//! into the rank's message (`shard::PositionSums`); after the exchange,
+//! `logprobs_combine_sharded` ([`combine_sharded`]) writes the outputs from
+//! every rank's. No top-n yet.
 
 use crate::block::{ExactSum, block_reduce};
 use crate::fold::push_run_sum;

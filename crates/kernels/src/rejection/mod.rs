@@ -136,8 +136,9 @@ fn sharded(p: &RejectionParams) -> bool {
 }
 
 /// [`sharded`] in a pass-1 kernel that writes the processed
-/// log-probabilities if `PROCESSED`: never (sharded calls have none on the
-/// GPU), which those kernels then need not test.
+/// log-probabilities if `PROCESSED`: never (a sharded call's passes write
+/// none; its log-probability kernels do, after it), which those kernels
+/// then need not test.
 #[inline(always)]
 fn sharded_pass<const PROCESSED: bool>(p: &RejectionParams) -> bool {
     !PROCESSED && sharded(p)
