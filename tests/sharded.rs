@@ -5,12 +5,10 @@
 
 use specdec::filter::Filter;
 use specdec::shard::{Exchange, Shard};
-use specdec::{
-    Cpu, DType, Distribution, Error, GumbelOutput, GumbelSample, Host, Logits, MAX_TOP_LOGPROBS, SamplingParams,
-};
+use specdec::{Cpu, DType, Error, GumbelOutput, GumbelSample, Host, Logits, SamplingParams};
 use specdec_suite::batch::{ColumnSpec, DraftLogitsSpec, Values};
 use specdec_suite::inputs::Rng;
-use specdec_suite::sharding::{columns, drafting_into, gumbel_rows, ids, in_ranks, shards};
+use specdec_suite::sharding::{ASKS, columns, drafting_into, gumbel_rows, ids, in_ranks, shards};
 use specdec_suite::verify::{Asked, LogprobBits, LogprobBuffers};
 use specdec_suite::{Batch, FilterTable};
 
@@ -241,16 +239,6 @@ fn a_rank_that_fails_its_checks_or_a_group_that_does_not_fit_fails_every_rank() 
     );
     assert!(matches!(&got[0].0, Err(Error::PeerFailed { rank: 1 })), "{:?}", got[0].0);
 }
-
-/// Each log-probability output alone and all together, ranks alone and the
-/// largest top-n, under either distribution.
-const ASKS: [Asked; 5] = [
-    Asked { processed: true, raw: false, top: None },
-    Asked { processed: false, raw: true, top: None },
-    Asked { processed: true, raw: true, top: Some((5, Distribution::Processed)) },
-    Asked { processed: false, raw: false, top: Some((0, Distribution::Raw)) },
-    Asked { processed: true, raw: false, top: Some((MAX_TOP_LOGPROBS, Distribution::Raw)) },
-];
 
 /// A sharded call's log-probabilities are the unsharded call's, bit for
 /// bit: rows of every kind, filters with a top-k on some slots, sampled and

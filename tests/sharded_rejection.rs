@@ -8,7 +8,7 @@
 
 use specdec::filter::Filter;
 use specdec::shard::Shard;
-use specdec::{Backend, DType, Distribution, Error, MAX_TOP_LOGPROBS, Verification};
+use specdec::{Backend, DType, Distribution, Error, Verification};
 use specdec_suite::drafting::{
     Drafted, FixedPositions, RandomSpec, check_filtered_positions, emitted_at, perturbed, probs, random_verify,
     zipf_logits,
@@ -16,8 +16,8 @@ use specdec_suite::drafting::{
 use specdec_suite::filters::filtered_probs;
 use specdec_suite::inputs::{Rng, histogram};
 use specdec_suite::sharding::{
-    Coverage, VERIFY_DTYPES, add_empty_rows, add_specials, random_filter, run_sharded_logprobs, run_sharded_verify,
-    shards, tied_verify,
+    ASKS, Coverage, VERIFY_DTYPES, add_empty_rows, add_specials, random_filter, run_sharded_logprobs,
+    run_sharded_verify, shards, tied_verify,
 };
 use specdec_suite::verify::Asked;
 use specdec_suite::{FilterTable, Verified, Verify, chi_square};
@@ -246,17 +246,6 @@ fn sharded_tokens_follow_the_target() {
         }
     }
 }
-
-/// The log-probabilities a sharded call is asked for: each output alone,
-/// all of them, ranks alone, and the largest top-n, under either distribution.
-const ASKS: [Asked; 6] = [
-    Asked { processed: true, raw: false, top: None },
-    Asked { processed: false, raw: true, top: None },
-    Asked { processed: true, raw: true, top: Some((5, Distribution::Processed)) },
-    Asked { processed: false, raw: false, top: Some((0, Distribution::Raw)) },
-    Asked { processed: true, raw: false, top: Some((MAX_TOP_LOGPROBS, Distribution::Raw)) },
-    Asked { processed: false, raw: true, top: Some((1, Distribution::Processed)) },
-];
 
 /// A sharded call's log-probabilities (processed, raw, top-n and ranks) are
 /// the unsharded call's, bit for bit: random ragged batches (greedy,

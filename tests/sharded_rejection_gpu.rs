@@ -13,14 +13,14 @@
 use specdec::filter::Filter;
 use specdec::shard::{MAX_TOP_K, Shard};
 use specdec::status::{INVALID_FILTER, INVALID_SHARD};
-use specdec::{Cuda, DType, Distribution, Error, Verification};
+use specdec::{Cuda, DType, Distribution, Error, MAX_TOP_LOGPROBS, Verification};
 use specdec_suite::drafting::{
     Drafted, FixedPositions, RandomSpec, check_positions, emitted_at, perturbed, probs, random_verify, zipf_logits,
 };
 use specdec_suite::inputs::{Rng, histogram};
 use specdec_suite::sharding::{
-    CUDA_ASKS, Coverage, RUN, VERIFY_DTYPES, add_empty_rows, add_specials, random_filter, rank_verify,
-    run_sharded_logprobs_device, run_sharded_verify_device, run_shards, tied_verify,
+    ASKS, Coverage, RUN, VERIFY_DTYPES, add_empty_rows, add_specials, ids, in_device_ranks, random_filter,
+    rank_verify, run_sharded_logprobs_device, run_sharded_verify_device, run_shards, tied_verify,
 };
 use specdec_suite::verify::{Asked, LogprobBits};
 use specdec_suite::{FilterTable, Verified, Verify, chi_square, gpu_sized};
@@ -154,8 +154,8 @@ fn check_logprobs_equal(cuda: &Cuda, v: &Verify, shards: &[Shard], asked: Asked,
     want
 }
 
-/// A sharded call's log-probabilities (processed, raw, both) are the
-/// unsharded GPU call's, bit for bit, beside its tokens, counts and
+/// A sharded call's log-probabilities (processed, raw, top-n and ranks:
+/// [`ASKS`]) are the unsharded GPU call's, bit for bit, beside its tokens, counts and
 /// statuses: random ragged batches as `sharded_verification_is_the_unsharded_one`
 /// and `sharded_filtered_verification_is_the_unsharded_one` build them
 /// (one-hot and draft logits, rows with nothing above `-inf`, NaN and
@@ -167,7 +167,7 @@ fn sharded_logprobs_are_the_unsharded_ones() {
     let cuda = specdec_suite::cuda_device();
     let mut rng = Rng::new(0x6A_61);
     let mut coverage = Coverage::default();
-    let (mut accepted, mut finite) = (0usize, 0usize);
+    let (mut accepted, mut finite, mut listed, mut ranked) = (0usize, 0usize, 0usize, 0usize);
     let kinds = [(DType::F32, None), (DType::BF16, Some(DType::BF16)), (DType::F16, Some(DType::F32))];
     for (target, draft) in kinds {
         for (vocab, requests) in [(37usize, 16), (1000, 10), (151_936, 3)] {
@@ -175,13 +175,15 @@ fn sharded_logprobs_are_the_unsharded_ones() {
                 for ranks in [1, 2, 3, 8].into_iter().filter(|&p| vocab.div_ceil(RUN) >= p) {
                     let v = logprobs_batch(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft), filtered);
                     let shards = run_shards(vocab, ranks, &mut rng);
-                    for (i, asked) in CUDA_ASKS.into_iter().enumerate() {
+                    for (i, asked) in ASKS.into_iter().enumerate() {
                         let ctx = format!(
                             "{asked:?}, {target:?} target, {draft:?} draft, filtered {filtered}, V {vocab}, P {ranks}"
                         );
                         let (out, bits) = check_logprobs_equal(&cuda, &v, &shards, asked, &ctx);
                         finite +=
                             bits.processed.iter().chain(&bits.raw).filter(|&&b| f32::from_bits(b).is_finite()).count();
+                        listed += bits.top.iter().filter(|&&b| f32::from_bits(b).is_finite()).count();
+                        ranked += bits.ranks.iter().filter(|&&rank| rank > 1).count();
                         if i == 0 {
                             coverage.add(&v, &out);
                             accepted += out.accepted.iter().map(|&a| a.max(0) as usize).sum::<usize>();
@@ -194,7 +196,10 @@ fn sharded_logprobs_are_the_unsharded_ones() {
     // Not a comparison of NaNs, and every kind of position: drafts accepted,
     // rejections and bonus tokens (on the CPU backend: 2,624 finite values,
     // 245 accepted drafts, 400 requests stopped and 200 at their bonus row).
-    assert!(finite >= 2000, "finite log-probabilities {finite}");
+    assert!(
+        finite >= 2000 && listed >= 1000 && ranked >= 100,
+        "finite log-probabilities {finite}, in top-ns {listed}, ranks above 1 {ranked}"
+    );
     assert!(
         accepted >= 100 && coverage.stopped >= 100 && coverage.bonus >= 100,
         "accepted drafts {accepted}, stopped {}, bonus {}",
@@ -229,19 +234,33 @@ fn logprobs_batch(rng: &mut Rng, spec: RandomSpec, filtered: bool) -> Verify {
     v
 }
 
-/// A top-n of either distribution, ranks alone included, is not sharded on
-/// the CUDA backend: every rank asking for one gets `Error::NotSharded`.
+/// Ranks that ask for different log-probabilities (a top-n of another size
+/// and distribution: as many rounds, messages as long) flag every request
+/// on every rank and write NaN, `-1` ids and ranks: what they ask is in
+/// the header's word.
 #[test]
-fn sharded_top_logprobs_are_refused_on_every_rank() {
+fn ranks_that_ask_differently_flag_every_request() {
     let cuda = specdec_suite::cuda_device();
     let mut rng = Rng::new(0x6A_62);
     let v = random_verify(&mut rng, RandomSpec::new(64, 6, 3, DType::F32, Some(DType::F32)));
     let halves = [Shard { offset: 0, vocab: 64 }, Shard { offset: 32, vocab: 64 }];
-    for top in [(5, Distribution::Processed), (0, Distribution::Raw)] {
-        let asked = Asked { processed: true, raw: false, top: Some(top) };
-        for (r, got) in run_sharded_logprobs_device(&cuda, &v, &halves, Some(asked)).into_iter().enumerate() {
-            assert!(matches!(got, Err(Error::NotSharded { .. })), "{top:?} rank {r}: {got:?}");
-        }
+    let asks = [
+        Asked { processed: true, raw: false, top: Some((5, Distribution::Processed)) },
+        Asked { processed: true, raw: false, top: Some((MAX_TOP_LOGPROBS, Distribution::Raw)) },
+    ];
+    let rows = v.requests() * (v.max_drafts + 1);
+    let got = in_device_ranks(&cuda, 2, |r, rank, exchange| {
+        let mut ws = rank.sharded_workspace(rows, 2).expect("a workspace");
+        rank_verify(&v, ids(&halves, r)).run_device_logprobs_with(rank, Some(asks[r]), |call, out| {
+            rank.sharded_rejection_sample(&mut ws, halves[r], exchange, call, out)
+        })
+    });
+    for (r, got) in got.into_iter().enumerate() {
+        let (out, bits) = got.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        assert!((0..v.requests()).all(|q| flagged(&v, &out, q)), "rank {r}: {out:?}");
+        let nan = bits.processed.iter().chain(&bits.top).all(|&b| f32::from_bits(b).is_nan());
+        let none = bits.ids.iter().chain(&bits.ranks).all(|&i| i == -1);
+        assert!(nan && none && bits.ranks.len() == rows, "rank {r}: {bits:?}");
     }
 }
 

@@ -12,7 +12,7 @@ use crate::inputs::Rng;
 use crate::verify::{Asked, LogprobBits, Verified, Verify};
 use specdec::filter::Filter;
 use specdec::shard::{Exchange, InProcess, InProcessCuda, Shard};
-use specdec::{Cuda, DType, DraftLogitsShape, Verification};
+use specdec::{Cuda, DType, Distribution, DraftLogitsShape, MAX_TOP_LOGPROBS, Verification};
 use std::ops::Range;
 
 /// `P` shards of a row of `vocab` ids, uneven, each starting at a multiple of 4.
@@ -273,11 +273,15 @@ pub fn run_sharded_logprobs_device(
     })
 }
 
-/// The log-probabilities a sharded CUDA call gives: processed, raw, and both.
-pub const CUDA_ASKS: [Asked; 3] = [
+/// The log-probabilities the sharded tests ask for: each output alone, all
+/// of them, ranks alone, and the largest top-n, under either distribution.
+pub const ASKS: [Asked; 6] = [
     Asked { processed: true, raw: false, top: None },
     Asked { processed: false, raw: true, top: None },
-    Asked { processed: true, raw: true, top: None },
+    Asked { processed: true, raw: true, top: Some((5, Distribution::Processed)) },
+    Asked { processed: false, raw: false, top: Some((0, Distribution::Raw)) },
+    Asked { processed: true, raw: false, top: Some((MAX_TOP_LOGPROBS, Distribution::Raw)) },
+    Asked { processed: false, raw: true, top: Some((1, Distribution::Processed)) },
 ];
 
 /// `rank(r, backend, exchange)` for each of `ranks` ranks on `cuda`'s

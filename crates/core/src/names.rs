@@ -60,6 +60,8 @@ macro_rules! kernel_symbol {
     (@name REJECTION_THRESHOLD_SHARDED) => { "rejection_threshold_sharded" };
     (@name LOGPROBS_LSE_SHARDED) => { "logprobs_lse_sharded" };
     (@name LOGPROBS_COMBINE_SHARDED) => { "logprobs_combine_sharded" };
+    (@name LOGPROBS_TOP_SHARDED) => { "logprobs_top_sharded" };
+    (@name LOGPROBS_TOP_COMBINE_SHARDED) => { "logprobs_top_combine_sharded" };
     // `DType::name` of each element type.
     (@dtype f32) => { "f32" };
     (@dtype Bf16) => { "bf16" };
@@ -264,6 +266,18 @@ pub const LOGPROBS_LSE_SHARDED: Kernel =
 pub const LOGPROBS_COMBINE_SHARDED: Kernel =
     Kernel { name: kernel_symbol!(@name LOGPROBS_COMBINE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
 
+/// [`LOGPROBS_TOP`] as a rank of a sharded call: each position's top-n over
+/// the rank's ids (global ids), their log-probabilities and its count of
+/// ids above the token into the rank's message, where the unsharded kernel
+/// writes the outputs.
+pub const LOGPROBS_TOP_SHARDED: Kernel =
+    Kernel { name: kernel_symbol!(@name LOGPROBS_TOP_SHARDED), pairs: Pairs::Same, min_blocks: 3 };
+
+/// A sharded call's top-n and rank from its ranks' messages, a block a
+/// position. Reads no logits (`Pairs::One`).
+pub const LOGPROBS_TOP_COMBINE_SHARDED: Kernel =
+    Kernel { name: kernel_symbol!(@name LOGPROBS_TOP_COMBINE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
+
 /// A sharded `gumbel_sample`'s combine of its ranks' messages
 /// (`layout::GumbelCombineParams`), a thread a row. Reads no logits (`Pairs::One`).
 pub const GUMBEL_COMBINE: Kernel =
@@ -294,7 +308,7 @@ pub const REJECTION_COMBINE_SHARDED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_COMBINE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
 
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 32] = [
+pub const ALL: [Kernel; 34] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -327,6 +341,8 @@ pub const ALL: [Kernel; 32] = [
     REJECTION_THRESHOLD_SHARDED,
     LOGPROBS_LSE_SHARDED,
     LOGPROBS_COMBINE_SHARDED,
+    LOGPROBS_TOP_SHARDED,
+    LOGPROBS_TOP_COMBINE_SHARDED,
 ];
 
 impl Kernel {
@@ -429,14 +445,15 @@ mod tests {
             REJECTION_STATS_SMALL_PROCESSED REJECTION_STATS_FILTERED_PROCESSED REJECTION_BLOCK REJECTION_RATES
             LOGPROBS_LSE LOGPROBS_TOP GUMBEL_COMBINE REJECTION_DECIDE_SHARDED REJECTION_COMBINE_SHARDED
             REJECTION_MERGE_SHARDED GUMBEL_MERGE_SHARDED GUMBEL_THRESHOLD_SHARDED
-            REJECTION_THRESHOLD_SHARDED LOGPROBS_LSE_SHARDED LOGPROBS_COMBINE_SHARDED);
+            REJECTION_THRESHOLD_SHARDED LOGPROBS_LSE_SHARDED LOGPROBS_COMBINE_SHARDED LOGPROBS_TOP_SHARDED
+            LOGPROBS_TOP_COMBINE_SHARDED);
         assert_eq!(kernel_symbol!(GUMBEL_SAMPLE, Bf16, f32), "gumbel_sample_bf16_f32");
     }
 
     #[test]
     fn the_table() {
         let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
-        assert_eq!(all.len(), 21 * 9 + 4 * 3 + 7);
+        assert_eq!(all.len(), 21 * 9 + 5 * 3 + 8);
         let mut unique = all.clone();
         unique.sort();
         unique.dedup();

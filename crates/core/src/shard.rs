@@ -13,11 +13,13 @@
 //!   there, then a [`Resampled`] for each request ([`candidates_message_bytes`]).
 //! - Either operation's log-probabilities, a round after the call's: a
 //!   [`Header`], then a [`PositionSums`] for each of its positions
-//!   ([`positions_message_bytes`]).
+//!   ([`positions_message_bytes`]); with a top-n (or rank), one more: a
+//!   [`Header`], then a [`PositionTop`] for each ([`tops_message_bytes`]).
 
 use crate::argmax::ArgMax;
+use crate::layout::MAX_TOP_LOGPROBS;
 use crate::sample::Resampled;
-use crate::scratch::{LogprobsPartial, Stats};
+use crate::scratch::{LogprobsPartial, Stats, TopPartial};
 
 /// What a rank says about its call: whether its checks passed, its shard,
 /// and a word the host derives from the call's shape (rows, slots, draft
@@ -206,6 +208,27 @@ pub fn position_at(message: u64, at: usize) -> *mut PositionSums {
     (message as usize + positions_message_bytes(at)) as *mut PositionSums
 }
 
+/// A rank's part of one emitted position's top-n and rank: its best
+/// `top_n` ids of the row and its count of ids above the emitted token's
+/// (`top`, keys of global ids), and each listed id's log-probability as the
+/// unsharded call writes it (`logprobs[j]`, `keys[j]`'s; NaN past the list).
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+pub struct PositionTop {
+    pub top: TopPartial,
+    pub logprobs: [f32; MAX_TOP_LOGPROBS],
+}
+
+/// Bytes of a rank's top-n message for `positions` positions.
+pub const fn tops_message_bytes(positions: usize) -> usize {
+    core::mem::size_of::<Header>() + positions * core::mem::size_of::<PositionTop>()
+}
+
+/// Where position `at`'s [`PositionTop`] lies in the message at `message`.
+pub fn position_top_at(message: u64, at: usize) -> *mut PositionTop {
+    (message as usize + tops_message_bytes(at)) as *mut PositionTop
+}
+
 /// A digest of what a row's sampling reads besides its logits: its slot,
 /// the slot's temperature and seed, its position, its draft-logits column
 /// and the slot's filter values as words (`filters`: `top_k`, `top_p`,
@@ -276,6 +299,13 @@ mod tests {
         assert_eq!(row_list_at(16, 2) as usize, 16 + 2 * 1040);
         assert_eq!(core::mem::size_of::<PositionSums>(), 144);
         assert_eq!(position_at(0, 2) as usize, 32 + 2 * 144);
+        assert_eq!(core::mem::size_of::<PositionTop>(), 256);
+        assert_eq!(position_top_at(0, 2) as usize, 32 + 2 * 256);
+        // A position's top-n fits the slot a pair's round-1 record takes.
+        assert!(
+            core::mem::size_of::<PositionTop>()
+                <= core::mem::size_of::<PairRecord>() + 2 * core::mem::size_of::<TopList>()
+        );
     }
 
     #[test]

@@ -25,7 +25,12 @@
 //! sums over the rank's ids and the token's value where the rank holds it
 //! into the rank's message (`shard::PositionSums`); after the exchange,
 //! `logprobs_combine_sharded` ([`combine_sharded`]) writes the outputs from
-//! every rank's. No top-n yet.
+//! every rank's. Where a top-n or rank is asked, `logprobs_top_sharded_{values}_{values}`
+//! then writes each position's top-n over the rank's ids (keys of global
+//! ids), their log-probabilities and its count into a message of its own
+//! (`shard::PositionTop`), and after one more exchange
+//! `logprobs_top_combine_sharded` ([`top_combine_sharded`]) merges the
+//! ranks' lists, a block a position.
 
 use crate::block::{ExactSum, block_reduce};
 use crate::fold::push_run_sum;
@@ -41,7 +46,9 @@ use specdec_core::argmax::floor_value;
 use specdec_core::dtype::{Bf16, F16};
 use specdec_core::exp_sum::ExpSum;
 use specdec_core::kernel_symbol;
-use specdec_core::layout::{LogprobsParams, MAX_TOP_LOGPROBS, POSITIONS_REJECTION, TILE, TOP_SHARED_BYTES, WARPS};
+use specdec_core::layout::{
+    BLOCK_THREADS, LogprobsParams, MAX_TOP_LOGPROBS, POSITIONS_REJECTION, TILE, TOP_SHARED_BYTES, WARPS,
+};
 use specdec_core::rng::Stream;
 use specdec_core::sample::Sampler;
 use specdec_core::scratch::{LogprobsLse, LogprobsPartial, TopPartial, top_key, top_key_id};
@@ -180,9 +187,9 @@ impl<V> Emitted<V> {
 #[inline(always)]
 unsafe fn lse<V: Load, const SHARDED: bool>(p: &LogprobsParams) {
     let tid = gpu::thread_idx_x();
-    if SHARDED && gpu::block_idx_x() == 0 && gpu::block_idx_y() == 0 && tid == 0 && p.source == 0 {
-        // SAFETY: the message starts with the rank's header (host-sized).
-        unsafe { (p.send as *mut Header).write(p.shard) };
+    if SHARDED {
+        // SAFETY: forwarded.
+        unsafe { write_header(p) };
     }
     // SAFETY: forwarded.
     let Some((at, c, e)) = (unsafe { block_position::<V, false, SHARDED>(p) }) else {
@@ -315,6 +322,19 @@ unsafe fn block_position<V: Load, const TOP: bool, const SHARDED: bool>(
     }
 }
 
+/// The rank's header at the start of its message, from one thread of a
+/// sharded call's launch over source 0.
+///
+/// # Safety
+/// `p.send` holds the rank's message (host-sized).
+#[inline(always)]
+unsafe fn write_header(p: &LogprobsParams) {
+    if gpu::block_idx_x() == 0 && gpu::block_idx_y() == 0 && gpu::thread_idx_x() == 0 && p.source == 0 {
+        // SAFETY: the message starts with the rank's header (caller).
+        unsafe { (p.send as *mut Header).write(p.shard) };
+    }
+}
+
 /// Position `at`'s outputs where nothing was emitted: NaN log-probabilities, `-1` ids and rank.
 ///
 /// # Safety
@@ -414,24 +434,38 @@ struct TopShared {
 
 const _: () = assert!(core::mem::size_of::<TopShared>() as u32 == TOP_SHARED_BYTES);
 
-/// The second kernel (see module docs).
+/// The second kernel (see module docs); with `SHARDED`, a rank's part of
+/// a sharded call's: each position's top-n over the rank's ids (keys of
+/// global ids), their log-probabilities and its count of ids above the
+/// token into the rank's message (`shard::PositionTop`), which
+/// [`top_combine_sharded`] merges after the exchange.
 ///
 /// # Safety
 /// Launched by the host's checked launcher after the log-sum-exps are known
-/// (`lse`, or the verifier's passes: `LogprobsParams::lse`), on the call's
-/// stream, with `layout::TOP_SHARED_BYTES` of dynamic shared memory.
+/// (`lse`, the verifier's passes, or `combine_sharded`: `LogprobsParams::lse`),
+/// on the call's stream, with `layout::TOP_SHARED_BYTES` of dynamic shared
+/// memory; with `SHARDED`, `p.send` holds the rank's message and `p.recv`
+/// still every rank's [`PositionSums`] (the token's value).
 #[inline(always)]
-unsafe fn top<V: Load>(p: &LogprobsParams) {
+unsafe fn top<V: Load, const SHARDED: bool>(p: &LogprobsParams) {
+    if SHARDED {
+        // SAFETY: forwarded.
+        unsafe { write_header(p) };
+    }
     // SAFETY: forwarded.
-    let Some((at, c, e)) = (unsafe { block_position::<V, true, false>(p) }) else {
+    let Some((at, c, e)) = (unsafe { block_position::<V, true, SHARDED>(p) }) else {
         return; // block-uniform
     };
     let tid = gpu::thread_idx_x();
     let (warp, lane) = (tid / WARP, tid % WARP);
     // SAFETY: written for an emitted position before this launch.
     let lse = unsafe { *(p.lse as *const LogprobsLse).add(at as usize) };
-    // SAFETY: token < vocab.
-    let mine = order(e.top_logprob(p, unsafe { (*e.row.add(e.token as usize)).as_f32() }, lse));
+    // The token's value: from the rank that holds it where sharded.
+    // SAFETY (both): token < vocab; the ranks' records of `at` (caller).
+    let x = if SHARDED { unsafe { held_value(p, at) } } else { unsafe { (*e.row.add(e.token as usize)).as_f32() } };
+    let mine = order(e.top_logprob(p, x, lse));
+    // The global id of the row's first id.
+    let base = if SHARDED { p.shard.offset } else { 0 };
     let (start, end) = chunk_range(p.vocab, p.chunk, c);
     let aligned = quad_aligned(e.row);
     let mut list = WarpTop::new(p.top_n);
@@ -456,7 +490,7 @@ unsafe fn top<V: Load>(p: &LogprobsParams) {
             }
             let lp = order(e.top_logprob(p, v[k as usize], lse));
             larger += (lp > mine) as u32;
-            if lp >= bar { top_key(lp, x + k) } else { 0 }
+            if lp >= bar { top_key(lp, base + x + k) } else { 0 }
         };
         // Constant lane indices keep the quad and its keys in registers.
         let keys = [key(0), key(1), key(2), key(3)];
@@ -483,16 +517,8 @@ unsafe fn top<V: Load>(p: &LogprobsParams) {
         let partials = unsafe { (p.top_partials as *mut TopPartial).add(at as usize * chunks as usize) };
         let mut last = false;
         if warp == 0 {
-            let own = unsafe { partials.add(c as usize) };
-            if (lane as usize) < MAX_TOP_LOGPROBS {
-                // Zeros past `n`: `merge` reads the keys in pairs.
-                let key = if lane < list.n { list.key } else { 0 };
-                // SAFETY: lane < MAX_TOP_LOGPROBS.
-                unsafe { (&raw mut (*own).keys).cast::<u64>().add(lane as usize).write(key) };
-            }
-            if lane == 0 {
-                unsafe { (&raw mut (*own).larger).write(larger) };
-            }
+            // SAFETY: entry c of the position's; all of warp 0.
+            unsafe { write_partial(partials.add(c as usize), list, larger) };
             // SAFETY: all of warp 0 after the block's entry; counters holds `positions`.
             last = unsafe { last_block::arrive((p.counters as *mut u32).add(at as usize), chunks) };
         }
@@ -502,24 +528,51 @@ unsafe fn top<V: Load>(p: &LogprobsParams) {
         }
         gpu::fence_device();
         // SAFETY (both): every block of the position published (arrive); all threads.
-        let (list, larger) = unsafe { merge(partials, chunks, p.top_n) };
+        let (list, larger) = unsafe { merge(partials as *const u8, core::mem::size_of::<TopPartial>(), chunks, p.top_n) };
         unsafe { block_top(list, larger) }
     };
     if warp != 0 {
         return;
     }
-    // SAFETY: the outputs hold positions · top_n entries; ids < vocab.
+    // An entry's log-probability: NaN for one the row had too few ids for.
+    let logprob = |key: u64| {
+        if key == 0 {
+            return f32::NAN;
+        }
+        // SAFETY: a key's id is one of this row's (global ids from `base`).
+        let y = unsafe { (*e.row.add((top_key_id(key) - base) as usize)).as_f32() };
+        e.top_logprob(p, y, lse)
+    };
+    let key = if lane < list.n { list.key } else { 0 };
+    if SHARDED {
+        // SAFETY (both): the message holds `positions` records; all of warp 0.
+        unsafe {
+            let record = shard::position_top_at(p.send, at as usize);
+            write_partial(&raw mut (*record).top, list, larger);
+            if (lane as usize) < MAX_TOP_LOGPROBS {
+                (&raw mut (*record).logprobs).cast::<f32>().add(lane as usize).write(logprob(key));
+            }
+        }
+        return;
+    }
+    // SAFETY: the outputs hold positions · top_n entries.
+    unsafe { write_top(p, at, list.n, (key, logprob(key)), larger) };
+}
+
+/// A position's top-n and rank, from warp 0 of the block that merged its
+/// lists: lane `l < n` writes entry `l` (its key and log-probability; an
+/// empty key: NaN and `-1`), lane 0 the rank `larger + 1`.
+///
+/// # Safety
+/// `at < positions`; the outputs hold `positions · top_n` entries; `n <= top_n`.
+#[inline(always)]
+unsafe fn write_top(p: &LogprobsParams, at: u32, n: u32, (key, lp): (u64, f32), larger: u32) {
+    let lane = gpu::thread_idx_x() % WARP;
+    // SAFETY: as the caller's.
     unsafe {
-        let n = p.top_n as usize;
-        if lane < list.n {
-            // An entry the row had too few ids for (V < n): NaN and -1.
-            let (lp, id) = if list.key == 0 {
-                (f32::NAN, -1)
-            } else {
-                let id = top_key_id(list.key);
-                (e.top_logprob(p, (*e.row.add(id as usize)).as_f32(), lse), id as i32)
-            };
-            let k = at as usize * n + lane as usize;
+        if lane < n {
+            let id = if key == 0 { -1 } else { top_key_id(key) as i32 };
+            let k = at as usize * p.top_n as usize + lane as usize;
             (p.top_logprobs as *mut f32).add(k).write(lp);
             (p.top_ids as *mut i32).add(k).write(id);
         }
@@ -527,6 +580,44 @@ unsafe fn top<V: Load>(p: &LogprobsParams) {
             (p.ranks as *mut i32).add(at as usize).write(larger as i32 + 1);
         }
     }
+}
+
+/// A warp's list and count into `entry`: its `MAX_TOP_LOGPROBS` keys
+/// (zeros past `n`: [`merge`] reads them in pairs) and `larger`.
+///
+/// # Safety
+/// All of a warp; `entry` is valid for writes.
+#[inline(always)]
+unsafe fn write_partial(entry: *mut TopPartial, list: WarpTop, larger: u32) {
+    let lane = gpu::thread_idx_x() % WARP;
+    // SAFETY (both): lane < MAX_TOP_LOGPROBS; the caller's entry.
+    if (lane as usize) < MAX_TOP_LOGPROBS {
+        let key = if lane < list.n { list.key } else { 0 };
+        unsafe { (&raw mut (*entry).keys).cast::<u64>().add(lane as usize).write(key) };
+    }
+    if lane == 0 {
+        unsafe { (&raw mut (*entry).larger).write(larger) };
+    }
+}
+
+/// The emitted token's raw value at position `at` of a sharded call, from
+/// the rank that holds it (NaN where none does: the ranks' headers do not fit).
+///
+/// # Safety
+/// `p.recv` holds `p.shard_ranks` messages of `p.positions` [`PositionSums`]; `at < positions`.
+#[inline(always)]
+unsafe fn held_value(p: &LogprobsParams, at: u32) -> f32 {
+    let len = shard::positions_message_bytes(p.positions as usize);
+    let first = shard::position_at(p.recv, at as usize) as *const u8;
+    let mut x = f32::NAN;
+    for q in 0..p.shard_ranks as usize {
+        // SAFETY: rank q's record of the position, inside `recv` (caller).
+        let record = unsafe { *(first.add(q * len) as *const PositionSums) };
+        if record.held != 0 {
+            x = record.x;
+        }
+    }
+    x
 }
 
 /// A log-probability in the order of the top-n and the rank: NaN as `-inf`.
@@ -568,21 +659,23 @@ unsafe fn block_top(mut list: WarpTop, larger: u32) -> (WarpTop, u32) {
     (list, larger)
 }
 
-/// The chunks' lists and counts of a position, merged by the whole last
-/// block: warp `w` takes chunks `w, w + WARPS, …` (each warp's list, to be
-/// merged by [`block_top`]).
+/// The lists and counts of `count` [`TopPartial`]s `stride` bytes apart
+/// from `first` (a position's chunks, or a sharded call's ranks), merged by
+/// the whole block: warp `w` takes entries `w, w + WARPS, …` (each warp's
+/// list, to be merged by [`block_top`]).
 ///
 /// # Safety
-/// Every thread of the block; `partials` holds `chunks` entries, each published (fenced).
+/// Every thread of the block; the entries are valid, 16-byte aligned and
+/// published (fenced).
 #[inline(always)]
-unsafe fn merge(partials: *const TopPartial, chunks: u32, n: u32) -> (WarpTop, u32) {
+unsafe fn merge(first: *const u8, stride: usize, count: u32, n: u32) -> (WarpTop, u32) {
     let (warp, lane) = (gpu::thread_idx_x() / WARP, gpu::thread_idx_x() % WARP);
     let mut list = WarpTop::new(n);
     let mut larger = 0u32;
     let mut c = warp;
-    while c < chunks {
-        // SAFETY (all): c < chunks; 16-byte aligned pairs of keys, read from L2.
-        let entry = unsafe { partials.add(c as usize) };
+    while c < count {
+        // SAFETY (all): c < count; 16-byte aligned pairs of keys, read from L2.
+        let entry = unsafe { first.add(c as usize * stride) } as *const TopPartial;
         let pair: [u64; 2] = if 2 * lane < n {
             unsafe { gpu::load_relaxed((&raw const (*entry).keys).cast::<[u64; 2]>().add(lane as usize)) }
         } else {
@@ -638,7 +731,18 @@ macro_rules! logprobs_kernels {
             #[unsafe(export_name = kernel_symbol!(LOGPROBS_TOP, $v, $v))]
             pub unsafe extern "ptx-kernel" fn logprobs_top(p: LogprobsParams) {
                 // SAFETY: forwarded.
-                unsafe { super::top::<$v>(&p) }
+                unsafe { super::top::<$v, false>(&p) }
+            }
+
+            /// `names::LOGPROBS_TOP_SHARDED`.
+            ///
+            /// # Safety
+            /// As `logprobs_top`, in a sharded call (`p.send` its message,
+            /// `p.recv` still the ranks' sums).
+            #[unsafe(export_name = kernel_symbol!(LOGPROBS_TOP_SHARDED, $v, $v))]
+            pub unsafe extern "ptx-kernel" fn logprobs_top_sharded(p: LogprobsParams) {
+                // SAFETY: forwarded.
+                unsafe { super::top::<$v, true>(&p) }
             }
         }
     )*};
@@ -709,14 +813,8 @@ pub unsafe extern "ptx-kernel" fn combine_sharded(p: LogprobsParams) {
     if lane != 0 {
         return;
     }
-    let mut x = f32::NAN;
-    for q in 0..ranks as usize {
-        // SAFETY: rank q's record of the position, inside `recv`.
-        let record = unsafe { *(first.add(q * len) as *const PositionSums) };
-        if record.held != 0 {
-            x = record.x;
-        }
-    }
+    // SAFETY: every rank's records of `positions` positions (caller); at < positions.
+    let x = unsafe { held_value(&p, at) };
     let raw_lse = raw_sum.lse();
     let processed_lse = if e.greedy {
         raw_lse
@@ -735,7 +833,82 @@ pub unsafe extern "ptx-kernel" fn combine_sharded(p: LogprobsParams) {
         if p.raw != 0 {
             (p.raw as *mut f32).add(at as usize).write(raw_log_prob(x, lse.raw));
         }
+        if p.ranks != 0 {
+            // For the top-n kernel.
+            (p.lse as *mut LogprobsLse).add(at as usize).write(lse);
+        }
     }
+}
+
+/// A sharded call's top-n and rank (`names::LOGPROBS_TOP_COMBINE_SHARDED`):
+/// block `at` merges the ranks' lists of position `at` (`shard::PositionTop`,
+/// their keys of global ids: the unsharded call's order), adds up their
+/// counts, and writes each entry with the log-probability the rank that
+/// holds its id sent; NaN and `-1` where a position is past its tokens or
+/// the ranks' headers do not fit.
+///
+/// # Safety
+/// Launched by the host's checked launcher after the exchange of the
+/// messages `top::<_, true>` wrote: `recv` holds `shard_ranks >= 1` of
+/// them; grid `(positions)`, `layout::TOP_SHARED_BYTES` of dynamic shared
+/// memory; a top-n or rank asked (`p.ranks`).
+#[unsafe(export_name = kernel_symbol!(LOGPROBS_TOP_COMBINE_SHARDED, f32, f32))]
+pub unsafe extern "ptx-kernel" fn top_combine_sharded(p: LogprobsParams) {
+    let (tid, at) = (gpu::thread_idx_x(), gpu::block_idx_x());
+    if at >= p.positions {
+        return; // block-uniform
+    }
+    let (ranks, len) = (p.shard_ranks, shard::tops_message_bytes(p.positions as usize));
+    // SAFETY: rank q < ranks: its message is inside `recv` (caller).
+    let header = |q: u32| unsafe { *((p.recv + (q as usize * len) as u64) as *const Header) };
+    let mut unfit = false;
+    let mut q = tid;
+    while q < ranks {
+        unfit |= !Header::fits(ranks as usize, |r| header(r as u32), q as usize);
+        q += BLOCK_THREADS;
+    }
+    // SAFETY: block-uniform (the return above is).
+    let unfit = unsafe { gpu::sync_threads_or(unfit) };
+    // The rows' values are not read here: any dtype's view of them will do.
+    // SAFETY: at < positions.
+    if unfit || !matches!(unsafe { position::<f32>(&p, at, true) }, At::Emitted(_)) {
+        if tid == 0 {
+            // SAFETY: at < positions; one thread.
+            unsafe { write_past(&p, at) };
+        }
+        return; // block-uniform
+    }
+    let first = shard::position_top_at(p.recv, at as usize);
+    // SAFETY (both): every thread of the block; the ranks' records, a message
+    // apart in `recv`, 16-byte aligned, written before this launch.
+    let (list, larger) = unsafe { merge(first as *const u8, len, ranks, p.top_n) };
+    let (list, larger) = unsafe { block_top(list, larger) };
+    if tid >= WARP {
+        return;
+    }
+    let key = if tid < list.n { list.key } else { 0 };
+    // The entry's log-probability, from the record of the rank that holds its id.
+    let mut lp = f32::NAN;
+    if key != 0 {
+        let id = top_key_id(key);
+        for q in 0..ranks {
+            let h = header(q);
+            if id.wrapping_sub(h.offset) < h.ids {
+                // SAFETY: rank q's record of the position, inside `recv`.
+                let record = unsafe { first.byte_add(q as usize * len) };
+                for j in 0..MAX_TOP_LOGPROBS {
+                    // SAFETY: j < MAX_TOP_LOGPROBS.
+                    unsafe {
+                        if (&raw const (*record).top.keys).cast::<u64>().add(j).read() == key {
+                            lp = (&raw const (*record).logprobs).cast::<f32>().add(j).read();
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // SAFETY: at < positions; the outputs hold positions · top_n entries; warp 0.
+    unsafe { write_top(&p, at, list.n, (key, lp), larger) };
 }
 
 // The partials share the verifier's stats region.
@@ -743,3 +916,4 @@ const _: () = assert!(core::mem::size_of::<LogprobsPartial>() <= core::mem::size
 const _: () = assert!(core::mem::size_of::<TopPartial>() == 176);
 // The messages' layout, as the host sizes them (`shard` tests).
 const _: () = assert!(core::mem::size_of::<PositionSums>() == 144);
+const _: () = assert!(core::mem::size_of::<shard::PositionTop>() == 256);

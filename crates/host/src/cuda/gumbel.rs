@@ -4,8 +4,8 @@
 //! threshold kernel and the filtered variant.
 
 use super::launch::Threshold;
-use super::logprobs::{Sources, check_logprobs_shard};
-use super::rounds::Rounds;
+use super::logprobs::{Sources, logprobs_rounds};
+use super::rounds::{Rounds, check_runs};
 use super::{Cuda, KernelName, Launch, Messages, Spread, Variants, Workspace, filter_tables, launch, threshold_split};
 use crate::error::{Error, Result};
 use crate::gumbel::{GumbelOutput, GumbelSample};
@@ -73,8 +73,7 @@ impl Cuda {
     /// As [`Cuda::gumbel_sample`], and [`Error::InvalidShard`] for a shard
     /// that does not fit its row, or with log-probabilities one whose ids do
     /// not start and end on runs of `layout::RUN` (16) ids (the row's end excepted);
-    /// [`Error::NotSharded`] for a top-n of log-probabilities (sharded on
-    /// the CPU backend only, so far) and filters over more than
+    /// [`Error::NotSharded`] for filters over more than
     /// [`shard::MAX_FILTERED_RANKS`](crate::shard::MAX_FILTERED_RANKS) ranks;
     /// [`Error::WorkspaceRanks`] for a workspace not made for the exchange's
     /// ranks ([`Cuda::sharded_workspace`]). A rank whose checks fail still
@@ -100,12 +99,12 @@ impl Cuda {
             return Err(Error::InvalidShard { detail: "the exchange has no ranks".into() });
         }
         let (lists, rows_message) = (shard::lists_message_bytes(rows), shard::message_bytes(rows));
-        let logprobs = shard::positions_message_bytes(rows);
-        let lens = [lists, rows_message, logprobs];
-        // A round of the lists before the rows' with filters, one of the
-        // log-probabilities' sums after it where they are asked.
-        let lens = &lens[usize::from(!filtered(args))..2 + usize::from(!out.logprobs.is_none())];
-        let messages = Messages { units: rows, slot: lists.max(rows_message).max(logprobs), ranks };
+        let ([sums, tops], logprobs) = logprobs_rounds(rows, &out.logprobs);
+        let lens = [lists, rows_message, sums, tops];
+        let messages = Messages { units: rows, slot: lens.into_iter().max().unwrap_or(0), ranks };
+        // A round of the lists before the rows' with filters, the
+        // log-probabilities' after it where they are asked.
+        let lens = &lens[usize::from(!filtered(args))..2 + logprobs];
         let mut rounds = Rounds::new(exchange, messages, lens);
         let enqueued = ws.on(&self.stream).and_then(|_| ws.message_addresses(messages)).and_then(|at| {
             rounds.at = at;
@@ -132,7 +131,8 @@ impl Cuda {
             });
         }
         if !out.logprobs.is_none() {
-            check_logprobs_shard(shard, args.logits.vocab, &out.logprobs)?;
+            // The order-free sums' terms (REFERENCE §2.6).
+            check_runs(shard, args.logits.vocab)?;
         }
         // What every rank must pass alike and the host can see: the shapes
         // and the log-probabilities asked.
@@ -311,8 +311,8 @@ impl Cuda {
                 })?
             };
             let sources = Sources { values: logits_dtype, rounded };
-            // SAFETY: as below; no top-n (`check_sharded`), and the rounds'
-            // last message holds `rows` positions.
+            // SAFETY: as below; the rounds' last messages hold `rows`
+            // positions (`logprobs_rounds`).
             return unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs, false, Some(rounds)) };
         }
         unsafe { launch::gumbel_sample(&kernel, threshold, stream, p)? };

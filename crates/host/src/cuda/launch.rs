@@ -317,37 +317,56 @@ pub(super) unsafe fn logprobs(
 }
 
 /// Launches a sharded call's log-probabilities after its own launches: the
-/// first kernel over the rank's ids (`lse`, and `rounded` over the
-/// positions that read stored draft values), the exchange of the messages
-/// it wrote, and the combine, a warp a position.
+/// first kernel of each of its `sources` (the rank's ids of the positions
+/// that read the call's values, then of those that read stored draft
+/// values, `LogprobsParams::rounded`), the exchange of the messages it
+/// wrote, and the combine, a warp a position; where a top-n or rank is
+/// asked (`p.ranks`), then each source's top-n kernel, another exchange and
+/// `top_combine`, a block a position.
 ///
 /// # Safety
-/// As [`logprobs`], with no top-n (`p.ranks == 0`); `p.send` and `p.recv`
-/// hold the rank's and every rank's message of `positions` positions
-/// (`shard::positions_message_bytes`), and `exchange` gathers the one into
-/// the other on `stream`.
+/// As [`logprobs`], with the sharded kernels; `p.send` and `p.recv` hold the
+/// rank's and every rank's message of `positions` positions' sums
+/// (`shard::positions_message_bytes`) and, with a top-n, lists
+/// (`shard::tops_message_bytes`), and `exchange` gathers the one into the
+/// other on `stream`.
 pub(super) unsafe fn sharded_logprobs(
-    (lse, rounded, combine): (&Kernel, Option<&Kernel>, &Kernel),
+    (sources, combine, top_combine): ([Option<&(Kernel, Kernel)>; 2], &Kernel, &Kernel),
     stream: &CudaStream,
     mut p: LogprobsParams,
     mut exchange: impl FnMut() -> Result<()>,
 ) -> Result<()> {
+    let each_source = |p: &mut LogprobsParams, kernel: fn(&(Kernel, Kernel)) -> &Kernel, shared: u32| -> Result<()> {
+        for (source, kernels) in sources.iter().enumerate() {
+            if let Some(kernels) = kernels {
+                p.source = source as u32;
+                // SAFETY: the caller's `p`; the grid is positions × chunks.
+                unsafe { launch_shared(kernel(kernels), stream, (p.positions, p.chunks), shared, &*p)? };
+            }
+        }
+        Ok(())
+    };
     // SAFETY (all): the caller guarantees `p`; each grid matches its kernel
     // (`kernels::logprobs`), in order on one stream.
     unsafe {
         stream.context().bind_to_thread()?;
         if p.positions > 0 {
-            p.source = 0;
-            launch_shared(lse, stream, (p.positions, p.chunks), WALK_SHARED_BYTES, &p)?;
-            if let Some(rounded) = rounded {
-                p.source = 1;
-                launch_shared(rounded, stream, (p.positions, p.chunks), WALK_SHARED_BYTES, &p)?;
-            }
+            each_source(&mut p, |k| &k.0, WALK_SHARED_BYTES)?;
         }
         exchange()?;
         stream.context().bind_to_thread()?;
         if p.positions > 0 {
             launch_shared(combine, stream, (p.positions.div_ceil(WARPS), 1), 0, &p)?;
+        }
+        if p.ranks != 0 {
+            if p.positions > 0 {
+                each_source(&mut p, |k| &k.1, TOP_SHARED_BYTES)?;
+            }
+            exchange()?;
+            stream.context().bind_to_thread()?;
+            if p.positions > 0 {
+                launch_shared(top_combine, stream, (p.positions, 1), TOP_SHARED_BYTES, &p)?;
+            }
         }
     }
     Ok(())

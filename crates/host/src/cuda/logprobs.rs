@@ -4,14 +4,13 @@
 
 use super::rounds::Rounds;
 use super::{Cuda, Spread, Workspace, launch};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::logprobs::{Distribution, Logprobs};
 use crate::memory::Device;
-use crate::shard::Shard;
 use cudarc::driver::DevicePtrMut;
 use specdec_core::dtype::DType;
 use specdec_core::layout::LogprobsParams;
-use specdec_core::names;
+use specdec_core::{names, shard};
 
 /// Where a call's positions read their values: the dtype of `values`, and
 /// of the draft logits where a `gumbel_sample` call drafted into ones that
@@ -30,15 +29,17 @@ impl Cuda {
     /// log-probabilities: the raw ones and the top-n, where asked, are left.
     /// With `sharded`, the call's rank of a sharded call: its kernels over
     /// the rank's ids, one more round of `rounds` (the positions' sums and
-    /// token values), and the combine; no top-n (the caller's checks).
+    /// token values) and the combine, and with a top-n (or rank) another
+    /// (the ranks' lists and counts) and their merge.
     ///
     /// # Safety
     /// `p`'s call fields come from the call's checked views, enqueued before
     /// on this stream; `logprobs` was checked against `p.positions`
     /// (`Logprobs::check`); `p.positions <= ws.max_rows()`; with
     /// `in_passes`, the workspace's log-sum-exps of every emitted position
-    /// were written before on this stream; with `sharded`, `logprobs` asks
-    /// no top-n and the rounds' next message holds `p.positions` positions.
+    /// were written before on this stream; with `sharded`, the rounds' next
+    /// message holds `p.positions` positions' sums ([`shard::positions_message_bytes`])
+    /// and, with a top-n, the one after their lists ([`shard::tops_message_bytes`]).
     pub(super) unsafe fn logprobs(
         &self,
         ws: &mut Workspace,
@@ -56,12 +57,13 @@ impl Cuda {
         }
         let stream = &*self.stream;
         let workspace = ws.on(stream)?;
-        let lse_kernel = if sharded.is_some() { names::LOGPROBS_LSE_SHARDED } else { names::LOGPROBS_LSE };
+        let (lse_kernel, top_kernel) = if sharded.is_some() {
+            (names::LOGPROBS_LSE_SHARDED, names::LOGPROBS_TOP_SHARDED)
+        } else {
+            (names::LOGPROBS_LSE, names::LOGPROBS_TOP)
+        };
         let kernels = |d: DType| -> Result<_> {
-            Ok((
-                self.kernels.function(lse_kernel.symbol(d, d))?,
-                self.kernels.function(names::LOGPROBS_TOP.symbol(d, d))?,
-            ))
+            Ok((self.kernels.function(lse_kernel.symbol(d, d))?, self.kernels.function(top_kernel.symbol(d, d))?))
         };
         let first = kernels(sources.values)?;
         let second = sources.rounded.map(kernels).transpose()?;
@@ -98,13 +100,15 @@ impl Cuda {
         // `positions` lse entries and counters, chunk · chunks >= vocab.
         unsafe {
             if let Some(rounds) = sharded {
-                let combine = self.kernels.function(names::LOGPROBS_COMBINE_SHARDED.symbol(DType::F32, DType::F32))?;
+                let combines = [names::LOGPROBS_COMBINE_SHARDED, names::LOGPROBS_TOP_COMBINE_SHARDED]
+                    .map(|k| self.kernels.function(k.symbol(DType::F32, DType::F32)));
+                let [combine, top_combine] = combines;
                 (p.shard, p.shard_ranks) = (rounds.header, rounds.messages.ranks as u32);
                 (p.send, p.recv) = rounds.at;
-                // SAFETY: as above; no top-n, and the rounds' messages hold
-                // `positions` positions (caller).
+                // SAFETY: as above; the rounds' messages hold `positions`
+                // positions, a round for the sums and, with a top-n, one for it (caller).
                 return launch::sharded_logprobs(
-                    (&first.0, second.as_ref().map(|s| &s.0), &combine),
+                    ([Some(&first), second.as_ref()], &combine?, &top_combine?),
                     stream,
                     p,
                     || rounds.next(ws, false),
@@ -121,13 +125,11 @@ impl Cuda {
     }
 }
 
-/// The checks of a sharded call's log-probabilities on the GPU: no top-n
-/// (not sharded there yet), and a shard of `ids` ids that starts and ends
-/// on runs of `layout::RUN` ids (the row's end excepted), which the order-free
-/// sums need to be the unsharded call's bits (REFERENCE §2.6).
-pub(super) fn check_logprobs_shard(shard: Shard, ids: usize, logprobs: &Logprobs<'_, Device>) -> Result<()> {
-    if logprobs.top.is_some() {
-        return Err(Error::NotSharded { what: "a top-n of log-probabilities on the CUDA backend" });
-    }
-    super::rounds::check_runs(shard, ids)
+/// The rounds a sharded call's `logprobs` of `positions` positions adds
+/// after the call's own: the lengths of the sums' round and of the
+/// top-n's, and how many of them run (the sums' where any log-probability
+/// is asked, the top-n's too where a top-n or rank is).
+pub(super) fn logprobs_rounds(positions: usize, logprobs: &Logprobs<'_, Device>) -> ([usize; 2], usize) {
+    let lens = [shard::positions_message_bytes(positions), shard::tops_message_bytes(positions)];
+    (lens, usize::from(!logprobs.is_none()) + usize::from(logprobs.top.is_some()))
 }

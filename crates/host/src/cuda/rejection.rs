@@ -4,7 +4,7 @@
 //! threshold kernel first and the filtered variants of both passes.
 
 use super::launch::Threshold;
-use super::logprobs::{Sources, check_logprobs_shard};
+use super::logprobs::{Sources, logprobs_rounds};
 use super::rounds::{Rounds, check_runs};
 use super::{
     Cuda, KernelName, Launch, MOST_CHUNKS, Messages, Split, Spread, Variants, Workspace, filter_tables, launch,
@@ -77,10 +77,8 @@ impl Cuda {
     /// As [`Cuda::rejection_sample`], and [`Error::InvalidShard`] for a shard
     /// that does not fit its row or whose ids do not start and end on runs
     /// of `layout::RUN` (16) ids (the row's end excepted: the sums' terms,
-    /// REFERENCE §2.6); [`Error::NotSharded`] for a top-n of
-    /// log-probabilities, block verification (sharded on the CPU backend
-    /// only, so far) and filters
-    /// over more than [`shard::MAX_FILTERED_RANKS`](crate::shard::MAX_FILTERED_RANKS) ranks;
+    /// REFERENCE §2.6); [`Error::NotSharded`] for block verification
+    /// (sharded on the CPU backend only, so far) and filters over more than [`shard::MAX_FILTERED_RANKS`](crate::shard::MAX_FILTERED_RANKS) ranks;
     /// [`Error::WorkspaceRanks`] for a workspace not made for the
     /// exchange's ranks ([`Cuda::sharded_workspace`]). A rank whose checks
     /// fail still takes part in both exchanges (its messages say it failed),
@@ -107,18 +105,15 @@ impl Cuda {
         let pairs = requests.saturating_mul(args.max_drafts.saturating_add(1));
         let fits = pairs <= ws.max_rows();
         let lists = filtered(args);
+        let ([sums, tops], logprobs) = logprobs_rounds(pairs, &out.logprobs);
         let lens = if fits {
-            [
-                shard::pairs_message_bytes(pairs, lists),
-                shard::candidates_message_bytes(requests),
-                shard::positions_message_bytes(pairs),
-            ]
+            [shard::pairs_message_bytes(pairs, lists), shard::candidates_message_bytes(requests), sums, tops]
         } else {
-            [0, 0, 0]
+            [0; 4]
         };
-        let messages = Messages { units: pairs, slot: lens[0].max(lens[1]).max(lens[2]), ranks };
-        // The log-probabilities' round where they are asked.
-        let mut rounds = Rounds::new(exchange, messages, &lens[..2 + usize::from(!out.logprobs.is_none())]);
+        let messages = Messages { units: pairs, slot: lens.into_iter().max().unwrap_or(0), ranks };
+        // The log-probabilities' rounds where they are asked.
+        let mut rounds = Rounds::new(exchange, messages, &lens[..2 + logprobs]);
         let enqueued = ws.on(&self.stream).and_then(|_| ws.message_addresses(messages)).and_then(|at| {
             rounds.at = at;
             rounds.header = self.check_sharded_rejection(shard, ranks, args, out)?;
@@ -144,9 +139,6 @@ impl Cuda {
             return Err(Error::NotSharded {
                 what: "filters over more than MAX_FILTERED_RANKS ranks on the CUDA backend",
             });
-        }
-        if !out.logprobs.is_none() {
-            check_logprobs_shard(shard, ids, &out.logprobs)?;
         }
         let rates = match args.verification {
             Verification::Token => &[][..],
@@ -437,10 +429,9 @@ impl Cuda {
             };
             drop(_g15);
             let sources = Sources { values: target_dtype, rounded: None };
-            // SAFETY: as below; no top-n (`check_sharded_rejection`); with
-            // `asks_processed`, the combine wrote the log-sum-exps of the
-            // emitted positions (p.lse); the rounds' last message holds
-            // requests · (K + 1) positions.
+            // SAFETY: as below; with `asks_processed`, the combine wrote the
+            // log-sum-exps of the emitted positions (p.lse); the rounds' last
+            // messages hold requests · (K + 1) positions (`logprobs_rounds`).
             return unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs, asks_processed, Some(rounds)) };
         }
         unsafe { launch::rejection_sample((rates, threshold, stats, block, &resample), stream, p)? };
