@@ -8,7 +8,9 @@
 //! without filters and with `SHARDED_FILTER` on every slot (the target's, in
 //! verification; its case's unsharded call filtered alike); and unfiltered
 //! calls asking for each emitted token's processed and raw log-probabilities
-//! (name suffix ` +logprobs+raw`; their unsharded call asks alike).
+//! (name suffix ` +logprobs+raw`), or for the processed one, the top 20
+//! (`MAX_TOP_LOGPROBS`) under the processed distribution and the token's
+//! rank (` +top20`); their unsharded call asks alike.
 //!
 //! Neither runs in a CUDA graph (the in-process exchange meets on the host),
 //! so both are timed alike: CUDA events on rank 0's stream (the unsharded
@@ -18,7 +20,7 @@
 //! stride `V`, draft logits of width `V_r`). Each rank sends `32 + 16·rows`
 //! bytes a `gumbel_sample` call (filtered: `+ 1040·rows`), `32 + 160·B·(K+1)` (filtered: `+ 2080·B·(K+1)`)
 //! then `16 + 16·B` a verification (with log-probabilities, `+ 32 + 144` a
-//! position: a row, a request's `K + 1` token slots), and receives `P` times as much; an all-gather of the
+//! position: a row, a request's `K + 1` token slots; with a top-n, `+ 32 + 144 + 32 + 256`), and receives `P` times as much; an all-gather of the
 //! target logits rows instead moves `(P − 1)/P` of `4·rows·V` bytes into
 //! each rank.
 
@@ -30,11 +32,12 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use specdec::filter::Filter;
 use specdec::shard::{InProcessCuda, Shard};
 use specdec::{
-    Cuda, Device, DraftLogits, GumbelOutput, GumbelSample, Logits, Logprobs, RejectionOutput, RejectionSample,
-    SamplingParams, Verification, Workspace,
+    Cuda, Device, Distribution, DraftLogits, GumbelOutput, GumbelSample, Logits, Logprobs, MAX_TOP_LOGPROBS,
+    RejectionOutput, RejectionSample, SamplingParams, Verification, Workspace,
 };
 use specdec_core::shard::{
     candidates_message_bytes, lists_message_bytes, message_bytes, pairs_message_bytes, positions_message_bytes,
+    tops_message_bytes,
 };
 use std::fmt::Write as _;
 use std::sync::{Arc, Barrier};
@@ -49,12 +52,21 @@ const SHARDED_ROUNDS: usize = 9;
 const SHARDED_FILTER: Filter = Filter { top_k: 50, top_p: 0.9, min_p: 0.0 };
 
 /// A sharded case's call: `gumbel_sample` of `rows` rows, or verification
-/// of `requests` requests of `SHARDED_K` drafts; with `logprobs`, asking
-/// for the processed and raw log-probabilities of its tokens.
+/// of `requests` requests of `SHARDED_K` drafts, asking for `logprobs`.
 #[derive(Clone, Copy)]
 pub enum Call {
-    Sample { rows: usize, filter: Option<Filter>, logprobs: bool },
-    Verify { requests: usize, filter: Option<Filter>, logprobs: bool },
+    Sample { rows: usize, filter: Option<Filter>, logprobs: Asks },
+    Verify { requests: usize, filter: Option<Filter>, logprobs: Asks },
+}
+
+/// The log-probabilities a case asks for: none; the processed and the raw
+/// ones of its tokens; or the processed one, the top `MAX_TOP_LOGPROBS`
+/// under the processed distribution and the token's rank.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Asks {
+    None,
+    Raw,
+    Top,
 }
 
 /// The log-probability cases: `gumbel_sample` rows and verification requests.
@@ -87,7 +99,11 @@ impl Call {
 
     /// Bytes each rank sends a call, all its exchanges together.
     pub fn send_bytes(self) -> usize {
-        let logprobs = if self.logprobs() { positions_message_bytes(self.rows()) } else { 0 };
+        let logprobs = match self.logprobs() {
+            Asks::None => 0,
+            Asks::Raw => positions_message_bytes(self.rows()),
+            Asks::Top => positions_message_bytes(self.rows()) + tops_message_bytes(self.rows()),
+        };
         logprobs
             + match self {
                 Call::Sample { rows, filter, .. } => {
@@ -102,14 +118,18 @@ impl Call {
     fn all() -> impl Iterator<Item = Call> {
         let filters = [None, Some(SHARDED_FILTER)];
         let sample = filters.into_iter().flat_map(|filter| {
-            SHARDED_ROWS.into_iter().map(move |rows| Call::Sample { rows, filter, logprobs: false })
+            SHARDED_ROWS.into_iter().map(move |rows| Call::Sample { rows, filter, logprobs: Asks::None })
         });
         let verify = filters.into_iter().flat_map(|filter| {
-            SHARDED_REQUESTS.into_iter().map(move |requests| Call::Verify { requests, filter, logprobs: false })
+            SHARDED_REQUESTS.into_iter().map(move |requests| Call::Verify { requests, filter, logprobs: Asks::None })
         });
-        let sample_logprobs = LOGPROB_ROWS.into_iter().map(|rows| Call::Sample { rows, filter: None, logprobs: true });
-        let verify_logprobs =
-            LOGPROB_REQUESTS.into_iter().map(|requests| Call::Verify { requests, filter: None, logprobs: true });
+        let asks = [Asks::Raw, Asks::Top];
+        let sample_logprobs = asks.into_iter().flat_map(|logprobs| {
+            LOGPROB_ROWS.into_iter().map(move |rows| Call::Sample { rows, filter: None, logprobs })
+        });
+        let verify_logprobs = asks.into_iter().flat_map(|logprobs| {
+            LOGPROB_REQUESTS.into_iter().map(move |requests| Call::Verify { requests, filter: None, logprobs })
+        });
         sample.chain(verify).chain(sample_logprobs).chain(verify_logprobs)
     }
 
@@ -119,7 +139,7 @@ impl Call {
         }
     }
 
-    fn logprobs(self) -> bool {
+    fn logprobs(self) -> Asks {
         match self {
             Call::Sample { logprobs, .. } | Call::Verify { logprobs, .. } => logprobs,
         }
@@ -127,8 +147,12 @@ impl Call {
 }
 
 /// A case name's words for its log-probabilities.
-fn logprobs_name(logprobs: bool) -> &'static str {
-    if logprobs { " +logprobs+raw" } else { "" }
+fn logprobs_name(logprobs: Asks) -> &'static str {
+    match logprobs {
+        Asks::None => "",
+        Asks::Raw => " +logprobs+raw",
+        Asks::Top => " +top20",
+    }
 }
 
 /// A case name's words for its filter.
@@ -167,9 +191,57 @@ struct Io {
     drafts: CudaSlice<i32>,
     tokens: CudaSlice<i32>,
     num_emitted: CudaSlice<i32>,
-    /// The processed and raw log-probabilities of a call that asks for them, a position each.
+    logprobs: LogprobArrays,
+}
+
+/// The log-probability outputs of a call of `rows` positions: processed and
+/// raw ones, a position each; the top-n's log-probabilities and ids,
+/// `MAX_TOP_LOGPROBS` a position; the ranks.
+struct LogprobArrays {
     processed: CudaSlice<f32>,
     raw: CudaSlice<f32>,
+    top: CudaSlice<f32>,
+    ids: CudaSlice<i32>,
+    ranks: CudaSlice<i32>,
+}
+
+impl LogprobArrays {
+    fn new(stream: &Arc<CudaStream>, rows: usize) -> LogprobArrays {
+        LogprobArrays {
+            processed: stream.alloc_zeros::<f32>(rows).unwrap_or_else(setup),
+            raw: stream.alloc_zeros::<f32>(rows).unwrap_or_else(setup),
+            top: stream.alloc_zeros::<f32>(rows * MAX_TOP_LOGPROBS).unwrap_or_else(setup),
+            ids: stream.alloc_zeros::<i32>(rows * MAX_TOP_LOGPROBS).unwrap_or_else(setup),
+            ranks: stream.alloc_zeros::<i32>(rows).unwrap_or_else(setup),
+        }
+    }
+
+    /// The outputs `call` asks for.
+    fn view(&mut self, call: Call) -> Logprobs<'_, Device> {
+        match call.logprobs() {
+            Asks::None => Logprobs::none(),
+            Asks::Raw => Logprobs::none().with_processed(&mut self.processed).with_raw(&mut self.raw),
+            Asks::Top => Logprobs::none().with_processed(&mut self.processed).with_top(
+                MAX_TOP_LOGPROBS,
+                Distribution::Processed,
+                &mut self.top,
+                &mut self.ids,
+                &mut self.ranks,
+            ),
+        }
+    }
+
+    /// Every output's bits (ids and ranks as words), asked or not.
+    fn bits(&self, stream: &Arc<CudaStream>) -> Vec<u32> {
+        let floats = |v: &CudaSlice<f32>| stream.clone_dtoh(v).unwrap_or_else(setup).into_iter().map(f32::to_bits);
+        let ints = |v: &CudaSlice<i32>| stream.clone_dtoh(v).unwrap_or_else(setup).into_iter().map(|i| i as u32);
+        floats(&self.processed)
+            .chain(floats(&self.raw))
+            .chain(floats(&self.top))
+            .chain(ints(&self.ids))
+            .chain(ints(&self.ranks))
+            .collect()
+    }
 }
 
 impl Io {
@@ -184,27 +256,20 @@ impl Io {
             drafts: stream.clone_htod(if verify { &drafts[..rows] } else { &[0] }).unwrap_or_else(setup),
             tokens: stream.alloc_zeros::<i32>(rows).unwrap_or_else(setup),
             num_emitted: stream.alloc_zeros::<i32>(requests.max(1)).unwrap_or_else(setup),
-            processed: stream.alloc_zeros::<f32>(rows).unwrap_or_else(setup),
-            raw: stream.alloc_zeros::<f32>(rows).unwrap_or_else(setup),
+            logprobs: LogprobArrays::new(stream, rows),
         }
     }
 
     /// The outputs, and the log-probabilities' bits.
     fn outputs(&self, stream: &Arc<CudaStream>) -> (Outputs, Vec<u32>) {
-        let bits = |v: &CudaSlice<f32>| stream.clone_dtoh(v).unwrap_or_else(setup).into_iter().map(f32::to_bits);
         (
             (
                 stream.clone_dtoh(&self.tokens).unwrap_or_else(setup),
                 stream.clone_dtoh(&self.num_emitted).unwrap_or_else(setup),
             ),
-            bits(&self.processed).chain(bits(&self.raw)).collect(),
+            self.logprobs.bits(stream),
         )
     }
-}
-
-/// The log-probabilities `call` asks for, into `processed` and `raw`.
-fn logprobs<'a>(call: Call, processed: &'a mut CudaSlice<f32>, raw: &'a mut CudaSlice<f32>) -> Logprobs<'a, Device> {
-    if call.logprobs() { Logprobs::none().with_processed(processed).with_raw(raw) } else { Logprobs::none() }
 }
 
 /// One `call` over ids `ids` from `shard.offset` of the shared buffers,
@@ -226,8 +291,7 @@ fn call(
                 buf.pos.slice(..rows),
                 SamplingParams::new(&buf.random, &buf.seeds).with_filters(filters.view(MAX_ROWS)),
             );
-            let logprobs = logprobs(call, &mut io.processed, &mut io.raw);
-            let mut out = GumbelOutput::new(&mut io.tokens).with_logprobs(logprobs);
+            let mut out = GumbelOutput::new(&mut io.tokens).with_logprobs(io.logprobs.view(call));
             match exchange {
                 Some(x) => cuda.sharded_gumbel_sample(ws, shard, x, &args, &mut out),
                 None => cuda.gumbel_sample(ws, &args, &mut out),
@@ -248,7 +312,7 @@ fn call(
                 verification: Verification::Token,
                 draft_logits: Some(DraftLogits::new(buf.draft.slice(shard.offset..), shape)),
             };
-            let logprobs = logprobs(call, &mut io.processed, &mut io.raw);
+            let logprobs = io.logprobs.view(call);
             let mut out = RejectionOutput::new(&mut io.tokens, &mut io.num_emitted).with_logprobs(logprobs);
             match exchange {
                 Some(x) => cuda.sharded_rejection_sample(ws, shard, x, &args, &mut out),
