@@ -86,6 +86,11 @@ impl Cuda {
     /// requests or drafts send messages of different lengths: that fails the
     /// in-process exchange on every rank and, under NCCL, is a collective of
     /// mismatched sizes (abort the communicator).
+    /// Ranks must ask for the same log-probabilities: what they ask is in
+    /// the header's word (asks of as many exchanges that differ flag the
+    /// rows), and decides the number of exchanges: where some ranks ask
+    /// for them (or for a top-n) and others do not, the ranks wait for each
+    /// other forever, as at any collective that not every rank joins.
     pub fn sharded_rejection_sample(
         &self,
         ws: &mut Workspace,
