@@ -195,7 +195,6 @@ unsafe fn lse<V: Load, const SHARDED: bool>(p: &LogprobsParams) {
     let Some((at, c, e)) = (unsafe { block_position::<V, false, SHARDED>(p) }) else {
         return; // block-uniform
     };
-    let top = p.ranks != 0;
     let [raw, processed] = e.sums(p);
     let unit = Sampler::new(1.0, 0, 0, Stream::Target);
     let (start, end) = chunk_range(p.vocab, p.chunk, c);
@@ -271,17 +270,31 @@ unsafe fn lse<V: Load, const SHARDED: bool>(p: &LogprobsParams) {
     }
     let raw_lse = total.raw.lse();
     let lse = LogprobsLse { raw: raw_lse, processed: if e.greedy { raw_lse } else { total.processed.lse() } };
-    // SAFETY: token < vocab; the outputs hold `positions` entries where asked.
+    // SAFETY (both): token < vocab; at < positions, one thread.
+    let x = unsafe { (*e.row.add(e.token as usize)).as_f32() };
+    unsafe { write_outputs(p, at, &e, x, lse) };
+}
+
+/// Position `at`'s processed and raw log-probabilities, where asked, from
+/// its token's value `x` and its log-sum-exps `lse`; where a top-n or rank
+/// is asked, `lse` for the top-n kernel (its raw half where the call's
+/// kernels wrote the processed one, `processed_in_passes`).
+///
+/// # Safety
+/// `at < positions`; one thread; the outputs hold `positions` entries where asked.
+#[inline(always)]
+unsafe fn write_outputs<V>(p: &LogprobsParams, at: u32, e: &Emitted<V>, x: f32, lse: LogprobsLse) {
+    let at = at as usize;
+    // SAFETY: as the caller's.
     unsafe {
-        let x = (*e.row.add(e.token as usize)).as_f32();
         if p.processed != 0 {
-            (p.processed as *mut f32).add(at as usize).write(e.processed(x, lse));
+            (p.processed as *mut f32).add(at).write(e.processed(x, lse));
         }
         if p.raw != 0 {
-            (p.raw as *mut f32).add(at as usize).write(raw_log_prob(x, lse.raw));
+            (p.raw as *mut f32).add(at).write(raw_log_prob(x, lse.raw));
         }
-        if top {
-            let lse_at = (p.lse as *mut LogprobsLse).add(at as usize);
+        if p.ranks != 0 {
+            let lse_at = (p.lse as *mut LogprobsLse).add(at);
             if p.processed_in_passes != 0 {
                 (&raw mut (*lse_at).raw).write(lse.raw);
             } else {
@@ -825,19 +838,8 @@ pub unsafe extern "ptx-kernel" fn combine_sharded(p: LogprobsParams) {
         processed_sum.lse()
     };
     let lse = LogprobsLse { raw: raw_lse, processed: processed_lse };
-    // SAFETY: the outputs hold `positions` entries where asked.
-    unsafe {
-        if p.processed != 0 {
-            (p.processed as *mut f32).add(at as usize).write(e.processed(x, lse));
-        }
-        if p.raw != 0 {
-            (p.raw as *mut f32).add(at as usize).write(raw_log_prob(x, lse.raw));
-        }
-        if p.ranks != 0 {
-            // For the top-n kernel.
-            (p.lse as *mut LogprobsLse).add(at as usize).write(lse);
-        }
-    }
+    // SAFETY: at < positions; lane 0 alone.
+    unsafe { write_outputs(&p, at, &e, x, lse) };
 }
 
 /// A sharded call's top-n and rank (`names::LOGPROBS_TOP_COMBINE_SHARDED`):
