@@ -19,8 +19,8 @@ use specdec_suite::drafting::{
 };
 use specdec_suite::inputs::{Rng, histogram};
 use specdec_suite::sharding::{
-    ASKS, Coverage, RUN, VERIFY_DTYPES, add_empty_rows, add_specials, ids, in_device_ranks, random_filter,
-    rank_verify, run_sharded_logprobs_device, run_sharded_verify_device, run_shards, tied_verify,
+    ASKS, Coverage, RUN, VERIFY_DTYPES, add_empty_rows, add_specials, ids, in_device_ranks, random_filter, rank_verify,
+    run_sharded_logprobs_device, run_sharded_verify_device, run_shards, tied_verify,
 };
 use specdec_suite::verify::{Asked, LogprobBits};
 use specdec_suite::{FilterTable, Verified, Verify, chi_square, gpu_sized};

@@ -38,6 +38,7 @@ use crate::gpu::{self, WARP};
 use crate::last_block;
 use crate::load::{Load, for_each_run, load_quad, quad_aligned, widen};
 use crate::row::chunk_range;
+use crate::shard::{block_unfit, warp_unfit};
 use crate::shared::{self, Shared};
 use crate::threshold::{mask, processed_log_prob, raw_log_prob};
 use crate::walk_sum::{WalkSum, block_sums, gather_sum};
@@ -47,7 +48,7 @@ use specdec_core::dtype::{Bf16, F16};
 use specdec_core::exp_sum::ExpSum;
 use specdec_core::kernel_symbol;
 use specdec_core::layout::{
-    BLOCK_THREADS, LogprobsParams, MAX_TOP_LOGPROBS, POSITIONS_REJECTION, TILE, TOP_SHARED_BYTES, WARPS,
+    LogprobsParams, MAX_TOP_LOGPROBS, POSITIONS_REJECTION, TILE, TOP_SHARED_BYTES, WARPS,
 };
 use specdec_core::rng::Stream;
 use specdec_core::sample::Sampler;
@@ -788,16 +789,9 @@ pub unsafe extern "ptx-kernel" fn combine_sharded(p: LogprobsParams) {
         return; // warp-uniform
     }
     let (ranks, len) = (p.shard_ranks, shard::positions_message_bytes(p.positions as usize));
-    // SAFETY: rank q < ranks: its message is inside `recv` (caller).
-    let header = |q: usize| unsafe { *((p.recv + (q * len) as u64) as *const Header) };
-    let mut unfit = false;
-    let mut q = lane;
-    while q < ranks {
-        unfit |= !Header::fits(ranks as usize, header, q as usize);
-        q += WARP;
-    }
-    // SAFETY (all): the whole warp is here (the return above is warp-uniform).
-    let unfit = unsafe { gpu::warp_or_u32(unfit as u32) } != 0;
+    // SAFETY (all): the whole warp is here (the return above is warp-uniform);
+    // `recv` holds the ranks' messages (caller).
+    let unfit = unsafe { warp_unfit(p.recv, len, ranks) };
     // The rows' values are not read here: any dtype's view of them will do.
     // SAFETY: at < positions.
     let e = match unsafe { position::<f32>(&p, at, true) } {
@@ -861,16 +855,10 @@ pub unsafe extern "ptx-kernel" fn top_combine_sharded(p: LogprobsParams) {
         return; // block-uniform
     }
     let (ranks, len) = (p.shard_ranks, shard::tops_message_bytes(p.positions as usize));
+    // SAFETY: block-uniform (the return above is); `recv` holds the ranks' messages (caller).
+    let unfit = unsafe { block_unfit(p.recv, len, ranks) };
     // SAFETY: rank q < ranks: its message is inside `recv` (caller).
     let header = |q: u32| unsafe { *((p.recv + (q as usize * len) as u64) as *const Header) };
-    let mut unfit = false;
-    let mut q = tid;
-    while q < ranks {
-        unfit |= !Header::fits(ranks as usize, |r| header(r as u32), q as usize);
-        q += BLOCK_THREADS;
-    }
-    // SAFETY: block-uniform (the return above is).
-    let unfit = unsafe { gpu::sync_threads_or(unfit) };
     // The rows' values are not read here: any dtype's view of them will do.
     // SAFETY: at < positions.
     if unfit || !matches!(unsafe { position::<f32>(&p, at, true) }, At::Emitted(_)) {

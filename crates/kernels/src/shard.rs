@@ -1,15 +1,16 @@
-//! The combine of a sharded `gumbel_sample` (`docs/VOCAB_PARALLEL.md` §6
-//! step 5): after the exchange, every rank holds every rank's message
-//! (`specdec_core::shard`), and `gumbel_combine` folds each row's results by
-//! the argmax rule into the call's outputs, as the unsharded call's row's
-//! last block writes them.
+//! Sharded calls on the device (`docs/VOCAB_PARALLEL.md` §6 step 5): after
+//! an exchange, every rank holds every rank's message (`specdec_core::shard`).
+//! Every combine first asks whether the ranks' messages fit together
+//! ([`block_unfit`], [`warp_unfit`]); `gumbel_combine` then folds each row's
+//! results by the argmax rule into the call's outputs, as the unsharded
+//! call's row's last block writes them.
 //!
-//! One launch, grid `(⌈rows / BLOCK_THREADS⌉)`, `layout::BLOCK_THREADS`
-//! threads, no shared memory: thread `t` of block `b` combines row
-//! `b·BLOCK_THREADS + t`. The ranks' results arrive in rank order and
-//! combine by a total order, so the token is the unsharded call's. A row
-//! whose ranks disagree (a failed rank, calls or shards that do not fit
-//! together, different inputs read for the row: `shard::Header::fits`,
+//! `gumbel_combine`: one launch, grid `(⌈rows / BLOCK_THREADS⌉)`,
+//! `layout::BLOCK_THREADS` threads, no shared memory: thread `t` of block `b`
+//! combines row `b·BLOCK_THREADS + t`. The ranks' results arrive in rank
+//! order and combine by a total order, so the token is the unsharded call's.
+//! A row whose ranks disagree (a failed rank, calls or shards that do not
+//! fit together, different inputs read for the row: `shard::Header::fits`,
 //! `shard::row_digest`) gets token `-1` and `status::INVALID_SHARD`.
 
 use crate::gpu;
@@ -19,6 +20,46 @@ use specdec_core::kernel_symbol;
 use specdec_core::layout::{BLOCK_THREADS, GumbelCombineParams};
 use specdec_core::shard::{self, Header};
 use specdec_core::status::{INVALID, INVALID_SHARD};
+
+/// Whether some of the `ranks` messages of `len` bytes at `recv` do not fit
+/// together (`Header::fits`), the whole block's answer.
+///
+/// # Safety
+/// Every thread of the block calls it (a barrier); `recv` holds `ranks`
+/// messages of `len` bytes, each beginning with its `Header`.
+#[inline(always)]
+pub unsafe fn block_unfit(recv: u64, len: usize, ranks: u32) -> bool {
+    // SAFETY: as the caller promises.
+    unsafe { gpu::sync_threads_or(any_unfit(recv, len, ranks, gpu::thread_idx_x(), BLOCK_THREADS)) }
+}
+
+/// [`block_unfit`], a warp's answer.
+///
+/// # Safety
+/// All 32 lanes of the warp call it together; `recv` as for [`block_unfit`].
+#[inline(always)]
+pub unsafe fn warp_unfit(recv: u64, len: usize, ranks: u32) -> bool {
+    let lane = gpu::thread_idx_x() % gpu::WARP;
+    // SAFETY: as the caller promises.
+    unsafe { gpu::warp_or_u32(any_unfit(recv, len, ranks, lane, gpu::WARP) as u32) != 0 }
+}
+
+/// Whether one of the ranks `first, first + step, ..` below `ranks` does not fit.
+///
+/// # Safety
+/// As for [`block_unfit`]'s `recv`.
+#[inline(always)]
+unsafe fn any_unfit(recv: u64, len: usize, ranks: u32, first: u32, step: u32) -> bool {
+    // SAFETY: rank q < ranks: its message is inside `recv` (caller).
+    let header = |q: usize| unsafe { *((recv + (q * len) as u64) as *const Header) };
+    let mut unfit = false;
+    let mut q = first;
+    while q < ranks {
+        unfit |= !Header::fits(ranks as usize, header, q as usize);
+        q += step;
+    }
+    unfit
+}
 
 /// `gumbel_sample`'s combine of a sharded call (`names::GUMBEL_COMBINE`; see module docs).
 ///
@@ -31,16 +72,8 @@ pub unsafe extern "ptx-kernel" fn gumbel_combine(p: GumbelCombineParams) {
     let (ranks, bytes) = (p.ranks as usize, shard::message_bytes(p.rows as usize));
     // SAFETY: rank q < ranks: its message is inside `recv` (caller).
     let message = |q: usize| p.recv + (q * bytes) as u64;
-    let header = |q: usize| unsafe { *(message(q) as *const Header) };
-    // Each thread checks its ranks' headers, and the block learns whether all fit.
-    let mut unfit = false;
-    let mut r = gpu::thread_idx_x() as usize;
-    while r < ranks {
-        unfit |= !Header::fits(ranks, header, r);
-        r += BLOCK_THREADS as usize;
-    }
-    // SAFETY: every thread of the block reaches this barrier (nothing returned before it).
-    let unfit = unsafe { gpu::sync_threads_or(unfit) };
+    // SAFETY: every thread of the block is here (nothing returned before it); `recv` (caller).
+    let unfit = unsafe { block_unfit(p.recv, bytes, p.ranks) };
     let row = (gpu::block_idx_x() * BLOCK_THREADS + gpu::thread_idx_x()) as usize;
     if row >= p.rows as usize {
         return;

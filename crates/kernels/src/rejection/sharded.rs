@@ -34,6 +34,7 @@ use crate::block::Reduce;
 use crate::gpu::{self, WARP};
 use crate::load::Load;
 use crate::merge::merge_lists;
+use crate::shard::block_unfit;
 use crate::shared;
 use crate::walk_sum::{gather_sum, warp_exp_sum};
 use core::mem::offset_of;
@@ -145,17 +146,9 @@ pub unsafe extern "ptx-kernel" fn decide_sharded(p: RejectionParams) {
         }
     }
     // Whether the ranks' headers fit together: every block checks them all (a few).
-    let (ranks, len) = (p.shard_ranks, round_1_bytes(&p));
-    // SAFETY: rank q < ranks: its message is inside `recv` (caller).
-    let header = |q: usize| unsafe { *((p.recv + (q * len) as u64) as *const Header) };
-    let mut unfit = false;
-    let mut q = tid;
-    while q < ranks {
-        unfit |= !Header::fits(ranks as usize, header, q as usize);
-        q += BLOCK_THREADS;
-    }
-    // SAFETY: every thread of the block is here (the return above is block-uniform).
-    let unfit = unsafe { gpu::sync_threads_or(unfit) };
+    // SAFETY: every thread of the block is here (the return above is
+    // block-uniform); `recv` holds the ranks' round-1 messages (caller).
+    let unfit = unsafe { block_unfit(p.recv, round_1_bytes(&p), p.shard_ranks) };
     let k1 = p.max_drafts + 1;
     let mut i = tid / WARP;
     while i < k1 {
