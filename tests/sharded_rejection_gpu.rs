@@ -3,8 +3,9 @@
 //! thread each, meeting through `shard::InProcessCuda`, each holding a shard
 //! of every target row's ids and of every draft row's (cut at multiples of
 //! 16 ids, the kernels' runs), return exactly the unsharded GPU call's
-//! tokens, counts and row statuses, and its processed and raw
-//! log-probabilities bit for bit (a top-n is refused on every rank); a call
+//! tokens, counts and row statuses under the token rule, synthetic
+//! acceptance and block verification, and its log-probabilities (a top-n
+//! too) bit for bit; a call
 //! the sharded CUDA call refuses fails on its rank and flags every request on
 //! the others; and a sharded call's emitted tokens follow the target, by
 //! chi-square at every position.
@@ -88,6 +89,59 @@ fn sharded_large_batches_are_the_unsharded_ones() {
     }
 }
 
+/// Block verification (REFERENCE §4.11): the ranks' residual masses of
+/// each row that may stop decide where a block ends, and pass 2 draws at
+/// every row where it may; random ragged batches as
+/// `sharded_verification_is_the_unsharded_one` builds them (one-hot and
+/// draft logits of every dtype, `-inf`, `+inf` and NaN, rows with nothing
+/// above `-inf`) over 1, 2, 3 and 8 uneven shards, and large batches at
+/// `P = 2`, give the unsharded GPU call's outputs, with blocks that end at
+/// their first row, at a later row short of their end, and at their end.
+#[test]
+fn sharded_block_verification_is_the_unsharded_one() {
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(0x6A_63);
+    let (mut first, mut later, mut end) = (0usize, 0usize, 0usize);
+    let mut count = |v: &Verify, out: &Verified| {
+        for r in (0..v.requests()).filter(|&r| !v.is_greedy(r)) {
+            let (n, tau) = (v.offsets[r + 1] - v.offsets[r] - 1, out.accepted[r]);
+            match tau {
+                0 => first += 1,
+                t if t == n => end += 1,
+                t if t > 0 => later += 1,
+                _ => {}
+            }
+        }
+    };
+    for (c, (target, draft)) in VERIFY_DTYPES.into_iter().enumerate() {
+        for (vocab, requests) in [(37usize, 24), (1000, 16), (4097, 8), (151_936, 3)] {
+            for ranks in [1, 2, 3, 8].into_iter().filter(|&p| vocab.div_ceil(RUN) >= p) {
+                let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft));
+                v.verification = Verification::Block;
+                v.tokens_i64 = (c + ranks) % 2 == 1;
+                add_specials(&mut v, &mut rng);
+                add_empty_rows(&mut v, &mut rng);
+                let shards = run_shards(vocab, ranks, &mut rng);
+                let ctx = format!("block, {target:?} target, {draft:?} draft, V {vocab}, P {ranks}");
+                count(&v, &check_equal(&cuda, &v, &shards, &ctx));
+            }
+        }
+    }
+    for (vocab, requests, draft) in
+        [(32_000, 256, Some(DType::BF16)), (32_000, 256, None), (151_936, 64, Some(DType::F32))]
+    {
+        let mut v = random_verify(&mut rng, RandomSpec::new(vocab, requests, 7, DType::BF16, draft));
+        v.verification = Verification::Block;
+        let shards = run_shards(vocab, 2, &mut rng);
+        let ctx = format!("block, V {vocab}, {requests} requests, {draft:?} draft");
+        count(&v, &check_equal(&cuda, &v, &shards, &ctx));
+    }
+    assert!(
+        first >= 50 && later >= 50 && end >= 50,
+        "blocks ending at row 0: {first}, later: {later}, at the end: {end}"
+    );
+}
+
 /// Synthetic acceptance decides from the acceptance words alone; the token
 /// after it still needs the rows (the residual at a rejection).
 #[test]
@@ -122,7 +176,9 @@ fn sharded_filtered_verification_is_the_unsharded_one() {
         for (vocab, requests) in [(37usize, 24), (1000, 16), (4097, 8), (20_000, 6), (151_936, 3)] {
             for ranks in [1, 2, 3, 8].into_iter().filter(|&p| vocab.div_ceil(RUN) >= p) {
                 let spec = RandomSpec::new(vocab, requests, 4, target, draft);
-                let mut v = tied_verify(&mut rng, spec, Verification::Token);
+                // Block verification at an even number of ranks.
+                let verification = if ranks % 2 == 0 { Verification::Block } else { Verification::Token };
+                let mut v = tied_verify(&mut rng, spec, verification);
                 add_empty_rows(&mut v, &mut rng);
                 let mut filter = |_| random_filter(&mut rng, vocab, MAX_TOP_K);
                 let filters: Vec<Filter> = (0..v.temperature.len()).map(&mut filter).collect();
@@ -132,7 +188,8 @@ fn sharded_filtered_verification_is_the_unsharded_one() {
                     v.draft_filters = FilterTable::per_slot(&drafted);
                 }
                 let shards = run_shards(vocab, ranks, &mut rng);
-                let ctx = format!("filtered, {target:?} target, {draft:?} draft, V {vocab}, P {ranks}");
+                let ctx =
+                    format!("filtered, {verification:?}, {target:?} target, {draft:?} draft, V {vocab}, P {ranks}");
                 coverage.add(&v, &check_equal(&cuda, &v, &shards, &ctx));
             }
         }
@@ -173,11 +230,16 @@ fn sharded_logprobs_are_the_unsharded_ones() {
         for (vocab, requests) in [(37usize, 16), (1000, 10), (151_936, 3)] {
             for filtered in [false, true] {
                 for ranks in [1, 2, 3, 8].into_iter().filter(|&p| vocab.div_ceil(RUN) >= p) {
-                    let v = logprobs_batch(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft), filtered);
+                    // Block verification at an even number of ranks.
+                    let mut v = logprobs_batch(&mut rng, RandomSpec::new(vocab, requests, 4, target, draft), filtered);
+                    if ranks % 2 == 0 {
+                        v.verification = Verification::Block;
+                    }
                     let shards = run_shards(vocab, ranks, &mut rng);
                     for (i, asked) in ASKS.into_iter().enumerate() {
                         let ctx = format!(
-                            "{asked:?}, {target:?} target, {draft:?} draft, filtered {filtered}, V {vocab}, P {ranks}"
+                            "{asked:?}, {:?}, {target:?} target, {draft:?} draft, filtered {filtered}, V {vocab}, P {ranks}",
+                            v.verification
                         );
                         let (out, bits) = check_logprobs_equal(&cuda, &v, &shards, asked, &ctx);
                         finite +=
@@ -276,11 +338,13 @@ fn flagged(v: &Verify, got: &Verified, r: usize) -> bool {
     tokens.iter().all(|&t| t == -1) && (emitted, accepted) == (0, 0) && status.iter().all(|s| s & INVALID_SHARD != 0)
 }
 
-/// What the sharded CUDA call refuses (a shard off the runs, block
-/// verification) is a typed error on the rank that sees it; a rank whose own
-/// checks pass takes part in the exchange all the same and flags every
-/// request, so that none waits. Ranks that disagree on a seed or a slot's
-/// filter flag the requests that read it on every rank.
+/// What the sharded CUDA call refuses (a shard off the runs) is a typed
+/// error on the rank that sees it; a rank whose own checks pass takes part
+/// in the exchange all the same and flags every request, so that none
+/// waits. Ranks whose messages differ in length (filters or block
+/// verification on one rank alone) fail the exchange on every rank. Ranks
+/// that disagree on a seed or a slot's filter flag the requests that read
+/// it on every rank.
 #[test]
 fn sharded_calls_that_cannot_run_fail_on_every_rank() {
     let cuda = specdec_suite::cuda_device();
@@ -289,11 +353,6 @@ fn sharded_calls_that_cannot_run_fail_on_every_rank() {
     let halves = [Shard { offset: 0, vocab: 64 }, Shard { offset: 32, vocab: 64 }];
     let flagged_all =
         |got: &specdec::Result<Verified>| got.as_ref().is_ok_and(|got| (0..v.requests()).all(|r| flagged(&v, got, r)));
-    let every = |v: &Verify, f: fn(&Error) -> bool| {
-        for (r, got) in run_sharded_verify_device(&cuda, v, &halves, |_, mine| mine).into_iter().enumerate() {
-            assert!(got.as_ref().is_err_and(f), "rank {r}: {got:?}");
-        }
-    };
 
     // Rank 1 starts at 36, a multiple of 4 but not of 16 (rank 0 holds 0..32):
     // its error, rank 0's flags.
@@ -317,10 +376,14 @@ fn sharded_calls_that_cannot_run_fail_on_every_rank() {
         mine
     });
     assert!(got.iter().all(|g| matches!(g, Err(Error::Exchange(_)))), "{got:?}");
-    // Block verification on every rank: every rank's error.
-    let mut block = v.clone();
-    block.verification = Verification::Block;
-    every(&block, |e| matches!(e, Error::NotSharded { .. }));
+    // Block verification on rank 0 alone: its round-2 message is longer: every rank's error.
+    let got = run_sharded_verify_device(&cuda, &v, &halves, |r, mut mine| {
+        if r == 0 {
+            mine.verification = Verification::Block;
+        }
+        mine
+    });
+    assert!(got.iter().all(|g| matches!(g, Err(Error::Exchange(_)))), "{got:?}");
 
     // Rank 1 disagrees on a sampling request's seed, or on its slot's top-k
     // (which the ranks read in device memory): that slot's requests flagged
@@ -414,15 +477,18 @@ fn sharded_tokens_follow_the_target() {
     let requests = gpu_sized(64_000);
     let base = zipf_logits(VOCAB, 1.0, 16, 0x6A5);
     let halves = [Shard { offset: 0, vocab: VOCAB }, Shard { offset: 16, vocab: VOCAB }];
-    for (c, (one_hot, sharpen)) in [(false, 1.0f32), (true, 3.0)].into_iter().enumerate() {
+    let cases =
+        [(false, 1.0f32, Verification::Token), (true, 3.0, Verification::Token), (false, 1.0, Verification::Block)];
+    for (c, (one_hot, sharpen, verification)) in cases.into_iter().enumerate() {
         let case = FixedPositions {
             one_hot,
             pos0: 0x6A5 << 40 | (c as u64) << 32,
             ..FixedPositions::new(VOCAB, 3, 1.0, requests)
         };
         let draft = |i: usize, target: &[f32]| perturbed(i, target, 1.5).into_iter().map(|x| x * sharpen).collect();
-        let Drafted { verify, targets } = case.build(&backend, &base, draft);
-        let ctx = format!("{case:?}");
+        let Drafted { mut verify, targets } = case.build(&backend, &base, draft);
+        verify.verification = verification;
+        let ctx = format!("{verification:?} {case:?}");
         let out = check_equal(&cuda, &verify, &halves, &ctx);
         let draws = check_positions(&out, &targets, case.t, &format!("{ctx} at P = 2"));
         assert!(draws[0] == requests && draws[1] >= requests / 8, "{ctx}: draws per position {draws:?}");

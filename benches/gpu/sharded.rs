@@ -10,7 +10,8 @@
 //! calls asking for each emitted token's processed and raw log-probabilities
 //! (name suffix ` +logprobs+raw`), or for the processed one, the top 20
 //! (`MAX_TOP_LOGPROBS`) under the processed distribution and the token's
-//! rank (` +top20`); their unsharded call asks alike.
+//! rank (` +top20`); their unsharded call asks alike; and verification by
+//! blocks (` +block`, REFERENCE §4.11), its unsharded call alike.
 //!
 //! Neither runs in a CUDA graph (the in-process exchange meets on the host),
 //! so both are timed alike: CUDA events on rank 0's stream (the unsharded
@@ -19,7 +20,7 @@
 //! of the shared logits buffers in place (`Logits` of `V_r` ids at row
 //! stride `V`, draft logits of width `V_r`). Each rank sends `32 + 16·rows`
 //! bytes a `gumbel_sample` call (filtered: `+ 1040·rows`), `32 + 160·B·(K+1)` (filtered: `+ 2080·B·(K+1)`)
-//! then `16 + 16·B` a verification (with log-probabilities, `+ 32 + 144` a
+//! then `16 + 16·B` a verification (by blocks `16 + 24·B·(K+1)`; with log-probabilities, `+ 32 + 144` a
 //! position: a row, a request's `K + 1` token slots; with a top-n, `+ 32 + 144 + 32 + 256`), and receives `P` times as much; an all-gather of the
 //! target logits rows instead moves `(P − 1)/P` of `4·rows·V` bytes into
 //! each rank.
@@ -36,8 +37,8 @@ use specdec::{
     RejectionOutput, RejectionSample, SamplingParams, Verification, Workspace,
 };
 use specdec_core::shard::{
-    candidates_message_bytes, lists_message_bytes, message_bytes, pairs_message_bytes, positions_message_bytes,
-    tops_message_bytes,
+    block_candidates_message_bytes, candidates_message_bytes, lists_message_bytes, message_bytes, pairs_message_bytes,
+    positions_message_bytes, tops_message_bytes,
 };
 use std::fmt::Write as _;
 use std::sync::{Arc, Barrier};
@@ -56,7 +57,7 @@ const SHARDED_FILTER: Filter = Filter { top_k: 50, top_p: 0.9, min_p: 0.0 };
 #[derive(Clone, Copy)]
 pub enum Call {
     Sample { rows: usize, filter: Option<Filter>, logprobs: Asks },
-    Verify { requests: usize, filter: Option<Filter>, logprobs: Asks },
+    Verify { requests: usize, filter: Option<Filter>, logprobs: Asks, block: bool },
 }
 
 /// The log-probabilities a case asks for: none; the processed and the raw
@@ -81,10 +82,11 @@ impl Call {
                 filter_name(filter),
                 logprobs_name(logprobs)
             ),
-            Call::Verify { requests, filter, logprobs } => format!(
-                "sharded rejection_sample bf16-draft f32 B={requests} K={SHARDED_K} V={V_MAIN} T={T}{}{} P={SHARDED_RANKS}",
+            Call::Verify { requests, filter, logprobs, block } => format!(
+                "sharded rejection_sample bf16-draft f32 B={requests} K={SHARDED_K} V={V_MAIN} T={T}{}{}{} P={SHARDED_RANKS}",
                 filter_name(filter),
-                logprobs_name(logprobs)
+                logprobs_name(logprobs),
+                if block { " +block" } else { "" }
             ),
         }
     }
@@ -109,8 +111,13 @@ impl Call {
                 Call::Sample { rows, filter, .. } => {
                     message_bytes(rows) + if filter.is_some() { lists_message_bytes(rows) } else { 0 }
                 }
-                Call::Verify { requests, filter, .. } => {
-                    pairs_message_bytes(self.rows(), filter.is_some()) + candidates_message_bytes(requests)
+                Call::Verify { requests, filter, block, .. } => {
+                    let candidates = if block {
+                        block_candidates_message_bytes(self.rows())
+                    } else {
+                        candidates_message_bytes(requests)
+                    };
+                    pairs_message_bytes(self.rows(), filter.is_some()) + candidates
                 }
             }
     }
@@ -121,16 +128,32 @@ impl Call {
             SHARDED_ROWS.into_iter().map(move |rows| Call::Sample { rows, filter, logprobs: Asks::None })
         });
         let verify = filters.into_iter().flat_map(|filter| {
-            SHARDED_REQUESTS.into_iter().map(move |requests| Call::Verify { requests, filter, logprobs: Asks::None })
+            SHARDED_REQUESTS.into_iter().map(move |requests| Call::Verify {
+                requests,
+                filter,
+                logprobs: Asks::None,
+                block: false,
+            })
         });
         let asks = [Asks::Raw, Asks::Top];
         let sample_logprobs = asks.into_iter().flat_map(|logprobs| {
             LOGPROB_ROWS.into_iter().map(move |rows| Call::Sample { rows, filter: None, logprobs })
         });
         let verify_logprobs = asks.into_iter().flat_map(|logprobs| {
-            LOGPROB_REQUESTS.into_iter().map(move |requests| Call::Verify { requests, filter: None, logprobs })
+            LOGPROB_REQUESTS.into_iter().map(move |requests| Call::Verify {
+                requests,
+                filter: None,
+                logprobs,
+                block: false,
+            })
         });
-        sample.chain(verify).chain(sample_logprobs).chain(verify_logprobs)
+        let block = LOGPROB_REQUESTS.into_iter().map(|requests| Call::Verify {
+            requests,
+            filter: None,
+            logprobs: Asks::None,
+            block: true,
+        });
+        sample.chain(verify).chain(sample_logprobs).chain(verify_logprobs).chain(block)
     }
 
     fn filter(self) -> Option<Filter> {
@@ -297,7 +320,7 @@ fn call(
                 None => cuda.gumbel_sample(ws, &args, &mut out),
             }
         }
-        Call::Verify { requests, .. } => {
+        Call::Verify { requests, block, .. } => {
             let k = SHARDED_K;
             let shape = verify_draft_shape(k, ids, V_MAIN);
             let args = RejectionSample {
@@ -309,7 +332,7 @@ fn call(
                 params: SamplingParams::new(buf.random.slice(..VERIFY_SLOTS), buf.seeds.slice(..VERIFY_SLOTS))
                     .with_filters(filters.view(VERIFY_SLOTS)),
                 max_drafts: k,
-                verification: Verification::Token,
+                verification: if block { Verification::Block } else { Verification::Token },
                 draft_logits: Some(DraftLogits::new(buf.draft.slice(shard.offset..), shape)),
             };
             let logprobs = io.logprobs.view(call);

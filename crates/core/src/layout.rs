@@ -254,6 +254,11 @@ pub struct RejectionParams {
     pub block_states: u64,
     pub block_chunk: u32,
     pub block_chunks: u32,
+    /// A sharded call with block verification: `Job [requests · (max_drafts
+    /// + 1)]` (workspace), pass 2's jobs a (request, row) pair, which the
+    /// decision's launch writes (a block's rows where it may end; none
+    /// elsewhere). 0 otherwise: pass 2 takes `jobs`, one a request.
+    pub pair_jobs: u64,
     /// Non-zero where the call has filters (the threshold kernel wrote `thresholds`).
     pub filtered: u32,
     /// A sharded call (REFERENCE §9; all zero for an unsharded one): its

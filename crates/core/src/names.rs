@@ -49,6 +49,7 @@ macro_rules! kernel_symbol {
     (@name REJECTION_STATS_SMALL_PROCESSED) => { "rejection_stats_small_processed" };
     (@name REJECTION_STATS_FILTERED_PROCESSED) => { "rejection_stats_filtered_processed" };
     (@name REJECTION_BLOCK) => { "rejection_block" };
+    (@name REJECTION_BLOCK_SHARDED) => { "rejection_block_sharded" };
     (@name LOGPROBS_LSE) => { "logprobs_lse" };
     (@name LOGPROBS_TOP) => { "logprobs_top" };
     (@name GUMBEL_COMBINE) => { "gumbel_combine" };
@@ -243,6 +244,12 @@ pub const REJECTION_RATES: Kernel =
 pub const REJECTION_BLOCK: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_BLOCK), pairs: Pairs::All, min_blocks: 3 };
 
+/// [`REJECTION_BLOCK`] in a sharded call with draft logits: each draft
+/// row's residual mass over the rank's ids, into its round-2 message (the
+/// combine decides the block). Bounded as [`REJECTION_BLOCK`].
+pub const REJECTION_BLOCK_SHARDED: Kernel =
+    Kernel { name: kernel_symbol!(@name REJECTION_BLOCK_SHARDED), pairs: Pairs::All, min_blocks: 3 };
+
 /// The log-sum-exps of each emitted position of a call (REFERENCE §8), the
 /// raw and the processed, and the emitted token's log-probabilities, after
 /// either operation (`layout::LogprobsParams`), for the dtype of the values
@@ -308,7 +315,7 @@ pub const REJECTION_COMBINE_SHARDED: Kernel =
     Kernel { name: kernel_symbol!(@name REJECTION_COMBINE_SHARDED), pairs: Pairs::One, min_blocks: 1 };
 
 /// Every kernel of the PTX.
-pub const ALL: [Kernel; 34] = [
+pub const ALL: [Kernel; 35] = [
     GUMBEL_SAMPLE,
     GUMBEL_SAMPLE_LEAN,
     GUMBEL_SAMPLE_SMALL,
@@ -330,6 +337,7 @@ pub const ALL: [Kernel; 34] = [
     REJECTION_STATS_SMALL_PROCESSED,
     REJECTION_STATS_FILTERED_PROCESSED,
     REJECTION_BLOCK,
+    REJECTION_BLOCK_SHARDED,
     LOGPROBS_LSE,
     LOGPROBS_TOP,
     GUMBEL_COMBINE,
@@ -442,7 +450,7 @@ mod tests {
             GUMBEL_SAMPLE_FILTERED REJECTION_THRESHOLD REJECTION_STATS_FILTERED REJECTION_STATS_KEPT
             REJECTION_RESAMPLE_FILTERED
             GUMBEL_THRESHOLD_SEARCH REJECTION_THRESHOLD_SEARCH REJECTION_STATS_PROCESSED
-            REJECTION_STATS_SMALL_PROCESSED REJECTION_STATS_FILTERED_PROCESSED REJECTION_BLOCK REJECTION_RATES
+            REJECTION_STATS_SMALL_PROCESSED REJECTION_STATS_FILTERED_PROCESSED REJECTION_BLOCK REJECTION_BLOCK_SHARDED REJECTION_RATES
             LOGPROBS_LSE LOGPROBS_TOP GUMBEL_COMBINE REJECTION_DECIDE_SHARDED REJECTION_COMBINE_SHARDED
             REJECTION_MERGE_SHARDED GUMBEL_MERGE_SHARDED GUMBEL_THRESHOLD_SHARDED
             REJECTION_THRESHOLD_SHARDED LOGPROBS_LSE_SHARDED LOGPROBS_COMBINE_SHARDED LOGPROBS_TOP_SHARDED
@@ -453,7 +461,7 @@ mod tests {
     #[test]
     fn the_table() {
         let all: Vec<_> = symbols().map(|s| s.to_string()).collect();
-        assert_eq!(all.len(), 21 * 9 + 5 * 3 + 8);
+        assert_eq!(all.len(), 22 * 9 + 5 * 3 + 8);
         let mut unique = all.clone();
         unique.sort();
         unique.dedup();

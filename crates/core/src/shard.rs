@@ -181,9 +181,23 @@ pub const fn candidates_message_bytes(requests: usize) -> usize {
     (1 + requests) * core::mem::size_of::<Resampled>()
 }
 
-/// Where request `request`'s candidates lie in the round-2 message at `message`.
-pub fn candidates_at(message: u64, request: usize) -> *mut Resampled {
-    (message as usize + candidates_message_bytes(request)) as *mut Resampled
+/// Where job `job`'s candidates lie in the round-2 message at `message`:
+/// request `job`'s, or in a call with block verification pair `job`'s.
+pub fn candidates_at(message: u64, job: usize) -> *mut Resampled {
+    (message as usize + candidates_message_bytes(job)) as *mut Resampled
+}
+
+/// Bytes of a rank's round-2 message in a call with block verification of
+/// `pairs` (request, row) pairs: the word and a [`Resampled`] a pair (a
+/// block's candidates at each row where it may end), then a `u64` a pair
+/// (its residual mass over the rank's ids, in `2^-60` units), padded to 16 bytes.
+pub const fn block_candidates_message_bytes(pairs: usize) -> usize {
+    (candidates_message_bytes(pairs) + pairs * 8).next_multiple_of(16)
+}
+
+/// Where pair `pair`'s residual mass lies in such a message of `pairs` pairs.
+pub fn mass_at(message: u64, pairs: usize, pair: usize) -> *mut u64 {
+    (message as usize + candidates_message_bytes(pairs) + pair * 8) as *mut u64
 }
 
 /// A rank's part of one emitted position's log-probabilities: the sums of

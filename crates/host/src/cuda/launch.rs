@@ -15,6 +15,8 @@ use specdec_core::layout::{
     BLOCK_THREADS, GumbelCombineParams, GumbelParams, LogprobsParams, RatesParams, RejectionParams, SHARED_BYTES,
     THRESHOLD_SHARED_BYTES, TOP_SHARED_BYTES, WALK_SHARED_BYTES, WARPS,
 };
+use specdec_core::sample::Resampled;
+use specdec_core::scratch::ResampleJob;
 use specdec_core::shard;
 use std::ffi::c_void;
 
@@ -230,6 +232,11 @@ unsafe fn pass_1(kernels: [Option<&Kernel>; 2], stream: &CudaStream, pairs: u32,
 /// decision, pass 2, `exchange` (round 2), the combine; both exchanges run
 /// whatever the call's size, so that no rank waits for this one.
 ///
+/// With block verification (`p.pair_jobs`), the block kernel (`block`,
+/// with draft logits) after the decision, and pass 2 once for each row `t
+/// <= K`, over that row's jobs (`pair_jobs` from `t·requests`, whose
+/// candidates go to the round-2 message from job `t·requests` on).
+///
 /// With `filters` (the threshold kernel, which writes each rank's lists
 /// into its round-1 message, and the merge kernel after round 1), a call
 /// with filters.
@@ -242,11 +249,12 @@ unsafe fn pass_1(kernels: [Option<&Kernel>; 2], stream: &CudaStream, pairs: u32,
 /// gathers on `stream` (its first call round 1's, its second round 2's).
 #[allow(clippy::type_complexity)]
 pub(super) unsafe fn sharded_rejection_sample(
-    (rates, filters, stats, decide, resample, combine): (
+    (rates, filters, stats, decide, block, resample, combine): (
         Option<(&Kernel, RatesParams)>,
         Option<(&Kernel, &Kernel)>,
         [Option<&Kernel>; 2],
         &Kernel,
+        Option<&Kernel>,
         &Kernel,
         &Kernel,
     ),
@@ -276,7 +284,22 @@ pub(super) unsafe fn sharded_rejection_sample(
                 launch_shared(merge, stream, (2 * pairs, 1), bytes as u32, &p)?;
             }
             launch(decide, stream, (requests, 1), &p)?;
-            launch(resample, stream, (requests, p.resample_chunks), &p)?;
+            if let Some(block) = block {
+                launch(block, stream, (requests * (p.max_drafts - 1) * p.block_chunks, 1), &p)?;
+            }
+            if p.pair_jobs == 0 {
+                launch(resample, stream, (requests, p.resample_chunks), &p)?;
+            } else {
+                for t in 0..=p.max_drafts as u64 {
+                    let jobs = t * requests as u64;
+                    let row = RejectionParams {
+                        jobs: p.pair_jobs + jobs * size_of::<ResampleJob>() as u64,
+                        send: p.send + jobs * size_of::<Resampled>() as u64,
+                        ..p
+                    };
+                    launch(resample, stream, (requests, p.resample_chunks), &row)?;
+                }
+            }
         }
         exchange()?;
         stream.context().bind_to_thread()?;

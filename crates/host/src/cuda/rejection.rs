@@ -54,7 +54,9 @@ impl Cuda {
     /// rank (each row's order-free sums, argmax and draft logits; with
     /// filters, `2 · 1040` more a row: its top-k lists), the decision, pass 2
     /// over the rank's ids, one all-gather of `16 + 16 · requests` bytes a
-    /// rank (each request's candidates), a combine, and with processed or raw
+    /// rank (each request's candidates; with block verification `16 + 24 ·
+    /// requests · (K + 1)`: each row's where a block may end, and the rank's
+    /// part of its residual mass), a combine, and with processed or raw
     /// log-probabilities a third round: the log-probability kernel over the
     /// rank's ids, one all-gather of `32 + 144 · requests · (K + 1)` bytes a
     /// rank (each position's sums and its token's value), and their combine
@@ -77,8 +79,8 @@ impl Cuda {
     /// As [`Cuda::rejection_sample`], and [`Error::InvalidShard`] for a shard
     /// that does not fit its row or whose ids do not start and end on runs
     /// of `layout::RUN` (16) ids (the row's end excepted: the sums' terms,
-    /// REFERENCE §2.6); [`Error::NotSharded`] for block verification
-    /// (sharded on the CPU backend only, so far) and filters over more than [`shard::MAX_FILTERED_RANKS`](crate::shard::MAX_FILTERED_RANKS) ranks;
+    /// REFERENCE §2.6); [`Error::NotSharded`] for filters over more than
+    /// [`shard::MAX_FILTERED_RANKS`](crate::shard::MAX_FILTERED_RANKS) ranks;
     /// [`Error::WorkspaceRanks`] for a workspace not made for the
     /// exchange's ranks ([`Cuda::sharded_workspace`]). A rank whose checks
     /// fail still takes part in both exchanges (its messages say it failed),
@@ -111,11 +113,12 @@ impl Cuda {
         let fits = pairs <= ws.max_rows();
         let lists = filtered(args);
         let ([sums, tops], logprobs) = logprobs_rounds(pairs, &out.logprobs);
-        let lens = if fits {
-            [shard::pairs_message_bytes(pairs, lists), shard::candidates_message_bytes(requests), sums, tops]
+        let candidates = if block_verified(args) {
+            shard::block_candidates_message_bytes(pairs)
         } else {
-            [0; 4]
+            shard::candidates_message_bytes(requests)
         };
+        let lens = if fits { [shard::pairs_message_bytes(pairs, lists), candidates, sums, tops] } else { [0; 4] };
         let messages = Messages { units: pairs, slot: lens.into_iter().max().unwrap_or(0), ranks };
         // The log-probabilities' rounds where they are asked.
         let mut rounds = Rounds::new(exchange, messages, &lens[..2 + logprobs]);
@@ -145,10 +148,10 @@ impl Cuda {
                 what: "filters over more than MAX_FILTERED_RANKS ranks on the CUDA backend",
             });
         }
-        let rates = match args.verification {
-            Verification::Token => &[][..],
-            Verification::Synthetic(rates) => rates,
-            Verification::Block => return Err(Error::NotSharded { what: "block verification on the CUDA backend" }),
+        let (rule, rates) = match args.verification {
+            Verification::Token => (0, &[][..]),
+            Verification::Synthetic(rates) => (1, rates),
+            Verification::Block => (2, &[][..]),
         };
         // What every rank must pass alike and the host can see: the shapes
         // and the rates (the kernels compare what lives in device memory).
@@ -160,6 +163,7 @@ impl Cuda {
             args.max_drafts as u64,
             args.params.temperature.len() as u64,
             args.target.data.dtype() as u64,
+            rule,
             rates.len() as u64,
         ];
         let rates = rates.iter().map(|r| u64::from(r.to_bits()));
@@ -187,9 +191,7 @@ impl Cuda {
             }
             Verification::Block => None,
         };
-        // Blocks of one draft are the token rule's (REFERENCE §4.11): the
-        // block kernel runs where a request may have two or more.
-        let block = matches!(args.verification, Verification::Block) && args.max_drafts >= 2;
+        let block = block_verified(args);
         let filtered = filtered(args);
         let target_dtype = args.target.data.dtype();
         // Without draft logits their dtype is moot: take the narrowest,
@@ -264,7 +266,8 @@ impl Cuda {
         // rows left a tail of a few blocks each summing one
         // (benches/results/2026-12-04-nvidia-h200-block-verification.md).
         let block = if block {
-            let v = Variants { op: names::REJECTION_BLOCK, spread: Spread::Statistics, lean: None, small: None };
+            let op = if sharded.is_some() { names::REJECTION_BLOCK_SHARDED } else { names::REJECTION_BLOCK };
+            let v = Variants { op, spread: Spread::Statistics, lean: None, small: None };
             let Launch { kernel, split } =
                 self.launch_for(ws, v, dtypes, (shape.requests * (args.max_drafts - 1), args.target.vocab))?;
             let split = if args.draft_logits.is_some() {
@@ -364,9 +367,12 @@ impl Cuda {
         p.threshold_search = search.is_some() as u32;
         p.filtered = filtered as u32;
         if let Some((_, split)) = &block {
-            let (rows, states) = ws.block_regions();
+            let (rows, states, pair_jobs) = ws.block_regions();
             (p.block_rows, p.block_states) = (workspace.scratch + rows, workspace.scratch + states);
             (p.block_chunk, p.block_chunks) = (split.chunk, split.chunks);
+            if sharded.is_some() {
+                p.pair_jobs = workspace.scratch + pair_jobs;
+            }
         }
         p.status = workspace.status;
         p.counters = workspace.counters;
@@ -418,15 +424,17 @@ impl Cuda {
             (p.shard, p.shard_ranks) = (rounds.header, rounds.messages.ranks as u32);
             (p.send, p.recv) = rounds.at;
             let filters = threshold.as_ref().map(|t| t.kernel).zip(merge.as_ref());
-            // SAFETY: as below (no block verification:
-            // `check_sharded_rejection`; no search launches); the workspace's
+            // One-hot blocks have no row to sum: the combine weighs them.
+            let block = block.filter(|_| args.draft_logits.is_some());
+            // SAFETY: as below (no search launches); the workspace's
             // messages hold the rank's and every rank's of every round for
             // `requests·(K+1)` pairs with their lists (`message_addresses`),
             // each round's gathered on this stream before the launch that
-            // reads it; with filters, at most MAX_FILTERED_RANKS ranks.
+            // reads it; with filters, at most MAX_FILTERED_RANKS ranks; with
+            // block verification, `pair_jobs` holds requests·(K+1) jobs.
             unsafe {
                 launch::sharded_rejection_sample(
-                    (rates, filters, stats, &decide, &resample, &combine),
+                    (rates, filters, stats, &decide, block, &resample, &combine),
                     stream,
                     p,
                     || rounds.next(ws, false),
@@ -448,6 +456,13 @@ impl Cuda {
         // the passes wrote the log-sum-exps of the emitted positions (p.lse).
         unsafe { self.logprobs(ws, positions, sources, &mut out.logprobs, processed, None) }
     }
+}
+
+/// Whether `args` asks for block verification of blocks that can hold two
+/// or more drafts: a block of one is the token rule's (REFERENCE §4.11),
+/// which the decision runs.
+fn block_verified(args: &RejectionSample<'_, Device>) -> bool {
+    matches!(args.verification, Verification::Block) && args.max_drafts >= 2
 }
 
 /// Whether `args` filters the target or the draft logits (filter arrays).

@@ -312,9 +312,10 @@ impl Workspace {
     }
 
     /// Byte offsets in `scratch` of block verification's notes and request
-    /// states, which the kernels keep zero between calls.
-    pub(crate) fn block_regions(&self) -> (u64, u64) {
-        (self.regions.block_rows, self.regions.block_states)
+    /// states, which the kernels keep zero between calls, and of a sharded
+    /// call's pass-2 jobs a pair.
+    pub(crate) fn block_regions(&self) -> (u64, u64, u64) {
+        (self.regions.block_rows, self.regions.block_states, self.regions.pair_jobs)
     }
 
     /// The threshold kernel's scratch entries: a call of more filtered rows
@@ -339,7 +340,8 @@ fn filter_entries(max_rows: usize) -> usize {
 ///   resample's, block verification's masses). Both 16-byte aligned: the
 ///   kernels gather them 16 bytes a load; the jobs, whose size is not a
 ///   multiple of 16, come after them;
-/// - `jobs`: `max_rows` [`ResampleJob`]s;
+/// - `jobs`, `pair_jobs`: `max_rows` [`ResampleJob`]s each (a request's,
+///   and in a sharded call with block verification a (request, row) pair's);
 /// - `thresholds`: `2 · max_rows` f32, a filtered call's `τ` of each row;
 /// - `filter_scratch`: [`filter_entries`] [`FilterScratch`]es, 16-byte aligned;
 /// - `lse`: `max_rows` [`LogprobsLse`]s;
@@ -352,6 +354,7 @@ struct Regions {
     stats: u64,
     partials: u64,
     jobs: u64,
+    pair_jobs: u64,
     thresholds: u64,
     filter_scratch: u64,
     lse: u64,
@@ -372,7 +375,8 @@ impl Regions {
         let stats = 0;
         let partials = after(stats, entries, STATS_BYTES)?;
         let jobs = after(partials, entries, PARTIAL_BYTES)?;
-        let thresholds = after(jobs, rows, JOB_BYTES)?;
+        let pair_jobs = after(jobs, rows, JOB_BYTES)?;
+        let thresholds = after(pair_jobs, rows, JOB_BYTES)?;
         let filter_scratch = align(after(thresholds, rows, THRESHOLD_BYTES)?, 16)?;
         let lse = after(filter_scratch, filter_entries(max_rows) as u64, size_of::<FilterScratch>())?;
         let top = align(after(lse, rows, LSE_BYTES)?, 16)?;
@@ -384,6 +388,7 @@ impl Regions {
             stats,
             partials,
             jobs,
+            pair_jobs,
             thresholds,
             filter_scratch,
             lse,
@@ -538,7 +543,12 @@ mod tests {
         for rows in [0, 1, 7, 2048, 1 << 20] {
             let slot = message_slot(rows).unwrap();
             assert_eq!(slot, shard::pairs_message_bytes(rows, true));
-            assert!(slot >= shard::message_bytes(rows) && slot >= shard::candidates_message_bytes(rows), "{rows}");
+            let rounds = [
+                shard::message_bytes(rows),
+                shard::candidates_message_bytes(rows),
+                shard::block_candidates_message_bytes(rows),
+            ];
+            assert!(rounds.into_iter().all(|b| b <= slot), "{rows}");
         }
         assert_eq!(message_slot(usize::MAX / 2), None);
     }
@@ -584,6 +594,7 @@ mod tests {
                 (r.stats, size(e, STATS_BYTES), 16),
                 (r.partials, size(e, PARTIAL_BYTES), 16),
                 (r.jobs, size(m, JOB_BYTES), 8),
+                (r.pair_jobs, size(m, JOB_BYTES), 8),
                 (r.thresholds, size(m, THRESHOLD_BYTES), 4),
                 (r.filter_scratch, size(filter_entries(max_rows) as u64, size_of::<FilterScratch>()), 16),
                 (r.lse, size(m, LSE_BYTES), 4),

@@ -22,6 +22,13 @@
 //! `τ < n`, writes the outputs from position `τ` on and the resample job of
 //! row `τ`: pass 2 draws its residual `max(w_τ·p − q, 0)` (the target
 //! shifted by `ln w_τ`). One-hot drafts read no row: `r_i = w_i·(1 − p(d_i))`.
+//!
+//! In a sharded call (`super::sharded`) no rank can decide a row: its
+//! blocks sum the rank's ids of every row that may stop (the third shortcut
+//! needs the whole row's masses) and the row's last block writes the
+//! rank's part into its round-2 message (`shard::mass_at`); pass 2 draws
+//! candidates at every row where the block may end ([`row_job`]); the
+//! combine adds the ranks' parts and decides ([`block_end`]), as here.
 
 use super::accept::{block_row, floors, write_processed};
 use super::stats::thresholds;
@@ -37,15 +44,18 @@ use specdec_core::layout::RejectionParams;
 use specdec_core::rng::{Stream, random_u32};
 use specdec_core::sample::Sampler;
 use specdec_core::scratch::{BlockRow, BlockState};
+use specdec_core::shard;
 
-/// The block kernel (see module docs).
+/// The block kernel (see module docs); with `SHARDED`, a rank's in a
+/// sharded call with draft logits, which writes each row's mass into the
+/// rank's round-2 message and decides nothing.
 ///
 /// # Safety
 /// Launched by the host's checked launcher after pass 1 (with
-/// `block_rows`) on the same stream, over `requests · (max_drafts − 1) ·
-/// block_chunks` blocks.
+/// `block_rows`; `SHARDED`: after the sharded decision) on the same stream,
+/// over `requests · (max_drafts − 1) · block_chunks` blocks.
 #[inline(always)]
-pub(super) unsafe fn block<T: Load, D: Load>(p: &RejectionParams) {
+pub(super) unsafe fn block<T: Load, D: Load, const SHARDED: bool>(p: &RejectionParams) {
     let (b, tid) = (gpu::block_idx_x(), gpu::thread_idx_x());
     let (chunks, requests) = (p.block_chunks.max(1), p.requests.max(1));
     let (slot, c) = (b / chunks, b % chunks);
@@ -58,8 +68,9 @@ pub(super) unsafe fn block<T: Load, D: Load>(p: &RejectionParams) {
     // zero again once its last row decided it: a late block leaves).
     // SAFETY: r < requests; block_states holds `requests` entries.
     let n = unsafe { gpu::atomic_load(&raw mut (*state).len) };
-    // A block of one draft has no row to sum: block (0, r, 0) decides it alone.
-    let one = n == 1 && s == 0 && c == 0;
+    // A block of one draft has no row to sum: block (0, r, 0) decides it
+    // alone (a sharded call's combine does).
+    let one = !SHARDED && n == 1 && s == 0 && c == 0;
     if s + 2 > n && !one {
         return; // block-uniform: not a row of the block
     }
@@ -70,9 +81,9 @@ pub(super) unsafe fn block<T: Load, D: Load>(p: &RejectionParams) {
     let rows = (p.block_rows as *mut BlockRow).wrapping_add(block_row(p, r, 0));
     if one {
         // The token rule, `u_0 < w_1`, with the same word (REFERENCE §4.11).
-        // SAFETY: row 0 was noted; row0 < rows.
-        let (w, pos) = unsafe { (Weights::of(rows, 1, 1).end, *(p.pos as *const u64).add(row0 as usize)) };
-        let tau = below(random_u32(job.seed, pos, Stream::Accept, 0), w) as u32;
+        // SAFETY: row 0 was noted, and is one of the request's.
+        let (w, u) = unsafe { (Weights::of(rows, 1, 1).end, word(p, &job, 0)) };
+        let tau = below(u, w) as u32;
         if tid < WARP {
             // SAFETY: warp 0; the request's state, notes and outputs.
             unsafe { finish(p, r, state, &job, (n, tau), rows) };
@@ -82,14 +93,13 @@ pub(super) unsafe fn block<T: Load, D: Load>(p: &RejectionParams) {
     let i = n - 1 - s;
     // SAFETY: rows 0..n of the request were noted by pass 1 (n <= n_r); pos holds rows elements.
     let weights = unsafe { Weights::of(rows, n, i) };
-    let word = |j: u32| {
-        // SAFETY: row0 + j < row0 + n <= rows.
-        random_u32(job.seed, unsafe { *(p.pos as *const u64).add((row0 + j) as usize) }, Stream::Accept, 0)
-    };
+    // SAFETY (both): row0 + j < row0 + n <= rows.
+    let word = |j: u32| unsafe { word(p, &job, j) };
     let reaches_end = below(word(n - 1), weights.end);
     let may_stop = !reaches_end && below(word(i - 1), weights.at);
     // SAFETY: every thread of the block is here; the stop word lies in `state`.
-    let later_stopped = unsafe { gpu::sync_threads_or(tid == 0 && gpu::atomic_load(&raw mut (*state).stop) >= i) };
+    let later_stopped =
+        !SHARDED && unsafe { gpu::sync_threads_or(tid == 0 && gpu::atomic_load(&raw mut (*state).stop) >= i) };
     let mine = if !may_stop || later_stopped {
         Mass::IDENTITY
     } else if p.draft_logits == 0 {
@@ -120,6 +130,16 @@ pub(super) unsafe fn block<T: Load, D: Load>(p: &RejectionParams) {
     }) else {
         return;
     };
+    if SHARDED {
+        // Row i's last block: the rank's part of its mass (0 where it need
+        // not be summed) into the round-2 message, for the combine.
+        if tid == 0 {
+            let pairs = (p.requests * (p.max_drafts + 1)) as usize;
+            // SAFETY: the message holds `pairs` masses (workspace, host-sized).
+            unsafe { shard::mass_at(p.send, pairs, block_row(p, r, i)).write(total.units) };
+        }
+        return;
+    }
     // Row i's last block (lane 0 holds the sum where the row is one chunk).
     // SAFETY: the stop word lies in `state`; rows.add(i) was noted.
     if tid == 0 && may_stop && unsafe { gpu::atomic_load(&raw mut (*state).stop) } < i {
@@ -161,7 +181,7 @@ unsafe fn finish(p: &RejectionParams, r: u32, state: *mut BlockState, job: &Resa
     }
     if tau < n {
         // SAFETY: one warp; tau < n rows noted; r < requests (caller).
-        unsafe { write_block(p, r, job, job.row - job.column, n, tau, rows) };
+        unsafe { write_block(p, r, job, n, tau, rows) };
     }
 }
 
@@ -253,15 +273,13 @@ unsafe fn chunk_mass<T: Load, D: Load>(
 /// Request `r`'s outputs where its block stopped at `tau < n` (pass 1 wrote
 /// them as if it reached `n`): tokens `-1` from `tau` on (pass 2 writes
 /// `tau`'s), the processed log-probabilities NaN past it, the counts, and
-/// the job of row `tau`'s residual: weighted by `w_tau`, its floors from
-/// the summed mass `r_tau` (`tau >= 1`) or, at row 0, the draft's excess
-/// `q(d) − p(d)` (a guess: pass 2 certifies against them).
+/// the job of row `tau`'s residual ([`residual_job`]).
 ///
 /// # Safety
 /// All 32 lanes of one warp call this together; `rows` holds the `n`
 /// noted rows of valid sampling request `r`; `job` is pass 1's.
 #[inline(always)]
-unsafe fn write_block(p: &RejectionParams, r: u32, job: &ResampleJob, row0: u32, n: u32, tau: u32, rows: *const BlockRow) {
+unsafe fn write_block(p: &RejectionParams, r: u32, job: &ResampleJob, n: u32, tau: u32, rows: *const BlockRow) {
     let lane = gpu::thread_idx_x() % WARP;
     let mut x = tau + lane;
     while x <= n {
@@ -279,9 +297,42 @@ unsafe fn write_block(p: &RejectionParams, r: u32, job: &ResampleJob, row0: u32,
     if lane != 0 {
         return;
     }
-    // SAFETY: tau < n rows noted; row0 + tau < rows.
+    // SAFETY: tau < n rows noted (caller); jobs holds `requests` entries.
+    unsafe {
+        (p.jobs as *mut ResampleJob).add(r as usize).write(residual_job(p, job, rows, n, tau));
+        write_counts(p, r, tau);
+    }
+}
+
+/// Request `r`'s counts where its block ends at `tau`: `tau + 1` tokens
+/// emitted, `tau` drafts accepted.
+///
+/// # Safety
+/// `r < requests`.
+#[inline(always)]
+pub(super) unsafe fn write_counts(p: &RejectionParams, r: u32, tau: u32) {
+    // SAFETY: the per-request outputs hold `requests` entries.
+    unsafe {
+        (p.num_emitted as *mut i32).add(r as usize).write(tau as i32 + 1);
+        if p.accepted != 0 {
+            (p.accepted as *mut i32).add(r as usize).write(tau as i32);
+        }
+    }
+}
+
+/// The job of the residual at row `tau < n` of a block of `n` drafts
+/// (`job` the decision's, at row `n`; `rows` its notes): weighted by
+/// `w_tau`, its floors from the summed mass `r_tau` (`tau >= 1`) or, at row
+/// 0, the draft's excess `q(d) − p(d)` (a guess: pass 2 certifies against them).
+///
+/// # Safety
+/// `rows` holds the `n` noted rows of a valid sampling request; `tau < n`.
+#[inline(always)]
+unsafe fn residual_job(p: &RejectionParams, job: &ResampleJob, rows: *const BlockRow, n: u32, tau: u32) -> ResampleJob {
+    let row = job.row - job.column + tau;
+    // SAFETY: tau < n rows noted; row < rows.
     let (note, d, pos) = unsafe {
-        (rows.add(tau as usize).read(), *(p.drafts as *const i32).add((row0 + tau) as usize), *(p.pos as *const u64).add((row0 + tau) as usize))
+        (rows.add(tau as usize).read(), *(p.drafts as *const i32).add(row as usize), *(p.pos as *const u64).add(row as usize))
     };
     // SAFETY: as above.
     let w = unsafe { Weights::of(rows, n, tau) }.at;
@@ -292,9 +343,9 @@ unsafe fn write_block(p: &RejectionParams, r: u32, job: &ResampleJob, row0: u32,
     } else {
         (JOB_RESIDUAL, gpu::fast_ln(note.mass as f32))
     };
-    let next = ResampleJob {
+    ResampleJob {
         mode,
-        row: row0 + tau,
+        row,
         column: tau,
         draft: d as u32,
         lse_t: note.lse_t,
@@ -303,15 +354,94 @@ unsafe fn write_block(p: &RejectionParams, r: u32, job: &ResampleJob, row0: u32,
         floors: floors(mode, note.lse_t, log_excess, p.floor_margin),
         pos,
         ..*job
-    };
-    // SAFETY: jobs and the per-request outputs hold `requests` entries.
-    unsafe {
-        (p.jobs as *mut ResampleJob).add(r as usize).write(next);
-        (p.num_emitted as *mut i32).add(r as usize).write(tau as i32 + 1);
-        if p.accepted != 0 {
-            (p.accepted as *mut i32).add(r as usize).write(tau as i32);
+    }
+}
+
+/// The acceptance word of row `j` of the request whose decision's job is `job`.
+///
+/// # Safety
+/// Row `j` is one of the request's.
+#[inline(always)]
+unsafe fn word(p: &RejectionParams, job: &ResampleJob, j: u32) -> u32 {
+    // SAFETY: pos holds an element a row (caller).
+    let pos = unsafe { *(p.pos as *const u64).add((job.row - job.column + j) as usize) };
+    random_u32(job.seed, pos, Stream::Accept, 0)
+}
+
+/// Request `r`'s block after the decision: its `n` (0 where the request is
+/// not block-verified) and its noted rows.
+///
+/// # Safety
+/// `r < requests` of a call with block verification, after the decision's launch.
+#[inline(always)]
+pub(super) unsafe fn noted(p: &RejectionParams, r: u32) -> (u32, *const BlockRow) {
+    // SAFETY: block_states holds `requests` entries.
+    let n = unsafe { (*(p.block_states as *const BlockState).add(r as usize)).len };
+    (n, (p.block_rows as *const BlockRow).wrapping_add(block_row(p, r, 0)))
+}
+
+/// Whether a block of `n >= 1` drafts (`job` the decision's, `rows` its
+/// notes) may end at row `t <= n`: at `n` where it reaches its end
+/// (`u_{n−1} < w_n`), else at row 0 or at a row that may stop (`u_{t−1} <
+/// w_t`): the block kernel's shortcuts, which need no mass.
+///
+/// # Safety
+/// As for [`residual_job`]; `t <= n`.
+#[inline(always)]
+unsafe fn may_end_at(p: &RejectionParams, job: &ResampleJob, rows: *const BlockRow, n: u32, t: u32) -> bool {
+    // SAFETY (all): rows 0..n noted, t <= n (caller).
+    let weights = unsafe { Weights::of(rows, n, t) };
+    let reaches_end = below(unsafe { word(p, job, n - 1) }, weights.end);
+    if t == n { reaches_end } else { !reaches_end && (t == 0 || below(unsafe { word(p, job, t - 1) }, weights.at)) }
+}
+
+/// Pass 2's job at row `t` of a sharded call's request (`job` the
+/// decision's, `(n, rows)` its [`noted`] block; `n = 0`: the token rule's
+/// job alone): the decision's at `t = n`, the residual's at a row `t < n`,
+/// where the block may end there ([`may_end_at`]); none elsewhere.
+///
+/// # Safety
+/// `job` the decision's for a valid sampling request of a call with block
+/// verification, `(n, rows)` its block; `t <= max_drafts`.
+#[inline(always)]
+pub(super) unsafe fn row_job(
+    p: &RejectionParams,
+    job: &ResampleJob,
+    (n, rows): (u32, *const BlockRow),
+    t: u32,
+) -> Option<ResampleJob> {
+    // SAFETY (both): t <= n rows noted (caller).
+    if t > n || (n > 0 && !unsafe { may_end_at(p, job, rows, n, t) }) {
+        return None;
+    }
+    Some(if t == n { *job } else { unsafe { residual_job(p, job, rows, n, t) } })
+}
+
+/// Where a sharded call's block of `n >= 1` drafts ends (`τ`), from the
+/// residual masses `mass(i, w_i)` of the rows that may stop: the block
+/// kernel's decision, every such row's mass summed.
+///
+/// # Safety
+/// As for [`may_end_at`].
+#[inline(always)]
+pub(super) unsafe fn block_end(
+    p: &RejectionParams,
+    job: &ResampleJob,
+    rows: *const BlockRow,
+    n: u32,
+    mass: impl Fn(u32, f64) -> f64,
+) -> u32 {
+    // SAFETY (all): rows 0..n noted (caller).
+    if unsafe { may_end_at(p, job, rows, n, n) } {
+        return n;
+    }
+    for i in (1..n).rev() {
+        let (w, u) = unsafe { (Weights::of(rows, n, i).at, word(p, job, i - 1)) };
+        if below(u, w) && below(u, stop_probability(w, mass(i, w))) {
+            return i;
         }
     }
+    0
 }
 
 /// A chunk's residual mass as a block reduction value: 16 bytes, as
@@ -328,6 +458,15 @@ pub struct Mass {
 }
 
 impl Mass {
+    /// A sharded call's mass of a row: the ranks' `units` summed, or
+    /// one-hot (`Some((w, log p(d)))`) the row's one term, as the block's
+    /// [`Mass::value`] reads.
+    #[inline(always)]
+    pub(super) fn of_ranks(units: u64, one_hot: Option<(f64, f32)>) -> f64 {
+        let one = one_hot.map_or(0.0, |(w, log_p)| one_hot_mass(w, log_p));
+        Mass { units, one }.value()
+    }
+
     /// `2^60`: a quad's mass (at most about 1) in units of `2^-60`.
     const UNIT: f64 = (1u64 << 60) as f64;
 

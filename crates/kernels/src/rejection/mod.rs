@@ -328,7 +328,18 @@ macro_rules! rejection_kernels {
             #[unsafe(export_name = kernel_symbol!(REJECTION_BLOCK, $t, $d))]
             pub unsafe extern "ptx-kernel" fn block(p: RejectionParams) {
                 // SAFETY: forwarded.
-                unsafe { super::block_verification::block::<$t, $d>(&p) }
+                unsafe { super::block_verification::block::<$t, $d, false>(&p) }
+            }
+
+            /// Block verification's kernel in a sharded call with draft
+            /// logits (`names::REJECTION_BLOCK_SHARDED`).
+            ///
+            /// # Safety
+            /// Launched by the host's checked launcher.
+            #[unsafe(export_name = kernel_symbol!(REJECTION_BLOCK_SHARDED, $t, $d))]
+            pub unsafe extern "ptx-kernel" fn block_sharded(p: RejectionParams) {
+                // SAFETY: forwarded.
+                unsafe { super::block_verification::block::<$t, $d, true>(&p) }
             }
 
             /// Pass 2 of `rejection_sample` (`names::REJECTION_RESAMPLE`).

@@ -21,12 +21,21 @@
 //!    request, combines the `P` candidates by the argmax rule (a total
 //!    order) and writes token `j`.
 //!
+//! With block verification (`RejectionParams::pair_jobs`) the decision
+//! also writes pass 2's job at each row where a request's block may end
+//! (`super::block_verification::row_job`); between 2 and 3 the block kernel
+//! (`SHARDED`, with draft logits) writes the rank's part of each row's
+//! residual mass into the round-2 message; pass 2 runs once a row; the
+//! combine adds the masses, decides where each block ends
+//! (`super::block_verification::block_end`) and takes that row's candidates.
+//!
 //! Ranks that disagree (a failed rank, shards that do not tile the row, a
 //! pair whose slot, position, draft or rows differ between ranks) flag the
 //! requests concerned `status::INVALID_SHARD`, which makes them invalid on
 //! every rank alike.
 
 use super::accept::decide;
+use super::block_verification::{Mass, block_end, noted, row_job, write_counts};
 use super::stats::{GREEDY_ROW, Head, Row, SAMPLED_ROW, row_kind, tail_head, thresholds};
 use super::threshold::{entry_at, filter_words, row_filter};
 use super::{JOB_NONE, Request, ResampleJob, draft_row, target_row, write_request_token};
@@ -43,7 +52,7 @@ use specdec_core::exp_sum::ExpSum;
 use specdec_core::kernel_symbol;
 use specdec_core::layout::{BLOCK_THREADS, RejectionParams, WARPS};
 use specdec_core::sample::Resampled;
-use specdec_core::scratch::{LogprobsLse, Stats};
+use specdec_core::scratch::{BlockState, LogprobsLse, Stats};
 use specdec_core::shard::{self, Header, PairRecord, TopList};
 use specdec_core::status::INVALID_SHARD;
 
@@ -135,11 +144,14 @@ pub unsafe extern "ptx-kernel" fn decide_sharded(p: RejectionParams) {
     if tid == 0 {
         // SAFETY: the launch has layout::SHARED_BYTES; the round-2 message
         // (in the rank's message buffer, free after round 1) holds its word
-        // and `requests` candidates: none for a request without a job, which
-        // pass 2 leaves alone.
+        // and a candidate a job: none for a job pass 2 leaves alone (a
+        // request without one, a row where its block cannot end).
         unsafe {
             shared::request().write(req);
-            shard::candidates_at(p.send, r as usize).write(Resampled::IDENTITY);
+            let rows = if p.pair_jobs != 0 { p.max_drafts + 1 } else { 1 };
+            for t in 0..rows {
+                shard::candidates_at(p.send, pair_job(&p, r, t)).write(Resampled::IDENTITY);
+            }
             if r == 0 {
                 (p.send as *mut [u32; 4]).write([1, 0, 0, 0]);
             }
@@ -167,6 +179,34 @@ pub unsafe extern "ptx-kernel" fn decide_sharded(p: RejectionParams) {
             decide::<f32, f32, false, false, false>(&p, r);
         }
     }
+    if p.pair_jobs == 0 {
+        return; // block-uniform
+    }
+    // Block verification: pass 2's job at each row of the request (none
+    // where its block cannot end), from the decision's (thread 0 wrote it
+    // and the request's block before the barrier).
+    // SAFETY (all): every thread of the block is here; jobs holds `requests`
+    // entries, pair_jobs `requests·(K+1)` (workspace, host-sized); t <= K.
+    unsafe {
+        gpu::sync_threads();
+        let mut t = tid;
+        while t < k1 {
+            let job = (p.jobs as *const ResampleJob).add(r as usize).read();
+            let at = pair_job(&p, r, t);
+            let row = if job.mode == JOB_NONE { None } else { row_job(&p, &job, noted(&p, r), t) };
+            (p.pair_jobs as *mut ResampleJob).add(at).write(row.unwrap_or(ResampleJob::NONE));
+            t += BLOCK_THREADS;
+        }
+    }
+}
+
+/// Where request `r`'s job at row `t` lies in a call with block
+/// verification, among `pair_jobs` and the round-2 candidates: row-major
+/// (`t·requests + r`), so that pass 2 takes a row's jobs in a launch of its
+/// own (`RejectionParams::jobs` and `send` moved to them).
+#[inline(always)]
+pub(super) fn pair_job(p: &RejectionParams, r: u32, t: u32) -> usize {
+    t as usize * p.requests as usize + r as usize
 }
 
 /// The call's (request, row) pairs, `requests·(K+1)`.
@@ -353,7 +393,10 @@ pub unsafe extern "ptx-kernel" fn merge_sharded(p: RejectionParams) {
 /// The tokens of a sharded call's jobs (`names::REJECTION_COMBINE_SHARDED`;
 /// see module docs): thread `t` of block `b` combines request `b·BLOCK_THREADS
 /// + t`'s candidates from the ranks' round-2 messages and writes its token
-/// `j`; `-1` and `INVALID_SHARD` where a rank did not get there. Where the
+/// `j`; `-1` and `INVALID_SHARD` where a rank did not get there. A block
+/// of drafts ends where the ranks' masses decide
+/// (`block_verification::block_end`): its token there, its outputs past it
+/// undone (tokens `-1`, the counts), its state zero again. Where the
 /// call asks for processed log-probabilities (`p.lse`), it writes each
 /// emitted position's target log-sum-exp of a sampling request, from the
 /// pair's combined entry as the decision took it, for the log-probability
@@ -374,20 +417,50 @@ pub unsafe extern "ptx-kernel" fn combine_sharded(p: RejectionParams) {
     if job.mode == JOB_NONE {
         return;
     }
-    let len = shard::candidates_message_bytes(p.requests as usize) as u64;
+    let (k1, block) = (p.max_drafts + 1, p.pair_jobs != 0);
+    let pairs = pairs(&p) as usize;
+    let len = if block { shard::block_candidates_message_bytes(pairs) } else { shard::candidates_message_bytes(p.requests as usize) };
+    let message = |q: u32| p.recv + q as u64 * len as u64;
+    // SAFETY: r < requests of a call with block verification, after the decision.
+    let (n, rows) = if block { unsafe { noted(&p, r) } } else { (0, core::ptr::null()) };
+    let tau = if n == 0 {
+        job.column
+    } else {
+        // One-hot rows sum nothing: each mass is the noted row's one term.
+        // SAFETY (both): row i < n was noted; the ranks' masses of the
+        // request's pairs, inside `recv` (caller).
+        let mass = |i: u32, w: f64| {
+            if p.draft_logits == 0 {
+                return Mass::of_ranks(0, Some((w, unsafe { (*rows.add(i as usize)).log_p })));
+            }
+            let at = |q: u32| unsafe { *shard::mass_at(message(q), pairs, (r * k1 + i) as usize) };
+            Mass::of_ranks((0..p.shard_ranks).fold(0u64, |sum, q| sum.wrapping_add(at(q))), None)
+        };
+        // SAFETY: the request's noted block of n drafts; `job` the decision's.
+        unsafe { block_end(&p, &job, rows, n, mass) }
+    };
+    let x = if block { pair_job(&p, r, tau) } else { r as usize };
     let (mut best, mut arrived) = (Resampled::IDENTITY, true);
-    for q in 0..p.shard_ranks as u64 {
-        let message = p.recv + q * len;
-        // SAFETY (both): rank q's message, inside `recv` (caller).
+    for q in 0..p.shard_ranks {
+        // SAFETY (both): rank q's message, inside `recv` (caller); job x's candidates in it.
         unsafe {
-            arrived &= *(message as *const u32) != 0;
-            best = best.combine(*shard::candidates_at(message, r as usize));
+            arrived &= *(message(q) as *const u32) != 0;
+            best = best.combine(*shard::candidates_at(message(q), x));
         }
     }
     let token = if arrived { best.token() as i64 } else { -1 };
-    // SAFETY: r < requests, the job's column <= K; status one u32.
+    // SAFETY: r < requests, tau <= n <= K; status one u32; the request's block state.
     unsafe {
-        write_request_token(&p, r, job.column, token);
+        write_request_token(&p, r, tau, token);
+        if tau < n {
+            for i in tau + 1..n {
+                write_request_token(&p, r, i, -1);
+            }
+            write_counts(&p, r, tau);
+        }
+        if n > 0 {
+            (&raw mut (*(p.block_states as *mut BlockState).add(r as usize)).len).write(0);
+        }
         if !arrived {
             gpu::atomic_or(p.status as *mut u32, INVALID_SHARD);
         }
