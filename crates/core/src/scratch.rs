@@ -62,6 +62,10 @@ pub struct ResampleJob {
     pub ln_weight: f32,
     /// Seeds of the residual's and the target's floors.
     pub floors: (f32, f32),
+    /// The `τ` of the job's target and draft rows in a call with filters
+    /// (their kept sets: REFERENCE §7), `-inf` without: pass 2 reads them
+    /// here rather than by request, so that it can take any list of jobs.
+    pub thresholds: (f32, f32),
     pub seed: u64,
     pub pos: u64,
 }
@@ -79,6 +83,7 @@ impl ResampleJob {
         lse_q: 0.0,
         ln_weight: 0.0,
         floors: (0.0, 0.0),
+        thresholds: (f32::NEG_INFINITY, f32::NEG_INFINITY),
         seed: 0,
         pos: 0,
     };

@@ -15,8 +15,6 @@ use specdec_core::layout::{
     BLOCK_THREADS, GumbelCombineParams, GumbelParams, LogprobsParams, RatesParams, RejectionParams, SHARED_BYTES,
     THRESHOLD_SHARED_BYTES, TOP_SHARED_BYTES, WALK_SHARED_BYTES, WARPS,
 };
-use specdec_core::sample::Resampled;
-use specdec_core::scratch::ResampleJob;
 use specdec_core::shard;
 use std::ffi::c_void;
 
@@ -233,11 +231,9 @@ unsafe fn pass_1(kernels: [Option<&Kernel>; 2], stream: &CudaStream, pairs: u32,
 /// whatever the call's size, so that no rank waits for this one.
 ///
 /// With block verification (`p.pair_jobs`), the block kernel (`block`,
-/// with draft logits) after the decision, and pass 2 over the pair jobs:
-/// unfiltered in one launch (`requests·(K+1)` jobs, the resample split
-/// sized for as many rows), filtered once for each row `t <= K` over that
-/// row's jobs (`pair_jobs` from `t·requests`, whose candidates go to the
-/// round-2 message from job `t·requests` on).
+/// with draft logits) after the decision, and pass 2 over the pair jobs in
+/// one launch (`requests·(K+1)` jobs, the resample split sized for as many
+/// rows; each job's candidates go to the round-2 message at its index).
 ///
 /// With `filters` (the threshold kernel, which writes each rank's lists
 /// into its round-1 message, and the merge kernel after round 1), a call
@@ -291,22 +287,11 @@ pub(super) unsafe fn sharded_rejection_sample(
             }
             if p.pair_jobs == 0 {
                 launch(resample, stream, (requests, p.resample_chunks), &p)?;
-            } else if p.filtered == 0 {
-                // Unfiltered, pass 2 reads nothing of a job's request but
-                // the job: one launch over every row's, as `requests·(K+1)` jobs.
+            } else {
+                // Pass 2 reads nothing of a job's request but the job: one
+                // launch over every row's, as `requests·(K+1)` jobs.
                 let jobs = RejectionParams { jobs: p.pair_jobs, requests: pairs, ..p };
                 launch(resample, stream, (pairs, p.resample_chunks), &jobs)?;
-            } else {
-                // Filtered, it reads the rows' thresholds by request: a launch a row.
-                for t in 0..=p.max_drafts as u64 {
-                    let jobs = t * requests as u64;
-                    let row = RejectionParams {
-                        jobs: p.pair_jobs + jobs * size_of::<ResampleJob>() as u64,
-                        send: p.send + jobs * size_of::<Resampled>() as u64,
-                        ..p
-                    };
-                    launch(resample, stream, (requests, p.resample_chunks), &row)?;
-                }
             }
         }
         exchange()?;

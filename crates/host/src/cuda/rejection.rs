@@ -260,11 +260,7 @@ impl Cuda {
         let stats = [Some(&stats), kept.as_ref()];
         // A sharded unfiltered call with block verification runs pass 2 over
         // every row's jobs at once (`launch::sharded_rejection_sample`).
-        let jobs = if sharded.is_some() && block && !filtered {
-            shape.requests * (args.max_drafts + 1)
-        } else {
-            shape.requests
-        };
+        let jobs = if sharded.is_some() && block { shape.requests * (args.max_drafts + 1) } else { shape.requests };
         let Launch { kernel: resample, split: resample_split } =
             self.launch_for(ws, resample_variants, dtypes, (jobs, args.target.vocab))?;
         // One-hot drafts read no row in it: one block a row. With draft

@@ -185,6 +185,8 @@ pub(super) unsafe fn decide<T: Load, D: Load, const OVERLAP: bool, const FILTERE
                 lse_q: dec.lse_q,
                 ln_weight: 0.0,
                 floors: floors(mode, dec.lse_t, dec.log_excess, p.floor_margin),
+                // SAFETY: r < requests, j <= n_r; the threshold kernel wrote them.
+                thresholds: if FILTERED { unsafe { thresholds(p, r, j) } } else { (f32::NEG_INFINITY, f32::NEG_INFINITY) },
                 seed: req.slot.seed,
                 pos: dec.pos,
             };

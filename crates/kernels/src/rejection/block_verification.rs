@@ -299,7 +299,7 @@ unsafe fn write_block(p: &RejectionParams, r: u32, job: &ResampleJob, n: u32, ta
     }
     // SAFETY: tau < n rows noted (caller); jobs holds `requests` entries.
     unsafe {
-        (p.jobs as *mut ResampleJob).add(r as usize).write(residual_job(p, job, rows, n, tau));
+        (p.jobs as *mut ResampleJob).add(r as usize).write(residual_job(p, r, job, rows, n, tau));
         write_counts(p, r, tau);
     }
 }
@@ -328,7 +328,7 @@ pub(super) unsafe fn write_counts(p: &RejectionParams, r: u32, tau: u32) {
 /// # Safety
 /// `rows` holds the `n` noted rows of a valid sampling request; `tau < n`.
 #[inline(always)]
-unsafe fn residual_job(p: &RejectionParams, job: &ResampleJob, rows: *const BlockRow, n: u32, tau: u32) -> ResampleJob {
+unsafe fn residual_job(p: &RejectionParams, r: u32, job: &ResampleJob, rows: *const BlockRow, n: u32, tau: u32) -> ResampleJob {
     let row = job.row - job.column + tau;
     // SAFETY: tau < n rows noted; row < rows.
     let (note, d, pos) = unsafe {
@@ -352,6 +352,8 @@ unsafe fn residual_job(p: &RejectionParams, job: &ResampleJob, rows: *const Bloc
         lse_q: note.lse_q,
         ln_weight: ln_weight(w),
         floors: floors(mode, note.lse_t, log_excess, p.floor_margin),
+        // SAFETY: r < requests, tau < n_r; the threshold kernel wrote them.
+        thresholds: if p.filtered != 0 { unsafe { thresholds(p, r, tau) } } else { (f32::NEG_INFINITY, f32::NEG_INFINITY) },
         pos,
         ..*job
     }
@@ -395,17 +397,18 @@ unsafe fn may_end_at(p: &RejectionParams, job: &ResampleJob, rows: *const BlockR
     if t == n { reaches_end } else { !reaches_end && (t == 0 || below(unsafe { word(p, job, t - 1) }, weights.at)) }
 }
 
-/// Pass 2's job at row `t` of a sharded call's request (`job` the
+/// Pass 2's job at row `t` of a sharded call's request `r` (`job` the
 /// decision's, `(n, rows)` its [`noted`] block; `n = 0`: the token rule's
 /// job alone): the decision's at `t = n`, the residual's at a row `t < n`,
 /// where the block may end there ([`may_end_at`]); none elsewhere.
 ///
 /// # Safety
-/// `job` the decision's for a valid sampling request of a call with block
-/// verification, `(n, rows)` its block; `t <= max_drafts`.
+/// `job` the decision's for valid sampling request `r < requests` of a
+/// call with block verification, `(n, rows)` its block; `t <= max_drafts`.
 #[inline(always)]
 pub(super) unsafe fn row_job(
     p: &RejectionParams,
+    r: u32,
     job: &ResampleJob,
     (n, rows): (u32, *const BlockRow),
     t: u32,
@@ -414,7 +417,7 @@ pub(super) unsafe fn row_job(
     if t > n || (n > 0 && !unsafe { may_end_at(p, job, rows, n, t) }) {
         return None;
     }
-    Some(if t == n { *job } else { unsafe { residual_job(p, job, rows, n, t) } })
+    Some(if t == n { *job } else { unsafe { residual_job(p, r, job, rows, n, t) } })
 }
 
 /// Where a sharded call's block of `n >= 1` drafts ends (`τ`), from the

@@ -7,7 +7,6 @@
 //! or folds the row again unseeded.
 
 use super::accept::write_processed;
-use super::stats::thresholds;
 use super::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, ResampleJob, draft_row, sharded, target_row, write_request_token};
 use crate::block::{Reduce, block_reduce, warp_best};
 use crate::fold::block_floor;
@@ -32,6 +31,8 @@ use specdec_core::shard;
 /// Launched by the host's checked launcher after pass 1 on the same stream.
 #[inline(always)]
 pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32, const FILTERED: bool>(p: &RejectionParams) {
+    // Job r of `requests` jobs: request r's, or in a sharded call with block
+    // verification a pair's (`RejectionParams::pair_jobs`, launched as `jobs`).
     let (r, c, tid) = (gpu::block_idx_x(), gpu::block_idx_y(), gpu::thread_idx_x());
     if r >= p.requests || c >= p.resample_chunks {
         return;
@@ -46,7 +47,7 @@ pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32, const FILTERED: bo
     let ninf = f32::NEG_INFINITY;
     let floors = if sharded(p) { (ninf, ninf) } else { job.floors };
     // SAFETY: every thread of the block is here; start % 4 == 0, end <= vocab.
-    let best = unsafe { resample_range::<T, D, Q, FILTERED>(p, r, &job, start, end, floors) };
+    let best = unsafe { resample_range::<T, D, Q, FILTERED>(p, &job, start, end, floors) };
     // SAFETY: all threads of the block reach this reduction.
     let reduced = unsafe { block_reduce(Candidates(best)) };
     // SAFETY: all of warp 0, once per block of an active request.
@@ -61,7 +62,7 @@ pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32, const FILTERED: bo
     // SAFETY: pass 1's decision wrote jobs[r].
     let job = unsafe { (p.jobs as *const ResampleJob).add(r as usize).read_volatile() };
     // SAFETY: as above.
-    let best = unsafe { resample_range::<T, D, Q, FILTERED>(p, r, &job, 0, p.vocab, (ninf, ninf)) };
+    let best = unsafe { resample_range::<T, D, Q, FILTERED>(p, &job, 0, p.vocab, (ninf, ninf)) };
     // SAFETY: as above.
     let reduced = unsafe { block_reduce(Candidates(best)) };
     if tid == 0 {
@@ -93,8 +94,7 @@ unsafe fn write_job_token<T: Load, const FILTERED: bool>(p: &RejectionParams, r:
     let log_p = if token < p.vocab {
         // SAFETY: job.row < rows, token < vocab.
         let x = unsafe { (*target_row::<T>(p, job.row).add(token as usize)).as_f32() };
-        // SAFETY: r < requests, the job's column <= n_r; the threshold kernel wrote them.
-        let tau = if FILTERED { unsafe { thresholds(p, r, job.column).0 } } else { f32::NEG_INFINITY };
+        let tau = if FILTERED { job.thresholds.0 } else { f32::NEG_INFINITY };
         let sampler = Sampler::new(job.temperature, 0, 0, Stream::Target);
         processed_log_prob(x, &sampler, tau, job.lse_t)
     } else {
@@ -111,24 +111,18 @@ unsafe fn write_job_token<T: Load, const FILTERED: bool>(p: &RejectionParams, r:
 /// the job's row (`crate::threshold`): the residual of `p'` and `q'`.
 ///
 /// # Safety
-/// Every thread of the block calls this together; `job` is pass 1's for
-/// active request `r`; `start % 4 == 0`, `end <= vocab`.
+/// Every thread of the block calls this together; `job` is an active
+/// job of the call; `start % 4 == 0`, `end <= vocab`.
 #[inline(always)]
 unsafe fn resample_range<T: Load, D: Load, const Q: u32, const FILTERED: bool>(
     p: &RejectionParams,
-    r: u32,
     job: &ResampleJob,
     start: u32,
     end: u32,
     floors: (f32, f32),
 ) -> Resampled {
     let sampler = Sampler::new(job.temperature, job.seed, job.pos, Stream::Target);
-    let (tau_t, tau_q) = if FILTERED {
-        // SAFETY: r < requests, the job's column <= n_r; the threshold kernel wrote them.
-        unsafe { thresholds(p, r, job.column) }
-    } else {
-        (f32::NEG_INFINITY, f32::NEG_INFINITY)
-    };
+    let (tau_t, tau_q) = if FILTERED { job.thresholds } else { (f32::NEG_INFINITY, f32::NEG_INFINITY) };
     // SAFETY: job.row < rows.
     let target = unsafe { target_row::<T>(p, job.row) };
     let draft = if job.mode == JOB_RESIDUAL {

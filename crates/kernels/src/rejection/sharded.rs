@@ -193,7 +193,7 @@ pub unsafe extern "ptx-kernel" fn decide_sharded(p: RejectionParams) {
         while t < k1 {
             let job = (p.jobs as *const ResampleJob).add(r as usize).read();
             let at = pair_job(&p, r, t);
-            let row = if job.mode == JOB_NONE { None } else { row_job(&p, &job, noted(&p, r), t) };
+            let row = if job.mode == JOB_NONE { None } else { row_job(&p, r, &job, noted(&p, r), t) };
             (p.pair_jobs as *mut ResampleJob).add(at).write(row.unwrap_or(ResampleJob::NONE));
             t += BLOCK_THREADS;
         }
@@ -201,9 +201,8 @@ pub unsafe extern "ptx-kernel" fn decide_sharded(p: RejectionParams) {
 }
 
 /// Where request `r`'s job at row `t` lies in a call with block
-/// verification, among `pair_jobs` and the round-2 candidates: row-major
-/// (`t·requests + r`), so that pass 2 takes a row's jobs in a launch of its
-/// own (`RejectionParams::jobs` and `send` moved to them).
+/// verification, among `pair_jobs` and the round-2 candidates (pass 2's
+/// job index): row by row, `t·requests + r`.
 #[inline(always)]
 pub(super) fn pair_job(p: &RejectionParams, r: u32, t: u32) -> usize {
     t as usize * p.requests as usize + r as usize
