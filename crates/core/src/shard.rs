@@ -45,6 +45,11 @@ impl Header {
         Header { ok: 1, offset, ids, vocab, call, _pad: [0; 3] }
     }
 
+    /// Whether the rank holds global id `id` (`offset <= id < offset + ids`).
+    pub const fn holds(&self, id: u32) -> bool {
+        id.wrapping_sub(self.offset) < self.ids
+    }
+
     /// Rank `r`'s part of the check that the `ranks` headers (`header(q)`:
     /// rank `q`'s) come from ranks whose checks passed, whose calls agree,
     /// and whose shards tile the row, each id on exactly one rank: every

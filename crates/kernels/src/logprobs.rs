@@ -883,7 +883,7 @@ pub unsafe extern "ptx-kernel" fn top_combine_sharded(p: LogprobsParams) {
         let id = top_key_id(key);
         for q in 0..ranks {
             let h = header(q);
-            if id.wrapping_sub(h.offset) < h.ids {
+            if h.holds(id) {
                 // SAFETY: rank q's record of the position, inside `recv`.
                 let record = unsafe { first.byte_add(q as usize * len) };
                 for j in 0..MAX_TOP_LOGPROBS {

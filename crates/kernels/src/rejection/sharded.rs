@@ -34,7 +34,7 @@
 //! requests concerned `status::INVALID_SHARD`, which makes them invalid on
 //! every rank alike.
 
-use super::accept::decide;
+use super::accept::{block_row, decide};
 use super::block_verification::{Mass, block_end, noted, row_job, write_counts};
 use super::stats::{GREEDY_ROW, Head, Row, SAMPLED_ROW, row_kind, tail_head, thresholds};
 use super::threshold::{entry_at, filter_words, row_filter};
@@ -318,7 +318,7 @@ pub(super) unsafe fn drafted(p: &RejectionParams, pair: u32, d: i32) -> [f32; 2]
         let message = p.recv + q * len;
         // SAFETY (both): rank q's message, inside `recv` (caller).
         let h = unsafe { *(message as *const Header) };
-        if (d as u32).wrapping_sub(h.offset) < h.ids {
+        if h.holds(d as u32) {
             return unsafe { (*shard::pair_at(message, pair as usize)).drafted };
         }
     }
@@ -432,7 +432,7 @@ pub unsafe extern "ptx-kernel" fn combine_sharded(p: RejectionParams) {
             if p.draft_logits == 0 {
                 return Mass::of_ranks(0, Some((w, unsafe { (*rows.add(i as usize)).log_p })));
             }
-            let at = |q: u32| unsafe { *shard::mass_at(message(q), pairs, (r * k1 + i) as usize) };
+            let at = |q: u32| unsafe { *shard::mass_at(message(q), pairs, block_row(&p, r, i)) };
             Mass::of_ranks((0..p.shard_ranks).fold(0u64, |sum, q| sum.wrapping_add(at(q))), None)
         };
         // SAFETY: the request's noted block of n drafts; `job` the decision's.
