@@ -329,6 +329,37 @@ fn slot_1_flagged(b: &Batch, got: Vec<RankOut>, want: &Sampled, flag: u32, ctx: 
     }
 }
 
+/// Ranks whose log-probability asks take different numbers of exchanges
+/// (none, the sums' round alone, the sums' and a top-n's) fail with
+/// `Error::Exchange` on every rank, filtered or not, rather than some
+/// waiting forever for a round the others never run: their rows' messages
+/// differ in length (`shard::last_round_bytes`).
+#[test]
+fn ranks_whose_asks_take_different_rounds_fail_alike() {
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(49);
+    let processed = Asked { processed: true, raw: false, top: None };
+    let top = Asked { processed: false, raw: false, top: Some((5, Distribution::Raw)) };
+    let halves = [Shard { offset: 0, vocab: 64 }, Shard { offset: 32, vocab: 64 }];
+    for filtered in [false, true] {
+        let mut b = gumbel_rows(64, 10, DType::F32, &mut rng);
+        if filtered {
+            tie_and_filter(&mut b, &mut rng);
+        }
+        for asks in [[None, Some(processed)], [Some(processed), Some(top)], [Some(top), None]] {
+            let got = in_device_ranks(&cuda, 2, |r, rank, exchange| {
+                let mut ws = rank.sharded_workspace(b.rows, 2).expect("a workspace");
+                rank_batch(&b, ids(&halves, r)).run_device_logprobs_with(rank, asks[r], |call, out| {
+                    rank.sharded_gumbel_sample(&mut ws, halves[r], exchange, call, out)
+                })
+            });
+            for (r, got) in got.iter().enumerate() {
+                assert!(matches!(got, Err(Error::Exchange(_))), "filtered {filtered}, {asks:?}: rank {r}: {got:?}");
+            }
+        }
+    }
+}
+
 /// Ranks that disagree in device memory flag the rows concerned, on every
 /// rank; what a rank can see on the host is its own typed error.
 #[test]

@@ -326,6 +326,36 @@ fn ranks_that_ask_differently_flag_every_request() {
     }
 }
 
+/// Ranks whose log-probability asks take different numbers of exchanges
+/// (none, the sums' round alone, the sums' and a top-n's) fail with
+/// `Error::Exchange` on every rank, rather than some waiting forever for a
+/// round the others never run: their round-2 messages differ in length
+/// (`shard::last_round_bytes`).
+#[test]
+fn ranks_whose_asks_take_different_rounds_fail_alike() {
+    let cuda = specdec_suite::cuda_device();
+    let mut rng = Rng::new(0x6A_63);
+    let processed = Asked { processed: true, raw: false, top: None };
+    let top = Asked { processed: false, raw: false, top: Some((5, Distribution::Processed)) };
+    for verification in [Verification::Token, Verification::Block] {
+        let mut v = random_verify(&mut rng, RandomSpec::new(64, 6, 3, DType::F32, Some(DType::F32)));
+        v.verification = verification;
+        let halves = [Shard { offset: 0, vocab: 64 }, Shard { offset: 32, vocab: 64 }];
+        let rows = v.requests() * (v.max_drafts + 1);
+        for asks in [[None, Some(processed)], [Some(processed), Some(top)], [Some(top), None]] {
+            let got = in_device_ranks(&cuda, 2, |r, rank, exchange| {
+                let mut ws = rank.sharded_workspace(rows, 2).expect("a workspace");
+                rank_verify(&v, ids(&halves, r)).run_device_logprobs_with(rank, asks[r], |call, out| {
+                    rank.sharded_rejection_sample(&mut ws, halves[r], exchange, call, out)
+                })
+            });
+            for (r, got) in got.iter().enumerate() {
+                assert!(matches!(got, Err(Error::Exchange(_))), "{verification:?}, {asks:?}: rank {r}: {got:?}");
+            }
+        }
+    }
+}
+
 /// Request `r`'s outputs: its tokens, emitted and accepted counts, and its rows' statuses.
 fn request(v: &Verify, got: &Verified, r: usize) -> (Vec<i64>, i32, i32, Vec<u32>) {
     let rows = v.offsets[r] as usize..v.offsets[r + 1] as usize;

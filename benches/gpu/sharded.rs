@@ -21,7 +21,8 @@
 //! stride `V`, draft logits of width `V_r`). Each rank sends `32 + 16·rows`
 //! bytes a `gumbel_sample` call (filtered: `+ 1040·rows`), `32 + 160·B·(K+1)` (filtered: `+ 2080·B·(K+1)`)
 //! then `16 + 16·B` a verification (by blocks `16 + 24·B·(K+1)`; with log-probabilities, `+ 32 + 144` a
-//! position: a row, a request's `K + 1` token slots; with a top-n, `+ 32 + 144 + 32 + 256`), and receives `P` times as much; an all-gather of the
+//! position: a row, a request's `K + 1` token slots, and 16 on the call's last round; with a top-n,
+//! `+ 32 + 144 + 32 + 256` a position and 32), and receives `P` times as much; an all-gather of the
 //! target logits rows instead moves `(P − 1)/P` of `4·rows·V` bytes into
 //! each rank.
 
@@ -37,8 +38,8 @@ use specdec::{
     RejectionOutput, RejectionSample, SamplingParams, Verification, Workspace,
 };
 use specdec_core::shard::{
-    block_candidates_message_bytes, candidates_message_bytes, lists_message_bytes, message_bytes, pairs_message_bytes,
-    positions_message_bytes, tops_message_bytes,
+    block_candidates_message_bytes, candidates_message_bytes, last_round_bytes, lists_message_bytes, message_bytes,
+    pairs_message_bytes, positions_message_bytes, tops_message_bytes,
 };
 use std::fmt::Write as _;
 use std::sync::{Arc, Barrier};
@@ -101,15 +102,16 @@ impl Call {
 
     /// Bytes each rank sends a call, all its exchanges together.
     pub fn send_bytes(self) -> usize {
-        let logprobs = match self.logprobs() {
-            Asks::None => 0,
-            Asks::Raw => positions_message_bytes(self.rows()),
-            Asks::Top => positions_message_bytes(self.rows()) + tops_message_bytes(self.rows()),
+        let (logprobs, rounds) = match self.logprobs() {
+            Asks::None => (0, 0),
+            Asks::Raw => (positions_message_bytes(self.rows()), 1),
+            Asks::Top => (positions_message_bytes(self.rows()) + tops_message_bytes(self.rows()), 2),
         };
         logprobs
             + match self {
                 Call::Sample { rows, filter, .. } => {
-                    message_bytes(rows) + if filter.is_some() { lists_message_bytes(rows) } else { 0 }
+                    let lists = if filter.is_some() { lists_message_bytes(rows) } else { 0 };
+                    lists + last_round_bytes(message_bytes(rows), rounds)
                 }
                 Call::Verify { requests, filter, block, .. } => {
                     let candidates = if block {
@@ -117,7 +119,7 @@ impl Call {
                     } else {
                         candidates_message_bytes(requests)
                     };
-                    pairs_message_bytes(self.rows(), filter.is_some()) + candidates
+                    pairs_message_bytes(self.rows(), filter.is_some()) + last_round_bytes(candidates, rounds)
                 }
             }
     }

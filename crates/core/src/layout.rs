@@ -153,6 +153,9 @@ pub struct GumbelCombineParams {
     pub ranks: u32,
     pub rows: u32,
     pub tokens_i64: u32,
+    /// The log-probability rounds after the call's: each message is
+    /// `shard::last_round_bytes(shard::message_bytes(rows), logprob_rounds)` long.
+    pub logprob_rounds: u32,
 }
 
 /// Parameters of `rejection_sample` (SPEC §4). Request `r` owns target rows
@@ -266,11 +269,14 @@ pub struct RejectionParams {
     /// the whole row's ids), the rank's message (`send`) and every rank's
     /// after each exchange (`recv`, `shard_ranks` of them), each
     /// `shard::pairs_message_bytes(requests·(K+1), filtered)` long in round 1 and
-    /// `shard::candidates_message_bytes(requests)` in round 2.
+    /// `shard::last_round_bytes` of `shard::candidates_message_bytes(requests)`
+    /// (with block verification `shard::block_candidates_message_bytes(requests·(K+1))`)
+    /// and `logprob_rounds` (the log-probability rounds after the call's) in round 2.
     pub shard: Header,
     pub send: u64,
     pub recv: u64,
     pub shard_ranks: u32,
+    pub logprob_rounds: u32,
 }
 
 /// The most drafts a synthetic-acceptance call of the CUDA backend takes:

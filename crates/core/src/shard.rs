@@ -205,6 +205,16 @@ pub fn mass_at(message: u64, pairs: usize, pair: usize) -> *mut u64 {
     (message as usize + candidates_message_bytes(pairs) + pair * 8) as *mut u64
 }
 
+/// Bytes of a rank's message in the last round of a sharded call's own
+/// (`gumbel_sample`'s rows, `rejection_sample`'s round 2) whose messages
+/// hold `bytes`, before `logprob_rounds` rounds of log-probabilities: 16
+/// more a round, so that ranks whose asks take different numbers of rounds
+/// send messages of different lengths there and their exchange fails on
+/// every rank, rather than some waiting for rounds the others never run.
+pub const fn last_round_bytes(bytes: usize, logprob_rounds: u32) -> usize {
+    bytes + 16 * logprob_rounds as usize
+}
+
 /// A rank's part of one emitted position's log-probabilities: the sums of
 /// its ids of the position's row that the call asks for (`ExpSum::EMPTY`
 /// where it asks none), and the emitted token's raw value where the rank

@@ -65,11 +65,12 @@ unsafe fn any_unfit(recv: u64, len: usize, ranks: u32, first: u32, step: u32) ->
 ///
 /// # Safety
 /// Launched by the host's checked launcher as the module docs say, after
-/// the exchange: `recv` holds `ranks >= 1` messages of `rows` rows; the
-/// outputs hold `rows` entries.
+/// the exchange: `recv` holds `ranks >= 1` messages of `rows` rows, each as
+/// long as `GumbelCombineParams` says; the outputs hold `rows` entries.
 #[unsafe(export_name = kernel_symbol!(GUMBEL_COMBINE, f32, f32))]
 pub unsafe extern "ptx-kernel" fn gumbel_combine(p: GumbelCombineParams) {
-    let (ranks, bytes) = (p.ranks as usize, shard::message_bytes(p.rows as usize));
+    let bytes = shard::last_round_bytes(shard::message_bytes(p.rows as usize), p.logprob_rounds);
+    let ranks = p.ranks as usize;
     // SAFETY: rank q < ranks: its message is inside `recv` (caller).
     let message = |q: usize| p.recv + (q * bytes) as u64;
     // SAFETY: every thread of the block is here (nothing returned before it); `recv` (caller).

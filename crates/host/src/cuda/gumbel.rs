@@ -85,9 +85,9 @@ impl Cuda {
     /// communicator).
     /// Ranks must ask for the same log-probabilities: what they ask is in
     /// the header's word (asks of as many exchanges that differ flag the
-    /// rows), and decides the number of exchanges: where some ranks ask
-    /// for them (or for a top-n) and others do not, the ranks wait for each
-    /// other forever, as at any collective that not every rank joins.
+    /// rows), and decides the number of exchanges; asks of different numbers
+    /// of exchanges make rows' messages of different lengths
+    /// (`shard::last_round_bytes`): the same failed exchange as above.
     pub fn sharded_gumbel_sample(
         &self,
         ws: &mut Workspace,
@@ -103,14 +103,15 @@ impl Cuda {
         if ranks == 0 {
             return Err(Error::InvalidShard { detail: "the exchange has no ranks".into() });
         }
-        let (lists, rows_message) = (shard::lists_message_bytes(rows), shard::message_bytes(rows));
         let ([sums, tops], logprobs) = logprobs_rounds(rows, &out.logprobs);
+        let lists = shard::lists_message_bytes(rows);
+        let rows_message = shard::last_round_bytes(shard::message_bytes(rows), logprobs as u32);
         let lens = [lists, rows_message, sums, tops];
         let messages = Messages { units: rows, slot: lens.into_iter().max().unwrap_or(0), ranks };
         // A round of the lists before the rows' with filters, the
         // log-probabilities' after it where they are asked.
         let lens = &lens[usize::from(!filtered(args))..2 + logprobs];
-        let mut rounds = Rounds::new(exchange, messages, lens);
+        let mut rounds = Rounds::new(exchange, messages, lens, logprobs as u32);
         let enqueued = ws.on(&self.stream).and_then(|_| ws.message_addresses(messages)).and_then(|at| {
             rounds.at = at;
             rounds.header = self.check_sharded(shard, ranks, args, out)?;
@@ -304,6 +305,7 @@ impl Cuda {
                 ranks: p.shard_ranks,
                 rows: p.rows,
                 tokens_i64: p.tokens_i64,
+                logprob_rounds: rounds.logprob_rounds,
             };
             // SAFETY: as below (no search launches); the workspace's messages
             // hold the rank's and every rank's of every round for `rows` rows

@@ -90,9 +90,9 @@ impl Cuda {
     /// mismatched sizes (abort the communicator).
     /// Ranks must ask for the same log-probabilities: what they ask is in
     /// the header's word (asks of as many exchanges that differ flag the
-    /// rows), and decides the number of exchanges: where some ranks ask
-    /// for them (or for a top-n) and others do not, the ranks wait for each
-    /// other forever, as at any collective that not every rank joins.
+    /// rows), and decides the number of exchanges; asks of different numbers
+    /// of exchanges make round-2 messages of different lengths
+    /// (`shard::last_round_bytes`): the same failed exchange as above.
     pub fn sharded_rejection_sample(
         &self,
         ws: &mut Workspace,
@@ -118,10 +118,11 @@ impl Cuda {
         } else {
             shard::candidates_message_bytes(requests)
         };
+        let candidates = shard::last_round_bytes(candidates, logprobs as u32);
         let lens = if fits { [shard::pairs_message_bytes(pairs, lists), candidates, sums, tops] } else { [0; 4] };
         let messages = Messages { units: pairs, slot: lens.into_iter().max().unwrap_or(0), ranks };
         // The log-probabilities' rounds where they are asked.
-        let mut rounds = Rounds::new(exchange, messages, &lens[..2 + logprobs]);
+        let mut rounds = Rounds::new(exchange, messages, &lens[..2 + logprobs], logprobs as u32);
         let enqueued = ws.on(&self.stream).and_then(|_| ws.message_addresses(messages)).and_then(|at| {
             rounds.at = at;
             rounds.header = self.check_sharded_rejection(shard, ranks, args, out)?;
@@ -424,7 +425,8 @@ impl Cuda {
             let (decide, combine) =
                 (kernel(names::REJECTION_DECIDE_SHARDED)?, kernel(names::REJECTION_COMBINE_SHARDED)?);
             let merge = if filtered { Some(kernel(names::REJECTION_MERGE_SHARDED)?) } else { None };
-            (p.shard, p.shard_ranks) = (rounds.header, rounds.messages.ranks as u32);
+            (p.shard, p.shard_ranks, p.logprob_rounds) =
+                (rounds.header, rounds.messages.ranks as u32, rounds.logprob_rounds);
             (p.send, p.recv) = rounds.at;
             let filters = threshold.as_ref().map(|t| t.kernel).zip(merge.as_ref());
             // One-hot blocks have no row to sum: the combine weighs them.

@@ -4,8 +4,10 @@
 //! way still sends every round (each rank then waits for none). An exchange
 //! that fails ends the rank's exchanges: exchanges fail on every rank alike
 //! (messages of different lengths, a peer that failed), and ranks whose
-//! calls differ in their number of rounds (filter arrays on some ranks
-//! only) would otherwise wait for each other forever.
+//! calls differ in their number of rounds would otherwise wait for each
+//! other forever: such calls differ in the length of a round all of them
+//! run (filter arrays on some ranks only: the first; log-probability asks:
+//! the last of the call's own, `shard::last_round_bytes`).
 
 use super::{Messages, Workspace};
 use crate::error::{Error, Result};
@@ -19,8 +21,12 @@ use specdec_core::shard;
 pub(super) struct Rounds<'e> {
     pub exchange: &'e mut dyn Exchange<Device>,
     pub messages: Messages,
-    /// Each round's message length, in bytes.
+    /// Each round's message length, in bytes: the call's own rounds', the
+    /// last of them padded for the log-probability rounds after it
+    /// (`shard::last_round_bytes`), then those.
     pub lens: &'e [usize],
+    /// How many of `lens` are log-probability rounds.
+    pub logprob_rounds: u32,
     done: usize,
     /// Whether an exchange failed: no more are run.
     failed: bool,
@@ -31,9 +37,16 @@ pub(super) struct Rounds<'e> {
 }
 
 impl<'e> Rounds<'e> {
-    /// The rounds of lengths `lens` (the longest fits `messages.slot`).
-    pub fn new(exchange: &'e mut dyn Exchange<Device>, messages: Messages, lens: &'e [usize]) -> Self {
-        Rounds { exchange, messages, lens, done: 0, failed: false, header: shard::Header::default(), at: (0, 0) }
+    /// The rounds of lengths `lens` (the longest fits `messages.slot`), the
+    /// last `logprob_rounds` of them the log-probabilities'.
+    pub fn new(
+        exchange: &'e mut dyn Exchange<Device>,
+        messages: Messages,
+        lens: &'e [usize],
+        logprob_rounds: u32,
+    ) -> Self {
+        let header = shard::Header::default();
+        Rounds { exchange, messages, lens, logprob_rounds, done: 0, failed: false, header, at: (0, 0) }
     }
 
     /// The next round: the rank's message (zeroed first where `failed`)

@@ -111,11 +111,12 @@ pub(crate) struct Messages {
 }
 
 /// The bytes of a rank's own message in a workspace of `max_rows`: its
-/// longest, a filtered `rejection_sample`'s first round at `max_rows` pairs
-/// (none: too large for memory).
+/// longest, a filtered `rejection_sample`'s first round at `max_rows` pairs,
+/// with room for a last round's padding before two log-probability rounds
+/// (`shard::last_round_bytes`: a call of no rows needs it) (none: too large for memory).
 fn message_slot(max_rows: usize) -> Option<usize> {
     let pair = core::mem::size_of::<shard::PairRecord>() + 2 * core::mem::size_of::<shard::TopList>();
-    max_rows.checked_mul(pair)?.checked_add(core::mem::size_of::<shard::Header>())
+    max_rows.checked_mul(pair)?.checked_add(shard::last_round_bytes(core::mem::size_of::<shard::Header>(), 2))
 }
 
 impl Workspace {

@@ -418,7 +418,8 @@ pub unsafe extern "ptx-kernel" fn combine_sharded(p: RejectionParams) {
     }
     let (k1, block) = (p.max_drafts + 1, p.pair_jobs != 0);
     let pairs = pairs(&p) as usize;
-    let len = if block { shard::block_candidates_message_bytes(pairs) } else { shard::candidates_message_bytes(p.requests as usize) };
+    let own = if block { shard::block_candidates_message_bytes(pairs) } else { shard::candidates_message_bytes(p.requests as usize) };
+    let len = shard::last_round_bytes(own, p.logprob_rounds);
     let message = |q: u32| p.recv + q as u64 * len as u64;
     // SAFETY: r < requests of a call with block verification, after the decision.
     let (n, rows) = if block { unsafe { noted(&p, r) } } else { (0, core::ptr::null()) };
