@@ -538,16 +538,21 @@ mod tests {
     use specdec_core::shard;
 
     /// A rank's own message fits every message a call of `max_rows` rows
-    /// (or pairs, or requests) sends.
+    /// (or pairs, or requests, or positions) sends, its last round's
+    /// padding for two log-probability rounds included.
     #[test]
     fn the_message_slot_holds_every_round() {
         for rows in [0, 1, 7, 2048, 1 << 20] {
             let slot = message_slot(rows).unwrap();
-            assert_eq!(slot, shard::pairs_message_bytes(rows, true));
+            assert_eq!(slot, shard::pairs_message_bytes(rows, true) + 32);
+            let last = |bytes| shard::last_round_bytes(bytes, 2);
             let rounds = [
-                shard::message_bytes(rows),
-                shard::candidates_message_bytes(rows),
-                shard::block_candidates_message_bytes(rows),
+                shard::lists_message_bytes(rows),
+                last(shard::message_bytes(rows)),
+                last(shard::candidates_message_bytes(rows)),
+                last(shard::block_candidates_message_bytes(rows)),
+                shard::positions_message_bytes(rows),
+                shard::tops_message_bytes(rows),
             ];
             assert!(rounds.into_iter().all(|b| b <= slot), "{rows}");
         }
