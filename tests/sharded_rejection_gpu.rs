@@ -68,45 +68,6 @@ fn sharded_verification_is_the_unsharded_one() {
     assert!(coverage.stopped >= 50 && coverage.bonus >= 50, "stopped {}, bonus {}", coverage.stopped, coverage.bonus);
 }
 
-/// A rank's pass 2 seeds its floors below its own ids' masses
-/// (`rejection::sharded::rank_floors`) and, where its candidates fall short
-/// of them, folds its ids again unseeded. That refold happens about once in
-/// 10^14 jobs at the usual margin, so it is forced here (a margin of `-inf`
-/// on every rank seeds every floor at `+inf`): every rank's tokens must be
-/// the unsharded call's, bit for bit, for every kind of job (bonus row,
-/// placeholder, one-hot and logit drafts, block verification), rows of one
-/// chunk and of many, at P = 2 and 3.
-#[test]
-fn sharded_refolded_resamples_give_the_seeded_tokens() {
-    let cuda = specdec_suite::cuda_device();
-    let mut rng = Rng::new(0x6A_66);
-    let mut resampled = 0;
-    for (vocab, requests, k) in [(999, 64, 4), (32_000, 256, 7), (151_936, 8, 4)] {
-        for draft in [None, Some(DType::BF16)] {
-            for (ranks, verification) in [(2, Verification::Token), (3, Verification::Token), (2, Verification::Block)]
-            {
-                let mut v =
-                    random_verify(&mut rng, RandomSpec::new(vocab, gpu_sized(requests).max(1), k, DType::F32, draft));
-                v.verification = verification;
-                let shards = run_shards(vocab, ranks, &mut rng);
-                let ctx = format!("V {vocab}, {draft:?} draft, P {ranks}, {verification:?}");
-                let want = unsharded(&cuda, &v, &ctx);
-                let rows = v.requests() * (v.max_drafts + 1);
-                let got = in_device_ranks(&cuda, ranks, |r, rank, exchange| {
-                    let forced = rank.clone().with_floor_margin(f32::NEG_INFINITY);
-                    let mut ws = forced.sharded_workspace(rows, ranks).expect("a workspace");
-                    rank_verify(&v, ids(&shards, r)).run_device_sharded(&forced, &mut ws, shards[r], exchange)
-                });
-                for (r, got) in got.into_iter().enumerate() {
-                    assert_eq!(got.unwrap_or_else(|e| panic!("{ctx} rank {r}: {e}")), want, "{ctx} rank {r}");
-                }
-                resampled += (0..v.requests()).filter(|&q| !v.is_greedy(q)).count();
-            }
-        }
-    }
-    assert!(resampled > gpu_sized(1_000), "{resampled} sampled requests: too few to cover the refold");
-}
-
 /// Batches large enough that pass 1 runs one chunk a row and pass 2 its lean
 /// kernel (`B = 256, K = 7`, ragged or not, at `V = 32,000`), and rows of
 /// many chunks at `V = 151,936`, with requests of every kind, at `P = 2`.

@@ -43,8 +43,11 @@ pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32, const FILTERED: bo
         return; // block-uniform
     }
     let (start, end) = chunk_range(p.vocab, p.resample_chunk, c);
+    // A rank of a sharded call draws over its ids alone, which bound nothing of the row's mass.
+    let ninf = f32::NEG_INFINITY;
+    let floors = if sharded(p) { (ninf, ninf) } else { job.floors };
     // SAFETY: every thread of the block is here; start % 4 == 0, end <= vocab.
-    let best = unsafe { resample_range::<T, D, Q, FILTERED>(p, &job, start, end, job.floors) };
+    let best = unsafe { resample_range::<T, D, Q, FILTERED>(p, &job, start, end, floors) };
     // SAFETY: all threads of the block reach this reduction.
     let reduced = unsafe { block_reduce(Candidates(best)) };
     // SAFETY: all of warp 0, once per block of an active request.
@@ -59,32 +62,15 @@ pub(super) unsafe fn resample<T: Load, D: Load, const Q: u32, const FILTERED: bo
     // SAFETY: pass 1's decision wrote jobs[r].
     let job = unsafe { (p.jobs as *const ResampleJob).add(r as usize).read_volatile() };
     // SAFETY: as above.
-    let ninf = f32::NEG_INFINITY;
     let best = unsafe { resample_range::<T, D, Q, FILTERED>(p, &job, 0, p.vocab, (ninf, ninf)) };
     // SAFETY: as above.
     let reduced = unsafe { block_reduce(Candidates(best)) };
     if tid == 0 {
-        // SAFETY: one thread; the job of request r < requests.
-        unsafe { finish_job::<T, FILTERED>(p, r, reduced.0) };
-    }
-}
-
-/// Job `r`'s result once certified: its token, or in a sharded call the
-/// rank's candidates, into its round-2 message (`sharded.rs`).
-///
-/// # Safety
-/// One thread; `r` a job of the call (pass 1's decision wrote it).
-#[inline(always)]
-unsafe fn finish_job<T: Load, const FILTERED: bool>(p: &RejectionParams, r: u32, best: Resampled) {
-    if sharded(p) {
-        // SAFETY: the message holds its word and a candidate a job (workspace, host-sized).
-        unsafe { shard::candidates_at(p.send, r as usize).write(best) };
-    } else {
-        // Read again, not kept through the loop (which then spilled). Volatile: as in `gather`.
-        // SAFETY: pass 1's decision wrote jobs[r].
+        // Read again, not kept through the loop (which then spilled).
+        // SAFETY: as above; r < requests.
         unsafe {
             let job = (p.jobs as *const ResampleJob).add(r as usize).read_volatile();
-            write_job_token::<T, FILTERED>(p, r, &job, best.token())
+            write_job_token::<T, FILTERED>(p, r, &job, reduced.0.token())
         };
     }
 }
@@ -236,6 +222,14 @@ unsafe fn complete_resample<T: Load, const FILTERED: bool>(
     }) else {
         return false;
     };
+    if sharded(p) {
+        // The rank's candidates go into its round-2 message (`sharded.rs`).
+        if gpu::thread_idx_x() == 0 {
+            // SAFETY: the message holds its word and `requests` candidates (workspace, host-sized).
+            unsafe { shard::candidates_at(p.send, r as usize).write(acc.0) };
+        }
+        return false;
+    }
     // Read again rather than kept in registers through the loop. Volatile: as in `gather`.
     // SAFETY: pass 1's decision wrote jobs[r].
     let job = unsafe { (p.jobs as *const ResampleJob).add(r as usize).read_volatile() };
@@ -244,7 +238,7 @@ unsafe fn complete_resample<T: Load, const FILTERED: bool>(
     }
     if gpu::thread_idx_x() == 0 {
         // SAFETY: one thread; the job of request r < requests.
-        unsafe { finish_job::<T, FILTERED>(p, r, acc.0) };
+        unsafe { write_job_token::<T, FILTERED>(p, r, &job, acc.0.token()) };
     }
     false
 }

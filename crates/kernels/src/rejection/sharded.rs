@@ -14,10 +14,9 @@
 //!    (`super::accept::decide`), which reads the draft token's logits from
 //!    the record of the rank that holds it ([`drafted`]).
 //! 3. Pass 2 (`super::resample`) draws the job's candidates over the rank's
-//!    ids, noise keyed by global id, from floors below the rank's own ids'
-//!    masses ([`rank_floors`]: the rank certifies its own candidates and
-//!    refolds its own ids where they fall short, no round needed), and the
-//!    request's last block writes them into the rank's round-2 message.
+//!    ids, noise keyed by global id, from floors at `-inf` (one rank's
+//!    candidates bound nothing of the row's), and the request's last block
+//!    writes them into the rank's round-2 message.
 //! 4. `rejection_combine_sharded` ([`combine_sharded`]), a thread a
 //!    request, combines the `P` candidates by the argmax rule (a total
 //!    order) and writes token `j`.
@@ -35,11 +34,11 @@
 //! requests concerned `status::INVALID_SHARD`, which makes them invalid on
 //! every rank alike.
 
-use super::accept::{block_row, decide, floors};
+use super::accept::{block_row, decide};
 use super::block_verification::{Mass, block_end, noted, row_job, write_counts};
 use super::stats::{GREEDY_ROW, Head, Row, SAMPLED_ROW, row_kind, tail_head, thresholds};
 use super::threshold::{entry_at, filter_words, row_filter};
-use super::{JOB_NONE, JOB_ONE_HOT, JOB_RESIDUAL, Request, ResampleJob, draft_row, target_row, write_request_token};
+use super::{JOB_NONE, Request, ResampleJob, draft_row, target_row, write_request_token};
 use crate::block::Reduce;
 use crate::gpu::{self, WARP};
 use crate::load::Load;
@@ -180,82 +179,25 @@ pub unsafe extern "ptx-kernel" fn decide_sharded(p: RejectionParams) {
             decide::<f32, f32, false, false, false>(&p, r);
         }
     }
-    // SAFETY: every thread of the block is here; the barrier orders thread
-    // 0's job before its reads below.
-    unsafe { gpu::sync_threads() };
     if p.pair_jobs == 0 {
-        if tid == 0 {
-            // SAFETY: jobs holds `requests` entries (workspace, host-sized); recv (caller).
-            unsafe {
-                let at = (p.jobs as *mut ResampleJob).add(r as usize);
-                let job = at.read();
-                if job.mode != JOB_NONE {
-                    (&raw mut (*at).floors).write(rank_floors(&p, r, &job));
-                }
-            }
-        }
         return; // block-uniform
     }
     // Block verification: pass 2's job at each row of the request (none
     // where its block cannot end), from the decision's (thread 0 wrote it
     // and the request's block before the barrier).
-    // SAFETY (all): jobs holds `requests` entries, pair_jobs
-    // `requests·(K+1)` (workspace, host-sized); t <= K; recv (caller).
+    // SAFETY (all): every thread of the block is here; jobs holds `requests`
+    // entries, pair_jobs `requests·(K+1)` (workspace, host-sized); t <= K.
     unsafe {
+        gpu::sync_threads();
         let mut t = tid;
         while t < k1 {
             let job = (p.jobs as *const ResampleJob).add(r as usize).read();
             let at = pair_job(&p, r, t);
             let row = if job.mode == JOB_NONE { None } else { row_job(&p, r, &job, noted(&p, r), t) };
-            let row = row.map(|job| ResampleJob { floors: rank_floors(&p, r, &job), ..job });
             (p.pair_jobs as *mut ResampleJob).add(at).write(row.unwrap_or(ResampleJob::NONE));
             t += BLOCK_THREADS;
         }
     }
-}
-
-/// The floors a rank's pass 2 seeds for request `r`'s `job` (the
-/// decision's, its floors the row's): `accept::floors` over the rank's own
-/// ids, from the sums of its round-1 record of the job's pair (the residual's
-/// mass there at least `w·P_r − Q_r`, the rank's shares of the target's and
-/// the draft's), so that the rank certifies its own candidates and refolds
-/// its own ids where they fall short (`resample`), without another round.
-/// None (`-inf`) in a filtered call (the records' sums are not the kept
-/// sets'), for a one-hot job's rank that holds the draft, or where no
-/// header is the rank's (the call is then flagged).
-///
-/// # Safety
-/// In `decide_sharded`, after the decision: `recv` holds the ranks' round-1
-/// messages; `job` is request `r`'s, an active one.
-#[inline(always)]
-unsafe fn rank_floors(p: &RejectionParams, r: u32, job: &ResampleJob) -> (f32, f32) {
-    let none = (f32::NEG_INFINITY, f32::NEG_INFINITY);
-    if p.filtered != 0 {
-        return none;
-    }
-    let len = round_1_bytes(p) as u64;
-    let pair = r * (p.max_drafts + 1) + job.column;
-    for q in 0..p.shard_ranks as u64 {
-        let message = p.recv + q * len;
-        // SAFETY (all): rank q's message, inside `recv` (caller); the pair is the call's.
-        let h = unsafe { *(message as *const Header) };
-        if h.offset != p.shard.offset || h.ids != p.shard.ids {
-            continue;
-        }
-        let stats = unsafe { &raw const (*shard::pair_at(message, pair as usize)).stats };
-        let lse_t = unsafe { (&raw const (*stats).target).read() }.to_lse().value();
-        let log_excess = match job.mode {
-            JOB_RESIDUAL => {
-                let lse_q = unsafe { (&raw const (*stats).draft).read() }.to_lse().value();
-                let (p_r, q_r) = (gpu::fast_exp(lse_t - job.lse_t + job.ln_weight), gpu::fast_exp(lse_q - job.lse_q));
-                gpu::fast_ln(p_r - q_r)
-            }
-            JOB_ONE_HOT if h.holds(job.draft) => f32::NEG_INFINITY,
-            _ => 0.0,
-        };
-        return floors(job.mode, lse_t, log_excess, p.floor_margin);
-    }
-    none
 }
 
 /// Where request `r`'s job at row `t` lies in a call with block
