@@ -31,6 +31,7 @@
 //! combine adds the ranks' parts and decides ([`block_end`]), as here.
 
 use super::accept::{block_row, floors, write_processed};
+use super::sharded::pairs;
 use super::stats::thresholds;
 use super::{JOB_ONE_HOT, JOB_RESIDUAL, ResampleJob, draft_row, target_row, write_request_token};
 use crate::block::{Reduce, block_reduce, warp_fold};
@@ -134,9 +135,8 @@ pub(super) unsafe fn block<T: Load, D: Load, const SHARDED: bool>(p: &RejectionP
         // Row i's last block: the rank's part of its mass (0 where it need
         // not be summed) into the round-2 message, for the combine.
         if tid == 0 {
-            let pairs = (p.requests * (p.max_drafts + 1)) as usize;
-            // SAFETY: the message holds `pairs` masses (workspace, host-sized).
-            unsafe { shard::mass_at(p.send, pairs, block_row(p, r, i)).write(total.units) };
+            // SAFETY: the message holds a mass a pair (workspace, host-sized).
+            unsafe { shard::mass_at(p.send, pairs(p) as usize, block_row(p, r, i)).write(total.units) };
         }
         return;
     }

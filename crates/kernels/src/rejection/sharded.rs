@@ -25,7 +25,8 @@
 //! also writes pass 2's job at each row where a request's block may end
 //! (`super::block_verification::row_job`); between 2 and 3 the block kernel
 //! (`SHARDED`, with draft logits) writes the rank's part of each row's
-//! residual mass into the round-2 message; pass 2 runs once a row; the
+//! residual mass into the round-2 message; pass 2 runs once over every
+//! row's jobs (`pair_jobs`, launched as `jobs`); the
 //! combine adds the masses, decides where each block ends
 //! (`super::block_verification::block_end`) and takes that row's candidates.
 //!
